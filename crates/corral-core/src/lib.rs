@@ -1,0 +1,7 @@
+//! Corral's pure core. Everything here is deterministic: no I/O, no clock (time is an
+//! argument), no threads, and no decision depends on hash-map iteration order.
+//! The embedded cluster, the Kubernetes operator and the simulator all call this code.
+
+pub mod launch;
+pub mod lifecycle;
+pub mod sched;
