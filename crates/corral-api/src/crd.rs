@@ -1,1 +1,284 @@
+//! CustomResourceDefinitions generated from the Rust types, with structural OpenAPI v3
+//! schemas as apiextensions.k8s.io/v1 requires. The same schemas name the valid fields when
+//! a user misspells one.
 
+use schemars::generate::SchemaSettings;
+use schemars::JsonSchema;
+use serde_json::{Map, Value, json};
+
+use crate::meta::{API_GROUP, Kind};
+use crate::node_pool::NodePoolSpec;
+use crate::priority_class::PriorityClassSpec;
+use crate::queue::QueueSpec;
+use crate::training_job::{TrainingJobSpec, TrainingJobStatus};
+use crate::NoStatus;
+
+/// The served and stored version.
+pub const VERSION: &str = "v1alpha1";
+
+/// Keywords that apiextensions.k8s.io/v1 JSONSchemaProps accepts and Corral's types use.
+const KEPT_KEYWORDS: &[&str] = &[
+    "type",
+    "format",
+    "description",
+    "properties",
+    "additionalProperties",
+    "items",
+    "required",
+    "enum",
+    "nullable",
+    "default",
+    "minimum",
+    "maximum",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "minItems",
+    "maxItems",
+    "anyOf",
+    "x-kubernetes-int-or-string",
+    "x-kubernetes-preserve-unknown-fields",
+];
+
+/// Formats Kubernetes knows; others (schemars' uint32, ...) are dropped.
+const KNOWN_FORMATS: &[&str] = &["int32", "int64", "float", "double", "date-time", "byte"];
+
+/// The structural schema of a type: inlined, no `$ref`, only keywords Kubernetes accepts,
+/// unit enums flattened to `enum`, maps keyed by an enum turned into named properties.
+pub fn structural_schema<T: JsonSchema>() -> Value {
+    let settings = SchemaSettings::openapi3().with(|s| {
+        s.inline_subschemas = true;
+    });
+    let schema = settings.into_generator().into_root_schema_for::<T>();
+    let mut value = schema.to_value();
+    make_structural(&mut value);
+    value
+}
+
+fn make_structural(v: &mut Value) {
+    let Value::Object(obj) = v else {
+        return;
+    };
+    // `Option<T>` of a non-object T: anyOf [T, null] becomes T with `nullable: true`.
+    if let Some(Value::Array(branches)) = obj.get("anyOf") {
+        let is_null = |b: &Value| {
+            b.get("type") == Some(&json!("null"))
+                || b.get("enum") == Some(&json!([null]))
+                || b.get("const") == Some(&Value::Null)
+        };
+        if branches.len() == 2 && branches.iter().any(is_null) {
+            let inner = branches.iter().find(|b| !is_null(b)).cloned();
+            obj.remove("anyOf");
+            if let Some(Value::Object(inner)) = inner {
+                for (k, val) in inner {
+                    obj.entry(k).or_insert(val);
+                }
+            }
+            obj.insert("nullable".into(), json!(true));
+        }
+    }
+    // `oneOf`/`anyOf` of single-value strings (documented unit enum variants): one `enum`.
+    for key in ["oneOf", "anyOf"] {
+        if let Some(Value::Array(branches)) = obj.get(key) {
+            let values: Option<Vec<Value>> = branches
+                .iter()
+                .map(|b| {
+                    b.get("const").cloned().or_else(|| match b.get("enum") {
+                        Some(Value::Array(e)) if e.len() == 1 => Some(e[0].clone()),
+                        _ => None,
+                    })
+                })
+                .collect();
+            if let Some(values) = values {
+                obj.remove(key);
+                obj.insert("type".into(), json!("string"));
+                obj.insert("enum".into(), Value::Array(values));
+            }
+        }
+    }
+    if let Some(c) = obj.remove("const") {
+        obj.insert("enum".into(), json!([c]));
+    }
+    // Maps keyed by an enum (roles): name each key as a property.
+    if let Some(names) = obj.remove("propertyNames") {
+        if let (Some(Value::Array(keys)), Some(item)) =
+            (names.get("enum"), obj.get("additionalProperties").cloned())
+        {
+            let props: Map<String, Value> = keys
+                .iter()
+                .filter_map(|k| k.as_str().map(|k| (k.to_string(), item.clone())))
+                .collect();
+            obj.remove("additionalProperties");
+            obj.insert("properties".into(), Value::Object(props));
+        }
+    }
+    // Named properties already say what is allowed; Kubernetes forbids both together.
+    if obj.contains_key("properties") && obj.get("additionalProperties") == Some(&json!(false)) {
+        obj.remove("additionalProperties");
+    }
+    if obj.get("x-kubernetes-preserve-unknown-fields") == Some(&json!(true)) {
+        obj.remove("additionalProperties");
+    }
+    if obj.get("additionalProperties") == Some(&json!(true)) {
+        obj.remove("additionalProperties");
+        obj.insert("x-kubernetes-preserve-unknown-fields".into(), json!(true));
+    }
+    if obj.get("x-kubernetes-int-or-string") == Some(&json!(true)) {
+        // Kubernetes requires exactly this shape for int-or-string.
+        obj.remove("type");
+        obj.insert(
+            "anyOf".into(),
+            json!([{"type": "integer"}, {"type": "string"}]),
+        );
+    }
+    if let Some(Value::String(f)) = obj.get("format") {
+        if !KNOWN_FORMATS.contains(&f.as_str()) {
+            obj.remove("format");
+        }
+    }
+    match obj.get("default") {
+        Some(Value::Null) => {
+            obj.remove("default");
+        }
+        Some(Value::Array(a)) if a.is_empty() => {
+            obj.remove("default");
+        }
+        Some(Value::Object(o)) if o.is_empty() => {
+            obj.remove("default");
+        }
+        _ => {}
+    }
+    obj.retain(|k, _| KEPT_KEYWORDS.contains(&k.as_str()));
+    for key in ["properties"] {
+        if let Some(Value::Object(props)) = obj.get_mut(key) {
+            for p in props.values_mut() {
+                make_structural(p);
+            }
+        }
+    }
+    for key in ["items", "additionalProperties"] {
+        if let Some(sub @ Value::Object(_)) = obj.get_mut(key) {
+            make_structural(sub);
+        }
+    }
+    if let Some(Value::Array(branches)) = obj.get_mut("anyOf") {
+        for b in branches {
+            make_structural(b);
+        }
+    }
+}
+
+/// The CRD of one kind.
+pub fn crd<Spec: Kind + JsonSchema, Status: JsonSchema>(
+    short_names: &[&str],
+    printer_columns: Value,
+) -> Value {
+    let kind = Spec::KIND;
+    let singular = kind.to_ascii_lowercase();
+    let mut properties = Map::new();
+    properties.insert("apiVersion".into(), json!({"type": "string"}));
+    properties.insert("kind".into(), json!({"type": "string"}));
+    properties.insert("metadata".into(), json!({"type": "object"}));
+    properties.insert("spec".into(), structural_schema::<Spec>());
+    let has_status = std::any::type_name::<Status>() != std::any::type_name::<NoStatus>();
+    if has_status {
+        properties.insert("status".into(), structural_schema::<Status>());
+    }
+    let mut version = json!({
+        "name": VERSION,
+        "served": true,
+        "storage": true,
+        "schema": {"openAPIV3Schema": {
+            "type": "object",
+            "description": format!("{kind} (corral.dev)"),
+            "properties": properties,
+            "required": ["spec"],
+        }},
+    });
+    if has_status {
+        version["subresources"] = json!({"status": {}});
+    }
+    if printer_columns.as_array().is_some_and(|c| !c.is_empty()) {
+        version["additionalPrinterColumns"] = printer_columns;
+    }
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{}.{API_GROUP}", Spec::PLURAL)},
+        "spec": {
+            "group": API_GROUP,
+            "names": {
+                "kind": kind,
+                "listKind": format!("{kind}List"),
+                "plural": Spec::PLURAL,
+                "singular": singular,
+                "shortNames": short_names,
+                "categories": ["corral"],
+            },
+            "scope": if Spec::NAMESPACED { "Namespaced" } else { "Cluster" },
+            "versions": [version],
+        },
+    })
+}
+
+/// The CRDs of every Corral kind, in the order they should be applied.
+pub fn all_crds() -> Vec<Value> {
+    let age = json!({"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"});
+    vec![
+        crd::<TrainingJobSpec, TrainingJobStatus>(
+            &["tj"],
+            json!([
+                {"name": "State", "type": "string", "jsonPath": ".status.conditions[-1:].type"},
+                {"name": "Framework", "type": "string", "jsonPath": ".spec.framework"},
+                {"name": "Queue", "type": "string", "jsonPath": ".spec.queue"},
+                age.clone(),
+            ]),
+        ),
+        crd::<QueueSpec, NoStatus>(
+            &["cq"],
+            json!([
+                {"name": "Cohort", "type": "string", "jsonPath": ".spec.cohort"},
+                {"name": "Weight", "type": "integer", "jsonPath": ".spec.weight"},
+                age.clone(),
+            ]),
+        ),
+        crd::<NodePoolSpec, NoStatus>(
+            &["np"],
+            json!([
+                {"name": "GPU-Type", "type": "string", "jsonPath": ".spec.gpuType"},
+                {"name": "GPUs/Node", "type": "integer", "jsonPath": ".spec.gpusPerNode"},
+                age.clone(),
+            ]),
+        ),
+        crd::<PriorityClassSpec, NoStatus>(
+            &["cpc"],
+            json!([
+                {"name": "Value", "type": "integer", "jsonPath": ".spec.value"},
+                age,
+            ]),
+        ),
+    ]
+}
+
+/// The field names valid at `path` (dot-separated object keys; `[i]` for list items) of a
+/// structural schema, for "did you mean" on unknown fields.
+pub fn fields_at<'a>(schema: &'a Value, path: &[String]) -> Vec<&'a str> {
+    let mut node = schema;
+    for seg in path {
+        let next = if seg.starts_with('[') {
+            node.get("items")
+        } else {
+            node.get("properties")
+                .and_then(|p| p.get(seg.as_str()))
+                .or_else(|| node.get("additionalProperties"))
+        };
+        match next {
+            Some(n) => node = n,
+            None => return Vec::new(),
+        }
+    }
+    node.get("properties")
+        .and_then(Value::as_object)
+        .map(|p| p.keys().map(String::as_str).collect())
+        .unwrap_or_default()
+}

@@ -224,6 +224,7 @@ pub struct ReplicaSpec {
     pub count: u32,
     #[serde(default, skip_serializing_if = "Resources::is_empty")]
     pub resources: Resources,
+    #[serde(default)]
     pub template: ReplicaTemplate,
     /// What happens when a replica exits (framework default when unset).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -449,6 +450,20 @@ pub struct TrainingJobStatus {
     pub start_time: Option<Timestamp>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_time: Option<Timestamp>,
+    /// Which launch of the whole gang is current: bumped when the gang restarts or returns to
+    /// its queue. Replicas of an older attempt are stale: stopped, and never counted again.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub attempt: u32,
+    /// Replicas restarted on their own within the current attempt (TF parameter servers,
+    /// elastic workers): `<role>-<index>` -> how many times.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub replica_retries: BTreeMap<String, u32>,
+    /// Times the job was preempted and returned to its queue (never counted as restarts).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub preemption_count: u32,
+    /// Restart back-off: no replica starts before this time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff_until: Option<Timestamp>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -1,1 +1,170 @@
-fn main() {}
+//! `corral`: the command-line entry point. Subcommands read files, call corral-api and
+//! corral-core, and print; no scheduling or validation logic lives here.
+
+mod explain;
+mod input;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use corral_api::document::{Document, parse_documents};
+use corral_api::validate::ValidationContext;
+use serde_json::Value;
+
+#[derive(Parser)]
+#[command(name = "corral", version, about = "Distributed ML training on shared GPU clusters")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Check TrainingJob, Queue, NodePool, PriorityClass and Kubeflow job files; explain
+    /// each valid one. `-` reads standard input. Exits 1 if anything is invalid.
+    Validate {
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<String>,
+        /// Print only errors.
+        #[arg(short, long)]
+        quiet: bool,
+    },
+    /// Print a file's jobs as Corral TrainingJobs (Kubeflow kinds are converted).
+    Convert {
+        #[arg(value_name = "FILE")]
+        file: String,
+        #[arg(short, long, value_enum, default_value_t = Format::Yaml)]
+        output: Format,
+        /// Fill in every default (restart policies, ports, queue) as Corral applies them.
+        #[arg(long)]
+        with_defaults: bool,
+    },
+    /// Print the CustomResourceDefinitions of Corral's kinds (apiextensions.k8s.io/v1).
+    Crd {
+        #[arg(short, long, value_enum, default_value_t = Format::Yaml)]
+        output: Format,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Format {
+    Yaml,
+    Json,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Validate { files, quiet } => validate(&files, quiet),
+        Command::Convert {
+            file,
+            output,
+            with_defaults,
+        } => convert(&file, output, with_defaults),
+        Command::Crd { output } => {
+            let crds: Vec<Value> = corral_api::crd::all_crds();
+            print_values(&crds, output)
+        }
+    }
+}
+
+fn validate(files: &[String], quiet: bool) -> ExitCode {
+    let ctx = ValidationContext::default();
+    let mut failed = false;
+    // Documents of all files form one context, so a Queue may name a NodePool of another file.
+    let mut loaded = Vec::new();
+    for f in files {
+        match input::read(f) {
+            Ok(text) => loaded.push((f.as_str(), text)),
+            Err(e) => {
+                eprintln!("{f}: {e}");
+                failed = true;
+            }
+        }
+    }
+    let all_text: Vec<&str> = loaded.iter().map(|(_, t)| t.as_str()).collect();
+    let shared = input::shared_context(&all_text, &ctx);
+    for (name, text) in &loaded {
+        for result in parse_documents(text, &shared) {
+            match result {
+                Ok(parsed) => {
+                    if !quiet {
+                        println!("{name}: {}", explain::summary(&parsed));
+                    }
+                }
+                Err(e) => {
+                    failed = true;
+                    eprintln!("{name}: {e}");
+                }
+            }
+        }
+    }
+    if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+}
+
+fn convert(file: &str, output: Format, with_defaults: bool) -> ExitCode {
+    let text = match input::read(file) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("{file}: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut out = Vec::new();
+    let mut failed = false;
+    for result in parse_documents(&text, &ValidationContext::default()) {
+        match result {
+            Ok(parsed) => match parsed.document {
+                Document::TrainingJob(mut job) => {
+                    if with_defaults {
+                        job.spec.apply_defaults();
+                    }
+                    out.push(Document::TrainingJob(job).to_value());
+                }
+                other => out.push(other.to_value()),
+            },
+            Err(e) => {
+                failed = true;
+                eprintln!("{file}: {e}");
+            }
+        }
+    }
+    if failed {
+        return ExitCode::FAILURE;
+    }
+    print_values(&out, output)
+}
+
+fn print_values(values: &[Value], format: Format) -> ExitCode {
+    match format {
+        Format::Json => {
+            let v = if values.len() == 1 {
+                values[0].clone()
+            } else {
+                serde_json::json!({"apiVersion": "v1", "kind": "List", "items": values})
+            };
+            match serde_json::to_string_pretty(&v) {
+                Ok(s) => println!("{s}"),
+                Err(e) => {
+                    eprintln!("cannot print JSON: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+        Format::Yaml => {
+            for (i, v) in values.iter().enumerate() {
+                if i > 0 {
+                    println!("---");
+                }
+                match serde_saphyr::to_string(v) {
+                    Ok(s) => print!("{s}"),
+                    Err(e) => {
+                        eprintln!("cannot print YAML: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                }
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}
