@@ -2,16 +2,16 @@
 //! schemas as apiextensions.k8s.io/v1 requires. The same schemas name the valid fields when
 //! a user misspells one.
 
-use schemars::generate::SchemaSettings;
 use schemars::JsonSchema;
+use schemars::generate::SchemaSettings;
 use serde_json::{Map, Value, json};
 
+use crate::NoStatus;
 use crate::meta::{API_GROUP, Kind};
 use crate::node_pool::NodePoolSpec;
 use crate::priority_class::PriorityClassSpec;
 use crate::queue::QueueSpec;
 use crate::training_job::{TrainingJobSpec, TrainingJobStatus};
-use crate::NoStatus;
 
 /// The served and stored version.
 pub const VERSION: &str = "v1alpha1";
@@ -100,17 +100,16 @@ fn make_structural(v: &mut Value) {
         obj.insert("enum".into(), json!([c]));
     }
     // Maps keyed by an enum (roles): name each key as a property.
-    if let Some(names) = obj.remove("propertyNames") {
-        if let (Some(Value::Array(keys)), Some(item)) =
+    if let Some(names) = obj.remove("propertyNames")
+        && let (Some(Value::Array(keys)), Some(item)) =
             (names.get("enum"), obj.get("additionalProperties").cloned())
-        {
-            let props: Map<String, Value> = keys
-                .iter()
-                .filter_map(|k| k.as_str().map(|k| (k.to_string(), item.clone())))
-                .collect();
-            obj.remove("additionalProperties");
-            obj.insert("properties".into(), Value::Object(props));
-        }
+    {
+        let props: Map<String, Value> = keys
+            .iter()
+            .filter_map(|k| k.as_str().map(|k| (k.to_string(), item.clone())))
+            .collect();
+        obj.remove("additionalProperties");
+        obj.insert("properties".into(), Value::Object(props));
     }
     // Named properties already say what is allowed; Kubernetes forbids both together.
     if obj.contains_key("properties") && obj.get("additionalProperties") == Some(&json!(false)) {
@@ -131,10 +130,10 @@ fn make_structural(v: &mut Value) {
             json!([{"type": "integer"}, {"type": "string"}]),
         );
     }
-    if let Some(Value::String(f)) = obj.get("format") {
-        if !KNOWN_FORMATS.contains(&f.as_str()) {
-            obj.remove("format");
-        }
+    if let Some(Value::String(f)) = obj.get("format")
+        && !KNOWN_FORMATS.contains(&f.as_str())
+    {
+        obj.remove("format");
     }
     match obj.get("default") {
         Some(Value::Null) => {

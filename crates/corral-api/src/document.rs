@@ -258,8 +258,16 @@ pub fn decode(index: usize, raw: Value) -> Result<Parsed, DocumentError> {
             )],
         ));
     };
-    let api_version = obj.get("apiVersion").and_then(Value::as_str).unwrap_or("").to_string();
-    let kind_owned = obj.get("kind").and_then(Value::as_str).unwrap_or("").to_string();
+    let api_version = obj
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let kind_owned = obj
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
     let kind = kind_owned.as_str();
     let name = obj
         .get("metadata")
@@ -298,17 +306,25 @@ pub fn decode(index: usize, raw: Value) -> Result<Parsed, DocumentError> {
                 .map(|(j, e)| (Document::TrainingJob(Box::new(j)), e))
         }
         "Queue" => typed::<Queue, QueueSpec>(raw, Vec::new()).map(|(q, e)| (Document::Queue(q), e)),
-        "NodePool" => typed::<NodePool, NodePoolSpec>(raw, Vec::new()).map(|(p, e)| (Document::NodePool(p), e)),
+        "NodePool" => typed::<NodePool, NodePoolSpec>(raw, Vec::new())
+            .map(|(p, e)| (Document::NodePool(p), e)),
         "PriorityClass" => typed::<PriorityClass, PriorityClassSpec>(raw, Vec::new())
             .map(|(p, e)| (Document::PriorityClass(p), e)),
         other => {
-            let all: Vec<&str> = CORRAL_KINDS.iter().chain(kubeflow::KINDS.iter()).copied().collect();
+            let all: Vec<&str> = CORRAL_KINDS
+                .iter()
+                .chain(kubeflow::KINDS.iter())
+                .copied()
+                .collect();
             let hint = did_you_mean(other, all.iter().copied())
                 .map(|m| format!("did you mean `{m}`? "))
                 .unwrap_or_default();
             Err(vec![FieldError::new(
                 "kind",
-                format!("`{other}` is not a kind Corral knows; {hint}kinds: {}", all.join(", ")),
+                format!(
+                    "`{other}` is not a kind Corral knows; {hint}kinds: {}",
+                    all.join(", ")
+                ),
             )])
         }
     }
@@ -346,7 +362,9 @@ fn take_unknown_roles(raw: &mut Value) -> Vec<FieldError> {
             let hint = did_you_mean(&k, valid.iter().copied())
                 .map(|m| format!("did you mean `{m}`? "))
                 .unwrap_or_default();
-            let whose = framework.map(|f| format!("{f} jobs have")).unwrap_or_else(|| "roles are".into());
+            let whose = framework
+                .map(|f| format!("{f} jobs have"))
+                .unwrap_or_else(|| "roles are".into());
             FieldError::new(
                 format!("spec.replicas.{k}"),
                 format!("`{k}` is not a role; {hint}{whose} {}", valid.join(", ")),
@@ -365,9 +383,15 @@ fn typed<T: DeserializeOwned, Spec: Kind + schemars::JsonSchema>(
         Some(API_VERSION) => {}
         Some(other) => errors.push(FieldError::new(
             "apiVersion",
-            format!("`{other}` is not served for {}; use `{API_VERSION}`", Spec::KIND),
+            format!(
+                "`{other}` is not served for {}; use `{API_VERSION}`",
+                Spec::KIND
+            ),
         )),
-        None => errors.push(FieldError::new("apiVersion", format!("is required: `{API_VERSION}`"))),
+        None => errors.push(FieldError::new(
+            "apiVersion",
+            format!("is required: `{API_VERSION}`"),
+        )),
     }
     let schema = document_schema::<Spec>();
     let mut unknown: Vec<Vec<String>> = Vec::new();
@@ -386,13 +410,19 @@ fn typed<T: DeserializeOwned, Spec: Kind + schemars::JsonSchema>(
             None if !known.is_empty() => format!("; valid fields here: {}", known.join(", ")),
             None => String::new(),
         };
-        errors.push(FieldError::new(join_path(&segs), format!("unknown field{hint}")));
+        errors.push(FieldError::new(
+            join_path(&segs),
+            format!("unknown field{hint}"),
+        ));
     }
     match result {
         Ok(v) => Ok((v, errors)),
         Err(e) => {
             let segs = error_segments(e.path());
-            errors.push(FieldError::new(join_path(&segs), explain_serde(&e.into_inner().to_string())));
+            errors.push(FieldError::new(
+                join_path(&segs),
+                explain_serde(&e.into_inner().to_string()),
+            ));
             Err(errors)
         }
     }
@@ -422,7 +452,9 @@ fn ignored_segments(path: &serde_ignored::Path) -> Vec<String> {
                 out.push(key.clone());
                 p = parent;
             }
-            Path::Some { parent } | Path::NewtypeStruct { parent } | Path::NewtypeVariant { parent } => p = parent,
+            Path::Some { parent }
+            | Path::NewtypeStruct { parent }
+            | Path::NewtypeVariant { parent } => p = parent,
         }
     }
     out.reverse();
@@ -455,23 +487,28 @@ pub fn join_path(segs: &[String]) -> String {
 
 /// Serde's messages, reworded where they are cryptic, with "did you mean" for enum values.
 fn explain_serde(msg: &str) -> String {
-    if let Some(rest) = msg.strip_prefix("unknown variant `") {
-        if let Some((value, expected)) = rest.split_once("`, expected ") {
-            let options: Vec<&str> = expected
-                .trim_start_matches("one of ")
-                .split(", ")
-                .map(|s| s.trim_matches('`'))
-                .collect();
-            let hint = did_you_mean(value, options.iter().copied())
-                .map(|m| format!("did you mean `{m}`? "))
-                .unwrap_or_default();
-            return format!("`{value}` is not valid; {hint}valid values: {}", options.join(", "));
-        }
+    if let Some(rest) = msg.strip_prefix("unknown variant `")
+        && let Some((value, expected)) = rest.split_once("`, expected ")
+    {
+        let options: Vec<&str> = expected
+            .trim_start_matches("one of ")
+            .split(", ")
+            .map(|s| s.trim_matches('`'))
+            .collect();
+        let hint = did_you_mean(value, options.iter().copied())
+            .map(|m| format!("did you mean `{m}`? "))
+            .unwrap_or_default();
+        return format!(
+            "`{value}` is not valid; {hint}valid values: {}",
+            options.join(", ")
+        );
     }
     if let Some(field) = msg.strip_prefix("missing field `") {
         return format!("`{}` is required here", field.trim_end_matches('`'));
     }
-    if (msg.starts_with("invalid type: integer") || msg.starts_with("invalid type: floating point") || msg.starts_with("invalid type: boolean"))
+    if (msg.starts_with("invalid type: integer")
+        || msg.starts_with("invalid type: floating point")
+        || msg.starts_with("invalid type: boolean"))
         && msg.ends_with("expected a string")
     {
         return format!("{msg}; quote it (\"...\") to keep it as text");

@@ -202,7 +202,10 @@ impl Converter {
                     .unwrap_or_default();
                 self.err(
                     &format!("{path}.{k}"),
-                    format!("{hint}Corral cannot convert this {what} field; it understands {}", known.join(", ")),
+                    format!(
+                        "{hint}Corral cannot convert this {what} field; it understands {}",
+                        known.join(", ")
+                    ),
                 );
             }
         }
@@ -222,7 +225,10 @@ pub fn convert(raw: &Value) -> Result<TrainingJob, ValidationErrors> {
             .unwrap_or_default();
         c.err(
             "kind",
-            format!("`{kind}` ({api_version}) cannot be converted; {hint}Corral converts {}", KINDS.join(", ")),
+            format!(
+                "`{kind}` ({api_version}) cannot be converted; {hint}Corral converts {}",
+                KINDS.join(", ")
+            ),
         );
         return Err(c.errs);
     };
@@ -234,7 +240,10 @@ pub fn convert(raw: &Value) -> Result<TrainingJob, ValidationErrors> {
         };
         c.err(
             "apiVersion",
-            format!("`{api_version}` is not supported for {kind}; use `{}`{extra}", map.api_version),
+            format!(
+                "`{api_version}` is not supported for {kind}; use `{}`{extra}",
+                map.api_version
+            ),
         );
         return Err(c.errs);
     }
@@ -242,7 +251,12 @@ pub fn convert(raw: &Value) -> Result<TrainingJob, ValidationErrors> {
         c.err("", "must be a mapping");
         return Err(c.errs);
     };
-    c.only_keys("", obj, &["apiVersion", "kind", "metadata", "spec", "status"], "top-level");
+    c.only_keys(
+        "",
+        obj,
+        &["apiVersion", "kind", "metadata", "spec", "status"],
+        "top-level",
+    );
 
     let metadata = convert_metadata(&mut c, obj.get("metadata"));
     let spec_path = "spec";
@@ -272,7 +286,10 @@ pub fn convert(raw: &Value) -> Result<TrainingJob, ValidationErrors> {
     // Replica specs.
     let specs_path = format!("spec.{}", map.specs_key);
     match spec.get(map.specs_key) {
-        None => c.err(&specs_path, format!("is required: the replica types of the {kind}")),
+        None => c.err(
+            &specs_path,
+            format!("is required: the replica types of the {kind}"),
+        ),
         Some(v) => {
             if let Some(specs) = c.object(&specs_path, v) {
                 for (rtype, rspec) in specs {
@@ -283,14 +300,22 @@ pub fn convert(raw: &Value) -> Result<TrainingJob, ValidationErrors> {
                         let hint = did_you_mean(&lower, names.iter().copied())
                             .map(|m| format!("did you mean `{m}`? "))
                             .unwrap_or_default();
-                        c.err(&rpath, format!("`{rtype}` is not a replica type of {kind}; {hint}types: {}", names.join(", ")));
+                        c.err(
+                            &rpath,
+                            format!(
+                                "`{rtype}` is not a replica type of {kind}; {hint}types: {}",
+                                names.join(", ")
+                            ),
+                        );
                         continue;
                     };
                     if job_spec.replicas.contains_key(&role) {
                         c.err(&rpath, format!("a second `{role}` replica spec (Master and Chief mean the same in TFJob); keep one"));
                         continue;
                     }
-                    if let Some(r) = convert_replica(&mut c, &rpath, rspec, &map, &mut job_spec.port) {
+                    if let Some(r) =
+                        convert_replica(&mut c, &rpath, rspec, &map, &mut job_spec.port)
+                    {
                         job_spec.replicas.insert(role, r);
                     }
                 }
@@ -307,16 +332,19 @@ pub fn convert(raw: &Value) -> Result<TrainingJob, ValidationErrors> {
                 match sp.as_str() {
                     Some("") => job_spec.success_policy = Some(SuccessPolicy::Default),
                     Some("AllWorkers") => job_spec.success_policy = Some(SuccessPolicy::AllWorkers),
-                    _ => c.err("spec.successPolicy", "must be \"\" (chief or worker 0) or \"AllWorkers\""),
+                    _ => c.err(
+                        "spec.successPolicy",
+                        "must be \"\" (chief or worker 0) or \"AllWorkers\"",
+                    ),
                 }
             }
-            if let Some(v) = spec.get("enableDynamicWorker") {
-                if c.bool("spec.enableDynamicWorker", v) == Some(true) {
-                    c.err(
+            if let Some(v) = spec.get("enableDynamicWorker")
+                && c.bool("spec.enableDynamicWorker", v) == Some(true)
+            {
+                c.err(
                         "spec.enableDynamicWorker",
                         "dynamic TF workers cannot be converted: Corral admits whole gangs with a fixed cluster spec",
                     );
-                }
             }
         }
         "PyTorchJob" => {
@@ -328,7 +356,10 @@ pub fn convert(raw: &Value) -> Result<TrainingJob, ValidationErrors> {
                     Value::String(s) => Some(s.clone()),
                     Value::Number(n) => Some(n.to_string()),
                     _ => {
-                        c.err("spec.nprocPerNode", "must be `auto`, `cpu`, `gpu` or a number");
+                        c.err(
+                            "spec.nprocPerNode",
+                            "must be `auto`, `cpu`, `gpu` or a number",
+                        );
                         None
                     }
                 };
@@ -382,7 +413,10 @@ fn convert_metadata(c: &mut Converter, v: Option<&Value>) -> ObjectMeta {
                 }
             }
             s if SERVER_METADATA.contains(&s) => {}
-            _ => c.err(&path, "cannot be converted: Corral keeps name, namespace, labels and annotations"),
+            _ => c.err(
+                &path,
+                "cannot be converted: Corral keeps name, namespace, labels and annotations",
+            ),
         }
     }
     meta
@@ -396,7 +430,12 @@ fn convert_replica(
     port: &mut Option<u16>,
 ) -> Option<ReplicaSpec> {
     let obj = c.object(path, v)?;
-    c.only_keys(path, obj, &["replicas", "restartPolicy", "template"], "replica spec");
+    c.only_keys(
+        path,
+        obj,
+        &["replicas", "restartPolicy", "template"],
+        "replica spec",
+    );
     let count = match obj.get("replicas") {
         Some(n) => c.u32(&format!("{path}.replicas"), n)?,
         None => 1,
@@ -408,13 +447,19 @@ fn convert_replica(
         Some((_, Some("ExitCode"))) => Some(RestartPolicy::ExitCode),
         Some((_, Some("Always"))) => Some(RestartPolicy::Always),
         Some(_) => {
-            c.err(&format!("{path}.restartPolicy"), "must be one of Never, OnFailure, ExitCode, Always");
+            c.err(
+                &format!("{path}.restartPolicy"),
+                "must be one of Never, OnFailure, ExitCode, Always",
+            );
             None
         }
     };
     let tpath = format!("{path}.template");
     let Some(template) = obj.get("template").and_then(|t| c.object(&tpath, t)) else {
-        c.err(&tpath, "is required: the pod template with the training container");
+        c.err(
+            &tpath,
+            "is required: the pod template with the training container",
+        );
         return None;
     };
     let mut pod_template = template.clone();
@@ -455,7 +500,9 @@ fn convert_replica(
     let main = c.object(&main_path, &containers[main_index])?.clone();
 
     let mut template_out = ReplicaTemplate {
-        image: main.get("image").and_then(|v| c.string(&format!("{main_path}.image"), v)),
+        image: main
+            .get("image")
+            .and_then(|v| c.string(&format!("{main_path}.image"), v)),
         command: main
             .get("command")
             .map(|v| c.strings(&format!("{main_path}.command"), v))
@@ -475,12 +522,26 @@ fn convert_replica(
         if let Value::Array(items) = env {
             for (i, item) in items.iter().enumerate() {
                 let ipath = format!("{epath}[{i}]");
-                let Some(o) = c.object(&ipath, item) else { continue };
+                let Some(o) = c.object(&ipath, item) else {
+                    continue;
+                };
                 c.only_keys(&ipath, o, &["name", "value", "valueFrom"], "env");
-                let name = o.get("name").and_then(|v| c.string(&format!("{ipath}.name"), v)).unwrap_or_default();
-                let value = o.get("value").and_then(|v| c.string(&format!("{ipath}.value"), v));
-                let value_from = o.get("valueFrom").and_then(|v| c.object(&format!("{ipath}.valueFrom"), v)).cloned();
-                template_out.env.push(EnvVar { name, value, value_from });
+                let name = o
+                    .get("name")
+                    .and_then(|v| c.string(&format!("{ipath}.name"), v))
+                    .unwrap_or_default();
+                let value = o
+                    .get("value")
+                    .and_then(|v| c.string(&format!("{ipath}.value"), v));
+                let value_from = o
+                    .get("valueFrom")
+                    .and_then(|v| c.object(&format!("{ipath}.valueFrom"), v))
+                    .cloned();
+                template_out.env.push(EnvVar {
+                    name,
+                    value,
+                    value_from,
+                });
             }
         } else {
             c.err(&epath, "must be a list of {name, value}");
@@ -496,24 +557,24 @@ fn convert_replica(
             c.only_keys(&rpath, res, &["limits", "requests"], "container resources");
             let read = |c: &mut Converter, key: &str| -> BTreeMap<String, Quantity> {
                 let mut out = BTreeMap::new();
-                if let Some(v) = res.get(key) {
-                    if let Some(o) = c.object(&format!("{rpath}.{key}"), v) {
-                        for (name, q) in o {
-                            let qpath = format!("{rpath}.{key}.{name}");
-                            let text = match q {
-                                Value::String(s) => s.clone(),
-                                Value::Number(n) => n.to_string(),
-                                _ => {
-                                    c.err(&qpath, "must be a quantity such as 2, \"500m\" or \"16Gi\"");
-                                    continue;
-                                }
-                            };
-                            match Quantity::parse(&text) {
-                                Ok(q) => {
-                                    out.insert(name.clone(), q);
-                                }
-                                Err(e) => c.err(&qpath, e.to_string()),
+                if let Some(v) = res.get(key)
+                    && let Some(o) = c.object(&format!("{rpath}.{key}"), v)
+                {
+                    for (name, q) in o {
+                        let qpath = format!("{rpath}.{key}.{name}");
+                        let text = match q {
+                            Value::String(s) => s.clone(),
+                            Value::Number(n) => n.to_string(),
+                            _ => {
+                                c.err(&qpath, "must be a quantity such as 2, \"500m\" or \"16Gi\"");
+                                continue;
                             }
+                        };
+                        match Quantity::parse(&text) {
+                            Ok(q) => {
+                                out.insert(name.clone(), q);
+                            }
+                            Err(e) => c.err(&qpath, e.to_string()),
                         }
                     }
                 }
@@ -526,19 +587,28 @@ fn convert_replica(
             names.dedup();
             for name in names {
                 let (req, lim) = (requests.get(name), limits.get(name));
-                let Some(amount) = req.or(lim).cloned() else { continue };
-                if let (Some(r), Some(l)) = (req, lim) {
-                    if r.milli().ok() != l.milli().ok() {
-                        kept_limits.insert(name.clone(), Value::String(l.to_string()));
-                    }
+                let Some(amount) = req.or(lim).cloned() else {
+                    continue;
+                };
+                if let (Some(r), Some(l)) = (req, lim)
+                    && r.milli().ok() != l.milli().ok()
+                {
+                    kept_limits.insert(name.clone(), Value::String(l.to_string()));
                 }
                 match name.as_str() {
                     "cpu" => resources.cpu = Some(amount),
                     "memory" => resources.memory = Some(amount),
-                    "nvidia.com/gpu" => match amount.units().ok().and_then(|u| u32::try_from(u).ok()) {
-                        Some(n) if amount.milli().is_ok_and(|m| m % 1000 == 0) => resources.gpu = n,
-                        _ => c.err(&format!("{rpath}.limits.nvidia.com/gpu"), "must be a whole number of GPUs"),
-                    },
+                    "nvidia.com/gpu" => {
+                        match amount.units().ok().and_then(|u| u32::try_from(u).ok()) {
+                            Some(n) if amount.milli().is_ok_and(|m| m % 1000 == 0) => {
+                                resources.gpu = n
+                            }
+                            _ => c.err(
+                                &format!("{rpath}.limits.nvidia.com/gpu"),
+                                "must be a whole number of GPUs",
+                            ),
+                        }
+                    }
                     "ephemeral-storage" => {
                         kept_limits.insert(name.clone(), Value::String(amount.to_string()));
                     }
@@ -552,10 +622,13 @@ fn convert_replica(
 
     // GPU type from the node selector that GPU feature discovery's label answers.
     if let Some(Value::Object(sel)) = pod_spec.get_mut("nodeSelector") {
-        if let Some(product) = sel.remove(GPU_PRODUCT_LABEL) {
-            if let Some(p) = c.string(&format!("{spath}.nodeSelector.{GPU_PRODUCT_LABEL}"), &product) {
-                resources.gpu_types.push(p);
-            }
+        if let Some(product) = sel.remove(GPU_PRODUCT_LABEL)
+            && let Some(p) = c.string(
+                &format!("{spath}.nodeSelector.{GPU_PRODUCT_LABEL}"),
+                &product,
+            )
+        {
+            resources.gpu_types.push(p);
         }
         if sel.is_empty() {
             pod_spec.remove("nodeSelector");
@@ -585,7 +658,10 @@ fn convert_replica(
         rest_main.remove(*f);
     }
     if !kept_limits.is_empty() {
-        rest_main.insert("resources".into(), serde_json::json!({ "limits": kept_limits }));
+        rest_main.insert(
+            "resources".into(),
+            serde_json::json!({ "limits": kept_limits }),
+        );
     }
     let mut rest_containers = containers.clone();
     let only_name = rest_main.keys().all(|k| k == "name");
@@ -604,7 +680,10 @@ fn convert_replica(
     } else {
         pod_template.insert("spec".into(), Value::Object(pod_spec));
     }
-    if pod_template.get("metadata").is_some_and(|m| m.as_object().is_some_and(Map::is_empty)) {
+    if pod_template
+        .get("metadata")
+        .is_some_and(|m| m.as_object().is_some_and(Map::is_empty))
+    {
         pod_template.remove("metadata");
     }
     if !pod_template.is_empty() {
@@ -624,7 +703,15 @@ fn convert_run_policy(c: &mut Converter, path: &str, v: &Value, spec: &mut Train
     c.only_keys(
         path,
         rp,
-        &["cleanPodPolicy", "ttlSecondsAfterFinished", "activeDeadlineSeconds", "backoffLimit", "suspend", "schedulingPolicy", "managedBy"],
+        &[
+            "cleanPodPolicy",
+            "ttlSecondsAfterFinished",
+            "activeDeadlineSeconds",
+            "backoffLimit",
+            "suspend",
+            "schedulingPolicy",
+            "managedBy",
+        ],
         "runPolicy",
     );
     let out = &mut spec.run_policy;
@@ -646,14 +733,28 @@ fn convert_run_policy(c: &mut Converter, path: &str, v: &Value, spec: &mut Train
             "activeDeadlineSeconds" => out.active_deadline_seconds = c.u64(&p, val),
             "backoffLimit" => out.backoff_limit = c.u32(&p, val),
             "suspend" => out.suspend = c.bool(&p, val).unwrap_or(false),
-            "managedBy" => {
-                if val.as_str() != Some("kubeflow.org/training-operator") {
-                    c.err(&p, "names another controller; Corral cannot take over a job managed elsewhere");
-                }
+            "managedBy" if val.as_str() != Some("kubeflow.org/training-operator") => {
+                c.err(
+                    &p,
+                    "names another controller; Corral cannot take over a job managed elsewhere",
+                );
             }
             "schedulingPolicy" => {
-                let Some(sp) = c.object(&p, val) else { continue };
-                c.only_keys(&p, sp, &["queue", "priorityClass", "minAvailable", "minResources", "scheduleTimeoutSeconds"], "schedulingPolicy");
+                let Some(sp) = c.object(&p, val) else {
+                    continue;
+                };
+                c.only_keys(
+                    &p,
+                    sp,
+                    &[
+                        "queue",
+                        "priorityClass",
+                        "minAvailable",
+                        "minResources",
+                        "scheduleTimeoutSeconds",
+                    ],
+                    "schedulingPolicy",
+                );
                 if let Some(q) = sp.get("queue") {
                     spec.queue = c.string(&format!("{p}.queue"), q);
                 }
@@ -662,17 +763,21 @@ fn convert_run_policy(c: &mut Converter, path: &str, v: &Value, spec: &mut Train
                 }
                 if let Some(m) = sp.get("minAvailable") {
                     let total: u64 = spec.replicas.values().map(|r| u64::from(r.count)).sum();
-                    if let Some(m) = c.u64(&format!("{p}.minAvailable"), m) {
-                        if m != total && spec.framework != Framework::PyTorch {
-                            c.err(
+                    if let Some(m) = c.u64(&format!("{p}.minAvailable"), m)
+                        && m != total
+                        && spec.framework != Framework::PyTorch
+                    {
+                        c.err(
                                 &format!("{p}.minAvailable"),
                                 format!("{m} of {total} replicas cannot be converted: Corral admits whole gangs (all {total}); remove it, or use a PyTorchJob with elasticPolicy"),
                             );
-                        }
                     }
                 }
                 if sp.contains_key("minResources") {
-                    c.err(&format!("{p}.minResources"), "cannot be converted: Corral computes a gang's resources from its replicas");
+                    c.err(
+                        &format!("{p}.minResources"),
+                        "cannot be converted: Corral computes a gang's resources from its replicas",
+                    );
                 }
                 if sp.contains_key("scheduleTimeoutSeconds") {
                     c.err(&format!("{p}.scheduleTimeoutSeconds"), "cannot be converted: a Corral job waits in its queue until admitted; use runPolicy.activeDeadlineSeconds to bound its run");
@@ -683,13 +788,29 @@ fn convert_run_policy(c: &mut Converter, path: &str, v: &Value, spec: &mut Train
     }
 }
 
-fn convert_elastic(c: &mut Converter, v: &Value, nproc: &mut Option<String>) -> Option<ElasticPolicy> {
+fn convert_elastic(
+    c: &mut Converter,
+    v: &Value,
+    nproc: &mut Option<String>,
+) -> Option<ElasticPolicy> {
     let path = "spec.elasticPolicy";
     let ep = c.object(path, v)?;
     c.only_keys(
         path,
         ep,
-        &["minReplicas", "maxReplicas", "rdzvBackend", "rdzvPort", "rdzvHost", "rdzvId", "rdzvConf", "standalone", "nProcPerNode", "maxRestarts", "metrics"],
+        &[
+            "minReplicas",
+            "maxReplicas",
+            "rdzvBackend",
+            "rdzvPort",
+            "rdzvHost",
+            "rdzvId",
+            "rdzvConf",
+            "standalone",
+            "nProcPerNode",
+            "maxRestarts",
+            "metrics",
+        ],
         "elasticPolicy",
     );
     let mut out = ElasticPolicy::default();
@@ -744,7 +865,10 @@ fn convert_mpi(c: &mut Converter, spec: &Map<String, Value>) -> MpiOptions {
             Some("AtStartup") => Some(LauncherCreationPolicy::AtStartup),
             Some("WaitForWorkersReady") => Some(LauncherCreationPolicy::WaitForWorkersReady),
             _ => {
-                c.err("spec.launcherCreationPolicy", "must be AtStartup or WaitForWorkersReady");
+                c.err(
+                    "spec.launcherCreationPolicy",
+                    "must be AtStartup or WaitForWorkersReady",
+                );
                 None
             }
         };

@@ -16,11 +16,9 @@ pub mod suggest;
 pub mod training_job;
 pub mod validate;
 
-
 pub use meta::{API_VERSION, Kind, NoStatus, Object, ObjectMeta};
 pub use node_pool::{NodePool, NodePoolSpec};
 pub use priority_class::{PreemptionPolicy, PriorityClass, PriorityClassSpec};
 pub use quantity::Quantity;
 pub use queue::{PoolQuota, Queue, QueueSpec, ResourceAmounts};
 pub use training_job::*;
-

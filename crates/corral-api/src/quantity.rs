@@ -15,7 +15,9 @@ pub struct Quantity(String);
 pub enum QuantityError {
     #[error("is empty")]
     Empty,
-    #[error("`{0}` is not a quantity; write a number with an optional suffix, e.g. \"500m\", \"2\", \"16Gi\", \"1.5G\"")]
+    #[error(
+        "`{0}` is not a quantity; write a number with an optional suffix, e.g. \"500m\", \"2\", \"16Gi\", \"1.5G\""
+    )]
     Syntax(String),
     #[error("`{0}` is negative; quantities must be zero or more")]
     Negative(String),
@@ -115,7 +117,9 @@ impl Quantity {
             .checked_mul(mul)
             .and_then(|v| v.checked_mul(1000))
             .ok_or_else(too_large)?;
-        let mut den = div.checked_mul(10u128.pow(frac_len.min(38))).ok_or_else(too_large)?;
+        let mut den = div
+            .checked_mul(10u128.pow(frac_len.min(38)))
+            .ok_or_else(too_large)?;
         if exp >= 0 {
             num = num
                 .checked_mul(10u128.pow(exp as u32))

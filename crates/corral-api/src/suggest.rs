@@ -1,7 +1,10 @@
 //! "Did you mean" for misspelled field names, roles and enum values.
 
 /// The closest candidate to `word`, if one is close enough to be a likely typo.
-pub fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+pub fn did_you_mean<'a>(
+    word: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
     let lower = word.to_ascii_lowercase();
     let mut best: Option<(f64, &'a str)> = None;
     for c in candidates {
@@ -25,7 +28,10 @@ mod tests {
         let roles = ["master", "worker", "ps"];
         assert_eq!(did_you_mean("wokrer", roles), Some("worker"));
         assert_eq!(did_you_mean("Worker", roles), Some("worker"));
-        assert_eq!(did_you_mean("replicsa", ["replicas", "framework"]), Some("replicas"));
+        assert_eq!(
+            did_you_mean("replicsa", ["replicas", "framework"]),
+            Some("replicas")
+        );
         assert_eq!(did_you_mean("zebra", roles), None);
     }
 }

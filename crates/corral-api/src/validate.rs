@@ -173,7 +173,11 @@ fn suggest_dns_name(value: &str) -> String {
         s = s.replace("--", "-");
     }
     let s = s.trim_start_matches(|c: char| c.is_ascii_digit() || c == '-');
-    s.chars().take(MAX_DNS_LABEL).collect::<String>().trim_end_matches('-').to_string()
+    s.chars()
+        .take(MAX_DNS_LABEL)
+        .collect::<String>()
+        .trim_end_matches('-')
+        .to_string()
 }
 
 /// Kubernetes label keys (`prefix/name`) and values.
@@ -191,9 +195,8 @@ fn check_labels(path: &str, labels: &BTreeMap<String, String>, errs: &mut Valida
             Some((p, n)) => (Some(p), n),
             None => (None, k.as_str()),
         };
-        let prefix_ok = prefix.is_none_or(|p| {
-            p.len() <= 253 && p.split('.').all(|l| check_dns1123_label(l).is_ok())
-        });
+        let prefix_ok = prefix
+            .is_none_or(|p| p.len() <= 253 && p.split('.').all(|l| check_dns1123_label(l).is_ok()));
         if !name_ok(name) || !prefix_ok {
             errs.push(
                 format!("{path}.{k}"),
@@ -211,13 +214,19 @@ fn check_labels(path: &str, labels: &BTreeMap<String, String>, errs: &mut Valida
 
 fn check_meta(meta: &ObjectMeta, namespaced: bool, errs: &mut ValidationErrors) {
     if meta.name.is_empty() {
-        errs.push("metadata.name", "is required: a lowercase name such as `mnist-ddp`");
+        errs.push(
+            "metadata.name",
+            "is required: a lowercase name such as `mnist-ddp`",
+        );
     } else if let Err(e) = check_dns1035_label(&meta.name) {
         errs.push("metadata.name", e);
     }
     if let Some(ns) = &meta.namespace {
         if !namespaced {
-            errs.push("metadata.namespace", "this kind is cluster-wide and has no namespace; remove the field");
+            errs.push(
+                "metadata.namespace",
+                "this kind is cluster-wide and has no namespace; remove the field",
+            );
         } else if let Err(e) = check_dns1123_label(ns) {
             errs.push("metadata.namespace", e);
         }
@@ -225,11 +234,7 @@ fn check_meta(meta: &ObjectMeta, namespaced: bool, errs: &mut ValidationErrors) 
     check_labels("metadata.labels", &meta.labels, errs);
 }
 
-fn check_quantity(
-    path: &str,
-    q: &Quantity,
-    errs: &mut ValidationErrors,
-) -> Option<u128> {
+fn check_quantity(path: &str, q: &Quantity, errs: &mut ValidationErrors) -> Option<u128> {
     match q.milli() {
         Ok(v) => Some(v),
         Err(e) => {
@@ -242,9 +247,15 @@ fn check_quantity(
 fn check_cpu(path: &str, q: &Quantity, errs: &mut ValidationErrors) {
     if let Some(milli) = check_quantity(path, q, errs) {
         if milli == 0 {
-            errs.push(path, "must be more than 0; write e.g. \"500m\" or 2, or remove it");
+            errs.push(
+                path,
+                "must be more than 0; write e.g. \"500m\" or 2, or remove it",
+            );
         } else if milli > MAX_CPU_CORES * 1000 {
-            errs.push(path, format!("`{q}` is more than {MAX_CPU_CORES} cores; no node has that many"));
+            errs.push(
+                path,
+                format!("`{q}` is more than {MAX_CPU_CORES} cores; no node has that many"),
+            );
         }
     }
 }
@@ -253,20 +264,29 @@ fn check_memory(path: &str, q: &Quantity, errs: &mut ValidationErrors) {
     if let Some(milli) = check_quantity(path, q, errs) {
         let bytes = milli.div_ceil(1000);
         if bytes == 0 {
-            errs.push(path, "must be more than 0; write e.g. \"16Gi\", or remove it");
+            errs.push(
+                path,
+                "must be more than 0; write e.g. \"16Gi\", or remove it",
+            );
         } else if bytes < MIN_MEMORY_BYTES {
             errs.push(
                 path,
                 format!("`{q}` is only {bytes} bytes; memory is in bytes, so write a suffix, e.g. \"{q}Gi\" or \"{q}Mi\""),
             );
         } else if bytes > MAX_MEMORY_BYTES {
-            errs.push(path, format!("`{q}` is more than 64Ti; no node has that much"));
+            errs.push(
+                path,
+                format!("`{q}` is more than 64Ti; no node has that much"),
+            );
         }
     }
 }
 
 /// Validates a TrainingJob as written (before defaults).
-pub fn validate_training_job(job: &TrainingJob, ctx: &ValidationContext) -> Result<(), ValidationErrors> {
+pub fn validate_training_job(
+    job: &TrainingJob,
+    ctx: &ValidationContext,
+) -> Result<(), ValidationErrors> {
     let mut errs = ValidationErrors::default();
     check_meta(&job.metadata, true, &mut errs);
     let spec = &job.spec;
@@ -275,7 +295,10 @@ pub fn validate_training_job(job: &TrainingJob, ctx: &ValidationContext) -> Resu
     if spec.replicas.is_empty() {
         errs.push(
             "spec.replicas",
-            format!("needs at least one role; {fw} jobs have {}", role_list(fw.roles())),
+            format!(
+                "needs at least one role; {fw} jobs have {}",
+                role_list(fw.roles())
+            ),
         );
     }
     for (role, replica) in &spec.replicas {
@@ -283,7 +306,10 @@ pub fn validate_training_job(job: &TrainingJob, ctx: &ValidationContext) -> Resu
         if !fw.roles().contains(role) {
             errs.push(
                 &path,
-                format!("`{role}` is not a role of {fw} jobs; {fw} jobs have {}", role_list(fw.roles())),
+                format!(
+                    "`{role}` is not a role of {fw} jobs; {fw} jobs have {}",
+                    role_list(fw.roles())
+                ),
             );
         }
         check_replica(&path, fw, *role, replica, ctx, &mut errs);
@@ -291,8 +317,9 @@ pub fn validate_training_job(job: &TrainingJob, ctx: &ValidationContext) -> Resu
     check_required_roles(fw, spec, &mut errs);
 
     // Replica hostnames are `<job>-<role>-<index>`: they must fit in one DNS label.
-    if !job.metadata.name.is_empty() && check_dns1035_label(&job.metadata.name).is_ok() {
-        if let Some((longest, suffix_len)) = spec
+    if !job.metadata.name.is_empty()
+        && check_dns1035_label(&job.metadata.name).is_ok()
+        && let Some((longest, suffix_len)) = spec
             .replicas
             .iter()
             .map(|(role, r)| {
@@ -300,9 +327,9 @@ pub fn validate_training_job(job: &TrainingJob, ctx: &ValidationContext) -> Resu
                 (format!("{}{suffix}", job.metadata.name), suffix.len())
             })
             .max_by_key(|(n, _)| n.len())
-        {
-            if longest.len() > MAX_DNS_LABEL {
-                errs.push(
+        && longest.len() > MAX_DNS_LABEL
+    {
+        errs.push(
                     "metadata.name",
                     format!(
                         "is too long: replica hostname `{longest}` has {} characters and a hostname holds {MAX_DNS_LABEL}; use a name of at most {} characters",
@@ -310,27 +337,38 @@ pub fn validate_training_job(job: &TrainingJob, ctx: &ValidationContext) -> Resu
                         MAX_DNS_LABEL - suffix_len
                     ),
                 );
-            }
-        }
     }
 
     let rp = &spec.run_policy;
     if rp.active_deadline_seconds == Some(0) {
-        errs.push("spec.runPolicy.activeDeadlineSeconds", "must be at least 1 second; remove it for no deadline");
+        errs.push(
+            "spec.runPolicy.activeDeadlineSeconds",
+            "must be at least 1 second; remove it for no deadline",
+        );
     }
-    if let Some(limit) = rp.backoff_limit {
-        if limit > 10_000 {
-            errs.push("spec.runPolicy.backoffLimit", format!("{limit} restarts is not a limit; use at most 10000"));
-        }
+    if let Some(limit) = rp.backoff_limit
+        && limit > 10_000
+    {
+        errs.push(
+            "spec.runPolicy.backoffLimit",
+            format!("{limit} restarts is not a limit; use at most 10000"),
+        );
     }
     if spec.success_policy == Some(SuccessPolicy::AllWorkers) && fw != Framework::TensorFlow {
-        errs.push("spec.successPolicy", format!("`AllWorkers` applies to tensorflow jobs only; {fw} jobs use `Default`"));
+        errs.push(
+            "spec.successPolicy",
+            format!("`AllWorkers` applies to tensorflow jobs only; {fw} jobs use `Default`"),
+        );
     }
     if let Some(q) = &spec.queue {
         if let Err(e) = check_dns1123_label(q) {
             errs.push("spec.queue", e);
         } else if !ctx.queues.is_empty() && !ctx.queues.iter().any(|x| x.metadata.name == *q) {
-            let names: Vec<&str> = ctx.queues.iter().map(|x| x.metadata.name.as_str()).collect();
+            let names: Vec<&str> = ctx
+                .queues
+                .iter()
+                .map(|x| x.metadata.name.as_str())
+                .collect();
             errs.push("spec.queue", unknown_name("queue", q, &names));
         }
     }
@@ -340,16 +378,29 @@ pub fn validate_training_job(job: &TrainingJob, ctx: &ValidationContext) -> Resu
         } else if !ctx.priority_classes.is_empty()
             && !ctx.priority_classes.iter().any(|x| x.metadata.name == *pc)
         {
-            let names: Vec<&str> = ctx.priority_classes.iter().map(|x| x.metadata.name.as_str()).collect();
-            errs.push("spec.priorityClass", unknown_name("priority class", pc, &names));
+            let names: Vec<&str> = ctx
+                .priority_classes
+                .iter()
+                .map(|x| x.metadata.name.as_str())
+                .collect();
+            errs.push(
+                "spec.priorityClass",
+                unknown_name("priority class", pc, &names),
+            );
         }
     }
     if spec.port == Some(0) {
-        errs.push("spec.port", "must be 1-65535; remove it to use the framework default");
+        errs.push(
+            "spec.port",
+            "must be 1-65535; remove it to use the framework default",
+        );
     }
     if let Some(elastic) = &spec.elastic {
         if fw != Framework::PyTorch {
-            errs.push("spec.elastic", format!("elastic training is for pytorch jobs (torchrun); {fw} jobs cannot resize"));
+            errs.push(
+                "spec.elastic",
+                format!("elastic training is for pytorch jobs (torchrun); {fw} jobs cannot resize"),
+            );
         }
         let workers = spec.replicas.get(&Role::Worker).map(|w| w.count);
         let (min, max) = (elastic.min_replicas, elastic.max_replicas);
@@ -358,21 +409,29 @@ pub fn validate_training_job(job: &TrainingJob, ctx: &ValidationContext) -> Resu
         }
         if let (Some(min), Some(max)) = (min, max) {
             if max < min {
-                errs.push("spec.elastic.maxReplicas", format!("{max} is less than minReplicas {min}"));
+                errs.push(
+                    "spec.elastic.maxReplicas",
+                    format!("{max} is less than minReplicas {min}"),
+                );
             }
-            if let Some(w) = workers {
-                if w < min || w > max {
-                    errs.push(
-                        "spec.replicas.worker.count",
-                        format!("{w} is outside the elastic range {min}..={max}; set a count between them"),
-                    );
-                }
+            if let Some(w) = workers
+                && (w < min || w > max)
+            {
+                errs.push(
+                    "spec.replicas.worker.count",
+                    format!(
+                        "{w} is outside the elastic range {min}..={max}; set a count between them"
+                    ),
+                );
             }
         }
         if let Some(b) = &elastic.rdzv_backend {
             const BACKENDS: [&str; 4] = ["c10d", "etcd", "etcd-v2", "static"];
             if !BACKENDS.contains(&b.as_str()) {
-                errs.push("spec.elastic.rdzvBackend", unknown_name("rendezvous backend", b, &BACKENDS));
+                errs.push(
+                    "spec.elastic.rdzvBackend",
+                    unknown_name("rendezvous backend", b, &BACKENDS),
+                );
             }
         }
         if elastic.rdzv_port == Some(0) {
@@ -381,14 +440,25 @@ pub fn validate_training_job(job: &TrainingJob, ctx: &ValidationContext) -> Resu
     }
     if let Some(n) = &spec.nproc_per_node {
         if fw != Framework::PyTorch {
-            errs.push("spec.nprocPerNode", format!("applies to pytorch jobs (torchrun) only, not {fw}"));
-        } else if !matches!(n.as_str(), "auto" | "cpu" | "gpu") && !n.parse::<u32>().is_ok_and(|v| v >= 1) {
-            errs.push("spec.nprocPerNode", format!("`{n}` is not valid; use `auto`, `cpu`, `gpu` or a positive integer"));
+            errs.push(
+                "spec.nprocPerNode",
+                format!("applies to pytorch jobs (torchrun) only, not {fw}"),
+            );
+        } else if !matches!(n.as_str(), "auto" | "cpu" | "gpu")
+            && !n.parse::<u32>().is_ok_and(|v| v >= 1)
+        {
+            errs.push(
+                "spec.nprocPerNode",
+                format!("`{n}` is not valid; use `auto`, `cpu`, `gpu` or a positive integer"),
+            );
         }
     }
     if let Some(mpi) = &spec.mpi {
         if fw != Framework::Mpi {
-            errs.push("spec.mpi", format!("MPI settings apply to mpi jobs only, not {fw}"));
+            errs.push(
+                "spec.mpi",
+                format!("MPI settings apply to mpi jobs only, not {fw}"),
+            );
         }
         if mpi.slots_per_worker == Some(0) {
             errs.push("spec.mpi.slotsPerWorker", "must be at least 1");
@@ -413,7 +483,10 @@ fn unknown_name(what: &str, name: &str, known: &[&str]) -> String {
     if known.is_empty() {
         format!("there is no {what} `{name}`")
     } else {
-        format!("there is no {what} `{name}`; {hint}known: {}", known.join(", "))
+        format!(
+            "there is no {what} `{name}`; {hint}known: {}",
+            known.join(", ")
+        )
     }
 }
 
@@ -429,7 +502,9 @@ fn check_required_roles(fw: Framework, spec: &crate::TrainingJobSpec, errs: &mut
         Framework::TensorFlow if !has(Role::Chief) && !has(Role::Worker) => {
             Some("tensorflow jobs need a `chief` or at least one `worker`")
         }
-        Framework::Mpi if !has(Role::Launcher) => Some("mpi jobs need a `launcher` (it runs mpirun)"),
+        Framework::Mpi if !has(Role::Launcher) => {
+            Some("mpi jobs need a `launcher` (it runs mpirun)")
+        }
         Framework::Jax if !has(Role::Worker) => Some("jax jobs need `worker` replicas"),
         Framework::XGBoost if !has(Role::Master) => Some("xgboost jobs need a `master`"),
         _ => None,
@@ -448,14 +523,23 @@ fn check_replica(
     errs: &mut ValidationErrors,
 ) {
     if r.count == 0 {
-        errs.push(format!("{path}.count"), "must be at least 1; remove the role to run without it");
+        errs.push(
+            format!("{path}.count"),
+            "must be at least 1; remove the role to run without it",
+        );
     } else if r.count > MAX_REPLICAS_PER_ROLE {
         errs.push(
             format!("{path}.count"),
-            format!("{} replicas is more than the {MAX_REPLICAS_PER_ROLE} a role may have", r.count),
+            format!(
+                "{} replicas is more than the {MAX_REPLICAS_PER_ROLE} a role may have",
+                r.count
+            ),
         );
     } else if r.count > 1 && fw.singleton_roles().contains(&role) {
-        errs.push(format!("{path}.count"), format!("{fw} jobs have exactly one {role}; got {}", r.count));
+        errs.push(
+            format!("{path}.count"),
+            format!("{fw} jobs have exactly one {role}; got {}", r.count),
+        );
     }
 
     let res = &r.resources;
@@ -472,19 +556,32 @@ fn check_replica(
             errs.push(format!("{rpath}.gpuTypes[{i}]"), "must not be empty");
         } else if !known_types.is_empty() && !known_types.contains(t.as_str()) {
             let names: Vec<&str> = known_types.iter().copied().collect();
-            errs.push(format!("{rpath}.gpuTypes[{i}]"), unknown_name("node pool with GPU type", t, &names));
+            errs.push(
+                format!("{rpath}.gpuTypes[{i}]"),
+                unknown_name("node pool with GPU type", t, &names),
+            );
         }
     }
     if !res.gpu_types.is_empty() && res.gpu == 0 {
-        errs.push(format!("{rpath}.gpuTypes"), "names GPU types but `gpu` is 0; set `gpu` or remove `gpuTypes`");
+        errs.push(
+            format!("{rpath}.gpuTypes"),
+            "names GPU types but `gpu` is 0; set `gpu` or remove `gpuTypes`",
+        );
     }
     if res.gpu > 0 {
         let (limit, where_) = match ctx.largest_gpu_node(&res.gpu_types) {
-            Some((n, pool)) => (n, format!("the largest node of an allowed type holds {n} (pool {pool})")),
-            None if !ctx.node_pools.is_empty() && !res.gpu_types.is_empty() => {
-                (MAX_GPUS_PER_NODE, format!("no GPU server holds more than {MAX_GPUS_PER_NODE}"))
-            }
-            None => (MAX_GPUS_PER_NODE, format!("no GPU server holds more than {MAX_GPUS_PER_NODE}")),
+            Some((n, pool)) => (
+                n,
+                format!("the largest node of an allowed type holds {n} (pool {pool})"),
+            ),
+            None if !ctx.node_pools.is_empty() && !res.gpu_types.is_empty() => (
+                MAX_GPUS_PER_NODE,
+                format!("no GPU server holds more than {MAX_GPUS_PER_NODE}"),
+            ),
+            None => (
+                MAX_GPUS_PER_NODE,
+                format!("no GPU server holds more than {MAX_GPUS_PER_NODE}"),
+            ),
         };
         if res.gpu > limit {
             errs.push(
@@ -496,16 +593,25 @@ fn check_replica(
     for (name, q) in &res.extended {
         let epath = format!("{rpath}.extended.{name}");
         if name == "nvidia.com/gpu" {
-            errs.push(&epath, "GPUs are counted by `resources.gpu`; move the count there");
+            errs.push(
+                &epath,
+                "GPUs are counted by `resources.gpu`; move the count there",
+            );
             continue;
         }
         if !name.contains('/') {
-            errs.push(&epath, "extended resource names are qualified, e.g. `rdma/hca` or `example.com/fpga`");
+            errs.push(
+                &epath,
+                "extended resource names are qualified, e.g. `rdma/hca` or `example.com/fpga`",
+            );
         }
-        if let Some(milli) = check_quantity(&epath, q, errs) {
-            if milli % 1000 != 0 {
-                errs.push(&epath, format!("`{q}` is not a whole number; extended resources are counted in units"));
-            }
+        if let Some(milli) = check_quantity(&epath, q, errs)
+            && milli % 1000 != 0
+        {
+            errs.push(
+                &epath,
+                format!("`{q}` is not a whole number; extended resources are counted in units"),
+            );
         }
     }
 
@@ -519,7 +625,10 @@ fn check_replica(
     }
     for (i, c) in t.command.iter().enumerate() {
         if i == 0 && c.trim().is_empty() {
-            errs.push(format!("{tpath}.command[0]"), "the program to run must not be empty");
+            errs.push(
+                format!("{tpath}.command[0]"),
+                "the program to run must not be empty",
+            );
         }
     }
     let mut seen = BTreeSet::new();
@@ -527,7 +636,9 @@ fn check_replica(
         let epath = format!("{tpath}.env[{i}]");
         let valid_name = !e.name.is_empty()
             && !e.name.starts_with(|c: char| c.is_ascii_digit())
-            && e.name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+            && e.name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
         if !valid_name {
             errs.push(
                 format!("{epath}.name"),
@@ -535,16 +646,22 @@ fn check_replica(
             );
         }
         if !seen.insert(e.name.as_str()) {
-            errs.push(format!("{epath}.name"), format!("`{}` is set twice; keep one", e.name));
+            errs.push(
+                format!("{epath}.name"),
+                format!("`{}` is set twice; keep one", e.name),
+            );
         }
         if e.value.is_some() && e.value_from.is_some() {
             errs.push(&epath, "set either `value` or `valueFrom`, not both");
         }
     }
-    if let Some(wd) = &t.working_dir {
-        if wd.is_empty() {
-            errs.push(format!("{tpath}.workingDir"), "must not be empty; remove it to use the default");
-        }
+    if let Some(wd) = &t.working_dir
+        && wd.is_empty()
+    {
+        errs.push(
+            format!("{tpath}.workingDir"),
+            "must not be empty; remove it to use the default",
+        );
     }
 }
 
@@ -560,30 +677,49 @@ fn check_amounts(path: &str, a: &ResourceAmounts, errs: &mut ValidationErrors) {
 pub fn validate_queue(q: &Queue, ctx: &ValidationContext) -> Result<(), ValidationErrors> {
     let mut errs = ValidationErrors::default();
     check_meta(&q.metadata, false, &mut errs);
-    if let Some(c) = &q.spec.cohort {
-        if let Err(e) = check_dns1123_label(c) {
-            errs.push("spec.cohort", e);
-        }
+    if let Some(c) = &q.spec.cohort
+        && let Err(e) = check_dns1123_label(c)
+    {
+        errs.push("spec.cohort", e);
     }
     if q.spec.weight == 0 || q.spec.weight > 1000 {
-        errs.push("spec.weight", format!("{} is out of range; use 1-1000 (relative to other queues)", q.spec.weight));
+        errs.push(
+            "spec.weight",
+            format!(
+                "{} is out of range; use 1-1000 (relative to other queues)",
+                q.spec.weight
+            ),
+        );
     }
     for (i, ns) in q.spec.namespaces.iter().enumerate() {
         if let Err(e) = check_dns1123_label(ns) {
             errs.push(format!("spec.namespaces[{i}]"), e);
         }
     }
-    let pools: Vec<&str> = ctx.node_pools.iter().map(|p| p.metadata.name.as_str()).collect();
+    let pools: Vec<&str> = ctx
+        .node_pools
+        .iter()
+        .map(|p| p.metadata.name.as_str())
+        .collect();
     let mut seen = BTreeSet::new();
     for (i, quota) in q.spec.quotas.iter().enumerate() {
         let path = format!("spec.quotas[{i}]");
         if quota.node_pool.is_empty() {
-            errs.push(format!("{path}.nodePool"), "is required: the NodePool this quota is for");
+            errs.push(
+                format!("{path}.nodePool"),
+                "is required: the NodePool this quota is for",
+            );
         } else if !pools.is_empty() && !pools.contains(&quota.node_pool.as_str()) {
-            errs.push(format!("{path}.nodePool"), unknown_name("node pool", &quota.node_pool, &pools));
+            errs.push(
+                format!("{path}.nodePool"),
+                unknown_name("node pool", &quota.node_pool, &pools),
+            );
         }
         if !seen.insert(quota.node_pool.as_str()) {
-            errs.push(format!("{path}.nodePool"), format!("`{}` has two quotas; merge them", quota.node_pool));
+            errs.push(
+                format!("{path}.nodePool"),
+                format!("`{}` has two quotas; merge them", quota.node_pool),
+            );
         }
         check_amounts(
             &path,
@@ -597,18 +733,21 @@ pub fn validate_queue(q: &Queue, ctx: &ValidationContext) -> Result<(), Validati
         if let Some(b) = &quota.borrowing_limit {
             check_amounts(&format!("{path}.borrowingLimit"), b, &mut errs);
             if q.spec.cohort.is_none() {
-                errs.push(format!("{path}.borrowingLimit"), "a queue borrows only from its cohort; set `spec.cohort` or remove the limit");
+                errs.push(
+                    format!("{path}.borrowingLimit"),
+                    "a queue borrows only from its cohort; set `spec.cohort` or remove the limit",
+                );
             }
         }
         if let Some(l) = &quota.lending_limit {
             check_amounts(&format!("{path}.lendingLimit"), l, &mut errs);
-            if let (Some(lend), Some(nominal)) = (l.gpu, quota.gpu) {
-                if lend > nominal {
-                    errs.push(
-                        format!("{path}.lendingLimit.gpu"),
-                        format!("{lend} is more than the queue's own quota of {nominal} GPUs"),
-                    );
-                }
+            if let (Some(lend), Some(nominal)) = (l.gpu, quota.gpu)
+                && lend > nominal
+            {
+                errs.push(
+                    format!("{path}.lendingLimit.gpu"),
+                    format!("{lend} is more than the queue's own quota of {nominal} GPUs"),
+                );
             }
         }
     }
@@ -618,16 +757,25 @@ pub fn validate_queue(q: &Queue, ctx: &ValidationContext) -> Result<(), Validati
 pub fn validate_node_pool(p: &NodePool) -> Result<(), ValidationErrors> {
     let mut errs = ValidationErrors::default();
     check_meta(&p.metadata, false, &mut errs);
-    if let Some(t) = &p.spec.gpu_type {
-        if t.trim().is_empty() {
-            errs.push("spec.gpuType", "must not be empty; remove it for a CPU-only pool");
-        }
+    if let Some(t) = &p.spec.gpu_type
+        && t.trim().is_empty()
+    {
+        errs.push(
+            "spec.gpuType",
+            "must not be empty; remove it for a CPU-only pool",
+        );
     }
     if let Some(n) = p.spec.gpus_per_node {
         if n == 0 || n > 64 {
-            errs.push("spec.gpusPerNode", format!("{n} is out of range; use 1-64, or remove it for a CPU-only pool"));
+            errs.push(
+                "spec.gpusPerNode",
+                format!("{n} is out of range; use 1-64, or remove it for a CPU-only pool"),
+            );
         } else if p.spec.gpu_type.is_none() {
-            errs.push("spec.gpuType", "is required when gpusPerNode is set: the GPU product name of the pool");
+            errs.push(
+                "spec.gpuType",
+                "is required when gpusPerNode is set: the GPU product name of the pool",
+            );
         }
     }
     check_labels("spec.nodeSelector", &p.spec.node_selector, &mut errs);
@@ -640,7 +788,10 @@ pub fn validate_priority_class(p: &PriorityClass) -> Result<(), ValidationErrors
     if p.spec.value > MAX_USER_PRIORITY {
         errs.push(
             "spec.value",
-            format!("{} is reserved for system classes; use at most {MAX_USER_PRIORITY}", p.spec.value),
+            format!(
+                "{} is reserved for system classes; use at most {MAX_USER_PRIORITY}",
+                p.spec.value
+            ),
         );
     }
     errs.into_result()
@@ -658,7 +809,11 @@ mod tests {
         assert!(e.contains("`mnist-ddp`"), "{e}");
         assert!(check_dns1035_label("1job").is_err());
         assert!(check_dns1035_label("job-").is_err());
-        assert!(check_dns1035_label(&"a".repeat(64)).unwrap_err().contains("64 characters"));
+        assert!(
+            check_dns1035_label(&"a".repeat(64))
+                .unwrap_err()
+                .contains("64 characters")
+        );
         assert!(check_dns1123_label("1team").is_ok());
         assert!(check_dns1123_label("Team").is_err());
     }

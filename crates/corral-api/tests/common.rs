@@ -25,7 +25,9 @@ pub fn valid(text: &str) -> Vec<Document> {
 
 pub fn assert_has(errors: &[String], path: &str, needle: &str) {
     assert!(
-        errors.iter().any(|e| e.starts_with(&format!("{path}:")) && e.contains(needle)),
+        errors
+            .iter()
+            .any(|e| e.starts_with(&format!("{path}:")) && e.contains(needle)),
         "expected an error at `{path}` containing `{needle}`; got:\n{}",
         errors.join("\n")
     );

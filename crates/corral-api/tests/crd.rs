@@ -13,9 +13,25 @@ fn check_structural(path: &str, node: &Value, problems: &mut Vec<String>) {
         return;
     };
     const ALLOWED: &[&str] = &[
-        "type", "format", "description", "properties", "additionalProperties", "items", "required",
-        "enum", "nullable", "default", "minimum", "maximum", "minLength", "maxLength", "pattern",
-        "minItems", "maxItems", "anyOf", "x-kubernetes-int-or-string",
+        "type",
+        "format",
+        "description",
+        "properties",
+        "additionalProperties",
+        "items",
+        "required",
+        "enum",
+        "nullable",
+        "default",
+        "minimum",
+        "maximum",
+        "minLength",
+        "maxLength",
+        "pattern",
+        "minItems",
+        "maxItems",
+        "anyOf",
+        "x-kubernetes-int-or-string",
         "x-kubernetes-preserve-unknown-fields",
     ];
     for k in obj.keys() {
@@ -29,7 +45,9 @@ fn check_structural(path: &str, node: &Value, problems: &mut Vec<String>) {
         problems.push(format!("{path}: no type"));
     }
     if obj.contains_key("properties") && obj.contains_key("additionalProperties") {
-        problems.push(format!("{path}: properties and additionalProperties together"));
+        problems.push(format!(
+            "{path}: properties and additionalProperties together"
+        ));
     }
     if let Some(Value::Array(branches)) = obj.get("anyOf") {
         if !int_or_string {
@@ -58,7 +76,10 @@ fn check_structural(path: &str, node: &Value, problems: &mut Vec<String>) {
 #[test]
 fn crds_are_structural_and_complete() {
     let crds = all_crds();
-    let kinds: Vec<&str> = crds.iter().filter_map(|c| c["spec"]["names"]["kind"].as_str()).collect();
+    let kinds: Vec<&str> = crds
+        .iter()
+        .filter_map(|c| c["spec"]["names"]["kind"].as_str())
+        .collect();
     assert_eq!(kinds, ["TrainingJob", "Queue", "NodePool", "PriorityClass"]);
     for crd in &crds {
         assert_eq!(crd["apiVersion"], "apiextensions.k8s.io/v1");
@@ -80,20 +101,39 @@ fn crds_are_structural_and_complete() {
     assert!(v["subresources"]["status"].is_object());
     let spec = &v["schema"]["openAPIV3Schema"]["properties"]["spec"];
     // Roles are named properties, so the API server rejects unknown roles too.
-    let mut roles: Vec<&String> = spec["properties"]["replicas"]["properties"].as_object().expect("roles").keys().collect();
+    let mut roles: Vec<&String> = spec["properties"]["replicas"]["properties"]
+        .as_object()
+        .expect("roles")
+        .keys()
+        .collect();
     roles.sort();
-    assert_eq!(roles, ["chief", "evaluator", "launcher", "master", "ps", "worker"]);
+    assert_eq!(
+        roles,
+        ["chief", "evaluator", "launcher", "master", "ps", "worker"]
+    );
     let framework = &spec["properties"]["framework"];
     assert_eq!(framework["type"], "string");
     assert_eq!(framework["enum"].as_array().map(Vec::len), Some(6));
-    let cpu = &spec["properties"]["replicas"]["properties"]["worker"]["properties"]["resources"]["properties"]["cpu"];
+    let cpu = &spec["properties"]["replicas"]["properties"]["worker"]["properties"]["resources"]["properties"]
+        ["cpu"];
     assert_eq!(cpu["x-kubernetes-int-or-string"], true);
-    let required: Vec<&str> = spec["required"].as_array().expect("required").iter().filter_map(Value::as_str).collect();
-    assert!(required.contains(&"framework") && required.contains(&"replicas"), "{required:?}");
+    let required: Vec<&str> = spec["required"]
+        .as_array()
+        .expect("required")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        required.contains(&"framework") && required.contains(&"replicas"),
+        "{required:?}"
+    );
 }
 
 #[test]
 fn crd_golden() {
-    let text: Vec<String> = all_crds().iter().map(|c| serde_saphyr::to_string(c).expect("yaml")).collect();
+    let text: Vec<String> = all_crds()
+        .iter()
+        .map(|c| serde_saphyr::to_string(c).expect("yaml"))
+        .collect();
     insta::assert_snapshot!("crds", text.join("---\n"));
 }

@@ -34,7 +34,11 @@ fn cpu() -> impl Strategy<Value = Quantity> {
 }
 
 fn replica(role: Role, fw: Framework) -> impl Strategy<Value = ReplicaSpec> {
-    let max: u32 = if fw.singleton_roles().contains(&role) { 1 } else { 6 };
+    let max: u32 = if fw.singleton_roles().contains(&role) {
+        1
+    } else {
+        6
+    };
     (
         1u32..=max,
         proptest::option::of(cpu()),

@@ -24,7 +24,10 @@ fn examples_are_valid() {
             n += 1;
         }
     }
-    assert!(n >= 7, "expected an example per framework and a cluster setup");
+    assert!(
+        n >= 7,
+        "expected an example per framework and a cluster setup"
+    );
     // Validated together, as `corral validate examples/*.yaml` does: jobs refer to the
     // cluster's queues, pools and priority classes.
     let docs = valid(&all);
@@ -50,8 +53,16 @@ fn unknown_fields_are_all_reported_with_suggestions() {
     ));
     assert_has(&e, "spec.replicsa", "did you mean `replicas`");
     assert_has(&e, "spec.replicas.master.cuont", "did you mean `count`");
-    assert_has(&e, "spec.replicas.master.resources.memry", "did you mean `memory`");
-    assert_has(&e, "spec.replicas.master.template.workdir", "did you mean `workingDir`");
+    assert_has(
+        &e,
+        "spec.replicas.master.resources.memry",
+        "did you mean `memory`",
+    );
+    assert_has(
+        &e,
+        "spec.replicas.master.template.workdir",
+        "did you mean `workingDir`",
+    );
     assert_eq!(e.len(), 4, "{e:#?}");
 }
 
@@ -69,52 +80,79 @@ fn unknown_roles_and_roles_the_framework_lacks() {
 fn missing_and_duplicate_required_roles() {
     let e = errors(&job("framework: pytorch\nreplicas: {}\n"));
     assert_has(&e, "spec.replicas", "needs at least one role");
-    let e = errors(&job("framework: mpi\nreplicas:\n  worker: {count: 2, template: {command: [x]}}\n"));
+    let e = errors(&job(
+        "framework: mpi\nreplicas:\n  worker: {count: 2, template: {command: [x]}}\n",
+    ));
     assert_has(&e, "spec.replicas", "need a `launcher`");
-    let e = errors(&job("framework: pytorch\nreplicas:\n  master: {count: 2, template: {command: [x]}}\n"));
+    let e = errors(&job(
+        "framework: pytorch\nreplicas:\n  master: {count: 2, template: {command: [x]}}\n",
+    ));
     assert_has(&e, "spec.replicas.master.count", "exactly one master");
-    let e = errors(&job("framework: tensorflow\nreplicas:\n  chief: {count: 2, template: {command: [x]}}\n"));
+    let e = errors(&job(
+        "framework: tensorflow\nreplicas:\n  chief: {count: 2, template: {command: [x]}}\n",
+    ));
     assert_has(&e, "spec.replicas.chief.count", "exactly one chief");
-    let e = errors(&job("framework: xgboost\nreplicas:\n  worker: {template: {command: [x]}}\n"));
+    let e = errors(&job(
+        "framework: xgboost\nreplicas:\n  worker: {template: {command: [x]}}\n",
+    ));
     assert_has(&e, "spec.replicas", "need a `master`");
-    let e = errors(&job("framework: tensorflow\nreplicas:\n  ps: {template: {command: [x]}}\n"));
+    let e = errors(&job(
+        "framework: tensorflow\nreplicas:\n  ps: {template: {command: [x]}}\n",
+    ));
     assert_has(&e, "spec.replicas", "`chief` or at least one `worker`");
 }
 
 #[test]
 fn names_must_be_hostnames() {
-    let text = job("framework: jax\nreplicas:\n  worker: {template: {command: [x]}}\n").replace("name: job", "name: My_Job");
+    let text = job("framework: jax\nreplicas:\n  worker: {template: {command: [x]}}\n")
+        .replace("name: job", "name: My_Job");
     let e = errors(&text);
     assert_has(&e, "metadata.name", "cannot be a hostname");
     assert_has(&e, "metadata.name", "`my-job`");
     let long = "a".repeat(60);
-    let text = job("framework: jax\nreplicas:\n  worker: {count: 12, template: {command: [x]}}\n").replace("name: job", &format!("name: {long}"));
+    let text = job("framework: jax\nreplicas:\n  worker: {count: 12, template: {command: [x]}}\n")
+        .replace("name: job", &format!("name: {long}"));
     let e = errors(&text);
     assert_has(&e, "metadata.name", "hostname holds 63");
-    let text = job("framework: jax\nreplicas:\n  worker: {template: {command: [x]}}\n").replace("name: job", "name: job\n  namespace: Team_A");
+    let text = job("framework: jax\nreplicas:\n  worker: {template: {command: [x]}}\n")
+        .replace("name: job", "name: job\n  namespace: Team_A");
     assert_has(&errors(&text), "metadata.namespace", "cannot be a hostname");
 }
 
 #[test]
 fn counts_and_quantities() {
-    let e = errors(&job("framework: jax\nreplicas:\n  worker: {count: 0, template: {command: [x]}}\n"));
+    let e = errors(&job(
+        "framework: jax\nreplicas:\n  worker: {count: 0, template: {command: [x]}}\n",
+    ));
     assert_has(&e, "spec.replicas.worker.count", "at least 1");
-    let e = errors(&job("framework: jax\nreplicas:\n  worker: {count: -3, template: {command: [x]}}\n"));
+    let e = errors(&job(
+        "framework: jax\nreplicas:\n  worker: {count: -3, template: {command: [x]}}\n",
+    ));
     assert_has(&e, "spec.replicas.worker.count", "zero or more");
-    let e = errors(&job("framework: jax\nreplicas:\n  worker: {count: 50000, template: {command: [x]}}\n"));
+    let e = errors(&job(
+        "framework: jax\nreplicas:\n  worker: {count: 50000, template: {command: [x]}}\n",
+    ));
     assert_has(&e, "spec.replicas.worker.count", "more than the 10000");
     let e = errors(&job(
         "framework: jax\nreplicas:\n  worker:\n    resources: {cpu: abc, memory: \"16\", gpu: 64}\n    template: {command: [x]}\n",
     ));
     assert_has(&e, "spec.replicas.worker.resources.cpu", "not a quantity");
     assert_has(&e, "spec.replicas.worker.resources.memory", "\"16Gi\"");
-    assert_has(&e, "spec.replicas.worker.resources.gpu", "cannot fit on one node");
+    assert_has(
+        &e,
+        "spec.replicas.worker.resources.gpu",
+        "cannot fit on one node",
+    );
     assert!(e.len() >= 3, "errors come together: {e:#?}");
     let e = errors(&job(
         "framework: jax\nreplicas:\n  worker:\n    resources: {cpu: \"0\", memory: 100Ti}\n    template: {command: [x]}\n",
     ));
     assert_has(&e, "spec.replicas.worker.resources.cpu", "more than 0");
-    assert_has(&e, "spec.replicas.worker.resources.memory", "more than 64Ti");
+    assert_has(
+        &e,
+        "spec.replicas.worker.resources.memory",
+        "more than 64Ti",
+    );
     // The notations users write are valid.
     valid(&job(
         "framework: jax\nreplicas:\n  worker:\n    resources: {cpu: 500m, memory: 16Gi, gpu: 8, extended: {rdma/hca: 1}}\n    template: {command: [x]}\n",
@@ -126,19 +164,33 @@ fn gpu_counts_against_declared_node_pools() {
     let pools = "apiVersion: corral.dev/v1alpha1\nkind: NodePool\nmetadata: {name: v100}\nspec: {gpuType: Tesla-V100, gpusPerNode: 4}\n---\napiVersion: corral.dev/v1alpha1\nkind: NodePool\nmetadata: {name: a100}\nspec: {gpuType: A100, gpusPerNode: 8}\n---\n";
     let text = format!(
         "{pools}{}",
-        job("framework: jax\nreplicas:\n  worker:\n    resources: {gpu: 8, gpuTypes: [Tesla-V100]}\n    template: {command: [x]}\n")
+        job(
+            "framework: jax\nreplicas:\n  worker:\n    resources: {gpu: 8, gpuTypes: [Tesla-V100]}\n    template: {command: [x]}\n"
+        )
     );
     let e = errors(&text);
-    assert_has(&e, "spec.replicas.worker.resources.gpu", "holds 4 (pool v100)");
+    assert_has(
+        &e,
+        "spec.replicas.worker.resources.gpu",
+        "holds 4 (pool v100)",
+    );
     let text = format!(
         "{pools}{}",
-        job("framework: jax\nreplicas:\n  worker:\n    resources: {gpu: 8, gpuTypes: [A10O]}\n    template: {command: [x]}\n")
+        job(
+            "framework: jax\nreplicas:\n  worker:\n    resources: {gpu: 8, gpuTypes: [A10O]}\n    template: {command: [x]}\n"
+        )
     );
-    assert_has(&errors(&text), "spec.replicas.worker.resources.gpuTypes[0]", "did you mean `A100`");
+    assert_has(
+        &errors(&text),
+        "spec.replicas.worker.resources.gpuTypes[0]",
+        "did you mean `A100`",
+    );
     // 8 on the A100 pool fits.
     let text = format!(
         "{pools}{}",
-        job("framework: jax\nreplicas:\n  worker:\n    resources: {gpu: 8}\n    template: {command: [x]}\n")
+        job(
+            "framework: jax\nreplicas:\n  worker:\n    resources: {gpu: 8}\n    template: {command: [x]}\n"
+        )
     );
     valid(&text);
 }
@@ -150,7 +202,11 @@ fn templates_env_and_policies() {
     ));
     assert_has(&e, "spec.replicas.worker.template", "needs `command`");
     assert_has(&e, "spec.replicas.worker.template.env[1].name", "set twice");
-    assert_has(&e, "spec.replicas.worker.template.env[2].name", "not a valid variable name");
+    assert_has(
+        &e,
+        "spec.replicas.worker.template.env[2].name",
+        "not a valid variable name",
+    );
     assert_has(&e, "spec.successPolicy", "tensorflow jobs only");
     assert_has(&e, "spec.nprocPerNode", "`auto`, `cpu`, `gpu`");
     assert_has(&e, "spec.mpi", "mpi jobs only");
@@ -160,20 +216,35 @@ fn templates_env_and_policies() {
     ));
     assert_has(&e, "spec.elastic.maxReplicas", "less than minReplicas");
     assert_has(&e, "spec.elastic.rdzvBackend", "c10d");
-    let e = errors(&job("framework: pytorch\nreplicas:\n  worker:\n    restartPolicy: OnFailur\n    template: {command: [x]}\n"));
-    assert_has(&e, "spec.replicas.worker.restartPolicy", "did you mean `OnFailure`");
+    let e = errors(&job(
+        "framework: pytorch\nreplicas:\n  worker:\n    restartPolicy: OnFailur\n    template: {command: [x]}\n",
+    ));
+    assert_has(
+        &e,
+        "spec.replicas.worker.restartPolicy",
+        "did you mean `OnFailure`",
+    );
 }
 
 #[test]
 fn kinds_versions_and_cross_references() {
-    let e = errors("apiVersion: corral.dev/v1alpha1\nkind: TrainingJb\nmetadata: {name: x}\nspec: {}\n");
+    let e = errors(
+        "apiVersion: corral.dev/v1alpha1\nkind: TrainingJb\nmetadata: {name: x}\nspec: {}\n",
+    );
     assert_has(&e, "kind", "did you mean `TrainingJob`");
-    let e = errors(&job("framework: jax\nreplicas:\n  worker: {template: {command: [x]}}\n").replace("corral.dev/v1alpha1", "corral.dev/v1"));
+    let e = errors(
+        &job("framework: jax\nreplicas:\n  worker: {template: {command: [x]}}\n")
+            .replace("corral.dev/v1alpha1", "corral.dev/v1"),
+    );
     assert_has(&e, "apiVersion", "use `corral.dev/v1alpha1`");
     let text = "apiVersion: corral.dev/v1alpha1\nkind: NodePool\nmetadata: {name: a100}\nspec: {gpuType: A100, gpusPerNode: 8}\n---\napiVersion: corral.dev/v1alpha1\nkind: Queue\nmetadata: {name: team-a}\nspec:\n  quotas:\n    - {nodePool: a10O, gpu: 4, lendingLimit: {gpu: 8}, borrowingLimit: {gpu: 2}}\n";
     let e = errors(text);
     assert_has(&e, "spec.quotas[0].nodePool", "did you mean `a100`");
-    assert_has(&e, "spec.quotas[0].lendingLimit.gpu", "more than the queue's own quota");
+    assert_has(
+        &e,
+        "spec.quotas[0].lendingLimit.gpu",
+        "more than the queue's own quota",
+    );
     assert_has(&e, "spec.quotas[0].borrowingLimit", "set `spec.cohort`");
     let text = format!(
         "apiVersion: corral.dev/v1alpha1\nkind: Queue\nmetadata: {{name: team-a}}\nspec: {{}}\n---\n{}",
@@ -197,7 +268,10 @@ fn json_and_lists_are_accepted() {
 
 #[test]
 fn huge_input_is_refused_before_parsing() {
-    let big = format!("a: \"{}\"\n", "x".repeat(corral_api::document::MAX_INPUT_BYTES));
+    let big = format!(
+        "a: \"{}\"\n",
+        "x".repeat(corral_api::document::MAX_INPUT_BYTES)
+    );
     let e = errors(&big);
     assert!(e[0].contains("limit is 4 MiB"), "{e:?}");
 }
