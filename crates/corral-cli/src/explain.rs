@@ -61,7 +61,10 @@ pub fn summary(parsed: &Parsed) -> String {
                 .quotas
                 .iter()
                 .map(|x| {
-                    let gpu = x.gpu.map(|g| format!("{g} GPUs")).unwrap_or_else(|| "GPUs unlimited".into());
+                    let gpu = x
+                        .gpu
+                        .map(|g| format!("{g} GPUs"))
+                        .unwrap_or_else(|| "GPUs unlimited".into());
                     format!("{}: {gpu}", x.node_pool)
                 })
                 .collect();
@@ -77,13 +80,20 @@ pub fn summary(parsed: &Parsed) -> String {
             "NodePool {}: valid. GPU type {}, {} GPUs per node",
             p.metadata.name,
             p.spec.gpu_type.as_deref().unwrap_or("(none: CPU only)"),
-            p.spec.gpus_per_node.map(|n| n.to_string()).unwrap_or_else(|| "?".into()),
+            p.spec
+                .gpus_per_node
+                .map(|n| n.to_string())
+                .unwrap_or_else(|| "?".into()),
         ),
         Document::PriorityClass(p) => format!(
             "PriorityClass {}: valid. value {}{}",
             p.metadata.name,
             p.spec.value,
-            if p.spec.global_default { " (default)" } else { "" }
+            if p.spec.global_default {
+                " (default)"
+            } else {
+                ""
+            }
         ),
     }
 }

@@ -16,9 +16,13 @@ pub fn read(path: &str) -> Result<String, String> {
     };
     read.map_err(|e| format!("cannot read: {e}"))?;
     if buf.len() > MAX_INPUT_BYTES {
-        return Err(format!("larger than {} MiB; not a job spec", MAX_INPUT_BYTES >> 20));
+        return Err(format!(
+            "larger than {} MiB; not a job spec",
+            MAX_INPUT_BYTES >> 20
+        ));
     }
-    String::from_utf8(buf).map_err(|e| format!("not UTF-8 text (byte {})", e.utf8_error().valid_up_to()))
+    String::from_utf8(buf)
+        .map_err(|e| format!("not UTF-8 text (byte {})", e.utf8_error().valid_up_to()))
 }
 
 /// The NodePools, Queues and PriorityClasses of all inputs, so that documents of one file may

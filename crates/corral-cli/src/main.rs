@@ -12,7 +12,11 @@ use corral_api::validate::ValidationContext;
 use serde_json::Value;
 
 #[derive(Parser)]
-#[command(name = "corral", version, about = "Distributed ML training on shared GPU clusters")]
+#[command(
+    name = "corral",
+    version,
+    about = "Distributed ML training on shared GPU clusters"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -99,7 +103,11 @@ fn validate(files: &[String], quiet: bool) -> ExitCode {
             }
         }
     }
-    if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
 }
 
 fn convert(file: &str, output: Format, with_defaults: bool) -> ExitCode {

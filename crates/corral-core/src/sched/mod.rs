@@ -1,1 +1,71 @@
-//! placeholder, replaced by its issue
+//! The scheduler core: which job runs now, on which GPU type, which nodes and which GPUs.
+//!
+//! Pure and deterministic: no I/O, no clock (`now` is an argument, in milliseconds since
+//! the Unix epoch, see [`Millis`]), no threads, and no decision depends on hash-map
+//! iteration order (hash maps serve lookups only; order comes from vectors and B-trees).
+//! The embedded cluster, the Kubernetes operator and the simulator call it unchanged.
+//!
+//! # Pipeline
+//! A [`Scheduler`] keeps free capacity, queue usage, running and pending jobs between
+//! cycles. [`Scheduler::cycle`] takes pending jobs in order of priority, then the queue
+//! with the lowest weighted dominant resource share, then submit time, and for each job
+//! runs kube-scheduler's framework steps over the job's candidate pools (GPU types):
+//! 1. **filter**: pools that can never hold the job (type constraints, node size, pool
+//!    size, selectors/taints) are dropped once, when the job is submitted;
+//! 2. **score**: the remaining pools are ordered by the job's throughput there (measured,
+//!    e.g. Gavel's matrix, or the configured type speed; within 5% counts as equal), then
+//!    by free GPUs, so higher-priority jobs, which go first, get the faster cards and jobs
+//!    that gain nothing from them leave them to others;
+//! 3. **reserve**: the queue's quota (with borrowing) must allow the job ("may"), and
+//!    every replica must get a node and GPU indices ("can") - all or nothing;
+//! 4. **permit**: if not, preemption may make room (see [`preempt`]); if still not, a
+//!    blocked gang gets nodes reserved so that backfill cannot starve it, and the job
+//!    stays pending with a reason in words ([`PendingReason`]).
+//!
+//! [`Scheduler::try_admit`] decides one new job at once against the current state.
+//!
+//! # Invariants
+//! - No node is ever over-committed in GPUs, CPU, memory or extended resources.
+//! - A gang is admitted whole, with a concrete placement of every replica, or not at all.
+//! - A queue never exceeds nominal quota plus borrowing limit, and a cohort never lends
+//!   more than its members' lendable quota.
+//! - Nothing is preempted unless the preemptor then fits; victims have strictly lower
+//!   priority, or borrow quota the preemptor's queue reclaims within its nominal quota;
+//!   recently admitted jobs are protected.
+//! - Reserved nodes take no new work in the cycle that reserved them, and reservations
+//!   are remade every cycle from the highest-ranked blocked gangs.
+
+mod cycle;
+mod explain;
+mod index;
+mod model;
+mod outcome;
+mod placement;
+pub mod preempt;
+mod quota;
+pub mod workload;
+
+pub use cycle::Scheduler;
+pub use explain::{Blocker, Needs, PendingReason, PreemptionReason, QuotaResource};
+pub use model::{
+    ClusterSnapshot, JobRequest, Millis, Node, NodeAllocation, NodePoolConfig, PoolQuota,
+    QueueConfig, ReplicaGroup, ResourceAmount, RunningJob, SchedError, SchedulerConfig,
+};
+pub use outcome::{
+    Admission, CycleCounters, CycleOutcome, Decision, PendingJob, Preemption, ReplicaPlacement,
+};
+
+/// One cycle from a snapshot: builds a [`Scheduler`], submits `pending` and runs
+/// [`Scheduler::cycle`]. For shells that keep no scheduler between cycles.
+pub fn schedule(
+    snapshot: &ClusterSnapshot,
+    pending: &[JobRequest],
+    config: SchedulerConfig,
+    now: Millis,
+) -> Result<CycleOutcome, SchedError> {
+    let mut scheduler = Scheduler::new(snapshot, config)?;
+    for job in pending {
+        scheduler.submit(job.clone())?;
+    }
+    Ok(scheduler.cycle(now))
+}

@@ -1,0 +1,228 @@
+//! The rules, each a small pure function: restart policy, restart scope, success policy,
+//! back-off, and the set of replicas a job should run.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use corral_api::training_job::{Framework, RestartPolicy, Role, SuccessPolicy, TrainingJobSpec};
+
+use super::observe::{Admission, FailureReason, ReplicaId, ReplicaPhase, ReplicaPlacement};
+
+/// Grace period of stops that name none (Kubernetes' default terminationGracePeriodSeconds).
+pub const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(30);
+/// First restart back-off; doubles with every restart of the job.
+pub const BACKOFF_BASE: Duration = Duration::from_secs(10);
+/// Longest restart back-off (as the Kubernetes Job controller caps it).
+pub const BACKOFF_CAP: Duration = Duration::from_secs(360);
+
+/// How long to wait before the `restart_count`-th restart (1-based): 10s, 20s, 40s, ... 6 min.
+pub fn backoff(restart_count: u32) -> Duration {
+    let doublings = restart_count.saturating_sub(1).min(16);
+    BACKOFF_BASE
+        .saturating_mul(1u32 << doublings)
+        .min(BACKOFF_CAP)
+}
+
+/// What a replica's exit means for the job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// Nothing to do (a success that the policy does not restart).
+    Done,
+    /// Restart (counts against backoffLimit).
+    Retry,
+    /// The job fails.
+    Permanent,
+}
+
+/// Decides what one replica's terminal phase means under its role's restart policy.
+/// ExitCode follows Kubeflow: 1-127 are the program's own errors (permanent), 128 and up are
+/// signals (retryable); machine failures (eviction, lost node) are retryable whatever the
+/// code. A replica that vanished is restarted under any policy: it did not exit.
+pub fn classify_exit(policy: RestartPolicy, phase: ReplicaPhase) -> Exit {
+    match phase {
+        ReplicaPhase::Pending | ReplicaPhase::Starting | ReplicaPhase::Running => Exit::Done,
+        ReplicaPhase::Gone => Exit::Retry,
+        ReplicaPhase::Succeeded => {
+            if policy == RestartPolicy::Always {
+                Exit::Retry
+            } else {
+                Exit::Done
+            }
+        }
+        ReplicaPhase::Failed { exit_code, reason } => {
+            if reason == FailureReason::DeadlineExceeded {
+                return Exit::Permanent;
+            }
+            match policy {
+                RestartPolicy::Never => Exit::Permanent,
+                RestartPolicy::OnFailure | RestartPolicy::Always => Exit::Retry,
+                RestartPolicy::ExitCode => {
+                    if reason.is_infrastructure() || !(1..=127).contains(&exit_code) {
+                        Exit::Retry
+                    } else {
+                        Exit::Permanent
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Whether a failed replica restarts alone or with its whole gang.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RestartScope {
+    /// Allreduce (PyTorch DDP, MPI, JAX, XGBoost, TF MultiWorkerMirrored, generic): one lost
+    /// rank breaks every collective, so the whole gang restarts.
+    Gang,
+    /// TF parameter-server jobs and elastic PyTorch: the others carry on; the replica rejoins.
+    Replica,
+}
+
+pub fn restart_scope(spec: &TrainingJobSpec) -> RestartScope {
+    let has = |role: Role| spec.replicas.get(&role).is_some_and(|r| r.count > 0);
+    match spec.framework {
+        Framework::TensorFlow if has(Role::Ps) => RestartScope::Replica,
+        Framework::PyTorch if spec.elastic.is_some() => RestartScope::Replica,
+        _ => RestartScope::Gang,
+    }
+}
+
+/// The role whose worker count moves with the admission (elastic PyTorch), if any.
+pub fn elastic_role(spec: &TrainingJobSpec) -> Option<Role> {
+    (spec.framework == Framework::PyTorch && spec.elastic.is_some()).then_some(Role::Worker)
+}
+
+/// Elastic bounds of the worker count (after defaults).
+fn elastic_bounds(spec: &TrainingJobSpec) -> (u32, u32) {
+    let count = spec.replicas.get(&Role::Worker).map_or(0, |r| r.count);
+    let e = spec.elastic.as_ref();
+    let min = e.and_then(|e| e.min_replicas).unwrap_or(count);
+    let max = e.and_then(|e| e.max_replicas).unwrap_or(count).max(min);
+    (min, max)
+}
+
+/// The replicas the job should run under this admission, each with its placement.
+/// `Err` names what the admission lacks: a gang starts only with a placement for every
+/// replica (quota says "may", placement says "can").
+pub fn desired(
+    spec: &TrainingJobSpec,
+    admission: &Admission,
+) -> Result<BTreeMap<ReplicaId, ReplicaPlacement>, String> {
+    let elastic = elastic_role(spec);
+    let mut out = BTreeMap::new();
+    for (&role, replica) in &spec.replicas {
+        let count = if Some(role) == elastic {
+            let placed = admission
+                .placements
+                .keys()
+                .filter(|id| id.role == role)
+                .count();
+            let placed = u32::try_from(placed).unwrap_or(u32::MAX);
+            let (min, max) = elastic_bounds(spec);
+            if placed < min || placed > max {
+                return Err(format!(
+                    "admission places {placed} {role} replicas; elastic bounds are {min}..={max}"
+                ));
+            }
+            placed
+        } else {
+            replica.count
+        };
+        for index in 0..count {
+            let id = ReplicaId::new(role, index);
+            match admission.placements.get(&id) {
+                Some(p) => {
+                    out.insert(id, p.clone());
+                }
+                None => return Err(format!("admission has no placement for replica {id}")),
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Whether the job has succeeded, judged on the current incarnations of the replicas it
+/// runs. Kubeflow's rules: TF chief (or worker 0 without a chief; every worker under
+/// `AllWorkers`); PyTorch and XGBoost master; MPI launcher; JAX and generic: every replica.
+/// Without the deciding role, every replica must succeed.
+pub fn succeeded(
+    spec: &TrainingJobSpec,
+    desired: &BTreeMap<ReplicaId, ReplicaPlacement>,
+    current: &BTreeMap<ReplicaId, ReplicaPhase>,
+) -> bool {
+    if desired.is_empty() {
+        return false;
+    }
+    let done = |id: &ReplicaId| current.get(id) == Some(&ReplicaPhase::Succeeded);
+    let has = |role: Role| desired.keys().any(|id| id.role == role);
+    let all_of = |role: Role| desired.keys().filter(|id| id.role == role).all(done);
+    let all = || desired.keys().all(done);
+    let first = |role: Role| done(&ReplicaId::new(role, 0));
+    match spec.framework {
+        Framework::TensorFlow => {
+            if has(Role::Chief) {
+                first(Role::Chief)
+            } else if !has(Role::Worker) {
+                all()
+            } else if spec.success_policy == Some(SuccessPolicy::AllWorkers) {
+                all_of(Role::Worker)
+            } else {
+                first(Role::Worker)
+            }
+        }
+        Framework::PyTorch | Framework::XGBoost if has(Role::Master) => first(Role::Master),
+        Framework::Mpi if has(Role::Launcher) => first(Role::Launcher),
+        _ => all(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_caps() {
+        assert_eq!(backoff(1), Duration::from_secs(10));
+        assert_eq!(backoff(2), Duration::from_secs(20));
+        assert_eq!(backoff(3), Duration::from_secs(40));
+        assert_eq!(backoff(6), Duration::from_secs(320));
+        assert_eq!(backoff(7), BACKOFF_CAP);
+        assert_eq!(backoff(u32::MAX), BACKOFF_CAP);
+        assert_eq!(backoff(0), BACKOFF_BASE);
+    }
+
+    #[test]
+    fn exit_code_policy_splits_at_128() {
+        let failed = |exit_code| ReplicaPhase::Failed {
+            exit_code,
+            reason: FailureReason::Error,
+        };
+        let p = RestartPolicy::ExitCode;
+        assert_eq!(classify_exit(p, failed(1)), Exit::Permanent);
+        assert_eq!(classify_exit(p, failed(127)), Exit::Permanent);
+        assert_eq!(classify_exit(p, failed(128)), Exit::Retry);
+        assert_eq!(classify_exit(p, failed(137)), Exit::Retry);
+        assert_eq!(classify_exit(p, failed(255)), Exit::Retry);
+        let evicted = ReplicaPhase::Failed {
+            exit_code: 1,
+            reason: FailureReason::Evicted,
+        };
+        assert_eq!(classify_exit(p, evicted), Exit::Retry);
+        assert_eq!(
+            classify_exit(RestartPolicy::Never, evicted),
+            Exit::Permanent
+        );
+        assert_eq!(
+            classify_exit(RestartPolicy::Never, ReplicaPhase::Gone),
+            Exit::Retry
+        );
+        assert_eq!(
+            classify_exit(RestartPolicy::Always, ReplicaPhase::Succeeded),
+            Exit::Retry
+        );
+        assert_eq!(
+            classify_exit(RestartPolicy::OnFailure, ReplicaPhase::Succeeded),
+            Exit::Done
+        );
+    }
+}

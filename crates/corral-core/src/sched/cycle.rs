@@ -1,0 +1,801 @@
+//! The scheduler: state kept between cycles, the full pass, and the single-job fast path.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap, HashMap};
+
+use super::explain::{Blocker, Needs, PendingReason};
+use super::index::{ClusterIndex, NO_POOL, NodeFilter, PodRequest};
+use super::model::{ClusterSnapshot, JobRequest, Millis, RunningJob, SchedError, SchedulerConfig};
+use super::outcome::{Admission, CycleOutcome, Decision, PendingJob, ReplicaPlacement};
+use super::placement::{Alloc, GangShape, enough_slots, place_gang};
+use super::quota::{Amount, Quotas};
+
+pub(crate) struct RunningState {
+    pub pool: u16,
+    pub allocs: Vec<Alloc>,
+    pub admitted_at: Millis,
+    /// The cycle that admitted the job; such a job is never a victim in that cycle.
+    pub cycle: u64,
+}
+
+pub(crate) struct JobEntry {
+    pub req: JobRequest,
+    pub queue: Option<u32>,
+    /// (count, per-replica request), parallel to `req.groups`.
+    pub groups: Vec<(u32, PodRequest)>,
+    pub order: Vec<u16>,
+    pub gpu_slots: Vec<(u32, u64)>,
+    pub pods_gpus: Vec<u32>,
+    pub total: Amount,
+    /// Candidate pools with the job's speed band there (higher is faster).
+    pub pools: Vec<(u16, u32)>,
+    /// Why the pools left out of `pools` can never hold the job.
+    pub static_blockers: Vec<Blocker>,
+    pub needs: Needs,
+    pub running: Option<RunningState>,
+    pub last_preempted_at: Option<Millis>,
+}
+
+impl JobEntry {
+    pub fn shape(&self) -> GangShape<'_> {
+        GangShape {
+            groups: &self.groups,
+            order: &self.order,
+            gpu_slots: &self.gpu_slots,
+            filter: NodeFilter {
+                selector: &self.req.node_selector,
+                tolerations: &self.req.tolerations,
+            },
+        }
+    }
+}
+
+/// The scheduler core. It holds the cluster's free capacity, queue usage, running and
+/// pending jobs between cycles, so that a full pass and a single new job are both cheap.
+/// Shells apply its decisions and tell it what changed (`submit`, `finish`).
+pub struct Scheduler {
+    pub(crate) config: SchedulerConfig,
+    pub(crate) index: ClusterIndex,
+    pub(crate) quotas: Quotas,
+    pub(crate) jobs: Vec<Option<JobEntry>>,
+    free_slots: Vec<u32>,
+    pub(crate) by_key: HashMap<String, u32>,
+    /// Preemptible running jobs per pool by (priority, slot).
+    pub(crate) running_by_pool: Vec<BTreeSet<(i32, u32)>>,
+    pub(crate) cycle_no: u64,
+}
+
+/// Per-cycle bookkeeping.
+pub(crate) struct CycleBudget {
+    pub preemption_searches_left: u32,
+    pub reservations_left: Vec<u32>,
+}
+
+impl Scheduler {
+    /// Builds the scheduler from a snapshot (nodes, pools, queues and running jobs).
+    pub fn new(snapshot: &ClusterSnapshot, config: SchedulerConfig) -> Result<Self, SchedError> {
+        let index = ClusterIndex::new(snapshot)?;
+        let quotas = Quotas::new(&snapshot.queues, &index.pools, index.cluster_total);
+        let pools = index.pools.len();
+        let mut s = Scheduler {
+            config,
+            index,
+            quotas,
+            jobs: Vec::new(),
+            free_slots: Vec::new(),
+            by_key: HashMap::new(),
+            running_by_pool: vec![BTreeSet::new(); pools],
+            cycle_no: 0,
+        };
+        for r in &snapshot.running {
+            s.add_running(r)?;
+        }
+        Ok(s)
+    }
+
+    fn add_running(&mut self, r: &RunningJob) -> Result<(), SchedError> {
+        let slot = self.insert_entry(r.request.clone())?;
+        let mut allocs = Vec::with_capacity(r.placements.len());
+        let mut pool = NO_POOL;
+        let mut failure = None;
+        for p in &r.placements {
+            let Some(&node) = self.index.node_by_name.get(&p.node) else {
+                failure = Some(SchedError::UnknownNode {
+                    job: r.request.key.clone(),
+                    node: p.node.clone(),
+                });
+                break;
+            };
+            let entry = self.entry(slot);
+            let group = entry.req.groups.iter().position(|g| g.role == p.role);
+            let Some(group) = group else {
+                failure = Some(SchedError::Overcommitted {
+                    job: r.request.key.clone(),
+                    node: p.node.clone(),
+                });
+                break;
+            };
+            let mask = p
+                .gpu_indices
+                .iter()
+                .filter(|&&g| g < 64)
+                .fold(0u64, |m, &g| m | (1 << g));
+            let pod = entry.groups[group].1.clone();
+            if !self.index.take_exact(node, mask, &pod) {
+                failure = Some(SchedError::Overcommitted {
+                    job: r.request.key.clone(),
+                    node: p.node.clone(),
+                });
+                break;
+            }
+            if pool == NO_POOL {
+                pool = self.index.nodes[node as usize].pool;
+            }
+            allocs.push(Alloc {
+                group: group as u16,
+                index: p.index,
+                node,
+                mask,
+            });
+        }
+        if let Some(e) = failure {
+            for a in &allocs {
+                let pod = self.entry(slot).groups[a.group as usize].1.clone();
+                self.index.give(a.node, a.mask, &pod);
+            }
+            self.remove_entry(slot);
+            return Err(e);
+        }
+        self.mark_running(slot, pool, allocs, r.admitted_at);
+        Ok(())
+    }
+
+    pub(crate) fn entry(&self, slot: u32) -> &JobEntry {
+        self.jobs[slot as usize]
+            .as_ref()
+            .expect("slot of a live job")
+    }
+
+    fn entry_mut(&mut self, slot: u32) -> &mut JobEntry {
+        self.jobs[slot as usize]
+            .as_mut()
+            .expect("slot of a live job")
+    }
+
+    /// Adds a pending job. It is considered from the next cycle (or by [`try_admit`]).
+    pub fn submit(&mut self, job: JobRequest) -> Result<(), SchedError> {
+        self.insert_entry(job).map(|_| ())
+    }
+
+    /// Forgets a job that finished or was deleted, freeing what it held. Returns whether it
+    /// was known.
+    pub fn finish(&mut self, key: &str) -> bool {
+        let Some(&slot) = self.by_key.get(key) else {
+            return false;
+        };
+        self.release(slot);
+        self.remove_entry(slot);
+        true
+    }
+
+    fn remove_entry(&mut self, slot: u32) {
+        if let Some(e) = self.jobs[slot as usize].take() {
+            self.by_key.remove(&e.req.key);
+            self.free_slots.push(slot);
+        }
+    }
+
+    fn insert_entry(&mut self, req: JobRequest) -> Result<u32, SchedError> {
+        if self.by_key.contains_key(&req.key) {
+            return Err(SchedError::DuplicateJob(req.key));
+        }
+        if req.groups.iter().all(|g| g.count == 0) {
+            return Err(SchedError::EmptyJob(req.key));
+        }
+        let entry = self.prepare(req);
+        let slot = match self.free_slots.pop() {
+            Some(s) => {
+                self.jobs[s as usize] = Some(entry);
+                s
+            }
+            None => {
+                self.jobs.push(Some(entry));
+                self.jobs.len() as u32 - 1
+            }
+        };
+        self.by_key.insert(self.entry(slot).req.key.clone(), slot);
+        Ok(slot)
+    }
+
+    /// Works out once per job what every cycle needs: requests per replica, candidate pools
+    /// and the job's speed on each, and what can never work.
+    fn prepare(&mut self, req: JobRequest) -> JobEntry {
+        let groups: Vec<(u32, PodRequest)> = req
+            .groups
+            .iter()
+            .map(|g| {
+                let mut ext: Vec<(u32, u64)> = g
+                    .extended
+                    .iter()
+                    .map(|(name, &v)| (self.index.ext_id(name), v))
+                    .collect();
+                ext.sort_unstable();
+                (
+                    g.count,
+                    PodRequest {
+                        cpu: g.cpu_milli,
+                        mem: g.memory_bytes,
+                        gpu: g.gpu,
+                        ext,
+                    },
+                )
+            })
+            .collect();
+        let mut order: Vec<u16> = (0..groups.len() as u16).collect();
+        order.sort_by_key(|&i| (Reverse(groups[i as usize].1.gpu), i));
+        let mut pods_gpus = Vec::new();
+        let mut total = [0u64; 3];
+        for (count, pod) in &groups {
+            for _ in 0..*count {
+                pods_gpus.push(pod.gpu);
+            }
+            let c = u64::from(*count);
+            total[0] = total[0].saturating_add(u64::from(pod.gpu) * c);
+            total[1] = total[1].saturating_add(pod.cpu.saturating_mul(c));
+            total[2] = total[2].saturating_add(pod.mem.saturating_mul(c));
+        }
+        let mut distinct: Vec<u32> = pods_gpus.iter().copied().filter(|&g| g > 0).collect();
+        distinct.sort_unstable();
+        distinct.dedup();
+        let gpu_slots: Vec<(u32, u64)> = distinct
+            .iter()
+            .map(|&g| (g, pods_gpus.iter().map(|&p| u64::from(p / g)).sum()))
+            .collect();
+        // Allowed GPU types: the intersection over groups that use GPUs and name any.
+        let mut allowed: Option<Vec<String>> = None;
+        for g in req.groups.iter().filter(|g| g.gpu > 0 && g.count > 0) {
+            if g.allowed_gpu_types.is_empty() {
+                continue;
+            }
+            allowed = Some(match allowed {
+                None => g.allowed_gpu_types.clone(),
+                Some(a) => a
+                    .into_iter()
+                    .filter(|t| g.allowed_gpu_types.contains(t))
+                    .collect(),
+            });
+        }
+        let uses_gpus = total[0] > 0;
+        let queue = self.quotas.by_name.get(&req.queue).copied();
+        let filter = NodeFilter {
+            selector: &req.node_selector,
+            tolerations: &req.tolerations,
+        };
+        let mut pools: Vec<(u16, f64)> = Vec::new();
+        let mut static_blockers = Vec::new();
+        for (pi, p) in self.index.pools.iter().enumerate() {
+            let pi = pi as u16;
+            let type_ok = match (&p.gpu_type, &allowed) {
+                (None, _) => !uses_gpus,
+                (Some(_), None) => true,
+                (Some(t), Some(a)) => a.contains(t),
+            };
+            if !type_ok || p.nodes.is_empty() {
+                continue;
+            }
+            let biggest = groups
+                .iter()
+                .filter(|(c, _)| *c > 0)
+                .map(|(_, pod)| pod.gpu)
+                .max()
+                .unwrap_or(0);
+            if biggest > p.max_node_gpus {
+                static_blockers.push(Blocker::TooLargeForNode {
+                    pool: p.name.clone(),
+                    gpu_type: p.gpu_type.clone(),
+                    gpus_per_replica: biggest,
+                    largest_node_gpus: p.max_node_gpus,
+                });
+                continue;
+            }
+            if total[0] > p.total_gpus {
+                static_blockers.push(Blocker::TooLargeForPool {
+                    pool: p.name.clone(),
+                    gpu_type: p.gpu_type.clone(),
+                    total_gpus: total[0],
+                    pool_gpus: p.total_gpus,
+                });
+                continue;
+            }
+            if groups
+                .iter()
+                .any(|(c, pod)| *c > 0 && !self.index.could_ever_hold(pi, pod, &filter))
+            {
+                static_blockers.push(Blocker::NoSuitableNode {
+                    pool: p.name.clone(),
+                    gpu_type: p.gpu_type.clone(),
+                });
+                continue;
+            }
+            let speed = match &p.gpu_type {
+                None => 1.0,
+                Some(t) if !req.throughput.is_empty() => {
+                    req.throughput.get(t).copied().unwrap_or(0.0)
+                }
+                Some(t) => self.config.gpu_type_speed.get(t).copied().unwrap_or(1.0),
+            };
+            pools.push((
+                pi,
+                if speed.is_finite() && speed > 0.0 {
+                    speed
+                } else {
+                    0.0
+                },
+            ));
+        }
+        // CPU-only jobs go to CPU pools first.
+        if !uses_gpus {
+            pools.sort_by_key(|&(pi, _)| (self.index.pools[pi as usize].gpu_type.is_some(), pi));
+        }
+        if pools.is_empty() && static_blockers.is_empty() {
+            static_blockers.push(Blocker::NoMatchingPool {
+                gpu_types: allowed.clone().unwrap_or_default(),
+            });
+        }
+        if queue.is_none() {
+            static_blockers.insert(
+                0,
+                Blocker::NoSuchQueue {
+                    queue: req.queue.clone(),
+                },
+            );
+        }
+        // Speeds within 5% of each other count as equal, so that such jobs spread over the
+        // less loaded type and leave the faster cards to jobs that gain from them.
+        let best = pools.iter().map(|p| p.1).fold(0.0f64, f64::max);
+        let pools = pools
+            .into_iter()
+            .map(|(pi, s)| {
+                let band = if best > 0.0 {
+                    (s / best * 20.0).round() as u32
+                } else {
+                    0
+                };
+                (pi, band)
+            })
+            .collect();
+        let uniform = {
+            let mut gs = groups.iter().filter(|(c, _)| *c > 0).map(|(_, p)| p.gpu);
+            let first = gs.next();
+            if gs.all(|g| Some(g) == first) {
+                first
+            } else {
+                None
+            }
+        };
+        let largest = groups
+            .iter()
+            .filter(|(c, _)| *c > 0)
+            .max_by_key(|(_, p)| (p.gpu, p.cpu, p.mem))
+            .map(|(_, p)| (p.cpu, p.mem))
+            .unwrap_or((0, 0));
+        let needs = Needs {
+            replicas: pods_gpus.len() as u64,
+            gpus_per_replica: uniform,
+            total_gpus: total[0],
+            gpu_types: allowed.unwrap_or_default(),
+            cpu_milli: largest.0,
+            memory_bytes: largest.1,
+        };
+        JobEntry {
+            req,
+            queue,
+            groups,
+            order,
+            gpu_slots,
+            pods_gpus,
+            total,
+            pools,
+            static_blockers,
+            needs,
+            running: None,
+            last_preempted_at: None,
+        }
+    }
+
+    /// One full pass over every pending job: in order of priority, then the queue with
+    /// the lowest weighted dominant share, then submit time.
+    pub fn cycle(&mut self, now: Millis) -> CycleOutcome {
+        self.cycle_no += 1;
+        self.index.clear_reservations();
+        let mut out = CycleOutcome::default();
+        let mut budget = CycleBudget {
+            preemption_searches_left: self.config.max_preemption_attempts,
+            reservations_left: vec![self.config.reservations_per_pool; self.index.pools.len()],
+        };
+        let mut per_queue: Vec<Vec<u32>> = vec![Vec::new(); self.quotas.queues.len()];
+        for (slot, e) in self.jobs.iter().enumerate() {
+            let Some(e) = e else { continue };
+            if e.running.is_some() {
+                continue;
+            }
+            match e.queue {
+                Some(q) => per_queue[q as usize].push(slot as u32),
+                None => {
+                    out.counters.attempts += 1;
+                    out.pending.push(PendingJob {
+                        job: e.req.key.clone(),
+                        reason: PendingReason {
+                            needs: e.needs.clone(),
+                            blockers: e.static_blockers.clone(),
+                        },
+                    });
+                }
+            }
+        }
+        for list in &mut per_queue {
+            list.sort_by(|&a, &b| {
+                let (a, b) = (&self.entry(a).req, &self.entry(b).req);
+                (Reverse(a.priority), a.submit_time, &a.key).cmp(&(
+                    Reverse(b.priority),
+                    b.submit_time,
+                    &b.key,
+                ))
+            });
+        }
+        let mut cursor = vec![0usize; per_queue.len()];
+        let head_key = |s: &Self, q: usize, slot: u32| {
+            let req = &s.entry(slot).req;
+            Reverse((
+                -i64::from(req.priority),
+                s.quotas.dominant_share(q as u32),
+                req.submit_time,
+                q,
+            ))
+        };
+        let mut heap = BinaryHeap::new();
+        for (q, list) in per_queue.iter().enumerate() {
+            if let Some(&slot) = list.first() {
+                heap.push(head_key(self, q, slot));
+            }
+        }
+        while let Some(Reverse((_, _, _, q))) = heap.pop() {
+            let slot = per_queue[q][cursor[q]];
+            cursor[q] += 1;
+            self.attempt(slot, now, &mut budget, &mut out);
+            if let Some(&next) = per_queue[q].get(cursor[q]) {
+                heap.push(head_key(self, q, next));
+            }
+        }
+        out.counters.admitted = out.admitted.len() as u64;
+        out.counters.preempted = out.preempted.len() as u64;
+        out.counters.pending = out.pending.len() as u64;
+        out
+    }
+
+    /// The fast path for one new job: decided at once against the current state, keeping
+    /// the reservations of the last cycle (so it cannot delay a blocked gang). It may
+    /// preempt, under the same rules as a cycle.
+    pub fn try_admit(&mut self, job: JobRequest, now: Millis) -> Result<Decision, SchedError> {
+        let slot = self.insert_entry(job)?;
+        let mut budget = CycleBudget {
+            preemption_searches_left: 1,
+            reservations_left: vec![0; self.index.pools.len()],
+        };
+        let mut out = CycleOutcome::default();
+        self.attempt(slot, now, &mut budget, &mut out);
+        Ok(match (out.admitted.pop(), out.pending.pop()) {
+            (Some(admission), _) => Decision::Admitted {
+                admission,
+                preempted: out.preempted,
+            },
+            (None, Some(p)) => Decision::Pending { reason: p.reason },
+            (None, None) => Decision::Pending {
+                reason: PendingReason {
+                    needs: self.entry(slot).needs.clone(),
+                    blockers: vec![Blocker::AwaitingCycle],
+                },
+            },
+        })
+    }
+
+    /// Tries to admit one pending job: filter (static blockers), score (pool order),
+    /// reserve (quota + placement), else preemption, else a node reservation for it.
+    fn attempt(
+        &mut self,
+        slot: u32,
+        now: Millis,
+        budget: &mut CycleBudget,
+        out: &mut CycleOutcome,
+    ) {
+        out.counters.attempts += 1;
+        let e = self.entry(slot);
+        let Some(q) = e.queue else {
+            out.pending.push(PendingJob {
+                job: e.req.key.clone(),
+                reason: PendingReason {
+                    needs: e.needs.clone(),
+                    blockers: e.static_blockers.clone(),
+                },
+            });
+            return;
+        };
+        let mut candidates: Vec<(u16, u32)> = e.pools.clone();
+        candidates.sort_by_key(|&(pi, band)| {
+            (
+                Reverse(band),
+                Reverse(self.index.pools[pi as usize].free_gpus),
+                pi,
+            )
+        });
+        let mut blockers: Vec<Blocker> = Vec::new();
+        // The first pool where quota allows the job but room is missing: where it would
+        // get a reservation.
+        let mut capacity_blocked: Option<u16> = None;
+        for &(pool, _) in &candidates {
+            // Field-level borrow so that the index can be borrowed mutably beside it.
+            let Some(e) = self.jobs[slot as usize].as_ref() else {
+                return;
+            };
+            let quota = self.quotas.check(q, pool, e.total, &self.index.pools);
+            let shape = e.shape();
+            let room = enough_slots(&self.index, pool, &shape);
+            if quota.is_ok() && room {
+                let placed = place_gang(
+                    &mut self.index,
+                    pool,
+                    &shape,
+                    self.config.node_scan_limit as usize,
+                );
+                if let Some(allocs) = placed {
+                    let admission = self.admit(slot, pool, allocs, now);
+                    out.counters.pods_placed += admission.placements.len() as u64;
+                    out.admitted.push(admission);
+                    return;
+                }
+            }
+            let e = self.entry(slot);
+            if !room || quota.is_ok() {
+                blockers.push(self.capacity_blocker(pool, e));
+                if quota.is_ok() && capacity_blocked.is_none() {
+                    capacity_blocked = Some(pool);
+                }
+            }
+            if let Err(b) = quota {
+                blockers.push(*b);
+            }
+        }
+        if budget.preemption_searches_left > 0 {
+            for &(pool, _) in &candidates {
+                if budget.preemption_searches_left == 0 || !self.may_preempt_in(slot, pool, now) {
+                    continue;
+                }
+                budget.preemption_searches_left -= 1;
+                out.counters.preemption_searches += 1;
+                if let Some((allocs, victims)) = self.preempt_for(slot, pool, now) {
+                    let admission = self.admit(slot, pool, allocs, now);
+                    out.counters.pods_placed += admission.placements.len() as u64;
+                    out.admitted.push(admission);
+                    out.preempted.extend(victims);
+                    return;
+                }
+            }
+        }
+        if let Some(pool) = capacity_blocked
+            && budget.reservations_left[pool as usize] > 0
+        {
+            let e = self.entry(slot);
+            let shape = e.shape();
+            let plan = self
+                .index
+                .reservation_plan(pool, &e.groups, &e.order, &shape.filter);
+            if let Some((nodes, witness)) = plan {
+                if nodes.iter().all(|&n| self.index.node_is_empty(n)) {
+                    // The reserved nodes have drained: place by the plan, which the
+                    // tightest-fit heuristic missed.
+                    let allocs = self.take_plan(slot, &witness);
+                    let admission = self.admit(slot, pool, allocs, now);
+                    out.counters.pods_placed += admission.placements.len() as u64;
+                    out.admitted.push(admission);
+                    return;
+                }
+                let key = e.req.key.clone();
+                self.index.reserve_nodes(pool, &key, nodes);
+                budget.reservations_left[pool as usize] -= 1;
+                out.counters.reservations += 1;
+            }
+        }
+        let e = self.entry(slot);
+        let mut all = e.static_blockers.clone();
+        all.extend(blockers);
+        out.pending.push(PendingJob {
+            job: e.req.key.clone(),
+            reason: PendingReason {
+                needs: e.needs.clone(),
+                blockers: all,
+            },
+        });
+    }
+
+    fn take_plan(&mut self, slot: u32, plan: &[(u16, u32)]) -> Vec<Alloc> {
+        let mut next_index = vec![0u32; self.entry(slot).groups.len()];
+        let mut allocs = Vec::with_capacity(plan.len());
+        for &(group, node) in plan {
+            let pod = self.entry(slot).groups[group as usize].1.clone();
+            let mask = self.index.take(node, &pod);
+            allocs.push(Alloc {
+                group,
+                index: next_index[group as usize],
+                node,
+                mask,
+            });
+            next_index[group as usize] += 1;
+        }
+        allocs
+    }
+
+    fn capacity_blocker(&self, pool: u16, e: &JobEntry) -> Blocker {
+        let p = &self.index.pools[pool as usize];
+        let (largest, node) = self.index.largest_free(pool);
+        let biggest = e.groups.iter().map(|(_, pod)| pod.gpu).max().unwrap_or(0);
+        let fit = if biggest == 0 {
+            0
+        } else {
+            self.index.fits_count(pool, biggest)
+        };
+        Blocker::Capacity {
+            pool: p.name.clone(),
+            gpu_type: p.gpu_type.clone(),
+            largest_free: largest,
+            largest_free_node: node.map(|n| self.index.nodes[n as usize].name.clone()),
+            free_gpus: p.free_gpus,
+            replicas_that_fit: fit.min(e.pods_gpus.len() as u64),
+            replicas: e.pods_gpus.len() as u64,
+            reserved_for: p
+                .reservations
+                .iter()
+                .filter(|(k, _)| *k != e.req.key)
+                .map(|(k, _)| k.clone())
+                .collect(),
+        }
+    }
+
+    pub(crate) fn admit(
+        &mut self,
+        slot: u32,
+        pool: u16,
+        allocs: Vec<Alloc>,
+        now: Millis,
+    ) -> Admission {
+        let mut placements: Vec<ReplicaPlacement> = {
+            let e = self.entry(slot);
+            allocs
+                .iter()
+                .map(|a| ReplicaPlacement {
+                    role: e.req.groups[a.group as usize].role.clone(),
+                    index: a.index,
+                    node: self.index.nodes[a.node as usize].name.clone(),
+                    gpu_indices: (0..64).filter(|b| a.mask & (1 << b) != 0).collect(),
+                })
+                .collect()
+        };
+        let group_of = |role: &str| {
+            self.entry(slot)
+                .req
+                .groups
+                .iter()
+                .position(|g| g.role == role)
+                .unwrap_or(usize::MAX)
+        };
+        placements.sort_by_key(|p| (group_of(&p.role), p.index));
+        self.mark_running(slot, pool, allocs, now);
+        let p = &self.index.pools[pool as usize];
+        Admission {
+            job: self.entry(slot).req.key.clone(),
+            pool: p.name.clone(),
+            gpu_type: p.gpu_type.clone(),
+            placements,
+        }
+    }
+
+    /// Records a job as running and charges its queue (snapshot jobs and admissions).
+    fn mark_running(&mut self, slot: u32, pool: u16, allocs: Vec<Alloc>, now: Millis) {
+        let cycle = self.cycle_no;
+        self.reinstate(
+            slot,
+            RunningState {
+                pool,
+                allocs,
+                admitted_at: now,
+                cycle,
+            },
+        );
+    }
+
+    /// Marks a job running with capacity already taken in the index; charges its queue.
+    pub(crate) fn reinstate(&mut self, slot: u32, r: RunningState) {
+        let pool = r.pool;
+        let e = self.entry_mut(slot);
+        e.running = Some(r);
+        let (preemptible, priority, q, total) =
+            (e.req.preemptible, e.req.priority, e.queue, e.total);
+        if pool != NO_POOL {
+            if preemptible {
+                self.running_by_pool[pool as usize].insert((priority, slot));
+            }
+            if let Some(q) = q {
+                self.quotas.charge(q, pool, total);
+            }
+        }
+    }
+
+    /// Frees everything a running job holds (capacity and quota); it becomes pending.
+    pub(crate) fn release(&mut self, slot: u32) -> Option<RunningState> {
+        let e = self.jobs[slot as usize].as_mut()?;
+        let running = e.running.take()?;
+        let (q, total, priority) = (e.queue, e.total, e.req.priority);
+        for a in &running.allocs {
+            let pod = &self.entry(slot).groups[a.group as usize].1;
+            let pod = pod.clone();
+            self.index.give(a.node, a.mask, &pod);
+        }
+        if running.pool != NO_POOL {
+            if let Some(q) = q {
+                self.quotas.refund(q, running.pool, total);
+            }
+            self.running_by_pool[running.pool as usize].remove(&(priority, slot));
+        }
+        Some(running)
+    }
+
+    /// Jobs running now, with their placements.
+    pub fn running_jobs(&self) -> Vec<RunningJob> {
+        self.jobs
+            .iter()
+            .flatten()
+            .filter_map(|e| {
+                let r = e.running.as_ref()?;
+                let mut placements: Vec<ReplicaPlacement> = r
+                    .allocs
+                    .iter()
+                    .map(|a| ReplicaPlacement {
+                        role: e.req.groups[a.group as usize].role.clone(),
+                        index: a.index,
+                        node: self.index.nodes[a.node as usize].name.clone(),
+                        gpu_indices: (0..64).filter(|b| a.mask & (1 << b) != 0).collect(),
+                    })
+                    .collect();
+                placements.sort_by(|a, b| (&a.role, a.index).cmp(&(&b.role, b.index)));
+                Some(RunningJob {
+                    request: e.req.clone(),
+                    placements,
+                    admitted_at: r.admitted_at,
+                })
+            })
+            .collect()
+    }
+
+    /// Keys of pending jobs, in submission-slot order.
+    pub fn pending_jobs(&self) -> Vec<&str> {
+        self.jobs
+            .iter()
+            .flatten()
+            .filter(|e| e.running.is_none())
+            .map(|e| e.req.key.as_str())
+            .collect()
+    }
+
+    /// A queue's usage in a pool, if both exist.
+    pub fn queue_usage(&self, queue: &str, pool: &str) -> Option<super::model::ResourceAmount> {
+        let q = *self.quotas.by_name.get(queue)?;
+        let p = self.index.pools.iter().position(|p| p.name == pool)?;
+        Some(super::model::ResourceAmount::from_array(
+            self.quotas.usage(q, p as u16),
+        ))
+    }
+
+    /// Pool names, in index order.
+    pub fn pool_names(&self) -> Vec<&str> {
+        self.index.pools.iter().map(|p| p.name.as_str()).collect()
+    }
+}

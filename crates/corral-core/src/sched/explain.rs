@@ -1,0 +1,402 @@
+//! Why a job waits, in a structured form and in words a user understands, e.g.
+//! "needs 8 GPUs of type A100 on one node; largest free block is 6 on node-3; queue team-a is
+//! at its quota 16/16 and its cohort has nothing to lend".
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// What a pending job needs, for the first clause of its reason.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Needs {
+    pub replicas: u64,
+    /// GPUs per replica when all replicas need the same number.
+    pub gpus_per_replica: Option<u32>,
+    pub total_gpus: u64,
+    /// Allowed GPU types; empty means any.
+    pub gpu_types: Vec<String>,
+    /// CPU and memory of the largest replica (shown for CPU-only jobs).
+    pub cpu_milli: u64,
+    pub memory_bytes: u64,
+}
+
+/// The resource a quota check failed on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum QuotaResource {
+    Gpu,
+    Cpu,
+    Memory,
+}
+
+/// One reason a job cannot be admitted in one pool (or at all).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "kind")]
+pub enum Blocker {
+    /// The job names a queue that does not exist.
+    NoSuchQueue { queue: String },
+    /// No pool offers any of the allowed GPU types.
+    NoMatchingPool { gpu_types: Vec<String> },
+    /// A replica needs more GPUs than any node of the pool has, even empty.
+    TooLargeForNode {
+        pool: String,
+        gpu_type: Option<String>,
+        gpus_per_replica: u32,
+        largest_node_gpus: u32,
+    },
+    /// The gang needs more GPUs than the whole pool has, even empty.
+    TooLargeForPool {
+        pool: String,
+        gpu_type: Option<String>,
+        total_gpus: u64,
+        pool_gpus: u64,
+    },
+    /// No node of the pool matches the job's node selector, tolerations, CPU, memory or
+    /// extended resources, even empty.
+    NoSuitableNode {
+        pool: String,
+        gpu_type: Option<String>,
+    },
+    /// Not enough free room now.
+    Capacity {
+        pool: String,
+        gpu_type: Option<String>,
+        /// Most free GPUs on one usable node, and that node.
+        largest_free: u32,
+        largest_free_node: Option<String>,
+        free_gpus: u64,
+        /// Replicas of the gang that would fit now (only meaningful for gangs).
+        replicas_that_fit: u64,
+        replicas: u64,
+        /// Jobs holding node reservations in this pool (backfill may not use those nodes).
+        reserved_for: Vec<String>,
+    },
+    /// The queue may not use more of this pool now.
+    Quota {
+        queue: String,
+        pool: String,
+        gpu_type: Option<String>,
+        resource: QuotaResource,
+        used: u64,
+        requested: u64,
+        nominal: u64,
+        /// Most the queue may borrow above nominal (none: no limit).
+        borrowing_limit: Option<u64>,
+        cohort: Option<String>,
+        /// What the cohort could still lend.
+        cohort_can_lend: u64,
+    },
+    /// Decided by a single-job fast path that does not preempt; the next full cycle will
+    /// consider preemption.
+    AwaitingCycle,
+}
+
+/// Why a job is still pending.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingReason {
+    pub needs: Needs,
+    pub blockers: Vec<Blocker>,
+}
+
+fn plural(n: u64, one: &str, many: &str) -> String {
+    if n == 1 {
+        format!("1 {one}")
+    } else {
+        format!("{n} {many}")
+    }
+}
+
+fn types_phrase(types: &[String]) -> String {
+    match types {
+        [] => "of any type".to_string(),
+        [t] => format!("of type {t}"),
+        _ => format!("of type {}", types.join(" or ")),
+    }
+}
+
+fn cpu_text(milli: u64) -> String {
+    if milli.is_multiple_of(1000) {
+        format!("{}", milli / 1000)
+    } else {
+        format!("{:.1}", milli as f64 / 1000.0)
+    }
+}
+
+fn memory_text(bytes: u64) -> String {
+    const GIB: u64 = 1 << 30;
+    const MIB: u64 = 1 << 20;
+    if bytes >= GIB {
+        if bytes.is_multiple_of(GIB) {
+            format!("{} GiB", bytes / GIB)
+        } else {
+            format!("{:.1} GiB", bytes as f64 / GIB as f64)
+        }
+    } else {
+        format!("{} MiB", bytes.div_ceil(MIB))
+    }
+}
+
+fn amount_text(resource: QuotaResource, v: u64) -> String {
+    match resource {
+        QuotaResource::Gpu => v.to_string(),
+        QuotaResource::Cpu => cpu_text(v),
+        QuotaResource::Memory => memory_text(v),
+    }
+}
+
+impl fmt::Display for Needs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let types = types_phrase(&self.gpu_types);
+        if self.total_gpus == 0 {
+            let what = format!(
+                "{} CPUs and {} memory",
+                cpu_text(self.cpu_milli),
+                memory_text(self.memory_bytes)
+            );
+            return if self.replicas == 1 {
+                write!(f, "needs {what} on one node")
+            } else {
+                write!(f, "needs {} replicas x {what}", self.replicas)
+            };
+        }
+        match (self.replicas, self.gpus_per_replica) {
+            (1, _) => write!(
+                f,
+                "needs {} {types} on one node",
+                plural(self.total_gpus, "GPU", "GPUs")
+            ),
+            (n, Some(g)) => write!(
+                f,
+                "needs {n} replicas x {} ({} GPUs) {types}",
+                plural(u64::from(g), "GPU", "GPUs"),
+                self.total_gpus
+            ),
+            (n, None) => write!(
+                f,
+                "needs {n} replicas with {} in all {types}",
+                plural(self.total_gpus, "GPU", "GPUs")
+            ),
+        }
+    }
+}
+
+impl fmt::Display for QuotaResource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            QuotaResource::Gpu => "GPU",
+            QuotaResource::Cpu => "CPU",
+            QuotaResource::Memory => "memory",
+        })
+    }
+}
+
+impl fmt::Display for Blocker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Blocker::NoSuchQueue { queue } => write!(f, "queue {queue} does not exist"),
+            Blocker::NoMatchingPool { gpu_types } => write!(
+                f,
+                "no node pool has GPUs {}",
+                types_phrase(gpu_types).trim_start_matches("of ")
+            ),
+            Blocker::TooLargeForNode {
+                gpus_per_replica,
+                largest_node_gpus,
+                ..
+            } => write!(
+                f,
+                "a replica needs {} but the largest node has {}",
+                plural(u64::from(*gpus_per_replica), "GPU", "GPUs"),
+                largest_node_gpus
+            ),
+            Blocker::TooLargeForPool {
+                total_gpus,
+                pool_gpus,
+                ..
+            } => write!(
+                f,
+                "the gang needs {total_gpus} GPUs but the pool has only {pool_gpus}"
+            ),
+            Blocker::NoSuitableNode { .. } => write!(
+                f,
+                "no node matches the job's node selector, tolerations, CPU, memory and extended resources"
+            ),
+            Blocker::Capacity {
+                largest_free,
+                largest_free_node,
+                free_gpus,
+                replicas_that_fit,
+                replicas,
+                reserved_for,
+                ..
+            } => {
+                match largest_free_node {
+                    Some(node) if *largest_free > 0 => {
+                        write!(f, "largest free block is {largest_free} on {node}")?
+                    }
+                    _ if *free_gpus == 0 => write!(f, "no GPUs are free")?,
+                    _ => write!(f, "no node has room for a replica")?,
+                }
+                if *replicas > 1 && *free_gpus > 0 {
+                    write!(
+                        f,
+                        " ({free_gpus} free in all; room for {replicas_that_fit} of {replicas} replicas)"
+                    )?;
+                }
+                if !reserved_for.is_empty() {
+                    write!(
+                        f,
+                        "; nodes are reserved for {} so that it is not starved",
+                        reserved_for.join(", ")
+                    )?;
+                }
+                Ok(())
+            }
+            Blocker::Quota {
+                queue,
+                resource,
+                used,
+                requested,
+                nominal,
+                borrowing_limit,
+                cohort,
+                cohort_can_lend,
+                ..
+            } => {
+                let unit = match resource {
+                    QuotaResource::Gpu => "",
+                    QuotaResource::Cpu => " CPUs",
+                    QuotaResource::Memory => "",
+                };
+                if used >= nominal {
+                    write!(
+                        f,
+                        "queue {queue} is at its {resource} quota {}/{}{unit}",
+                        amount_text(*resource, *used),
+                        amount_text(*resource, *nominal)
+                    )?;
+                } else {
+                    write!(
+                        f,
+                        "queue {queue} uses {}/{}{unit} of its {resource} quota and needs {} more",
+                        amount_text(*resource, *used),
+                        amount_text(*resource, *nominal),
+                        amount_text(*resource, *requested)
+                    )?;
+                }
+                let borrowed = used.saturating_sub(*nominal);
+                match (cohort, borrowing_limit) {
+                    (None, _) => write!(f, " and has no cohort to borrow from"),
+                    (Some(_), Some(limit))
+                        if borrowed.saturating_add(*requested) > *limit
+                            && *cohort_can_lend >= *requested =>
+                    {
+                        write!(
+                            f,
+                            " and may borrow at most {}",
+                            amount_text(*resource, *limit)
+                        )
+                    }
+                    (Some(_), _) if *cohort_can_lend == 0 => {
+                        write!(f, " and its cohort has nothing to lend")
+                    }
+                    (Some(_), _) => write!(
+                        f,
+                        " and its cohort can lend only {}",
+                        amount_text(*resource, *cohort_can_lend)
+                    ),
+                }
+            }
+            Blocker::AwaitingCycle => write!(f, "waiting for the next scheduling cycle"),
+        }
+    }
+}
+
+impl Blocker {
+    /// The GPU type of the pool this blocker is about, if it is about one pool.
+    pub fn gpu_type(&self) -> Option<&str> {
+        match self {
+            Blocker::TooLargeForNode { gpu_type, .. }
+            | Blocker::TooLargeForPool { gpu_type, .. }
+            | Blocker::NoSuitableNode { gpu_type, .. }
+            | Blocker::Capacity { gpu_type, .. }
+            | Blocker::Quota { gpu_type, .. } => gpu_type.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// The pool this blocker is about, if it is about one pool.
+    pub fn pool(&self) -> Option<&str> {
+        match self {
+            Blocker::TooLargeForNode { pool, .. }
+            | Blocker::TooLargeForPool { pool, .. }
+            | Blocker::NoSuitableNode { pool, .. }
+            | Blocker::Capacity { pool, .. }
+            | Blocker::Quota { pool, .. } => Some(pool),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for PendingReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.needs)?;
+        // With more than one candidate pool, say which pool each clause is about.
+        let mut pools: Vec<&str> = self.blockers.iter().filter_map(|b| b.pool()).collect();
+        pools.dedup();
+        let several = pools.len() > 1;
+        for b in &self.blockers {
+            match (several, b.pool()) {
+                (true, Some(pool)) => {
+                    let label = b.gpu_type().unwrap_or(pool);
+                    write!(f, "; on {label}: {b}")?
+                }
+                _ => write!(f, "; {b}")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Why an admitted job was preempted.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "kind")]
+pub enum PreemptionReason {
+    /// A job of higher priority needed the room.
+    LowerPriority {
+        preemptor: String,
+        preemptor_priority: i32,
+        victim_priority: i32,
+    },
+    /// The preemptor's queue reclaims quota it lent to the victim's queue.
+    Reclaim {
+        preemptor: String,
+        queue: String,
+        pool: String,
+    },
+}
+
+impl fmt::Display for PreemptionReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PreemptionReason::LowerPriority {
+                preemptor,
+                preemptor_priority,
+                victim_priority,
+            } => write!(
+                f,
+                "preempted to make room for {preemptor}, which has higher priority ({preemptor_priority} > {victim_priority})"
+            ),
+            PreemptionReason::Reclaim {
+                preemptor,
+                queue,
+                pool,
+            } => write!(
+                f,
+                "preempted because queue {queue} reclaims its quota in pool {pool}, which this job's queue had borrowed (for {preemptor})"
+            ),
+        }
+    }
+}

@@ -1,0 +1,564 @@
+//! Free capacity, indexed so that placing a replica never scans every node.
+//!
+//! Per pool, nodes that may take new work sit in buckets by their number of free GPUs
+//! (YuniKorn keeps nodes sorted by free capacity the same way). Within a bucket nodes are
+//! ordered by (topology domain, node), so a range query finds room in one domain.
+//! Free GPUs are a bit mask per node, so GPU indices come for free.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use super::model::{ClusterSnapshot, NodePoolConfig, SchedError};
+
+pub(crate) const NO_POOL: u16 = u16::MAX;
+
+/// Nodes to reserve, and a packing of the gang on them: (group, node) per replica.
+pub(crate) type ReservationPlan = (Vec<u32>, Vec<(u16, u32)>);
+/// Room left on a node while packing: GPUs, CPU, memory, extended resources.
+type Room = (u64, u64, u64, Vec<(u32, u64)>);
+
+/// What one replica needs on one node.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct PodRequest {
+    pub cpu: u64,
+    pub mem: u64,
+    pub gpu: u32,
+    /// Extended resources by id, sorted.
+    pub ext: Vec<(u32, u64)>,
+}
+
+/// Node selector and tolerations of a job.
+pub(crate) struct NodeFilter<'a> {
+    pub selector: &'a BTreeMap<String, String>,
+    pub tolerations: &'a [String],
+}
+
+impl NodeFilter<'_> {
+    fn admits(&self, node: &NodeState) -> bool {
+        self.selector
+            .iter()
+            .all(|(k, v)| node.labels.get(k) == Some(v))
+            && node.taints.iter().all(|t| self.tolerations.contains(t))
+    }
+    fn is_trivial(&self) -> bool {
+        self.selector.is_empty() && self.tolerations.is_empty()
+    }
+}
+
+pub(crate) struct NodeState {
+    pub name: String,
+    pub pool: u16,
+    pub domain: u32,
+    pub gpus: u32,
+    pub free_mask: u64,
+    pub free_cpu: u64,
+    pub free_mem: u64,
+    pub cpu_total: u64,
+    pub mem_total: u64,
+    pub ext_free: Vec<(u32, u64)>,
+    pub ext_total: Vec<(u32, u64)>,
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<String>,
+    pub schedulable: bool,
+    pub reserved: bool,
+}
+
+impl NodeState {
+    pub fn free_gpus(&self) -> u32 {
+        self.free_mask.count_ones()
+    }
+    /// Whether the node may take new work (and so sits in its pool's buckets).
+    fn indexed(&self) -> bool {
+        self.schedulable && self.pool != NO_POOL && !self.reserved
+    }
+    fn has_room(&self, pod: &PodRequest) -> bool {
+        self.free_cpu >= pod.cpu
+            && self.free_mem >= pod.mem
+            && self.free_gpus() >= pod.gpu
+            && pod.ext.iter().all(|&(id, v)| self.ext_free(id) >= v)
+    }
+    fn ext_free(&self, id: u32) -> u64 {
+        self.ext_free
+            .iter()
+            .find(|(i, _)| *i == id)
+            .map_or(0, |&(_, v)| v)
+    }
+}
+
+pub(crate) struct PoolState {
+    pub name: String,
+    pub gpu_type: Option<String>,
+    /// Indexed nodes by free GPU count: (domain, node).
+    pub buckets: Vec<BTreeSet<(u32, u32)>>,
+    /// Free GPUs on indexed nodes.
+    pub free_gpus: u64,
+    /// GPUs on schedulable nodes, free or not.
+    pub total_gpus: u64,
+    pub max_node_gpus: u32,
+    pub max_node_cpu: u64,
+    pub max_node_mem: u64,
+    pub nodes: Vec<u32>,
+    /// Jobs holding reservations here, with the reserved nodes.
+    pub reservations: Vec<(String, Vec<u32>)>,
+}
+
+pub(crate) struct ClusterIndex {
+    pub nodes: Vec<NodeState>,
+    pub pools: Vec<PoolState>,
+    pub node_by_name: HashMap<String, u32>,
+    pub ext_ids: BTreeMap<String, u32>,
+    /// Total CPU, memory and GPUs on schedulable nodes (for dominant resource shares).
+    pub cluster_total: [u64; 3],
+}
+
+fn lowest_bits(mask: u64, n: u32) -> u64 {
+    let mut out = 0u64;
+    let mut m = mask;
+    for _ in 0..n {
+        let bit = m & m.wrapping_neg();
+        out |= bit;
+        m &= !bit;
+    }
+    out
+}
+
+impl ClusterIndex {
+    pub fn new(snapshot: &ClusterSnapshot) -> Result<Self, SchedError> {
+        let pools_cfg: Vec<NodePoolConfig> = if snapshot.pools.is_empty() {
+            // One pool per GPU type, named after it; CPU-only nodes in `cpu`.
+            let mut types: BTreeSet<Option<&String>> = BTreeSet::new();
+            for n in &snapshot.nodes {
+                types.insert(n.gpu_type.as_ref().filter(|_| n.gpus > 0));
+            }
+            types
+                .into_iter()
+                .map(|t| NodePoolConfig {
+                    name: t.cloned().unwrap_or_else(|| "cpu".to_string()),
+                    gpu_type: t.cloned(),
+                    node_selector: BTreeMap::new(),
+                })
+                .collect()
+        } else {
+            snapshot.pools.clone()
+        };
+        let mut pools: Vec<PoolState> = pools_cfg
+            .iter()
+            .map(|p| PoolState {
+                name: p.name.clone(),
+                gpu_type: p.gpu_type.clone(),
+                buckets: Vec::new(),
+                free_gpus: 0,
+                total_gpus: 0,
+                max_node_gpus: 0,
+                max_node_cpu: 0,
+                max_node_mem: 0,
+                nodes: Vec::new(),
+                reservations: Vec::new(),
+            })
+            .collect();
+        let mut ext_ids = BTreeMap::new();
+        let mut domains: BTreeMap<String, u32> = BTreeMap::new();
+        let mut node_by_name = HashMap::with_capacity(snapshot.nodes.len());
+        let mut nodes = Vec::with_capacity(snapshot.nodes.len());
+        let mut cluster_total = [0u64; 3];
+        for (i, n) in snapshot.nodes.iter().enumerate() {
+            if n.gpus > 64 {
+                return Err(SchedError::TooManyGpus {
+                    node: n.name.clone(),
+                    gpus: n.gpus,
+                });
+            }
+            if node_by_name.insert(n.name.clone(), i as u32).is_some() {
+                return Err(SchedError::DuplicateNode(n.name.clone()));
+            }
+            let node_type = n.gpu_type.as_ref().filter(|_| n.gpus > 0);
+            let pool = pools_cfg
+                .iter()
+                .position(|p| {
+                    let type_ok = match (&p.gpu_type, snapshot.pools.is_empty()) {
+                        // Implicit pools: exactly one per type, CPU-only nodes in `cpu`.
+                        (t, true) => t.as_ref() == node_type,
+                        (Some(t), false) => node_type == Some(t),
+                        // An explicit pool without a GPU type takes any node it selects.
+                        (None, false) => true,
+                    };
+                    type_ok
+                        && p.node_selector
+                            .iter()
+                            .all(|(k, v)| n.labels.get(k) == Some(v))
+                })
+                .map_or(NO_POOL, |p| p as u16);
+            let next_domain = domains.len() as u32;
+            let domain = match &n.topology {
+                Some(t) => *domains.entry(t.clone()).or_insert(next_domain),
+                None => u32::MAX,
+            };
+            let full_mask = if n.gpus == 64 {
+                u64::MAX
+            } else {
+                (1u64 << n.gpus) - 1
+            };
+            let mut used_mask = 0u64;
+            for &g in &n.allocated.gpu_indices {
+                if g < n.gpus {
+                    used_mask |= 1 << g;
+                }
+            }
+            let mut ext_free: Vec<(u32, u64)> = Vec::new();
+            let mut ext_total: Vec<(u32, u64)> = Vec::new();
+            for (name, &cap) in &n.extended {
+                let next = ext_ids.len() as u32;
+                let id = *ext_ids.entry(name.clone()).or_insert(next);
+                let used = n.allocated.extended.get(name).copied().unwrap_or(0);
+                ext_free.push((id, cap.saturating_sub(used)));
+                ext_total.push((id, cap));
+            }
+            ext_free.sort_unstable();
+            ext_total.sort_unstable();
+            if n.schedulable {
+                cluster_total[0] += u64::from(n.gpus);
+                cluster_total[1] += n.cpu_milli;
+                cluster_total[2] += n.memory_bytes;
+            }
+            if pool != NO_POOL {
+                let p = &mut pools[pool as usize];
+                p.nodes.push(i as u32);
+                if n.schedulable {
+                    p.total_gpus += u64::from(n.gpus);
+                    p.max_node_gpus = p.max_node_gpus.max(n.gpus);
+                    p.max_node_cpu = p.max_node_cpu.max(n.cpu_milli);
+                    p.max_node_mem = p.max_node_mem.max(n.memory_bytes);
+                }
+            }
+            nodes.push(NodeState {
+                name: n.name.clone(),
+                pool,
+                domain,
+                gpus: n.gpus,
+                free_mask: full_mask & !used_mask,
+                free_cpu: n.cpu_milli.saturating_sub(n.allocated.cpu_milli),
+                free_mem: n.memory_bytes.saturating_sub(n.allocated.memory_bytes),
+                cpu_total: n.cpu_milli,
+                mem_total: n.memory_bytes,
+                ext_free,
+                ext_total,
+                labels: n.labels.clone(),
+                taints: n.taints.clone(),
+                schedulable: n.schedulable,
+                reserved: false,
+            });
+        }
+        for p in &mut pools {
+            p.buckets = vec![BTreeSet::new(); p.max_node_gpus as usize + 1];
+        }
+        let mut index = ClusterIndex {
+            nodes,
+            pools,
+            node_by_name,
+            ext_ids,
+            cluster_total,
+        };
+        for i in 0..index.nodes.len() as u32 {
+            index.insert(i);
+        }
+        Ok(index)
+    }
+
+    pub fn ext_id(&mut self, name: &str) -> u32 {
+        let next = self.ext_ids.len() as u32;
+        *self.ext_ids.entry(name.to_string()).or_insert(next)
+    }
+
+    fn bucket_key(&self, node: u32) -> usize {
+        let n = &self.nodes[node as usize];
+        let p = &self.pools[n.pool as usize];
+        (n.free_gpus() as usize).min(p.buckets.len().saturating_sub(1))
+    }
+
+    fn insert(&mut self, node: u32) {
+        let n = &self.nodes[node as usize];
+        if !n.indexed() {
+            return;
+        }
+        let (pool, domain, free) = (n.pool as usize, n.domain, u64::from(n.free_gpus()));
+        let key = self.bucket_key(node);
+        let p = &mut self.pools[pool];
+        p.buckets[key].insert((domain, node));
+        p.free_gpus += free;
+    }
+
+    fn remove(&mut self, node: u32) {
+        let n = &self.nodes[node as usize];
+        if !n.indexed() {
+            return;
+        }
+        let (pool, domain, free) = (n.pool as usize, n.domain, u64::from(n.free_gpus()));
+        let key = self.bucket_key(node);
+        let p = &mut self.pools[pool];
+        p.buckets[key].remove(&(domain, node));
+        p.free_gpus -= free;
+    }
+
+    /// Takes room for one replica on a node that has it; returns the GPU mask taken.
+    pub fn take(&mut self, node: u32, pod: &PodRequest) -> u64 {
+        let mask = lowest_bits(self.nodes[node as usize].free_mask, pod.gpu);
+        self.apply(node, mask, pod, true);
+        mask
+    }
+
+    /// Takes exactly these GPUs and resources, if they are free.
+    pub fn take_exact(&mut self, node: u32, mask: u64, pod: &PodRequest) -> bool {
+        let n = &self.nodes[node as usize];
+        let ok = n.free_mask & mask == mask
+            && n.free_cpu >= pod.cpu
+            && n.free_mem >= pod.mem
+            && pod.ext.iter().all(|&(id, v)| n.ext_free(id) >= v);
+        if ok {
+            self.apply(node, mask, pod, true);
+        }
+        ok
+    }
+
+    /// Gives back what [`take`] or [`take_exact`] took.
+    pub fn give(&mut self, node: u32, mask: u64, pod: &PodRequest) {
+        self.apply(node, mask, pod, false);
+    }
+
+    fn apply(&mut self, node: u32, mask: u64, pod: &PodRequest, taking: bool) {
+        self.remove(node);
+        let n = &mut self.nodes[node as usize];
+        if taking {
+            n.free_mask &= !mask;
+            n.free_cpu -= pod.cpu;
+            n.free_mem -= pod.mem;
+        } else {
+            n.free_mask |= mask;
+            n.free_cpu += pod.cpu;
+            n.free_mem += pod.mem;
+        }
+        for &(id, v) in &pod.ext {
+            if let Some(e) = n.ext_free.iter_mut().find(|(i, _)| *i == id) {
+                e.1 = if taking { e.1 - v } else { e.1 + v };
+            }
+        }
+        self.insert(node);
+    }
+
+    /// How many replicas of `g` GPUs fit in the pool's free capacity, counting GPUs only.
+    pub fn fits_count(&self, pool: u16, g: u32) -> u64 {
+        let p = &self.pools[pool as usize];
+        if g == 0 {
+            return u64::MAX;
+        }
+        (g as usize..p.buckets.len())
+            .map(|k| p.buckets[k].len() as u64 * (k as u64 / u64::from(g)))
+            .sum()
+    }
+
+    /// The usable node with the most free GPUs (first in order among equals).
+    pub fn largest_free(&self, pool: u16) -> (u32, Option<u32>) {
+        let p = &self.pools[pool as usize];
+        for k in (0..p.buckets.len()).rev() {
+            if let Some(&(_, n)) = p.buckets[k].iter().next() {
+                return (k as u32, Some(n));
+            }
+        }
+        (0, None)
+    }
+
+    /// Finds a node for one replica: the tightest fit by free GPUs (keeps whole nodes free
+    /// for large gangs), preferring `domain` when given.
+    pub fn find_node(
+        &self,
+        pool: u16,
+        pod: &PodRequest,
+        domain: Option<u32>,
+        filter: &NodeFilter<'_>,
+        scan_limit: usize,
+    ) -> Option<u32> {
+        let p = &self.pools[pool as usize];
+        let first = pod.gpu as usize;
+        if first >= p.buckets.len() {
+            return None;
+        }
+        let trivial = filter.is_trivial();
+        let ok = |n: u32| {
+            let node = &self.nodes[n as usize];
+            node.has_room(pod) && ((trivial && node.taints.is_empty()) || filter.admits(node))
+        };
+        if let Some(d) = domain {
+            for bucket in &p.buckets[first..] {
+                for &(_, n) in bucket.range((d, 0)..=(d, u32::MAX)).take(scan_limit) {
+                    if ok(n) {
+                        return Some(n);
+                    }
+                }
+            }
+        }
+        for bucket in &p.buckets[first..] {
+            for &(_, n) in bucket.iter().take(scan_limit) {
+                if ok(n) {
+                    return Some(n);
+                }
+            }
+        }
+        None
+    }
+
+    /// Whether some schedulable node of the pool could hold the replica when empty.
+    pub fn could_ever_hold(&self, pool: u16, pod: &PodRequest, filter: &NodeFilter<'_>) -> bool {
+        let p = &self.pools[pool as usize];
+        if pod.gpu > p.max_node_gpus || pod.cpu > p.max_node_cpu || pod.mem > p.max_node_mem {
+            return false;
+        }
+        if filter.is_trivial() && pod.ext.is_empty() {
+            return p.nodes.iter().any(|&n| {
+                self.nodes[n as usize].taints.is_empty() && self.nodes[n as usize].schedulable
+            });
+        }
+        p.nodes.iter().any(|&n| {
+            let node = &self.nodes[n as usize];
+            node.schedulable
+                && node.gpus >= pod.gpu
+                && node.cpu_total >= pod.cpu
+                && node.mem_total >= pod.mem
+                && filter.admits(node)
+                && pod
+                    .ext
+                    .iter()
+                    .all(|&(id, v)| node.ext_total.iter().any(|&(i, cap)| i == id && cap >= v))
+        })
+    }
+
+    /// Chooses nodes to reserve for a blocked gang: the nodes with the most free GPUs
+    /// (full ones too: nothing new lands on a reserved node, so it only drains), until the
+    /// gang has a concrete packing on their full capacity. Returns the nodes and that
+    /// packing (group, node) per replica in placement order, or None when no such set is
+    /// found (the gang cannot be helped by waiting; it then reserves nothing and blocks
+    /// nobody).
+    pub fn reservation_plan(
+        &self,
+        pool: u16,
+        groups: &[(u32, PodRequest)],
+        order: &[u16],
+        filter: &NodeFilter<'_>,
+    ) -> Option<ReservationPlan> {
+        /// Nodes tried beyond the first set that could hold the gang by GPU count.
+        const EXTRA_NODES: usize = 16;
+        let p = &self.pools[pool as usize];
+        let total: u64 = groups
+            .iter()
+            .map(|(c, pod)| u64::from(*c) * u64::from(pod.gpu))
+            .sum();
+        if total == 0 {
+            return None;
+        }
+        let mut chosen: Vec<u32> = Vec::new();
+        let mut capacity = 0u64;
+        let mut extra = 0;
+        for k in (0..p.buckets.len()).rev() {
+            for &(_, n) in &p.buckets[k] {
+                let node = &self.nodes[n as usize];
+                if !(filter.admits(node) || filter.is_trivial() && node.taints.is_empty()) {
+                    continue;
+                }
+                chosen.push(n);
+                capacity += u64::from(node.gpus);
+                if capacity < total {
+                    continue;
+                }
+                if let Some(plan) = self.pack_on_empty(&chosen, groups, order) {
+                    return Some((chosen, plan));
+                }
+                extra += 1;
+                if extra > EXTRA_NODES {
+                    return None;
+                }
+            }
+        }
+        None
+    }
+
+    /// Best-fit decreasing of the gang on these nodes as if they were empty.
+    fn pack_on_empty(
+        &self,
+        nodes: &[u32],
+        groups: &[(u32, PodRequest)],
+        order: &[u16],
+    ) -> Option<Vec<(u16, u32)>> {
+        let mut room: Vec<Room> = nodes
+            .iter()
+            .map(|&n| {
+                let node = &self.nodes[n as usize];
+                (
+                    u64::from(node.gpus),
+                    node.cpu_total,
+                    node.mem_total,
+                    node.ext_total.clone(),
+                )
+            })
+            .collect();
+        let mut plan = Vec::new();
+        for &gi in order {
+            let (count, pod) = &groups[gi as usize];
+            for _ in 0..*count {
+                let best =
+                    room.iter()
+                        .enumerate()
+                        .filter(|(_, r)| {
+                            r.0 >= u64::from(pod.gpu)
+                                && r.1 >= pod.cpu
+                                && r.2 >= pod.mem
+                                && pod.ext.iter().all(|&(id, v)| {
+                                    r.3.iter().any(|&(i, free)| i == id && free >= v)
+                                })
+                        })
+                        .min_by_key(|(i, r)| (r.0, *i))
+                        .map(|(i, _)| i)?;
+                let r = &mut room[best];
+                r.0 -= u64::from(pod.gpu);
+                r.1 -= pod.cpu;
+                r.2 -= pod.mem;
+                for &(id, v) in &pod.ext {
+                    if let Some(e) = r.3.iter_mut().find(|(i, _)| *i == id) {
+                        e.1 -= v;
+                    }
+                }
+                plan.push((gi, nodes[best]));
+            }
+        }
+        Some(plan)
+    }
+
+    /// Whether nothing at all is allocated on the node.
+    pub fn node_is_empty(&self, n: u32) -> bool {
+        let node = &self.nodes[n as usize];
+        node.free_gpus() == node.gpus
+            && node.free_cpu == node.cpu_total
+            && node.free_mem == node.mem_total
+            && node.ext_free == node.ext_total
+    }
+
+    /// Takes the nodes out of backfill for `job`.
+    pub fn reserve_nodes(&mut self, pool: u16, job: &str, nodes: Vec<u32>) {
+        for &n in &nodes {
+            self.remove(n);
+            self.nodes[n as usize].reserved = true;
+        }
+        self.pools[pool as usize]
+            .reservations
+            .push((job.to_string(), nodes));
+    }
+
+    /// Gives every reserved node back to backfill.
+    pub fn clear_reservations(&mut self) {
+        for pool in 0..self.pools.len() {
+            let reservations = std::mem::take(&mut self.pools[pool].reservations);
+            for (_, nodes) in reservations {
+                for n in nodes {
+                    self.nodes[n as usize].reserved = false;
+                    self.insert(n);
+                }
+            }
+        }
+    }
+}

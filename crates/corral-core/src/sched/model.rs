@@ -1,0 +1,397 @@
+//! What the scheduler reads: the cluster snapshot, jobs, queues, node pools and its settings.
+//!
+//! Time is plain `u64` milliseconds since the Unix epoch ([`Millis`]); the core never reads a
+//! clock, the shell passes `now`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Milliseconds since the Unix epoch. The scheduler's only notion of time.
+pub type Millis = u64;
+
+/// Everything the scheduler knows about the cluster at the start of a cycle.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ClusterSnapshot {
+    pub nodes: Vec<Node>,
+    /// Node pools; when empty, every GPU type forms its own pool named after the type
+    /// (CPU-only nodes form the pool `cpu`).
+    #[serde(default)]
+    pub pools: Vec<NodePoolConfig>,
+    #[serde(default)]
+    pub queues: Vec<QueueConfig>,
+    /// Jobs admitted earlier, with where their replicas run.
+    #[serde(default)]
+    pub running: Vec<RunningJob>,
+}
+
+/// One machine.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Node {
+    pub name: String,
+    #[serde(default)]
+    pub gpu_type: Option<String>,
+    /// GPUs on the node, with indices `0..gpus` (at most 64).
+    #[serde(default)]
+    pub gpus: u32,
+    pub cpu_milli: u64,
+    pub memory_bytes: u64,
+    /// Other countable resources the node offers (e.g. `rdma/hca`).
+    #[serde(default)]
+    pub extended: BTreeMap<String, u64>,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Topology domain (rack, NVLink/IB island); replicas of a gang prefer one domain.
+    #[serde(default)]
+    pub topology: Option<String>,
+    /// False when cordoned: nothing new lands here, running work stays.
+    #[serde(default = "yes")]
+    pub schedulable: bool,
+    /// Taints (`key=value:effect` or any string); only jobs tolerating all of them land here.
+    #[serde(default)]
+    pub taints: Vec<String>,
+    /// What is in use on the node by work the scheduler does not manage.
+    #[serde(default)]
+    pub allocated: NodeAllocation,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Resources in use on a node by something other than the scheduler's running jobs.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NodeAllocation {
+    #[serde(default)]
+    pub cpu_milli: u64,
+    #[serde(default)]
+    pub memory_bytes: u64,
+    #[serde(default)]
+    pub gpu_indices: Vec<u32>,
+    #[serde(default)]
+    pub extended: BTreeMap<String, u64>,
+}
+
+/// Nodes of one GPU type (Kueue: ResourceFlavor). A node belongs to the first pool, in the
+/// given order, whose GPU type and selector it matches.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NodePoolConfig {
+    pub name: String,
+    #[serde(default)]
+    pub gpu_type: Option<String>,
+    #[serde(default)]
+    pub node_selector: BTreeMap<String, String>,
+}
+
+/// An amount of the three quota-managed resources. `u64::MAX` means unlimited.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ResourceAmount {
+    #[serde(default)]
+    pub gpu: u64,
+    #[serde(default)]
+    pub cpu_milli: u64,
+    #[serde(default)]
+    pub memory_bytes: u64,
+}
+
+impl ResourceAmount {
+    pub const ZERO: ResourceAmount = ResourceAmount {
+        gpu: 0,
+        cpu_milli: 0,
+        memory_bytes: 0,
+    };
+    pub const UNLIMITED: ResourceAmount = ResourceAmount {
+        gpu: u64::MAX,
+        cpu_milli: u64::MAX,
+        memory_bytes: u64::MAX,
+    };
+    /// Only GPUs limited; CPU and memory unlimited.
+    pub fn gpus(gpu: u64) -> Self {
+        ResourceAmount {
+            gpu,
+            ..Self::UNLIMITED
+        }
+    }
+    pub(crate) fn as_array(self) -> [u64; 3] {
+        [self.gpu, self.cpu_milli, self.memory_bytes]
+    }
+    pub(crate) fn from_array(a: [u64; 3]) -> Self {
+        ResourceAmount {
+            gpu: a[0],
+            cpu_milli: a[1],
+            memory_bytes: a[2],
+        }
+    }
+}
+
+/// A team's queue: quota per node pool, borrowing within its cohort, fair-share weight.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct QueueConfig {
+    pub name: String,
+    /// Queues of one cohort lend each other unused quota.
+    #[serde(default)]
+    pub cohort: Option<String>,
+    /// Fair-share weight (0 is read as 1).
+    #[serde(default = "one")]
+    pub weight: u32,
+    /// Quota by pool name. A pool not listed has a nominal quota of zero (borrowing only).
+    #[serde(default)]
+    pub quotas: BTreeMap<String, PoolQuota>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// A queue's quota in one pool (Kueue's semantics).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PoolQuota {
+    /// What the queue is guaranteed (unless it lends it and the borrower is reclaimed).
+    pub nominal: ResourceAmount,
+    /// How much above nominal the queue may borrow from its cohort (none: no limit).
+    #[serde(default)]
+    pub borrowing_limit: Option<ResourceAmount>,
+    /// How much of its unused nominal quota others in the cohort may borrow (none: all).
+    #[serde(default)]
+    pub lending_limit: Option<ResourceAmount>,
+}
+
+/// One role's replicas: `count` identical replicas.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReplicaGroup {
+    pub role: String,
+    #[serde(default = "one")]
+    pub count: u32,
+    #[serde(default)]
+    pub cpu_milli: u64,
+    #[serde(default)]
+    pub memory_bytes: u64,
+    #[serde(default)]
+    pub gpu: u32,
+    /// GPU types this group may run on; empty means any.
+    #[serde(default)]
+    pub allowed_gpu_types: Vec<String>,
+    #[serde(default)]
+    pub extended: BTreeMap<String, u64>,
+}
+
+/// A job waiting for admission: a gang of replica groups, all placed or none.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JobRequest {
+    /// Unique key, e.g. `namespace/name`.
+    pub key: String,
+    pub queue: String,
+    #[serde(default)]
+    pub priority: i32,
+    #[serde(default)]
+    pub submit_time: Millis,
+    pub groups: Vec<ReplicaGroup>,
+    /// Measured throughput (steps/s) per GPU type, e.g. from Gavel's matrix. Types missing
+    /// here rank below types with a measurement.
+    #[serde(default)]
+    pub throughput: BTreeMap<String, f64>,
+    /// Whether the job may be preempted (checkpointing jobs: yes).
+    #[serde(default = "yes")]
+    pub preemptible: bool,
+    #[serde(default)]
+    pub node_selector: BTreeMap<String, String>,
+    #[serde(default)]
+    pub tolerations: Vec<String>,
+}
+
+/// A job admitted earlier and where its replicas run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RunningJob {
+    pub request: JobRequest,
+    pub placements: Vec<super::ReplicaPlacement>,
+    #[serde(default)]
+    pub admitted_at: Millis,
+}
+
+/// Scheduler settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct SchedulerConfig {
+    /// A job admitted less than this long ago is not preempted (breaks preemption loops).
+    pub preemption_protection_ms: Millis,
+    /// Preemption searches per cycle (each costs a victim search); bounds cycle time.
+    pub max_preemption_attempts: u32,
+    /// Blocked gangs per pool that get nodes reserved (backfill may not use them).
+    pub reservations_per_pool: u32,
+    /// Relative speed of each GPU type, for jobs without measured throughput
+    /// (default: all equal).
+    pub gpu_type_speed: BTreeMap<String, f64>,
+    /// At most this many nodes are examined per bucket when looking for a node for one
+    /// replica (kube-scheduler's percentageOfNodesToScore, as a count).
+    pub node_scan_limit: u32,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig {
+            preemption_protection_ms: 5 * 60 * 1000,
+            max_preemption_attempts: 32,
+            reservations_per_pool: 1,
+            gpu_type_speed: BTreeMap::new(),
+            node_scan_limit: 256,
+        }
+    }
+}
+
+/// Why the scheduler could not be set up or a job not be accepted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SchedError {
+    DuplicateNode(String),
+    TooManyGpus {
+        node: String,
+        gpus: u32,
+    },
+    DuplicateJob(String),
+    UnknownNode {
+        job: String,
+        node: String,
+    },
+    /// A running job's placement does not fit its node (the snapshot is inconsistent).
+    Overcommitted {
+        job: String,
+        node: String,
+    },
+    InvalidQuantity {
+        job: String,
+        what: String,
+        message: String,
+    },
+    EmptyJob(String),
+}
+
+impl fmt::Display for SchedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SchedError::DuplicateNode(n) => write!(f, "node {n} appears twice in the snapshot"),
+            SchedError::TooManyGpus { node, gpus } => {
+                write!(f, "node {node} has {gpus} GPUs; at most 64 are supported")
+            }
+            SchedError::DuplicateJob(j) => write!(f, "job {j} is already known"),
+            SchedError::UnknownNode { job, node } => {
+                write!(
+                    f,
+                    "job {job} runs on node {node}, which is not in the snapshot"
+                )
+            }
+            SchedError::Overcommitted { job, node } => write!(
+                f,
+                "job {job} does not fit on node {node} next to what is already allocated there"
+            ),
+            SchedError::InvalidQuantity { job, what, message } => {
+                write!(f, "job {job}: {what}: {message}")
+            }
+            SchedError::EmptyJob(j) => write!(f, "job {j} has no replicas"),
+        }
+    }
+}
+
+impl std::error::Error for SchedError {}
+
+impl JobRequest {
+    /// Maps a TrainingJob onto what the scheduler needs. The key is `namespace/name`; the
+    /// queue is `spec.queue` or `default`. Priority comes from the PriorityClass, which the
+    /// caller resolves.
+    pub fn from_training_job(
+        job: &corral_api::TrainingJob,
+        priority: i32,
+        submit_time: Millis,
+    ) -> Result<JobRequest, SchedError> {
+        let key = format!(
+            "{}/{}",
+            job.metadata.namespace_or_default(),
+            job.metadata.name
+        );
+        let invalid = |what: String, message: String| SchedError::InvalidQuantity {
+            job: key.clone(),
+            what,
+            message,
+        };
+        let to_u64 = |v: u128, what: &str| {
+            u64::try_from(v).map_err(|_| invalid(what.to_string(), "too large".to_string()))
+        };
+        let mut groups = Vec::with_capacity(job.spec.replicas.len());
+        for (role, spec) in &job.spec.replicas {
+            let r = &spec.resources;
+            let role = role.as_str();
+            let cpu_milli = match &r.cpu {
+                Some(q) => to_u64(
+                    q.milli()
+                        .map_err(|e| invalid(format!("{role} cpu"), e.to_string()))?,
+                    "cpu",
+                )?,
+                None => 0,
+            };
+            let memory_bytes = match &r.memory {
+                Some(q) => to_u64(
+                    q.units()
+                        .map_err(|e| invalid(format!("{role} memory"), e.to_string()))?,
+                    "memory",
+                )?,
+                None => 0,
+            };
+            let mut extended = BTreeMap::new();
+            for (name, q) in &r.extended {
+                let v = q
+                    .units()
+                    .map_err(|e| invalid(format!("{role} {name}"), e.to_string()))?;
+                extended.insert(name.clone(), to_u64(v, name)?);
+            }
+            groups.push(ReplicaGroup {
+                role: role.to_string(),
+                count: spec.count,
+                cpu_milli,
+                memory_bytes,
+                gpu: r.gpu,
+                allowed_gpu_types: r.gpu_types.clone(),
+                extended,
+            });
+        }
+        if groups.iter().all(|g| g.count == 0) {
+            return Err(SchedError::EmptyJob(key));
+        }
+        Ok(JobRequest {
+            queue: job
+                .spec
+                .queue
+                .clone()
+                .unwrap_or_else(|| corral_api::DEFAULT_QUEUE.to_string()),
+            key,
+            priority,
+            submit_time,
+            groups,
+            throughput: BTreeMap::new(),
+            preemptible: true,
+            node_selector: BTreeMap::new(),
+            tolerations: Vec::new(),
+        })
+    }
+
+    /// GPUs the whole gang needs.
+    pub fn total_gpus(&self) -> u64 {
+        self.groups
+            .iter()
+            .map(|g| u64::from(g.gpu) * u64::from(g.count))
+            .sum()
+    }
+
+    /// Replicas (pods) in the gang.
+    pub fn total_replicas(&self) -> u64 {
+        self.groups.iter().map(|g| u64::from(g.count)).sum()
+    }
+}

@@ -1,0 +1,85 @@
+//! What a scheduling cycle decides.
+
+use serde::{Deserialize, Serialize};
+
+use super::explain::{PendingReason, PreemptionReason};
+
+/// Where one replica runs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReplicaPlacement {
+    pub role: String,
+    /// Index of the replica within its role (`<job>-<role>-<index>`).
+    pub index: u32,
+    pub node: String,
+    /// GPU indices on the node, ascending.
+    #[serde(default)]
+    pub gpu_indices: Vec<u32>,
+}
+
+/// A whole job may start now, with every replica placed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Admission {
+    pub job: String,
+    pub pool: String,
+    pub gpu_type: Option<String>,
+    pub placements: Vec<ReplicaPlacement>,
+}
+
+/// An admitted job must stop (SIGTERM with grace) and go back to its queue.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Preemption {
+    pub job: String,
+    pub reason: PreemptionReason,
+}
+
+/// A job that stays pending, and why.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingJob {
+    pub job: String,
+    pub reason: PendingReason,
+}
+
+/// Per-cycle counters. The core has no clock: the shell measures the cycle's latency around
+/// the call and reports it next to these.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CycleCounters {
+    /// Jobs the cycle tried to admit.
+    pub attempts: u64,
+    pub admitted: u64,
+    pub preempted: u64,
+    pub pending: u64,
+    /// Replicas placed.
+    pub pods_placed: u64,
+    /// Jobs for which a victim search ran.
+    pub preemption_searches: u64,
+    /// Node reservations made for blocked gangs.
+    pub reservations: u64,
+}
+
+/// Everything one cycle decided.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CycleOutcome {
+    pub admitted: Vec<Admission>,
+    pub preempted: Vec<Preemption>,
+    pub pending: Vec<PendingJob>,
+    pub counters: CycleCounters,
+}
+
+/// The decision for one job on the single-job fast path.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "decision")]
+pub enum Decision {
+    Admitted {
+        admission: Admission,
+        preempted: Vec<Preemption>,
+    },
+    Pending {
+        reason: PendingReason,
+    },
+}

@@ -1,0 +1,40 @@
+//! `corral-sim`: replays real GPU-cluster traces through scheduling policies - Corral's own
+//! scheduler core and faithful baselines - on a simulated clock and cluster.
+//!
+//! Deterministic: no wall clock, no threads, no hash-map iteration order in decisions; the
+//! only randomness is a seeded RNG (Gavel's FIFO picks a random GPU type). Timing and
+//! progress bars live in the CLI.
+//!
+//! Layout: [`trace`] parses traces into [`SimJob`]s, [`cluster`] builds the simulated
+//! cluster, [`engine`] advances a round-based clock (job progress in steps, restart cost and
+//! checkpoint loss on preemption), [`policy`] holds the policies ([`corral_policy`] is the
+//! one adapter to corral-core's scheduler), [`metrics`] and [`report`] summarise.
+
+pub mod cluster;
+pub mod corral_policy;
+pub mod engine;
+pub mod job;
+pub mod metrics;
+pub mod policy;
+pub mod report;
+pub mod rng;
+pub mod trace;
+
+pub use cluster::{Cluster, ClusterSpec};
+pub use engine::{EngineConfig, SimResult, simulate};
+pub use job::{SimJob, Throughput};
+pub use metrics::PolicyMetrics;
+pub use policy::{Policy, PolicyKind};
+
+/// Runs one policy and summarises it.
+pub fn run_policy(
+    jobs: &[SimJob],
+    cluster: &Cluster,
+    policy: &mut dyn Policy,
+    cfg: &EngineConfig,
+    progress: &mut dyn FnMut(f64),
+) -> Result<(SimResult, PolicyMetrics), String> {
+    let r = simulate(jobs, cluster, policy, cfg, progress)?;
+    let m = metrics::summarize(jobs, cluster, &r);
+    Ok((r, m))
+}
