@@ -38,7 +38,10 @@ fn arb_nodes() -> impl Strategy<Value = Vec<Node>> {
 }
 
 /// (nominal GPUs per type, borrowing limit, lending limit) per queue.
-fn arb_queues() -> impl Strategy<Value = (bool, Vec<(u64, Option<u64>, Option<u64>)>)> {
+/// (nominal GPUs per type, borrowing limit, lending limit) of one queue.
+type QueueSpec = (u64, Option<u64>, Option<u64>);
+
+fn arb_queues() -> impl Strategy<Value = (bool, Vec<QueueSpec>)> {
     (
         any::<bool>(),
         prop::collection::vec(
@@ -186,6 +189,7 @@ fn check_invariants(
         prop_assert!(cpu.get(n.name.as_str()).copied().unwrap_or(0) <= n.cpu_milli);
         prop_assert!(mem.get(n.name.as_str()).copied().unwrap_or(0) <= n.memory_bytes);
     }
+    #[allow(clippy::needless_range_loop)] // ti indexes usage rows per type
     for ti in 0..2 {
         let mut cohort_used = 0u64;
         let mut cohort_cap = 0u64;
