@@ -1,8 +1,10 @@
 //! `corral`: the command-line entry point. Subcommands read files, call corral-api and
 //! corral-core, and print; no scheduling or validation logic lives here.
 
+mod bench;
 mod explain;
 mod input;
+mod plan;
 
 use std::process::ExitCode;
 
@@ -48,6 +50,52 @@ enum Command {
         #[arg(short, long, value_enum, default_value_t = Format::Yaml)]
         output: Format,
     },
+    /// Run one real scheduling cycle over the files' jobs, queues, pools and priority
+    /// classes, and show what would be admitted where (down to GPU indices) and why the
+    /// rest waits.
+    Plan {
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<String>,
+        /// Nodes per pool, e.g. `h100=2,a100=4` (pools not named get --default-nodes).
+        #[arg(long, value_name = "POOL=COUNT")]
+        nodes: Vec<String>,
+        #[arg(long, default_value_t = 2)]
+        default_nodes: u32,
+        /// CPU cores per node.
+        #[arg(long, default_value_t = 128)]
+        node_cpu: u64,
+        /// Memory per node in GiB.
+        #[arg(long, default_value_t = 1024)]
+        node_memory_gib: u64,
+    },
+    /// Benchmarks that print JSON.
+    Bench {
+        #[command(subcommand)]
+        which: BenchCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// A full scheduling pass over a generated cluster and workload, then one-job decisions.
+    Scheduler {
+        #[arg(long, default_value_t = 10_000)]
+        nodes: usize,
+        #[arg(long, default_value_t = 100_000)]
+        jobs: usize,
+        #[arg(long, default_value_t = 4)]
+        gpu_types: usize,
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        /// Output format (JSON only).
+        #[arg(long, value_enum, default_value_t = BenchOutput::Json)]
+        output: BenchOutput,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum BenchOutput {
+    Json,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -68,6 +116,48 @@ fn main() -> ExitCode {
         Command::Crd { output } => {
             let crds: Vec<Value> = corral_api::crd::all_crds();
             print_values(&crds, output)
+        }
+        Command::Plan {
+            files,
+            nodes,
+            default_nodes,
+            node_cpu,
+            node_memory_gib,
+        } => {
+            let args = plan::PlanArgs {
+                files: &files,
+                nodes: &nodes,
+                default_nodes,
+                node_cpu,
+                node_memory_gib,
+            };
+            match plan::run(&args) {
+                Ok(text) => {
+                    print!("{text}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("{e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Bench {
+            which:
+                BenchCommand::Scheduler {
+                    nodes,
+                    jobs,
+                    gpu_types,
+                    seed,
+                    output: BenchOutput::Json,
+                },
+        } => {
+            if nodes == 0 || jobs == 0 || gpu_types == 0 {
+                eprintln!("--nodes, --jobs and --gpu-types must be at least 1");
+                return ExitCode::FAILURE;
+            }
+            let result = bench::scheduler_bench(nodes, jobs, gpu_types, seed);
+            print_values(&[result], Format::Json)
         }
     }
 }

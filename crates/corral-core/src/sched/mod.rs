@@ -37,6 +37,7 @@
 
 mod cycle;
 mod explain;
+mod from_api;
 mod index;
 mod model;
 mod outcome;
@@ -47,6 +48,7 @@ pub mod workload;
 
 pub use cycle::Scheduler;
 pub use explain::{Blocker, Needs, PendingReason, PreemptionReason, QuotaResource};
+pub use from_api::{known_gpu_speed, known_gpu_speeds, priority_of};
 pub use model::{
     ClusterSnapshot, JobRequest, Millis, Node, NodeAllocation, NodePoolConfig, PoolQuota,
     QueueConfig, ReplicaGroup, ResourceAmount, RunningJob, SchedError, SchedulerConfig,

@@ -1,0 +1,199 @@
+//! `corral sim`: replays a cluster trace through Corral's scheduler and baseline policies on
+//! a simulated clock and cluster (crate `corral-sim`), and prints a table, JSON or an HTML
+//! report. Wall-clock timing and the progress bar live here, not in the library.
+
+use std::path::Path;
+use std::time::Instant;
+
+use corral_sim::cluster::ClusterSpec;
+use corral_sim::trace::{self, Format};
+use corral_sim::{EngineConfig, PolicyKind, SimJob, report};
+
+/// Arguments of `corral sim`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SimArgs {
+    /// The trace file (e.g. ../shared/traces/gavel/dev-seed1.trace).
+    #[arg(long, value_name = "FILE")]
+    pub trace: String,
+    /// Trace format: gavel or philly (guessed from the file name when left out).
+    #[arg(long, value_name = "FORMAT")]
+    pub format: Option<String>,
+    /// Gavel's throughput matrix (default: simulation_throughputs.json next to the trace).
+    #[arg(long, value_name = "FILE")]
+    pub throughputs: Option<String>,
+    /// GPUs per type, e.g. `k80:12,p100:12,v100:12` or `v100:64/8` (64 GPUs on 8-GPU nodes).
+    /// Default: k80:12,p100:12,v100:12 for Gavel traces, gpu:2048/8 otherwise.
+    #[arg(long, value_name = "TYPE:GPUS,...", conflicts_with = "cluster_file")]
+    pub cluster: Option<String>,
+    /// A YAML cluster file (pools of gpu_type with gpus or nodes, gpus_per_node).
+    #[arg(long, value_name = "FILE")]
+    pub cluster_file: Option<String>,
+    /// GPUs per node for `--cluster` entries that do not say.
+    #[arg(long, default_value_t = 1)]
+    pub gpus_per_node: u32,
+    /// Policy name, comma-separated names, or `all`: corral, fifo, sjf, las,
+    /// max_min_fairness, max_min_fairness_perf (gavel).
+    #[arg(long, default_value = "all")]
+    pub policy: String,
+    /// Round length in seconds.
+    #[arg(long, default_value_t = 360.0)]
+    pub round_s: f64,
+    /// Seconds a preempted or migrated job spends restarting (checkpoint + restart).
+    #[arg(long, default_value_t = 30.0)]
+    pub restart_s: f64,
+    /// Productive seconds between checkpoints; work since the last one is lost on
+    /// preemption (0: jobs checkpoint when stopped).
+    #[arg(long, default_value_t = 600.0)]
+    pub checkpoint_s: f64,
+    /// Seed of the random choices (Gavel's FIFO picks random GPU types).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Simulate only the first N jobs of the trace.
+    #[arg(long, value_name = "N")]
+    pub limit: Option<usize>,
+    /// Output: table, json or html.
+    #[arg(long, default_value = "table", value_parser = ["table", "json", "html"])]
+    pub output: String,
+    /// Also write report.html and results.json into this directory.
+    #[arg(long, value_name = "DIR")]
+    pub report: Option<String>,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+fn read(path: &str) -> Result<String, String> {
+    std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))
+}
+
+fn load_jobs(args: &SimArgs, format: Format) -> Result<Vec<SimJob>, String> {
+    let text = read(&args.trace)?;
+    match format {
+        Format::Gavel => {
+            let tp = match &args.throughputs {
+                Some(p) => p.clone(),
+                None => Path::new(&args.trace)
+                    .with_file_name("simulation_throughputs.json")
+                    .to_string_lossy()
+                    .into_owned(),
+            };
+            let t = trace::gavel::Throughputs::parse(&read(&tp)?, &tp)?;
+            let mut jobs = trace::gavel::parse_trace(&text, &args.trace, &t)?;
+            if let Some(n) = args.limit {
+                jobs.truncate(n);
+            }
+            Ok(jobs)
+        }
+        Format::Philly => trace::philly::parse(&text, &args.trace, args.limit),
+    }
+}
+
+/// Runs the simulation and returns the rendered output (table, JSON or HTML).
+pub fn run(args: SimArgs) -> Result<String, String> {
+    let format = match &args.format {
+        Some(f) => Format::parse(f)?,
+        None => Format::guess(&args.trace).ok_or_else(|| {
+            format!("{}: cannot tell the trace format; give --format", args.trace)
+        })?,
+    };
+    let spec = match (&args.cluster, &args.cluster_file) {
+        (_, Some(f)) => ClusterSpec::parse_yaml(&read(f)?, f)?,
+        (Some(c), None) => ClusterSpec::parse_flag(c, args.gpus_per_node)?,
+        (None, None) => {
+            let default = match format {
+                Format::Gavel => "k80:12,p100:12,v100:12",
+                Format::Philly => "gpu:2048/8",
+            };
+            ClusterSpec::parse_flag(default, args.gpus_per_node)?
+        }
+    };
+    let cluster = spec.build()?;
+    let kinds = PolicyKind::parse_list(&args.policy)?;
+    let t0 = Instant::now();
+    let jobs = load_jobs(&args, format)?;
+    let parse_s = t0.elapsed().as_secs_f64();
+    let cfg = EngineConfig {
+        round_s: args.round_s,
+        restart_s: args.restart_s,
+        checkpoint_s: args.checkpoint_s,
+        seed: args.seed,
+    };
+    let mut results = Vec::new();
+    let mut metrics = Vec::new();
+    let mut timing = Vec::new();
+    for kind in kinds {
+        let mut policy = kind.build(args.seed);
+        let bar = if args.quiet {
+            indicatif::ProgressBar::hidden()
+        } else {
+            indicatif::ProgressBar::new(1000)
+        };
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{prefix:>22} [{bar:40}] {percent:>3}% {elapsed_precise} eta {eta}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        );
+        bar.set_prefix(kind.name());
+        let start = Instant::now();
+        let (r, m) = corral_sim::run_policy(&jobs, &cluster, policy.as_mut(), &cfg, &mut |f| {
+            bar.set_position((f * 1000.0) as u64)
+        })?;
+        bar.finish_and_clear();
+        let wall = start.elapsed().as_secs_f64();
+        timing.push((wall, m.jobs_completed as f64 / wall.max(1e-9)));
+        results.push(r);
+        metrics.push(m);
+    }
+    let json = {
+        let arr: Vec<serde_json::Value> = metrics
+            .iter()
+            .zip(&timing)
+            .map(|(m, (wall, jps))| {
+                let mut v = serde_json::to_value(m).unwrap_or_default();
+                if let Some(o) = v.as_object_mut() {
+                    o.insert("wall_s".into(), serde_json::json!(wall));
+                    o.insert("jobs_per_s".into(), serde_json::json!(jps));
+                }
+                v
+            })
+            .collect();
+        serde_json::to_string_pretty(&arr).map_err(|e| e.to_string())?
+    };
+    let title = format!(
+        "corral sim: {} ({} jobs) on {} ({} GPUs), {} s rounds, restart {} s, checkpoint every {} s",
+        args.trace,
+        jobs.len(),
+        cluster.describe(),
+        cluster.total_gpus(),
+        args.round_s,
+        args.restart_s,
+        args.checkpoint_s
+    );
+    let arrivals: Vec<f64> = jobs.iter().map(|j| j.arrival_s).collect();
+    let html = || report::html(&title, &metrics, &results, &arrivals);
+    if let Some(dir) = &args.report {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{dir}: {e}"))?;
+        let p = Path::new(dir);
+        std::fs::write(p.join("report.html"), html())
+            .map_err(|e| format!("{dir}/report.html: {e}"))?;
+        std::fs::write(p.join("results.json"), &json)
+            .map_err(|e| format!("{dir}/results.json: {e}"))?;
+    }
+    Ok(match args.output.as_str() {
+        "json" => json + "\n",
+        "html" => html(),
+        _ => {
+            let mut s = format!("{title}\n\n{}", report::table(&metrics));
+            s.push_str(&format!("\nparsed the trace in {parse_s:.2} s\n"));
+            for (m, (wall, jps)) in metrics.iter().zip(&timing) {
+                s.push_str(&format!(
+                    "{:<22} simulated in {wall:.2} s: {jps:.0} jobs/s\n",
+                    m.policy
+                ));
+            }
+            s
+        }
+    })
+}
