@@ -132,10 +132,7 @@ fn main() -> ExitCode {
                 node_memory_gib,
             };
             match plan::run(&args) {
-                Ok(text) => {
-                    print!("{text}");
-                    ExitCode::SUCCESS
-                }
+                Ok(text) => emit(&text),
                 Err(e) => {
                     eprintln!("{e}");
                     ExitCode::FAILURE
@@ -165,6 +162,7 @@ fn main() -> ExitCode {
 fn validate(files: &[String], quiet: bool) -> ExitCode {
     let ctx = ValidationContext::default();
     let mut failed = false;
+    let mut report = String::new();
     // Documents of all files form one context, so a Queue may name a NodePool of another file.
     let mut loaded = Vec::new();
     for f in files {
@@ -183,7 +181,7 @@ fn validate(files: &[String], quiet: bool) -> ExitCode {
             match result {
                 Ok(parsed) => {
                     if !quiet {
-                        println!("{name}: {}", explain::summary(&parsed));
+                        report.push_str(&format!("{name}: {}\n", explain::summary(&parsed)));
                     }
                 }
                 Err(e) => {
@@ -193,11 +191,8 @@ fn validate(files: &[String], quiet: bool) -> ExitCode {
             }
         }
     }
-    if failed {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    }
+    let printed = emit(&report);
+    if failed { ExitCode::FAILURE } else { printed }
 }
 
 fn convert(file: &str, output: Format, with_defaults: bool) -> ExitCode {
@@ -234,6 +229,7 @@ fn convert(file: &str, output: Format, with_defaults: bool) -> ExitCode {
 }
 
 fn print_values(values: &[Value], format: Format) -> ExitCode {
+    let mut text = String::new();
     match format {
         Format::Json => {
             let v = if values.len() == 1 {
@@ -242,7 +238,10 @@ fn print_values(values: &[Value], format: Format) -> ExitCode {
                 serde_json::json!({"apiVersion": "v1", "kind": "List", "items": values})
             };
             match serde_json::to_string_pretty(&v) {
-                Ok(s) => println!("{s}"),
+                Ok(s) => {
+                    text.push_str(&s);
+                    text.push('\n');
+                }
                 Err(e) => {
                     eprintln!("cannot print JSON: {e}");
                     return ExitCode::FAILURE;
@@ -252,10 +251,10 @@ fn print_values(values: &[Value], format: Format) -> ExitCode {
         Format::Yaml => {
             for (i, v) in values.iter().enumerate() {
                 if i > 0 {
-                    println!("---");
+                    text.push_str("---\n");
                 }
                 match serde_saphyr::to_string(v) {
-                    Ok(s) => print!("{s}"),
+                    Ok(s) => text.push_str(&s),
                     Err(e) => {
                         eprintln!("cannot print YAML: {e}");
                         return ExitCode::FAILURE;
@@ -264,5 +263,20 @@ fn print_values(values: &[Value], format: Format) -> ExitCode {
             }
         }
     }
-    ExitCode::SUCCESS
+    emit(&text)
+}
+
+/// Writes to stdout. A reader that went away (`corral crd | head`) ends the output quietly,
+/// as every Unix tool does, instead of a panic.
+fn emit(text: &str) -> ExitCode {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("cannot write output: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }

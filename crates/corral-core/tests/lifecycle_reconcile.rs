@@ -10,8 +10,8 @@ use corral_api::training_job::{
     RestartPolicy, Role, SuccessPolicy, TrainingJob,
 };
 use corral_core::lifecycle::{
-    Action, Admission, AdmissionState, FailureReason, Incarnation, ObservedReplica, ReplicaPhase,
-    StopReason, reconcile,
+    Action, AdmissionState, FailureReason, Incarnation, ObservedReplica, ReplicaPhase, StopReason,
+    reconcile,
 };
 
 use support::*;
@@ -65,7 +65,8 @@ fn placement_missing_a_replica_starts_nothing() {
     let AdmissionState::Admitted(mut a) = admit_all(&w.job) else {
         unreachable!()
     };
-    a.placements.remove(&id(Role::Worker, 1));
+    a.placements
+        .retain(|p| !(p.role == Role::Worker.as_str() && p.index == 1));
     w.admission = AdmissionState::Admitted(a);
     let r = w.tick();
     assert!(r.actions.is_empty(), "{r:?}");
@@ -752,11 +753,8 @@ fn suspend_stops_replicas_keeps_the_job_and_resume_requeues() {
 }
 
 fn elastic_admission(workers: u32) -> AdmissionState {
-    let mut placements = std::collections::BTreeMap::new();
-    for i in 0..workers {
-        placements.insert(id(Role::Worker, i), placement(Role::Worker, i));
-    }
-    AdmissionState::Admitted(Admission { placements })
+    let placements = (0..workers).map(|i| placement(Role::Worker, i)).collect();
+    AdmissionState::Admitted(admission(placements))
 }
 
 #[test]
@@ -901,9 +899,10 @@ mod support {
         Role, TrainingJob, TrainingJobSpec, TrainingJobStatus,
     };
     use corral_core::lifecycle::{
-        Action, Admission, AdmissionState, FailureReason, Incarnation, ObservedReplica, Preemption,
-        Reconciled, ReplicaId, ReplicaPhase, ReplicaPlacement, reconcile,
+        Action, AdmissionState, FailureReason, Incarnation, ObservedReplica, Reconciled, ReplicaId,
+        ReplicaPhase, reconcile,
     };
+    use corral_core::sched::{Admission, ReplicaPlacement};
     use jiff::Timestamp;
 
     pub const T0: i64 = 1_700_000_000;
@@ -971,24 +970,39 @@ mod support {
 
     /// An admission placing every replica of the job (one GPU each, on node-<role>-<index>).
     pub fn admit_all(job: &TrainingJob) -> AdmissionState {
-        let mut placements = BTreeMap::new();
+        let mut placements = Vec::new();
         for (role, r) in &job.spec.replicas {
             for index in 0..r.count {
-                placements.insert(id(*role, index), placement(*role, index));
+                placements.push(placement(*role, index));
             }
         }
-        AdmissionState::Admitted(Admission { placements })
+        AdmissionState::Admitted(admission(placements))
+    }
+
+    /// The scheduler's admission of job `j` with these placements.
+    pub fn admission(placements: Vec<ReplicaPlacement>) -> Admission {
+        Admission {
+            job: "j".to_string(),
+            pool: "default".to_string(),
+            gpu_type: None,
+            placements,
+        }
     }
 
     pub fn placement(role: Role, index: u32) -> ReplicaPlacement {
-        ReplicaPlacement::new(&format!("node-{role}-{index}"), &[index])
+        ReplicaPlacement {
+            role: role.as_str().to_string(),
+            index,
+            node: format!("node-{role}-{index}"),
+            gpu_indices: vec![index],
+        }
     }
 
     pub fn preempted(grace_secs: u64) -> AdmissionState {
-        AdmissionState::Preempted(Preemption {
+        AdmissionState::Preempted {
             grace_period: Duration::from_secs(grace_secs),
             message: "preempted by team-b/urgent".to_string(),
-        })
+        }
     }
 
     pub struct World {

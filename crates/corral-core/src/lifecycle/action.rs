@@ -5,7 +5,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::observe::{Incarnation, ReplicaId, ReplicaPlacement};
+use super::observe::{Incarnation, ReplicaId};
+use crate::sched::ReplicaPlacement;
 
 /// Why a replica is stopped; for logs, events and the UI.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -2,7 +2,9 @@
 //!
 //! One pure function, [`reconcile`]: the job (spec + recorded status), the replica
 //! incarnations the shell observes, the scheduler's decision ([`AdmissionState`]) and `now`
-//! go in; the new status, the [`Action`]s to apply and when to look again come out. The
+//! go in; the new status, the [`Action`]s to apply and when to look again come out. An
+//! admission is the scheduler's own [`crate::sched::Admission`], and a start carries its
+//! [`crate::sched::ReplicaPlacement`]: one type per concept across the core. The
 //! shell (embedded executor or Kubernetes operator) observes, calls it, persists the status,
 //! then applies the actions.
 //!
@@ -45,8 +47,7 @@ mod reconcile;
 
 pub use action::{Action, StopReason};
 pub use observe::{
-    Admission, AdmissionState, FailureReason, Incarnation, ObservedReplica, Preemption, ReplicaId,
-    ReplicaPhase, ReplicaPlacement,
+    AdmissionState, FailureReason, Incarnation, ObservedReplica, ReplicaId, ReplicaPhase,
 };
 pub use policy::DEFAULT_GRACE_PERIOD;
 pub use reconcile::{Reconciled, reconcile};

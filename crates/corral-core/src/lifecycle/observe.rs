@@ -1,12 +1,14 @@
 //! What the shell tells the lifecycle: which replicas exist and in which state, and what the
-//! scheduler decided (admission with placement, or preemption).
+//! scheduler decided ([`AdmissionState`]: the scheduler's own [`sched::Admission`] with its
+//! placements, or a preemption with its grace period).
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
 use corral_api::training_job::Role;
+
+use crate::sched;
 
 /// One replica of a job: a role and an index. Its name is `<job>-<role>-<index>`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -176,46 +178,34 @@ impl ObservedReplica {
     }
 }
 
-/// Where the scheduler put one replica.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ReplicaPlacement {
-    /// Node name (Kubernetes) or host (embedded).
-    pub node: String,
-    /// GPU indices on that node, in the order the replica sees them.
-    pub gpu_indices: Vec<u32>,
-}
-
-impl ReplicaPlacement {
-    pub fn new(node: &str, gpus: &[u32]) -> Self {
-        ReplicaPlacement {
-            node: node.to_string(),
-            gpu_indices: gpus.to_vec(),
-        }
-    }
-}
-
-/// The scheduler's decision that the whole job may run now: a placement for every replica.
-/// For an elastic job the number of workers placed is the size the job runs at (between
-/// min and max); the scheduler resizes the job by handing over a new admission.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Admission {
-    pub placements: BTreeMap<ReplicaId, ReplicaPlacement>,
-}
-
-/// The scheduler took the job's admission back to make room for other work.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Preemption {
-    /// SIGTERM, then this long to checkpoint before SIGKILL.
-    pub grace_period: Duration,
-    pub message: String,
+/// The placement the scheduler's admission gives one replica, if any. The admission names
+/// replicas by role string and index; this matches them against a [`ReplicaId`].
+pub(crate) fn placement_of(
+    admission: &sched::Admission,
+    id: ReplicaId,
+) -> Option<&sched::ReplicaPlacement> {
+    admission
+        .placements
+        .iter()
+        .find(|p| p.role == id.role.as_str() && p.index == id.index)
 }
 
 /// What the scheduler says about the job right now.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub enum AdmissionState {
     /// Waiting in its queue (or not yet seen by the scheduler).
     #[default]
     Waiting,
-    Admitted(Admission),
-    Preempted(Preemption),
+    /// The scheduler admitted the whole job: a placement for every replica. For an elastic
+    /// job the number of workers placed is the size the job runs at (between min and max);
+    /// the scheduler resizes the job by handing over a new admission.
+    Admitted(sched::Admission),
+    /// The scheduler took the job's admission back to make room for other work (its
+    /// [`sched::Preemption`] decision): the replicas stop and the job returns to its queue.
+    Preempted {
+        /// SIGTERM, then this long to checkpoint before SIGKILL.
+        grace_period: Duration,
+        /// Why, for the job's conditions.
+        message: String,
+    },
 }

@@ -1,12 +1,13 @@
 //! The rules, each a small pure function: restart policy, restart scope, success policy,
 //! back-off, and the set of replicas a job should run.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use corral_api::training_job::{Framework, RestartPolicy, Role, SuccessPolicy, TrainingJobSpec};
 
-use super::observe::{Admission, FailureReason, ReplicaId, ReplicaPhase, ReplicaPlacement};
+use super::observe::{FailureReason, ReplicaId, ReplicaPhase, placement_of};
+use crate::sched::{Admission, ReplicaPlacement};
 
 /// Grace period of stops that name none (Kubernetes' default terminationGracePeriodSeconds).
 pub const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(30);
@@ -112,11 +113,14 @@ pub fn desired(
     let mut out = BTreeMap::new();
     for (&role, replica) in &spec.replicas {
         let count = if Some(role) == elastic {
+            // Distinct indices: a replica placed twice is still one replica.
             let placed = admission
                 .placements
-                .keys()
-                .filter(|id| id.role == role)
-                .count();
+                .iter()
+                .filter(|p| p.role == role.as_str())
+                .map(|p| p.index)
+                .collect::<BTreeSet<_>>()
+                .len();
             let placed = u32::try_from(placed).unwrap_or(u32::MAX);
             let (min, max) = elastic_bounds(spec);
             if placed < min || placed > max {
@@ -130,7 +134,7 @@ pub fn desired(
         };
         for index in 0..count {
             let id = ReplicaId::new(role, index);
-            match admission.placements.get(&id) {
+            match placement_of(admission, id) {
                 Some(p) => {
                     out.insert(id, p.clone());
                 }

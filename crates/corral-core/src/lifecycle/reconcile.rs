@@ -13,10 +13,10 @@ use jiff::Timestamp;
 use super::action::{Action, StopReason};
 use super::conditions::{self, reason};
 use super::observe::{
-    Admission, AdmissionState, FailureReason, Incarnation, ObservedReplica, ReplicaId,
-    ReplicaPhase, ReplicaPlacement,
+    AdmissionState, FailureReason, Incarnation, ObservedReplica, ReplicaId, ReplicaPhase,
 };
 use super::policy::{self, DEFAULT_GRACE_PERIOD, Exit, RestartScope};
+use crate::sched::{Admission, ReplicaPlacement};
 
 /// The outcome of one reconcile.
 #[derive(Clone, Debug, PartialEq)]
@@ -139,11 +139,14 @@ impl Reconciler {
             self.resume();
         }
         match admission {
-            AdmissionState::Preempted(p) => {
+            AdmissionState::Preempted {
+                grace_period,
+                message,
+            } => {
                 if self.is(ConditionType::Admitted) {
-                    self.preempt(p.grace_period, &p.message);
+                    self.preempt(*grace_period, message);
                 } else {
-                    self.wait(p.grace_period);
+                    self.wait(*grace_period);
                 }
             }
             AdmissionState::Waiting => {
