@@ -227,9 +227,10 @@ pub fn all_crds() -> Vec<Value> {
         crd::<TrainingJobSpec, TrainingJobStatus>(
             &["tj"],
             json!([
-                {"name": "State", "type": "string", "jsonPath": ".status.conditions[-1:].type"},
+                {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
                 {"name": "Framework", "type": "string", "jsonPath": ".spec.framework"},
                 {"name": "Queue", "type": "string", "jsonPath": ".spec.queue"},
+                {"name": "GPUs", "type": "integer", "jsonPath": ".status.gpus"},
                 age.clone(),
             ]),
         ),

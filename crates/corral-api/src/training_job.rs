@@ -439,6 +439,13 @@ pub enum LauncherCreationPolicy {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TrainingJobStatus {
+    /// Where the job is now: the condition that currently describes it best (Queued,
+    /// Admitted, Running, Restarting, Suspended, Succeeded or Failed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<ConditionType>,
+    /// GPUs the job holds now (0 while it waits or after it finished).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub gpus: u32,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

@@ -68,6 +68,11 @@ enum Command {
         #[arg(long, default_value_t = 1024)]
         node_memory_gib: u64,
     },
+    /// Run the Kubernetes operator (CRDs, pods bound by Corral's scheduler, status, events).
+    Operator(corral_kube::OperatorArgs),
+    /// Supervises one replica process (started by the embedded cluster; not for users).
+    #[command(hide = true)]
+    Shim { dir: std::path::PathBuf },
     /// Benchmarks that print JSON.
     Bench {
         #[command(subcommand)]
@@ -107,6 +112,14 @@ enum Format {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Shim { dir } => std::process::exit(corral_local::shim::run([dir])),
+        Command::Operator(args) => match corral_kube::run_operator(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("operator: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Validate { files, quiet } => validate(&files, quiet),
         Command::Convert {
             file,

@@ -42,8 +42,8 @@ pub struct SimArgs {
     #[arg(long, default_value_t = 30.0)]
     pub restart_s: f64,
     /// Productive seconds between checkpoints; work since the last one is lost on
-    /// preemption (0: jobs checkpoint when stopped).
-    #[arg(long, default_value_t = 600.0)]
+    /// preemption (0: jobs checkpoint when stopped, within the restart cost).
+    #[arg(long, default_value_t = 0.0)]
     pub checkpoint_s: f64,
     /// Seed of the random choices (Gavel's FIFO picks random GPU types).
     #[arg(long, default_value_t = 0)]
@@ -93,7 +93,10 @@ pub fn run(args: SimArgs) -> Result<String, String> {
     let format = match &args.format {
         Some(f) => Format::parse(f)?,
         None => Format::guess(&args.trace).ok_or_else(|| {
-            format!("{}: cannot tell the trace format; give --format", args.trace)
+            format!(
+                "{}: cannot tell the trace format; give --format",
+                args.trace
+            )
         })?,
     };
     let spec = match (&args.cluster, &args.cluster_file) {

@@ -1,2 +1,38 @@
 //! The Kubernetes shell: an operator that watches TrainingJobs, Pods and Nodes, calls
 //! corral-core, and applies its decisions as Services, Pods, Bindings, status and Events.
+//!
+//! An explicit pipeline (Stackable / linkerd style); only the first and last steps touch
+//! the API server:
+//! 1. **observe** ([`observe`]): TrainingJobs, Pods of every scheduler, Nodes, Queues,
+//!    NodePools and PriorityClasses become a [`World`]; [`observe::snapshot`] turns it into
+//!    the scheduler's `ClusterSnapshot` (allocatable minus the requests of every non-terminal
+//!    pod, GPU type from `nvidia.com/gpu.product`).
+//! 2. **plan** ([`plan::plan`], pure): one scheduler cycle, then the lifecycle of every job;
+//!    the outcome is a [`plan::JobPlan`] per job (admission to record, status, objects to
+//!    create, pods to bind and delete, events).
+//! 3. **build** ([`build`], pure): TrainingJob + placement + launch contract -> headless
+//!    Service and Pods (k8s-openapi types), golden-tested from YAML fixtures.
+//! 4. **apply** ([`apply`]): admission annotation, status (server-side apply with field
+//!    manager `corral` and a resourceVersion precondition), Service (server-side apply),
+//!    Pods (create: a name held by another incarnation is never taken over), Bindings
+//!    (`pods/{name}/binding`, a gang all together or not at all), deletions with the grace
+//!    period and a UID precondition, Events.
+//!
+//! Durable state lives in the API server only: the admission (with its placements) in the
+//! job's `corral.dev/admission` annotation, counts and conditions in its status, and the
+//! incarnation of every replica in its pod's labels. An operator that restarts anywhere in
+//! the pipeline re-reads them and repeats only idempotent steps.
+
+pub mod apply;
+pub mod build;
+pub mod consts;
+pub mod convert;
+pub mod crds;
+pub mod leader;
+pub mod metrics;
+pub mod observe;
+pub mod operator;
+pub mod plan;
+
+pub use observe::World;
+pub use operator::{OperatorArgs, run_operator};

@@ -1,2 +1,308 @@
 //! HTTP API (JSON, OpenAPI), Prometheus /metrics and the `corral up` server over the embedded
 //! cluster of corral-local.
+//!
+//! One process: the [`Cluster`] (store, scheduler, executor) is single-owner, held in a
+//! mutex; one task drives its control loop ([`Cluster::tick`] every
+//! [`ServerOptions::tick_interval`], sooner when a request changed something), and request
+//! handlers call its other methods on the blocking pool so that the async workers never wait
+//! on SQLite. Only this shell reads the clock.
+//!
+//! - [`routes`]: the routes under `/api/v1/`, `/metrics`, `/healthz`, `/openapi.json`.
+//! - [`auth`]: API tokens per namespace (from the cluster's `CorralConfig`).
+//! - [`error`]: the error body every route answers with.
+//! - [`openapi`]: the OpenAPI 3 document of the routes.
+//! - [`metrics`]: Prometheus text exposition (prometheus-client).
+//! - [`client`]: a small blocking client of the API (the CLI's).
+
+pub mod auth;
+pub mod client;
+pub mod error;
+pub mod metrics;
+pub mod openapi;
+pub mod routes;
+
+use std::net::{SocketAddr, TcpListener};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use corral_local::{Cluster, ClusterConfig, ClusterFileConfig};
+use jiff::Timestamp;
+use tokio::sync::{Notify, oneshot};
+
+use crate::error::ApiError;
+
+/// The port `corral up` listens on by default, and the CLI's default server.
+pub const DEFAULT_PORT: u16 = 7443;
+/// `http://127.0.0.1:7443`.
+pub const DEFAULT_SERVER: &str = "http://127.0.0.1:7443";
+/// Largest request body accepted (a job spec is a few KiB; the parser refuses more anyway).
+pub const DEFAULT_BODY_LIMIT: usize = corral_api::document::MAX_INPUT_BYTES;
+
+/// How to run the server.
+#[derive(Clone, Debug)]
+pub struct ServerOptions {
+    /// Where to listen; port 0 picks a free one. Loopback unless told otherwise.
+    pub listen: SocketAddr,
+    pub cluster: ClusterConfig,
+    /// How often the control loop runs when nothing asks for it sooner.
+    pub tick_interval: Duration,
+    /// Largest request body, in bytes.
+    pub body_limit: usize,
+}
+
+impl ServerOptions {
+    pub fn new(cluster: ClusterConfig) -> Self {
+        ServerOptions {
+            listen: SocketAddr::from(([127, 0, 0, 1], DEFAULT_PORT)),
+            cluster,
+            tick_interval: Duration::from_millis(200),
+            body_limit: DEFAULT_BODY_LIMIT,
+        }
+    }
+}
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    cluster: Arc<Mutex<Cluster>>,
+    /// The configuration as opened (tokens), readable without the cluster's lock.
+    file: Arc<ClusterFileConfig>,
+    /// Wakes the control loop after a change.
+    wake: Arc<Notify>,
+    body_limit: usize,
+}
+
+impl AppState {
+    fn new(cluster: Cluster, body_limit: usize) -> Self {
+        let file = Arc::new(cluster.config().file.clone());
+        AppState {
+            cluster: Arc::new(Mutex::new(cluster)),
+            file,
+            wake: Arc::new(Notify::new()),
+            body_limit,
+        }
+    }
+
+    /// Runs `f` with the cluster on the blocking pool.
+    pub async fn with_cluster<T, F>(&self, f: F) -> Result<T, ApiError>
+    where
+        F: FnOnce(&mut Cluster) -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let cluster = Arc::clone(&self.cluster);
+        tokio::task::spawn_blocking(move || {
+            // A panic in an earlier call poisons the lock; the cluster's state lives in the
+            // store, so carrying on is as safe as it gets.
+            let mut guard = cluster.lock().unwrap_or_else(|p| p.into_inner());
+            f(&mut guard)
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("the request handler failed: {e}")))
+    }
+
+    /// Asks the control loop to run now.
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+}
+
+/// Opens the cluster in `options.cluster.data_dir` and binds the listener. Returns the
+/// pieces [`serve`] runs, and the cluster's warnings.
+pub fn prepare(options: &ServerOptions) -> Result<(AppState, TcpListener, Vec<String>), String> {
+    let (cluster, warnings) =
+        Cluster::open(options.cluster.clone(), Timestamp::now()).map_err(|e| {
+            format!(
+                "cannot open the cluster in {}: {e}",
+                options.cluster.data_dir.display()
+            )
+        })?;
+    let listener = TcpListener::bind(options.listen)
+        .map_err(|e| format!("cannot listen on {}: {e}", options.listen))?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| format!("cannot listen on {}: {e}", options.listen))?;
+    Ok((
+        AppState::new(cluster, options.body_limit),
+        listener,
+        warnings,
+    ))
+}
+
+/// Serves the API and runs the control loop until `shutdown` resolves.
+pub async fn serve(
+    state: AppState,
+    listener: TcpListener,
+    tick_interval: Duration,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), String> {
+    let listener = tokio::net::TcpListener::from_std(listener).map_err(|e| e.to_string())?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let ticker = tokio::spawn(control_loop(state.clone(), tick_interval, stop_rx));
+    let app = routes::router(state);
+    let result = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+        .map_err(|e| format!("server: {e}"));
+    let _ = stop_tx.send(true);
+    let _ = ticker.await;
+    result
+}
+
+/// The control loop: one tick, then wait for the interval, the tick's own deadline or a
+/// wake-up, whichever comes first.
+async fn control_loop(
+    state: AppState,
+    interval: Duration,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        let report = state.with_cluster(|c| c.tick(Timestamp::now())).await;
+        let mut wait = interval;
+        match report {
+            Ok(Ok(report)) => {
+                for e in &report.errors {
+                    eprintln!("corral: {e}");
+                }
+                if let Some(d) = report.next_tick_in {
+                    wait = wait.min(d);
+                }
+                // Something changed: look again soon (replicas that just started, jobs
+                // that were just admitted).
+                if !report.admitted.is_empty() || !report.finished.is_empty() {
+                    wait = wait.min(Duration::from_millis(20));
+                }
+            }
+            Ok(Err(e)) => eprintln!("corral: control loop: {e}"),
+            Err(e) => eprintln!("corral: control loop: {}", e.body.message),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = state.wake.notified() => {}
+            _ = stop.changed() => return,
+        }
+        if *stop.borrow() {
+            return;
+        }
+    }
+}
+
+/// A server running on a thread of its own (tests, `corral quickstart`).
+pub struct Server {
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<Result<(), String>>>,
+    warnings: Vec<String>,
+}
+
+impl Server {
+    /// Opens the cluster, binds, and serves on a new thread (a 2-worker runtime).
+    pub fn start(options: ServerOptions) -> Result<Server, String> {
+        let (state, listener, warnings) = prepare(&options)?;
+        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        let runtime = runtime()?;
+        let (stop, stop_rx) = oneshot::channel::<()>();
+        let interval = options.tick_interval;
+        let thread = std::thread::Builder::new()
+            .name("corral-server".into())
+            .spawn(move || {
+                runtime.block_on(serve(state, listener, interval, async {
+                    let _ = stop_rx.await;
+                }))
+            })
+            .map_err(|e| format!("cannot start the server thread: {e}"))?;
+        Ok(Server {
+            addr,
+            stop: Some(stop),
+            thread: Some(thread),
+            warnings,
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// What the cluster warned about when it opened (no NVML, no cgroups, ...).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// Stops serving and waits for the server thread.
+    pub fn stop(mut self) -> Result<(), String> {
+        self.shutdown()
+    }
+
+    fn shutdown(&mut self) -> Result<(), String> {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        match self.thread.take() {
+            Some(t) => t
+                .join()
+                .map_err(|_| "the server thread panicked".to_string())?,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}
+
+/// The runtime the server runs on: two workers are plenty (handlers hand the cluster's
+/// work to the blocking pool).
+pub fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .thread_name("corral-http")
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))
+}
+
+/// `corral up`: serves in the foreground until Ctrl-C or SIGTERM. `on_ready` is called
+/// once the server listens, with its address and the cluster's warnings.
+pub fn run_until_signal(
+    options: ServerOptions,
+    on_ready: impl FnOnce(SocketAddr, &[String]),
+) -> Result<(), String> {
+    let (state, listener, warnings) = prepare(&options)?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let runtime = runtime()?;
+    on_ready(addr, &warnings);
+    runtime.block_on(serve(
+        state,
+        listener,
+        options.tick_interval,
+        shutdown_signal(),
+    ))
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+}

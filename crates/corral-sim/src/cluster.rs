@@ -102,8 +102,7 @@ impl ClusterSpec {
 
     /// Parses a YAML cluster file's text; `file` names it in errors.
     pub fn parse_yaml(text: &str, file: &str) -> Result<Self, String> {
-        let spec: ClusterSpec =
-            serde_saphyr::from_str(text).map_err(|e| format!("{file}: {e}"))?;
+        let spec: ClusterSpec = serde_saphyr::from_str(text).map_err(|e| format!("{file}: {e}"))?;
         spec.build().map_err(|e| format!("{file}: {e}"))?;
         Ok(spec)
     }
@@ -207,7 +206,10 @@ mod tests {
         assert_eq!(c.types, ["k80", "p100", "v100"]);
         assert_eq!(c.nodes.len(), 36);
         assert_eq!(c.gpus_per_type(), [12, 12, 12]);
-        let c = ClusterSpec::parse_flag("v100:20/8", 1).unwrap().build().unwrap();
+        let c = ClusterSpec::parse_flag("v100:20/8", 1)
+            .unwrap()
+            .build()
+            .unwrap();
         assert_eq!(
             c.nodes.iter().map(|n| n.gpus).collect::<Vec<_>>(),
             [8, 8, 4]

@@ -65,8 +65,8 @@ impl Policy for CorralPolicy {
                 name: n.name.clone(),
                 gpu_type: Some(cluster.types[n.gpu_type].clone()),
                 gpus: n.gpus,
-                cpu_milli: 1 << 40,
-                memory_bytes: 1 << 60,
+                cpu_milli: 256_000,
+                memory_bytes: 2 << 40,
                 extended: BTreeMap::new(),
                 labels: BTreeMap::new(),
                 topology: None,
@@ -188,7 +188,10 @@ impl Policy for CorralPolicy {
         for a in &out.admitted {
             let Some(j) = parse_key(&a.job) else { continue };
             let mut per_node: BTreeMap<usize, u32> = BTreeMap::new();
-            let mut ty = a.gpu_type.as_ref().and_then(|t| self.type_index.get(t).copied());
+            let mut ty = a
+                .gpu_type
+                .as_ref()
+                .and_then(|t| self.type_index.get(t).copied());
             for r in &a.placements {
                 if let Some(&n) = self.node_index.get(&r.node) {
                     *per_node.entry(n).or_default() += r.gpu_indices.len() as u32;

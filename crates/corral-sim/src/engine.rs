@@ -23,7 +23,8 @@ pub struct EngineConfig {
     pub round_s: f64,
     /// Seconds of no progress when a preempted or migrated job starts again.
     pub restart_s: f64,
-    /// Productive seconds between checkpoints; 0 = checkpoint on preemption (no loss).
+    /// Productive seconds between checkpoints; 0 (default) = the job checkpoints when it is
+    /// stopped (Corral's SIGTERM grace period, part of `restart_s`) and loses nothing.
     pub checkpoint_s: f64,
     /// Seed for policies that draw random numbers.
     pub seed: u64,
@@ -34,7 +35,7 @@ impl Default for EngineConfig {
         EngineConfig {
             round_s: 360.0,
             restart_s: 30.0,
-            checkpoint_s: 600.0,
+            checkpoint_s: 0.0,
             seed: 0,
         }
     }
@@ -107,7 +108,13 @@ pub fn throughput_matrix(jobs: &[SimJob], cluster: &Cluster) -> Vec<Vec<f64>> {
             cluster
                 .types
                 .iter()
-                .map(|t| if j.can_run_on(t) { j.throughput.on(t) } else { 0.0 })
+                .map(|t| {
+                    if j.can_run_on(t) {
+                        j.throughput.on(t)
+                    } else {
+                        0.0
+                    }
+                })
                 .collect()
         })
         .collect()
@@ -115,7 +122,13 @@ pub fn throughput_matrix(jobs: &[SimJob], cluster: &Cluster) -> Vec<Vec<f64>> {
 
 /// Places `k` GPUs on nodes of type `t`: the fullest node that fits all of them, else the
 /// emptiest nodes first. Updates `free`.
-fn place(free: &mut [u32], cluster: &Cluster, by_type: &[Vec<usize>], t: usize, k: u32) -> Option<Vec<(usize, u32)>> {
+fn place(
+    free: &mut [u32],
+    cluster: &Cluster,
+    by_type: &[Vec<usize>],
+    t: usize,
+    k: u32,
+) -> Option<Vec<(usize, u32)>> {
     let nodes = &by_type[t];
     let mut best: Option<usize> = None;
     let mut total = 0u64;
@@ -192,6 +205,23 @@ pub fn simulate(
         productive_gpu_s: 0.0,
         rounds: 0,
     };
+    // Livelock guard: no sane schedule needs longer than running every job alone, one
+    // after another, on its slowest usable type, ten times over.
+    let serial: f64 = jobs
+        .iter()
+        .zip(&tput)
+        .zip(&states)
+        .filter(|(_, s)| !s.unschedulable)
+        .map(|((j, row), _)| {
+            let slow = row
+                .iter()
+                .copied()
+                .filter(|v| *v > 0.0)
+                .fold(f64::INFINITY, f64::min);
+            j.steps / slow + cfg.restart_s
+        })
+        .sum();
+    let deadline = jobs.last().map_or(0.0, |j| j.arrival_s) + 10.0 * serial + 100.0 * cfg.round_s;
     let mut next_arrival = 0usize;
     let mut active: Vec<usize> = Vec::new();
     let mut done = 0usize;
@@ -221,6 +251,13 @@ pub fn simulate(
                 None => break,
             }
         }
+        if now > deadline {
+            return Err(format!(
+                "policy {} made too little progress: {} of {schedulable} jobs done at t={now:.0} s \
+                 (preemptions losing work faster than jobs checkpoint?)",
+                result.policy, done
+            ));
+        }
         let assignments = {
             let ctx = RoundCtx {
                 now,
@@ -245,7 +282,9 @@ pub fn simulate(
         let mut later: Vec<&Assignment> = Vec::new();
         let mut seen = vec![false; active.len()];
         for a in &assignments {
-            let Some(p) = pos_of(&active, a.job) else { continue };
+            let Some(p) = pos_of(&active, a.job) else {
+                continue;
+            };
             if seen[p] || a.gpu_type >= ntypes || tput[a.job][a.gpu_type] <= 0.0 {
                 continue;
             }
@@ -277,7 +316,9 @@ pub fn simulate(
         for a in later {
             let p = pos_of(&active, a.job).unwrap_or(0);
             match &states[a.job].current {
-                Some(c) if c.gpu_type == a.gpu_type && c.nodes.iter().all(|&(n, g)| free[n] >= g) => {
+                Some(c)
+                    if c.gpu_type == a.gpu_type && c.nodes.iter().all(|&(n, g)| free[n] >= g) =>
+                {
                     for &(n, g) in &c.nodes {
                         free[n] -= g;
                     }
@@ -373,7 +414,10 @@ pub fn simulate(
         result.rounds += 1;
         if running == 0 {
             idle_rounds += 1;
-            if idle_rounds > 3 && next_arrival >= jobs.len() {
+            if f64::from(idle_rounds) * cfg.round_s > 7.0 * 86_400.0
+                && idle_rounds > 100
+                && next_arrival >= jobs.len()
+            {
                 return Err(format!(
                     "policy {} runs nothing at t={now:.0} s with {} jobs waiting",
                     result.policy,

@@ -85,7 +85,11 @@ pub fn summarize(jobs: &[SimJob], cluster: &Cluster, r: &SimResult) -> PolicyMet
             .iter()
             .zip(&per_type)
             .map(|(t, &g)| {
-                let v = if j.can_run_on(t) { j.throughput.on(t) } else { 0.0 };
+                let v = if j.can_run_on(t) {
+                    j.throughput.on(t)
+                } else {
+                    0.0
+                };
                 v * f64::from(g) / total
             })
             .sum();
@@ -96,7 +100,11 @@ pub fn summarize(jobs: &[SimJob], cluster: &Cluster, r: &SimResult) -> PolicyMet
         }
     }
     let done = jct.len();
-    let avg = if done > 0 { jct.iter().sum::<f64>() / done as f64 } else { 0.0 };
+    let avg = if done > 0 {
+        jct.iter().sum::<f64>() / done as f64
+    } else {
+        0.0
+    };
     jct.sort_by(f64::total_cmp);
     rho.sort_by(f64::total_cmp);
     let makespan = if done > 0 { last - first } else { 0.0 };
@@ -113,9 +121,21 @@ pub fn summarize(jobs: &[SimJob], cluster: &Cluster, r: &SimResult) -> PolicyMet
         max_jct_s: jct.last().copied().unwrap_or(0.0),
         makespan_s: makespan,
         avg_queueing_delay_s: if done > 0 { delay / done as f64 } else { 0.0 },
-        utilization: if denom > 0.0 { r.allocated_gpu_s / denom } else { 0.0 },
-        effective_utilization: if denom > 0.0 { r.productive_gpu_s / denom } else { 0.0 },
-        rho_mean: if rho.is_empty() { 0.0 } else { rho.iter().sum::<f64>() / rho.len() as f64 },
+        utilization: if denom > 0.0 {
+            r.allocated_gpu_s / denom
+        } else {
+            0.0
+        },
+        effective_utilization: if denom > 0.0 {
+            r.productive_gpu_s / denom
+        } else {
+            0.0
+        },
+        rho_mean: if rho.is_empty() {
+            0.0
+        } else {
+            rho.iter().sum::<f64>() / rho.len() as f64
+        },
         rho_p95: percentile(&rho, 95.0),
         rho_max: rho.last().copied().unwrap_or(0.0),
         preemptions: pre,

@@ -11,7 +11,19 @@ fn h(s: f64) -> String {
 pub fn table(metrics: &[PolicyMetrics]) -> String {
     let mut out = format!(
         "{:<22} {:>6} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8} {:>6} {:>6} {:>7} {:>7} {:>6}\n",
-        "policy", "done", "avg JCT", "p50 JCT", "p95 JCT", "p99 JCT", "makespan", "queue", "util", "eff", "rho", "preempt", "migr"
+        "policy",
+        "done",
+        "avg JCT",
+        "p50 JCT",
+        "p95 JCT",
+        "p99 JCT",
+        "makespan",
+        "queue",
+        "util",
+        "eff",
+        "rho",
+        "preempt",
+        "migr"
     );
     out.push_str(&format!(
         "{:<22} {:>6} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8} {:>6} {:>6} {:>7} {:>7} {:>6}\n",
@@ -48,11 +60,18 @@ const COLORS: [&str; 8] = [
 ];
 
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 /// A line chart: one polyline per series of `(x, y)` points.
-fn svg_chart(title: &str, xlabel: &str, ylabel: &str, series: &[(String, Vec<(f64, f64)>)]) -> String {
+fn svg_chart(
+    title: &str,
+    xlabel: &str,
+    ylabel: &str,
+    series: &[(String, Vec<(f64, f64)>)],
+) -> String {
     let (w, hgt, l, r, t, b) = (720.0, 360.0, 70.0, 160.0, 30.0, 45.0);
     let xmax = series
         .iter()
@@ -139,7 +158,12 @@ fn smooth(v: &[(f64, f64)], k: usize) -> Vec<(f64, f64)> {
 
 /// A self-contained HTML page: the metrics table and SVG charts (JCT CDF per policy,
 /// allocation and effective utilisation over time, queue length over time).
-pub fn html(title: &str, metrics: &[PolicyMetrics], results: &[SimResult], arrivals: &[f64]) -> String {
+pub fn html(
+    title: &str,
+    metrics: &[PolicyMetrics],
+    results: &[SimResult],
+    arrivals: &[f64],
+) -> String {
     let mut cdf = Vec::new();
     let mut alloc = Vec::new();
     let mut eff = Vec::new();
@@ -161,9 +185,21 @@ pub fn html(title: &str, metrics: &[PolicyMetrics], results: &[SimResult], arriv
         cdf.push((r.policy.clone(), thin(&pts, 400)));
         let k = (r.samples.len() / 300).max(1);
         let g = f64::from(r.total_gpus.max(1));
-        let a: Vec<(f64, f64)> = r.samples.iter().map(|s| (s.t / 3600.0, f64::from(s.allocated) / g)).collect();
-        let e: Vec<(f64, f64)> = r.samples.iter().map(|s| (s.t / 3600.0, s.effective.max(0.0))).collect();
-        let q: Vec<(f64, f64)> = r.samples.iter().map(|s| (s.t / 3600.0, f64::from(s.queued))).collect();
+        let a: Vec<(f64, f64)> = r
+            .samples
+            .iter()
+            .map(|s| (s.t / 3600.0, f64::from(s.allocated) / g))
+            .collect();
+        let e: Vec<(f64, f64)> = r
+            .samples
+            .iter()
+            .map(|s| (s.t / 3600.0, s.effective.max(0.0)))
+            .collect();
+        let q: Vec<(f64, f64)> = r
+            .samples
+            .iter()
+            .map(|s| (s.t / 3600.0, f64::from(s.queued)))
+            .collect();
         alloc.push((r.policy.clone(), smooth(&a, k)));
         eff.push((r.policy.clone(), smooth(&e, k)));
         queue.push((r.policy.clone(), smooth(&q, k)));
@@ -184,7 +220,12 @@ pub fn html(title: &str, metrics: &[PolicyMetrics], results: &[SimResult], arriv
 <h2>Job completion time</h2>{}<h2>Utilisation</h2>{}{}<h2>Queue</h2>{}</body></html>\n",
         svg_chart("JCT CDF", "JCT (hours)", "fraction of jobs", &cdf),
         svg_chart("GPUs allocated", "time (hours)", "fraction of GPUs", &alloc),
-        svg_chart("Effective utilisation (progress kept)", "time (hours)", "fraction of GPUs", &eff),
+        svg_chart(
+            "Effective utilisation (progress kept)",
+            "time (hours)",
+            "fraction of GPUs",
+            &eff
+        ),
         svg_chart("Jobs waiting", "time (hours)", "jobs", &queue),
         t = esc(title)
     )

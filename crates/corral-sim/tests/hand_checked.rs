@@ -28,7 +28,10 @@ fn cfg(round_s: f64) -> EngineConfig {
 }
 
 fn one_gpu() -> corral_sim::Cluster {
-    ClusterSpec::parse_flag("v100:1", 1).unwrap().build().unwrap()
+    ClusterSpec::parse_flag("v100:1", 1)
+        .unwrap()
+        .build()
+        .unwrap()
 }
 
 /// A long job (1000 s) and a short one (100 s) arrive together on one GPU.
@@ -85,13 +88,27 @@ fn las_preemption_pays_restart_and_checkpoint_loss() {
     // it loses 100 s; B runs 3700..4200; A restarts at 4200, pays 30 s, has 6400 s left:
     // done at 10630.
     let jobs = vec![job(0, 0.0, 10_000.0), job(1, 3650.0, 500.0)];
-    let (r, m) = run_policy(&jobs, &one_gpu(), &mut Las::default(), &cfg(100.0), &mut |_| {})
-        .unwrap();
+    let (r, m) = run_policy(
+        &jobs,
+        &one_gpu(),
+        &mut Las::default(),
+        &cfg(100.0),
+        &mut |_| {},
+    )
+    .unwrap();
     assert!((r.states[1].finished_at.unwrap() - 4200.0).abs() < 1e-6);
-    assert!((r.states[0].finished_at.unwrap() - 10_630.0).abs() < 1e-6, "{:?}", r.states[0].finished_at);
+    assert!(
+        (r.states[0].finished_at.unwrap() - 10_630.0).abs() < 1e-6,
+        "{:?}",
+        r.states[0].finished_at
+    );
     assert_eq!((m.preemptions, m.restarts, m.migrations), (1, 1, 0));
     // Allocated: 10630 s minus nothing idle; kept progress 10500 s.
-    assert!((r.productive_gpu_s - 10_500.0).abs() < 1e-6, "{}", r.productive_gpu_s);
+    assert!(
+        (r.productive_gpu_s - 10_500.0).abs() < 1e-6,
+        "{}",
+        r.productive_gpu_s
+    );
 }
 
 #[test]
@@ -102,7 +119,10 @@ fn faster_type_finishes_sooner_for_heterogeneity_aware_policies() {
     per.insert("v100".to_string(), 4.0);
     let mut j = job(0, 0.0, 4000.0);
     j.throughput = Throughput::PerType(per);
-    let c = ClusterSpec::parse_flag("k80:1,v100:1", 1).unwrap().build().unwrap();
+    let c = ClusterSpec::parse_flag("k80:1,v100:1", 1)
+        .unwrap()
+        .build()
+        .unwrap();
     let (_, m) = run_policy(&[j], &c, &mut Sjf, &cfg(10.0), &mut |_| {}).unwrap();
     assert!((m.avg_jct_s - 1000.0).abs() < 1e-6, "{}", m.avg_jct_s);
 }

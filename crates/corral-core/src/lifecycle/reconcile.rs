@@ -58,8 +58,19 @@ pub fn reconcile(
         requeue_after: None,
     };
     r.run(admission);
+    let mut status = r.status;
+    status.phase = Some(conditions::phase(&status));
+    // What the job holds: its admission's GPUs until it is terminal, released or requeued.
+    status.gpus = match admission {
+        AdmissionState::Admitted(a) if !conditions::is_terminal(&status) => a
+            .placements
+            .iter()
+            .map(|p| u32::try_from(p.gpu_indices.len()).unwrap_or(u32::MAX))
+            .fold(0u32, u32::saturating_add),
+        _ => 0,
+    };
     Reconciled {
-        status: r.status,
+        status,
         actions: r.actions,
         requeue_after: r.requeue_after,
     }

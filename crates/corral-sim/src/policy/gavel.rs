@@ -66,7 +66,11 @@ pub fn max_min_lp(coef: &[Vec<f64>], gpus: &[u32], capacity: &[u32]) -> Option<V
         .collect();
     for j in 0..m {
         let mut e: Vec<_> = vec![(t, 1.0)];
-        e.extend((0..n).filter(|&w| coef[j][w] != 0.0).map(|w| (x[j][w], -coef[j][w])));
+        e.extend(
+            (0..n)
+                .filter(|&w| coef[j][w] != 0.0)
+                .map(|w| (x[j][w], -coef[j][w])),
+        );
         p.add_constraint(e.as_slice(), ComparisonOp::Le, 0.0);
         let row: Vec<_> = (0..n).map(|w| (x[j][w], 1.0)).collect();
         p.add_constraint(row.as_slice(), ComparisonOp::Le, 1.0);
@@ -78,7 +82,11 @@ pub fn max_min_lp(coef: &[Vec<f64>], gpus: &[u32], capacity: &[u32]) -> Option<V
     let sol = p.solve().ok()?.into_solution().ok()?;
     Some(
         x.iter()
-            .map(|r| r.iter().map(|&v| sol.var_value(v).clamp(0.0, 1.0)).collect())
+            .map(|r| {
+                r.iter()
+                    .map(|&v| sol.var_value(v).clamp(0.0, 1.0))
+                    .collect()
+            })
             .collect(),
     )
 }
@@ -192,7 +200,7 @@ impl Policy for MaxMin {
             }
         }
         let mut left = ctx.cluster.gpus_per_type();
-        let mut scheduled = vec![false; ctx.jobs.len().min(usize::MAX)];
+        let mut scheduled = vec![false; ctx.jobs.len()];
         let mut out = Vec::new();
         for &w in &order {
             let mut entries: Vec<(f64, f64, f64, usize)> = ctx
@@ -242,6 +250,9 @@ mod tests {
     fn lp_splits_evenly() {
         // Two 1-GPU jobs, one GPU: each gets half the time.
         let x = max_min_lp(&[vec![1.0], vec![1.0]], &[1, 1], &[1]).unwrap();
-        assert!((x[0][0] - 0.5).abs() < 1e-6 && (x[1][0] - 0.5).abs() < 1e-6, "{x:?}");
+        assert!(
+            (x[0][0] - 0.5).abs() < 1e-6 && (x[1][0] - 0.5).abs() < 1e-6,
+            "{x:?}"
+        );
     }
 }

@@ -7,13 +7,17 @@ use serde_json::Value;
 use super::{at, fields, finish};
 use crate::job::{SimJob, Throughput};
 
+/// Co-location throughputs of one `(job type, scale factor)`: GPU type -> other job type ->
+/// (this job's, the other's) steps/s.
+pub type Colocated = BTreeMap<String, BTreeMap<String, (f64, f64)>>;
+
 /// `(job type, scale factor)` -> GPU type -> isolated steps/s of the whole job.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Throughputs {
     pub isolated: BTreeMap<(String, u32), BTreeMap<String, f64>>,
     /// `(job type, scale factor)` -> GPU type -> other job type -> (this, other) steps/s
     /// when sharing the GPUs.
-    pub colocated: BTreeMap<(String, u32), BTreeMap<String, BTreeMap<String, (f64, f64)>>>,
+    pub colocated: BTreeMap<(String, u32), Colocated>,
 }
 
 /// Parses `"('LM (batch size 20)', 1)"`.
@@ -26,15 +30,26 @@ fn parse_key(k: &str) -> Option<(String, u32)> {
     let rest = &k[1..];
     let end = rest.find(q)?;
     let name = rest[..end].to_string();
-    let sf = rest[end + 1..].trim().strip_prefix(',')?.trim().parse().ok()?;
+    let sf = rest[end + 1..]
+        .trim()
+        .strip_prefix(',')?
+        .trim()
+        .parse()
+        .ok()?;
     Some((name, sf))
 }
 
 impl Throughputs {
     /// Parses `simulation_throughputs.json`; `*_unconsolidated` worker types are skipped.
     pub fn parse(text: &str, file: &str) -> Result<Self, String> {
-        let v: Value = serde_json::from_str(text)
-            .map_err(|e| at(file, e.line(), e.column(), format_args!("invalid JSON: {e}")))?;
+        let v: Value = serde_json::from_str(text).map_err(|e| {
+            at(
+                file,
+                e.line(),
+                e.column(),
+                format_args!("invalid JSON: {e}"),
+            )
+        })?;
         let Value::Object(workers) = v else {
             return Err(format!("{file}: expected an object of GPU types"));
         };
@@ -111,14 +126,24 @@ pub fn parse_trace(text: &str, file: &str, tput: &Throughputs) -> Result<Vec<Sim
         let int = |idx: usize, what: &str| -> Result<u64, String> {
             let (col, s) = f[idx];
             s.trim().parse::<u64>().map_err(|_| {
-                at(file, ln, col, format_args!("{what} `{s}` is not a whole number"))
+                at(
+                    file,
+                    ln,
+                    col,
+                    format_args!("{what} `{s}` is not a whole number"),
+                )
             })
         };
         let job_type = f[0].1.to_string();
         let steps = int(5, "total_steps")?;
         let sf = int(6, "scale_factor")?;
         if sf == 0 || sf > 1024 {
-            return Err(at(file, ln, f[6].0, format_args!("scale_factor {sf} is out of range")));
+            return Err(at(
+                file,
+                ln,
+                f[6].0,
+                format_args!("scale_factor {sf} is out of range"),
+            ));
         }
         let arrival = num(9, "arrival_time")?;
         if arrival < 0.0 {
@@ -178,6 +203,10 @@ mod tests {
         assert!(e.starts_with("x.trace:1:1:"), "{e}");
         let e = parse_trace("B\tcmd\tdir\t--n\t1\t100\t1\t1\t-1\t0\n", "x.trace", &t).unwrap_err();
         assert!(e.contains("no throughputs"), "{e}");
-        assert!(Throughputs::parse("{", "t.json").unwrap_err().starts_with("t.json:1:"));
+        assert!(
+            Throughputs::parse("{", "t.json")
+                .unwrap_err()
+                .starts_with("t.json:1:")
+        );
     }
 }

@@ -21,7 +21,9 @@ impl Format {
             "alibaba" | "sia" => Err(format!(
                 "trace format `{s}` is not implemented in corral-sim yet (gavel and philly are)"
             )),
-            _ => Err(format!("unknown trace format `{s}`: expected gavel or philly")),
+            _ => Err(format!(
+                "unknown trace format `{s}`: expected gavel or philly"
+            )),
         }
     }
 

@@ -63,7 +63,12 @@ pub fn parse(text: &str, file: &str, limit: Option<usize>) -> Result<Vec<SimJob>
             ));
         }
         let ts = parse_timestamp(f[0].1).ok_or_else(|| {
-            at(file, ln, f[0].0, format_args!("timestamp `{}` is not YYYY-MM-DD HH:MM:SS", f[0].1))
+            at(
+                file,
+                ln,
+                f[0].0,
+                format_args!("timestamp `{}` is not YYYY-MM-DD HH:MM:SS", f[0].1),
+            )
         })?;
         let dur: f64 = f[1]
             .1
@@ -72,7 +77,12 @@ pub fn parse(text: &str, file: &str, limit: Option<usize>) -> Result<Vec<SimJob>
             .ok()
             .filter(|v: &f64| v.is_finite() && *v >= 0.0)
             .ok_or_else(|| {
-                at(file, ln, f[1].0, format_args!("duration `{}` is not a number >= 0", f[1].1))
+                at(
+                    file,
+                    ln,
+                    f[1].0,
+                    format_args!("duration `{}` is not a number >= 0", f[1].1),
+                )
             })?;
         let gpus: u32 = f[2]
             .1
@@ -81,7 +91,12 @@ pub fn parse(text: &str, file: &str, limit: Option<usize>) -> Result<Vec<SimJob>
             .ok()
             .filter(|g| (1..=4096).contains(g))
             .ok_or_else(|| {
-                at(file, ln, f[2].0, format_args!("num_gpus `{}` is not in 1..=4096", f[2].1))
+                at(
+                    file,
+                    ln,
+                    f[2].0,
+                    format_args!("num_gpus `{}` is not in 1..=4096", f[2].1),
+                )
             })?;
         raw.push((ts, dur, gpus, f[4].1.trim().to_string(), i));
     }
@@ -122,9 +137,19 @@ mod tests {
     #[test]
     fn errors() {
         let h = "timestamp,duration,num_gpus,gpu_time,cluster\n";
-        let e = parse(&format!("{h}2017-10-09 07:01:55,x,1,66.0,a\n"), "p.csv", None).unwrap_err();
+        let e = parse(
+            &format!("{h}2017-10-09 07:01:55,x,1,66.0,a\n"),
+            "p.csv",
+            None,
+        )
+        .unwrap_err();
         assert_eq!(e, "p.csv:2:21: duration `x` is not a number >= 0");
-        let e = parse(&format!("{h}2017-13-09 07:01:55,1,1,66.0,a\n"), "p.csv", None).unwrap_err();
+        let e = parse(
+            &format!("{h}2017-13-09 07:01:55,1,1,66.0,a\n"),
+            "p.csv",
+            None,
+        )
+        .unwrap_err();
         assert!(e.starts_with("p.csv:2:1:"), "{e}");
         assert!(parse("nope", "p.csv", None).is_err());
         assert!(parse("", "p.csv", None).is_err());

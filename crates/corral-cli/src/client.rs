@@ -1,0 +1,854 @@
+//! The commands that talk to a Corral server: submit, list, get, describe, logs, delete,
+//! suspend, resume, queues, nodes, top. Each reads its arguments, calls
+//! [`corral_server::client::Client`] and prints; a server error is printed as the user's
+//! problem and its fix (`path: message` lines), never as an HTTP dump.
+
+use std::fmt::Write as _;
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::{Args, ValueEnum};
+use corral_local::cluster::{JobDetails, JobSummary, NodeInfo, QueueInfo, ReplicaUsageRow};
+use corral_server::client::{Client, ClientError, LogRequest};
+use jiff::Timestamp;
+use serde::Serialize;
+use serde_json::Value;
+
+/// Where the server is and who is asking.
+#[derive(Args, Clone, Debug, Default)]
+pub struct ConnArgs {
+    /// The server (default: $CORRAL_SERVER, else http://127.0.0.1:7443).
+    #[arg(long, value_name = "URL", global = true)]
+    pub server: Option<String>,
+    /// API token (default: $CORRAL_TOKEN).
+    #[arg(long, value_name = "TOKEN", global = true)]
+    pub token: Option<String>,
+}
+
+impl ConnArgs {
+    pub fn client(&self) -> Client {
+        let server = self
+            .server
+            .clone()
+            .or_else(|| {
+                std::env::var("CORRAL_SERVER")
+                    .ok()
+                    .filter(|s| !s.is_empty())
+            })
+            .unwrap_or_else(|| corral_server::DEFAULT_SERVER.to_string());
+        let token = self
+            .token
+            .clone()
+            .or_else(|| std::env::var("CORRAL_TOKEN").ok());
+        Client::new(&server, token.as_deref())
+    }
+}
+
+/// The namespace a command acts in.
+#[derive(Args, Clone, Debug, Default)]
+pub struct NamespaceArgs {
+    /// Namespace (default: $CORRAL_NAMESPACE, else `default`).
+    #[arg(short, long, value_name = "NAMESPACE")]
+    pub namespace: Option<String>,
+}
+
+impl NamespaceArgs {
+    pub fn get(&self) -> String {
+        self.namespace
+            .clone()
+            .or_else(|| {
+                std::env::var("CORRAL_NAMESPACE")
+                    .ok()
+                    .filter(|s| !s.is_empty())
+            })
+            .unwrap_or_else(|| "default".to_string())
+    }
+}
+
+/// How to print.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// Aligned columns.
+    #[default]
+    Table,
+    Json,
+    Yaml,
+}
+
+#[derive(Args, Debug)]
+pub struct SubmitArgs {
+    /// TrainingJob or Kubeflow job files (YAML or JSON, several documents each); `-` or none
+    /// reads standard input.
+    #[arg(value_name = "FILE")]
+    pub files: Vec<String>,
+    #[command(flatten)]
+    pub namespace: NamespaceArgs,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct ListArgs {
+    /// Jobs of every namespace (that the token may see).
+    #[arg(short = 'A', long)]
+    pub all_namespaces: bool,
+    #[arg(short, long, value_enum, default_value_t = Output::Table)]
+    pub output: Output,
+    #[command(flatten)]
+    pub namespace: NamespaceArgs,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct GetArgs {
+    /// Job names; none lists the namespace's jobs.
+    #[arg(value_name = "NAME")]
+    pub names: Vec<String>,
+    /// `table` shows the job's line; `json`/`yaml` the TrainingJob with its status.
+    #[arg(short, long, value_enum, default_value_t = Output::Table)]
+    pub output: Output,
+    #[command(flatten)]
+    pub namespace: NamespaceArgs,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct JobArgs {
+    #[arg(value_name = "NAME", required = true)]
+    pub names: Vec<String>,
+    #[command(flatten)]
+    pub namespace: NamespaceArgs,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct DescribeArgs {
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// `table` is the readable report; `json`/`yaml` the whole record.
+    #[arg(short, long, value_enum, default_value_t = Output::Table)]
+    pub output: Output,
+    #[command(flatten)]
+    pub namespace: NamespaceArgs,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct LogsArgs {
+    #[arg(value_name = "JOB")]
+    pub name: String,
+    /// The replica: `<role>-<index>` (e.g. `worker-1`) or its full name. Default: the first
+    /// replica (chief, master or launcher, else worker 0).
+    #[arg(long, short = 'r', value_name = "REPLICA")]
+    pub replica: Option<String>,
+    /// The replica's role (with --index).
+    #[arg(long, value_name = "ROLE", conflicts_with = "replica")]
+    pub role: Option<String>,
+    /// The replica's index within its role (default 0).
+    #[arg(long, value_name = "N", conflicts_with = "replica")]
+    pub index: Option<u32>,
+    /// Keep printing as the replica writes, until the job ends.
+    #[arg(short, long)]
+    pub follow: bool,
+    #[command(flatten)]
+    pub namespace: NamespaceArgs,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct ClusterViewArgs {
+    #[arg(short, long, value_enum, default_value_t = Output::Table)]
+    pub output: Output,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct TopArgs {
+    /// Refresh every N seconds until interrupted.
+    #[arg(short, long, value_name = "SECONDS")]
+    pub watch: Option<u64>,
+    #[arg(short, long, value_enum, default_value_t = Output::Table)]
+    pub output: Output,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+/// Prints a failure and returns exit code 1.
+fn fail(e: &dyn std::fmt::Display) -> ExitCode {
+    eprintln!("error: {e}");
+    ExitCode::FAILURE
+}
+
+/// Writes to stdout; a reader that went away ends the output quietly.
+fn out(text: &str) -> ExitCode {
+    let mut o = std::io::stdout().lock();
+    match o.write_all(text.as_bytes()).and_then(|()| o.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => fail(&format!("cannot write output: {e}")),
+    }
+}
+
+fn structured<T: Serialize>(value: &T, output: Output) -> Result<String, String> {
+    match output {
+        Output::Yaml => serde_saphyr::to_string(value).map_err(|e| e.to_string()),
+        _ => serde_json::to_string_pretty(value)
+            .map(|s| s + "\n")
+            .map_err(|e| e.to_string()),
+    }
+}
+
+fn print_structured<T: Serialize>(value: &T, output: Output) -> ExitCode {
+    match structured(value, output) {
+        Ok(s) => out(&s),
+        Err(e) => fail(&format!("cannot print: {e}")),
+    }
+}
+
+/// Plain aligned columns.
+pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            if let Some(w) = widths.get_mut(i) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+    }
+    let mut s = String::new();
+    let line = |s: &mut String, cells: &mut dyn Iterator<Item = &str>| {
+        let mut first = true;
+        let mut text = String::new();
+        for (i, cell) in cells.enumerate() {
+            if !first {
+                text.push_str("   ");
+            }
+            first = false;
+            let w = widths.get(i).copied().unwrap_or(0);
+            let _ = write!(text, "{cell:<w$}");
+        }
+        s.push_str(text.trim_end());
+        s.push('\n');
+    };
+    line(&mut s, &mut header.iter().copied());
+    for row in rows {
+        line(&mut s, &mut row.iter().map(String::as_str));
+    }
+    s
+}
+
+/// `3s`, `5m`, `2h`, `4d` since `t`.
+pub fn age(t: Timestamp, now: Timestamp) -> String {
+    let secs = now.as_second().saturating_sub(t.as_second()).max(0);
+    match secs {
+        s if s < 120 => format!("{s}s"),
+        s if s < 7200 => format!("{}m", s / 60),
+        s if s < 172_800 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86_400),
+    }
+}
+
+pub fn bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "Ki", "Mi", "Gi", "Ti"];
+    let mut v = b as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{b}B")
+    } else {
+        format!("{v:.1}{}", UNITS[unit])
+    }
+}
+
+fn cpu(milli: u64) -> String {
+    if milli.is_multiple_of(1000) {
+        (milli / 1000).to_string()
+    } else {
+        format!("{milli}m")
+    }
+}
+
+fn jobs_table(jobs: &[JobSummary], with_namespace: bool) -> String {
+    let now = Timestamp::now();
+    let mut header = vec![];
+    if with_namespace {
+        header.push("NAMESPACE");
+    }
+    header.extend([
+        "NAME",
+        "STATE",
+        "FRAMEWORK",
+        "QUEUE",
+        "REPLICAS",
+        "GPUS",
+        "RESTARTS",
+        "AGE",
+    ]);
+    let rows: Vec<Vec<String>> = jobs
+        .iter()
+        .map(|j| {
+            let mut row = Vec::new();
+            if with_namespace {
+                row.push(j.namespace.clone());
+            }
+            row.extend([
+                j.name.clone(),
+                j.state.to_string(),
+                j.framework.clone(),
+                j.queue.clone(),
+                format!("{}/{}", j.replicas_ready, j.replicas_total),
+                j.gpus.to_string(),
+                j.restarts.to_string(),
+                age(j.created, now),
+            ]);
+            row
+        })
+        .collect();
+    table(&header, &rows)
+}
+
+/// `corral submit FILE...`
+pub fn run_submit(args: &SubmitArgs) -> ExitCode {
+    let client = args.conn.client();
+    let namespace = args.namespace.get();
+    let files = if args.files.is_empty() {
+        vec!["-".to_string()]
+    } else {
+        args.files.clone()
+    };
+    let mut failed = false;
+    for file in &files {
+        let shown = if file == "-" { "stdin" } else { file.as_str() };
+        let text = match crate::input::read(file) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("{shown}: {e}");
+                failed = true;
+                continue;
+            }
+        };
+        match client.submit(&namespace, &text) {
+            Ok(results) => {
+                for r in results {
+                    let from = r
+                        .converted_from
+                        .map(|k| format!(" (converted from {k})"))
+                        .unwrap_or_default();
+                    println!(
+                        "trainingjob/{} submitted in namespace {}{from}",
+                        r.name, r.namespace
+                    );
+                }
+            }
+            Err(e @ ClientError::Connect { .. }) => {
+                // The same for every file: say it once.
+                return fail(&e);
+            }
+            Err(e) => {
+                eprintln!("{shown}: {e}");
+                failed = true;
+            }
+        }
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// `corral list`
+pub fn run_list(args: &ListArgs) -> ExitCode {
+    let client = args.conn.client();
+    let ns = (!args.all_namespaces).then(|| args.namespace.get());
+    match client.list(ns.as_deref()) {
+        Ok(jobs) => match args.output {
+            Output::Table if jobs.is_empty() => {
+                match &ns {
+                    Some(ns) => eprintln!("No jobs in namespace {ns}."),
+                    None => eprintln!("No jobs."),
+                }
+                ExitCode::SUCCESS
+            }
+            Output::Table => out(&jobs_table(&jobs, args.all_namespaces)),
+            o => print_structured(&serde_json::json!({ "items": jobs }), o),
+        },
+        Err(e) => fail(&e),
+    }
+}
+
+/// `corral get [NAME...]`
+pub fn run_get(args: &GetArgs) -> ExitCode {
+    if args.names.is_empty() {
+        return run_list(&ListArgs {
+            all_namespaces: false,
+            output: args.output,
+            namespace: args.namespace.clone(),
+            conn: args.conn.clone(),
+        });
+    }
+    let client = args.conn.client();
+    let ns = args.namespace.get();
+    let mut code = ExitCode::SUCCESS;
+    match args.output {
+        Output::Table => {
+            let mut rows = Vec::new();
+            for name in &args.names {
+                match client.describe(&ns, name) {
+                    Ok(d) => rows.push(d.summary),
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        code = ExitCode::FAILURE;
+                    }
+                }
+            }
+            if !rows.is_empty() {
+                let printed = out(&jobs_table(&rows, false));
+                if printed != ExitCode::SUCCESS {
+                    return printed;
+                }
+            }
+        }
+        o => {
+            let mut values: Vec<Value> = Vec::new();
+            for name in &args.names {
+                match client.get(&ns, name) {
+                    Ok(v) => values.push(v),
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        code = ExitCode::FAILURE;
+                    }
+                }
+            }
+            let v = match values.len() {
+                0 => return code,
+                1 => values.remove(0),
+                _ => serde_json::json!({"apiVersion": "v1", "kind": "List", "items": values}),
+            };
+            let printed = print_structured(&v, o);
+            if printed != ExitCode::SUCCESS {
+                return printed;
+            }
+        }
+    }
+    code
+}
+
+/// The readable report of `corral describe`.
+pub fn describe_text(d: &JobDetails) -> String {
+    let now = Timestamp::now();
+    let s = &d.summary;
+    let mut t = String::new();
+    let _ = writeln!(t, "Name:        {}", s.name);
+    let _ = writeln!(t, "Namespace:   {}", s.namespace);
+    let _ = writeln!(t, "Framework:   {}", s.framework);
+    let _ = writeln!(t, "Queue:       {}", s.queue);
+    if let Some(p) = &d.job.spec.priority_class {
+        let _ = writeln!(t, "Priority:    {p}");
+    }
+    let _ = writeln!(t, "State:       {}", s.state);
+    let _ = writeln!(
+        t,
+        "Replicas:    {}/{} ready, {} GPUs",
+        s.replicas_ready, s.replicas_total, s.gpus
+    );
+    let _ = writeln!(
+        t,
+        "Created:     {} ({} ago)",
+        s.created,
+        age(s.created, now)
+    );
+    if let Some(st) = d.job.status.as_ref() {
+        if let Some(start) = st.start_time {
+            let _ = writeln!(t, "Started:     {start}");
+        }
+        if let Some(done) = st.completion_time {
+            let _ = writeln!(t, "Completed:   {done}");
+        }
+    }
+    let _ = writeln!(
+        t,
+        "Restarts:    {} (preempted {} times)",
+        s.restarts, s.preemptions
+    );
+    if let Some(reason) = &d.pending_reason {
+        let _ = writeln!(t, "Waiting:     {reason}");
+    }
+    if let Some(a) = &d.admission {
+        let gpu = a.gpu_type.as_deref().unwrap_or("no GPU");
+        let _ = writeln!(
+            t,
+            "Admitted:    pool {} ({gpu}) at {}",
+            a.pool, a.admitted_at
+        );
+        for p in &a.placements {
+            let gpus = if p.gpu_indices.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " GPUs {}",
+                    p.gpu_indices
+                        .iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(",")
+                )
+            };
+            let _ = writeln!(t, "  {}-{} on {}{gpus}", p.role, p.index, p.node);
+        }
+    }
+    if let Some(st) = d.job.status.as_ref()
+        && !st.conditions.is_empty()
+    {
+        t.push_str("\nConditions:\n");
+        let rows: Vec<Vec<String>> = st
+            .conditions
+            .iter()
+            .map(|c| {
+                vec![
+                    format!("{:?}", c.type_),
+                    format!("{:?}", c.status),
+                    c.reason.clone(),
+                    age(c.last_transition_time, now),
+                    c.message.clone(),
+                ]
+            })
+            .collect();
+        t.push_str(&indent(&table(
+            &["TYPE", "STATUS", "REASON", "AGE", "MESSAGE"],
+            &rows,
+        )));
+    }
+    if !d.replicas.is_empty() {
+        t.push_str("\nReplicas:\n");
+        let rows: Vec<Vec<String>> = d
+            .replicas
+            .iter()
+            .map(|r| {
+                let exit = match (r.exit_code, &r.reason) {
+                    (Some(c), Some(why)) => format!("{c} ({why})"),
+                    (Some(c), None) => c.to_string(),
+                    (None, Some(why)) => why.clone(),
+                    (None, None) => String::new(),
+                };
+                vec![
+                    r.name.clone(),
+                    r.phase.clone(),
+                    r.pid.map(|p| p.to_string()).unwrap_or_default(),
+                    r.port.map(|p| p.to_string()).unwrap_or_default(),
+                    r.gpus
+                        .iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(","),
+                    r.restarts.to_string(),
+                    exit,
+                ]
+            })
+            .collect();
+        t.push_str(&indent(&table(
+            &["NAME", "PHASE", "PID", "PORT", "GPUS", "RESTARTS", "EXIT"],
+            &rows,
+        )));
+    }
+    t.push_str("\nEvents:\n");
+    if d.events.is_empty() {
+        t.push_str("  <none>\n");
+    } else {
+        let rows: Vec<Vec<String>> = d
+            .events
+            .iter()
+            .map(|e| {
+                vec![
+                    age(e.time, now),
+                    e.type_.as_str().to_string(),
+                    e.reason.clone(),
+                    e.message.clone(),
+                ]
+            })
+            .collect();
+        t.push_str(&indent(&table(
+            &["AGE", "TYPE", "REASON", "MESSAGE"],
+            &rows,
+        )));
+    }
+    t
+}
+
+fn indent(text: &str) -> String {
+    text.lines().map(|l| format!("  {l}\n")).collect()
+}
+
+/// `corral describe NAME`
+pub fn run_describe(args: &DescribeArgs) -> ExitCode {
+    let client = args.conn.client();
+    let ns = args.namespace.get();
+    match args.output {
+        Output::Table => match client.describe(&ns, &args.name) {
+            Ok(d) => out(&describe_text(&d)),
+            Err(e) => fail(&e),
+        },
+        o => match client.describe_value(&ns, &args.name) {
+            Ok(v) => print_structured(&v, o),
+            Err(e) => fail(&e),
+        },
+    }
+}
+
+/// `corral logs JOB`
+pub fn run_logs(args: &LogsArgs) -> ExitCode {
+    let client = args.conn.client();
+    let request = LogRequest {
+        replica: args.replica.clone(),
+        role: args.role.clone(),
+        index: args.index,
+        follow: args.follow,
+    };
+    let mut stdout = std::io::stdout();
+    match client.logs(&args.namespace.get(), &args.name, &request, &mut stdout) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(&e),
+    }
+}
+
+fn each_job(
+    args: &JobArgs,
+    verb: &str,
+    f: impl Fn(&Client, &str, &str) -> Result<(), ClientError>,
+) -> ExitCode {
+    let client = args.conn.client();
+    let ns = args.namespace.get();
+    let mut code = ExitCode::SUCCESS;
+    for name in &args.names {
+        match f(&client, &ns, name) {
+            Ok(()) => println!("trainingjob/{name} {verb}"),
+            Err(e) => {
+                eprintln!("error: {e}");
+                code = ExitCode::FAILURE;
+            }
+        }
+    }
+    code
+}
+
+/// `corral delete NAME...`
+pub fn run_delete(args: &JobArgs) -> ExitCode {
+    each_job(args, "deleted", |c, ns, n| c.delete(ns, n))
+}
+
+/// `corral suspend NAME...`
+pub fn run_suspend(args: &JobArgs) -> ExitCode {
+    each_job(args, "suspended", |c, ns, n| c.suspend(ns, n))
+}
+
+/// `corral resume NAME...`
+pub fn run_resume(args: &JobArgs) -> ExitCode {
+    each_job(args, "resumed", |c, ns, n| c.resume(ns, n))
+}
+
+fn amount(gpu: u64, cpu_milli: u64, memory: u64) -> String {
+    format!("gpu {gpu}, cpu {}, mem {}", cpu(cpu_milli), bytes(memory))
+}
+
+pub fn queues_table(queues: &[QueueInfo]) -> String {
+    let rows: Vec<Vec<String>> = queues
+        .iter()
+        .map(|q| {
+            let usage: Vec<String> = q
+                .usage
+                .iter()
+                .map(|u| {
+                    let quota = match &u.nominal {
+                        Some(n) if n.gpu == u64::MAX => "unlimited".to_string(),
+                        Some(n) => format!("{} GPUs", n.gpu),
+                        None => "no quota".to_string(),
+                    };
+                    format!("{}: {} GPUs used of {quota}", u.pool, u.used.gpu)
+                })
+                .collect();
+            vec![
+                q.name.clone(),
+                q.cohort.clone().unwrap_or_else(|| "-".into()),
+                q.weight.to_string(),
+                q.pending.to_string(),
+                q.admitted.to_string(),
+                usage.join("; "),
+            ]
+        })
+        .collect();
+    table(
+        &["QUEUE", "COHORT", "WEIGHT", "PENDING", "ADMITTED", "USAGE"],
+        &rows,
+    )
+}
+
+/// `corral queues`
+pub fn run_queues(args: &ClusterViewArgs) -> ExitCode {
+    match args.conn.client().queues() {
+        Ok(q) if args.output == Output::Table => out(&queues_table(&q)),
+        Ok(q) => print_structured(&serde_json::json!({ "items": q }), args.output),
+        Err(e) => fail(&e),
+    }
+}
+
+pub fn nodes_text(nodes: &[NodeInfo]) -> String {
+    let rows: Vec<Vec<String>> = nodes
+        .iter()
+        .map(|n| {
+            let used = n.gpus.iter().filter(|g| g.used_by.is_some()).count();
+            vec![
+                n.name.clone(),
+                n.pool.clone().unwrap_or_else(|| "-".into()),
+                n.gpu_type.clone().unwrap_or_else(|| "-".into()),
+                format!("{used}/{}", n.gpus.len()),
+                format!("{}/{}", cpu(n.cpu_milli_allocated), cpu(n.cpu_milli)),
+                format!(
+                    "{}/{}",
+                    bytes(n.memory_bytes_allocated),
+                    bytes(n.memory_bytes)
+                ),
+            ]
+        })
+        .collect();
+    let mut t = table(
+        &["NODE", "POOL", "GPU TYPE", "GPUS USED", "CPU", "MEMORY"],
+        &rows,
+    );
+    let gpu_rows: Vec<Vec<String>> = nodes
+        .iter()
+        .flat_map(|n| {
+            n.gpus.iter().map(move |g| {
+                vec![
+                    n.name.clone(),
+                    g.index.to_string(),
+                    g.name.clone(),
+                    g.memory_bytes.map(bytes).unwrap_or_else(|| "-".into()),
+                    g.used_by.clone().unwrap_or_else(|| "free".into()),
+                ]
+            })
+        })
+        .collect();
+    if !gpu_rows.is_empty() {
+        t.push('\n');
+        t.push_str(&table(
+            &["NODE", "GPU", "NAME", "MEMORY", "USED BY"],
+            &gpu_rows,
+        ));
+    }
+    t
+}
+
+/// `corral nodes`
+pub fn run_nodes(args: &ClusterViewArgs) -> ExitCode {
+    match args.conn.client().nodes() {
+        Ok(n) if args.output == Output::Table => out(&nodes_text(&n)),
+        Ok(n) => print_structured(&serde_json::json!({ "items": n }), args.output),
+        Err(e) => fail(&e),
+    }
+}
+
+/// `corral top` rows with CPU use as a percentage of one core between two samples.
+pub fn top_table(
+    before: &[ReplicaUsageRow],
+    after: &[ReplicaUsageRow],
+    elapsed: Duration,
+) -> String {
+    let secs = elapsed.as_secs_f64().max(1e-3);
+    let rows: Vec<Vec<String>> = after
+        .iter()
+        .map(|r| {
+            let prev = before
+                .iter()
+                .find(|b| {
+                    b.namespace == r.namespace
+                        && b.job == r.job
+                        && b.replica == r.replica
+                        && b.pid == r.pid
+                })
+                .and_then(|b| b.cpu_seconds);
+            let cpu = match (prev, r.cpu_seconds) {
+                (Some(a), Some(b)) => format!("{:.0}%", ((b - a).max(0.0) / secs) * 100.0),
+                (None, Some(b)) => format!("{b:.1}s"),
+                _ => "-".into(),
+            };
+            vec![
+                r.namespace.clone(),
+                r.job.clone(),
+                r.replica.clone(),
+                r.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
+                cpu,
+                r.memory_bytes.map(bytes).unwrap_or_else(|| "-".into()),
+                if r.gpus.is_empty() {
+                    "-".into()
+                } else {
+                    r.gpus
+                        .iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(",")
+                },
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "NAMESPACE",
+            "JOB",
+            "REPLICA",
+            "PID",
+            "CPU",
+            "MEMORY",
+            "GPUS",
+        ],
+        &rows,
+    )
+}
+
+/// `corral top`: samples twice, a second apart, to show CPU as a rate.
+pub fn run_top(args: &TopArgs) -> ExitCode {
+    let client = args.conn.client();
+    if args.output != Output::Table {
+        return match client.top() {
+            Ok(rows) => print_structured(&serde_json::json!({ "items": rows }), args.output),
+            Err(e) => fail(&e),
+        };
+    }
+    let mut before = match client.top() {
+        Ok(r) => r,
+        Err(e) => return fail(&e),
+    };
+    let mut at = Instant::now();
+    loop {
+        std::thread::sleep(Duration::from_secs(args.watch.unwrap_or(1).max(1)));
+        let after = match client.top() {
+            Ok(r) => r,
+            Err(e) => return fail(&e),
+        };
+        let text = if after.is_empty() {
+            "No replicas are running.\n".to_string()
+        } else {
+            top_table(&before, &after, at.elapsed())
+        };
+        if args.watch.is_some() {
+            // Clear the screen and print again.
+            let code = out(&format!("\x1b[2J\x1b[H{text}"));
+            if code != ExitCode::SUCCESS {
+                return code;
+            }
+        } else {
+            return out(&text);
+        }
+        before = after;
+        at = Instant::now();
+    }
+}

@@ -1,0 +1,26 @@
+//! Names Corral writes on Kubernetes objects.
+
+/// The pod's job (every replica pod and the job's Service carry it).
+pub const JOB_NAME_LABEL: &str = "corral.dev/job-name";
+/// The replica's role (`master`, `worker`, ...).
+pub const ROLE_LABEL: &str = "corral.dev/role";
+/// The replica's index within its role.
+pub const INDEX_LABEL: &str = "corral.dev/index";
+/// The replica's incarnation, `<attempt>.<retry>` (see `corral_core::lifecycle::Incarnation`).
+pub const INCARNATION_LABEL: &str = "corral.dev/incarnation";
+/// On a TrainingJob: the scheduler's admission (pool, GPU type, placement of every replica)
+/// as JSON. Written before any pod is created; removed when the job returns to its queue or
+/// finishes. It is what survives a restart of the operator in the middle of a gang.
+pub const ADMISSION_ANNOTATION: &str = "corral.dev/admission";
+/// On a pod: the node Corral chose for it (before the Binding is made).
+pub const NODE_ANNOTATION: &str = "corral.dev/node";
+/// `spec.schedulerName` of replica pods: kube-scheduler leaves them to Corral.
+pub const SCHEDULER_NAME: &str = "corral";
+/// Field manager of every server-side apply.
+pub const FIELD_MANAGER: &str = "corral";
+/// The node label that carries the GPU type (NVIDIA GPU feature discovery).
+pub const GPU_PRODUCT_LABEL: &str = corral_api::node_pool::GPU_PRODUCT_LABEL;
+/// The extended resource of NVIDIA GPUs (device plugin).
+pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
+/// Name of the framework port on replica containers and the Service.
+pub const PORT_NAME: &str = "corral";

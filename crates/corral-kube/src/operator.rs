@@ -1,0 +1,494 @@
+//! The running operator: leader election, watches (reflectors) that trigger passes, the pass
+//! itself (observe -> plan -> apply), the health/readiness/metrics endpoints and graceful
+//! shutdown.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::http::StatusCode;
+use axum::routing::get;
+use futures::StreamExt;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Error};
+use tokio::sync::{Notify, watch};
+
+use corral_api::{NodePool, PriorityClass, Queue, TrainingJob};
+
+use crate::apply::{Applier, ApplyReport, RateLimiter};
+use crate::build::BuildOptions;
+use crate::consts::JOB_NAME_LABEL;
+use crate::convert;
+use crate::leader::LeaseLock;
+use crate::metrics::Metrics;
+use crate::observe::World;
+use crate::plan::{self, Plan, PlanConfig};
+
+/// `corral operator`: run Corral as a Kubernetes operator.
+#[derive(Clone, Debug, clap::Args)]
+pub struct OperatorArgs {
+    /// Address of /healthz, /readyz and /metrics.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    pub listen: SocketAddr,
+    /// Namespace of the leader-election Lease (default: the pod's namespace, from
+    /// POD_NAMESPACE, else `corral-system`).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "corral-system")]
+    pub lease_namespace: String,
+    #[arg(long, default_value = "corral-operator")]
+    pub lease_name: String,
+    /// This replica's identity in the Lease (default: the pod name, from POD_NAME).
+    #[arg(long, env = "POD_NAME", default_value = "corral-operator")]
+    pub identity: String,
+    /// Seconds a Lease holds without renewal.
+    #[arg(long, default_value_t = 15)]
+    pub lease_duration_secs: u64,
+    /// Seconds between lease renewals (less than the duration).
+    #[arg(long, default_value_t = 5)]
+    pub renew_every_secs: u64,
+    /// Run a full pass at least this often even if nothing changes.
+    #[arg(long, default_value_t = 30)]
+    pub resync_secs: u64,
+    /// Wait this long after a change to gather more before a pass.
+    #[arg(long, default_value_t = 200)]
+    pub debounce_ms: u64,
+    /// Writes per second to the API server (0: unlimited); reads are watches.
+    #[arg(long, default_value_t = 20.0)]
+    pub api_qps: f64,
+    #[arg(long, default_value_t = 40)]
+    pub api_burst: u32,
+    /// Appended to replica host names (Kubeflow's CUSTOM_CLUSTER_DOMAIN).
+    #[arg(long, env = "CUSTOM_CLUSTER_DOMAIN")]
+    pub cluster_domain: Option<String>,
+    /// Node label whose value is the node's topology domain (rack, NVLink/IB island).
+    #[arg(long)]
+    pub topology_label: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum OperatorError {
+    #[error("kubernetes client: {0}")]
+    Kube(#[from] Error),
+    #[error("kubernetes config: {0}")]
+    Config(String),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Runs the operator until SIGTERM or Ctrl-C. Blocking: it brings its own runtime.
+pub fn run_operator(args: OperatorArgs) -> Result<(), OperatorError> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(run(args))
+}
+
+/// Lists everything the plan reads (the operator's start, and tests).
+pub async fn observe_api(client: &Client) -> Result<World, Error> {
+    let lp = ListParams::default();
+    let mut world = World::default();
+    let dynamic = |ar: ApiResource| Api::<DynamicObject>::all_with(client.clone(), &ar);
+    let jobs = dynamic(convert::training_jobs()).list(&lp).await?;
+    let queues = dynamic(convert::queues()).list(&lp).await?;
+    let pools = dynamic(convert::node_pools()).list(&lp).await?;
+    let classes = dynamic(convert::priority_classes()).list(&lp).await?;
+    let items = |l: kube::api::ObjectList<DynamicObject>| {
+        l.items.into_iter().map(Arc::new).collect::<Vec<_>>()
+    };
+    decode_into(
+        &mut world,
+        &items(jobs),
+        &items(queues),
+        &items(pools),
+        &items(classes),
+    );
+    world.pods = Api::<Pod>::all(client.clone()).list(&lp).await?.items;
+    world.nodes = Api::<Node>::all(client.clone()).list(&lp).await?.items;
+    world.services = Api::<Service>::all(client.clone())
+        .list(&ListParams::default().labels(JOB_NAME_LABEL))
+        .await?
+        .items;
+    Ok(world)
+}
+
+fn decode_all<T: serde::de::DeserializeOwned>(
+    objs: &[Arc<DynamicObject>],
+    warnings: &mut Vec<String>,
+) -> Vec<T> {
+    objs.iter()
+        .filter_map(|o| match convert::decode::<T>(o) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                warnings.push(e);
+                None
+            }
+        })
+        .collect()
+}
+
+fn decode_into(
+    world: &mut World,
+    jobs: &[Arc<DynamicObject>],
+    queues: &[Arc<DynamicObject>],
+    pools: &[Arc<DynamicObject>],
+    classes: &[Arc<DynamicObject>],
+) {
+    let mut w = Vec::new();
+    world.jobs = decode_all::<TrainingJob>(jobs, &mut w);
+    world.queues = decode_all::<Queue>(queues, &mut w);
+    world.pools = decode_all::<NodePool>(pools, &mut w);
+    world.classes = decode_all::<PriorityClass>(classes, &mut w);
+    world.warnings = w;
+}
+
+/// One pass from a world: plan, then apply.
+pub async fn pass(
+    world: &World,
+    cfg: &PlanConfig,
+    applier: &Applier,
+    now: Timestamp,
+) -> (Plan, ApplyReport) {
+    let plan = plan::plan(world, cfg, now);
+    let report = applier.apply(&plan).await;
+    (plan, report)
+}
+
+/// Lists, plans and applies once (what a test or a one-shot run does).
+pub async fn reconcile_once(
+    applier: &Applier,
+    cfg: &PlanConfig,
+    now: Timestamp,
+) -> Result<(Plan, ApplyReport), Error> {
+    let world = observe_api(&applier.client).await?;
+    Ok(pass(&world, cfg, applier, now).await)
+}
+
+struct Stores {
+    jobs: Store<DynamicObject>,
+    queues: Store<DynamicObject>,
+    pools: Store<DynamicObject>,
+    classes: Store<DynamicObject>,
+    pods: Store<Pod>,
+    nodes: Store<Node>,
+    services: Store<Service>,
+}
+
+impl Stores {
+    fn world(&self) -> World {
+        let mut world = World::default();
+        decode_into(
+            &mut world,
+            &self.jobs.state(),
+            &self.queues.state(),
+            &self.pools.state(),
+            &self.classes.state(),
+        );
+        world.pods = self.pods.state().iter().map(|p| (**p).clone()).collect();
+        world.nodes = self.nodes.state().iter().map(|p| (**p).clone()).collect();
+        world.services = self
+            .services
+            .state()
+            .iter()
+            .map(|p| (**p).clone())
+            .collect();
+        world
+    }
+
+    async fn ready(&self) -> bool {
+        self.jobs.wait_until_ready().await.is_ok()
+            && self.queues.wait_until_ready().await.is_ok()
+            && self.pools.wait_until_ready().await.is_ok()
+            && self.classes.wait_until_ready().await.is_ok()
+            && self.pods.wait_until_ready().await.is_ok()
+            && self.nodes.wait_until_ready().await.is_ok()
+            && self.services.wait_until_ready().await.is_ok()
+    }
+}
+
+/// Starts a reflector for one kind; every change wakes the pass loop.
+fn reflect<K>(
+    api: Api<K>,
+    cfg: watcher::Config,
+    dyntype: K::DynamicType,
+    notify: Arc<Notify>,
+    tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+) -> Store<K>
+where
+    K: kube::Resource
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    let writer = reflector::store::Writer::<K>::new(dyntype);
+    let reader = writer.as_reader();
+    let stream = watcher(api, cfg).default_backoff().reflect(writer);
+    tasks.push(tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(ev) = stream.next().await {
+            if let Err(e) = ev {
+                tracing::warn!("watch: {e}");
+            }
+            notify.notify_one();
+        }
+    }));
+    reader
+}
+
+#[derive(Default)]
+struct Health {
+    ready: AtomicBool,
+}
+
+async fn serve(
+    addr: SocketAddr,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), std::io::Error> {
+    let m = metrics.clone();
+    let h = health.clone();
+    let app = Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            get(move || {
+                let h = h.clone();
+                async move {
+                    if h.ready.load(Ordering::Relaxed) {
+                        (StatusCode::OK, "ready")
+                    } else {
+                        (StatusCode::SERVICE_UNAVAILABLE, "starting")
+                    }
+                }
+            }),
+        )
+        .route(
+            "/metrics",
+            get(move || {
+                let m = m.clone();
+                async move { m.encode() }
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            let _ = stop.wait_for(|s| *s).await;
+        })
+        .await
+}
+
+async fn shutdown_signal(tx: watch::Sender<bool>) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    let _ = tx.send(true);
+}
+
+async fn run(args: OperatorArgs) -> Result<(), OperatorError> {
+    let client = Client::try_default()
+        .await
+        .map_err(|e| OperatorError::Config(e.to_string()))?;
+    let metrics = Arc::new(Metrics::new());
+    let health = Arc::new(Health::default());
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(shutdown_signal(stop_tx));
+    let server = tokio::spawn(serve(
+        args.listen,
+        metrics.clone(),
+        health.clone(),
+        stop_rx.clone(),
+    ));
+
+    let lock = LeaseLock::new(
+        client.clone(),
+        &args.lease_namespace,
+        &args.lease_name,
+        &args.identity,
+        Duration::from_secs(args.lease_duration_secs.max(2)),
+    );
+    let renew = Duration::from_secs(
+        args.renew_every_secs
+            .clamp(1, args.lease_duration_secs.max(2) - 1),
+    );
+    let mut stop = stop_rx.clone();
+    // Standby replicas are ready (they serve health and metrics) and wait for the lease.
+    health.ready.store(true, Ordering::Relaxed);
+    loop {
+        if *stop.borrow() {
+            break;
+        }
+        match lock.try_acquire_or_renew(Timestamp::now()).await {
+            Ok(true) => {
+                metrics.leader.set(1);
+                tracing::info!("leading as {}", args.identity);
+                lead(&args, &client, &lock, renew, &metrics, stop.clone()).await;
+                metrics.leader.set(0);
+                if *stop.borrow() {
+                    let _ = lock.release().await;
+                    break;
+                }
+            }
+            Ok(false) => {}
+            Err(e) => tracing::warn!("leader election: {e}"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(renew) => {}
+            _ = stop.wait_for(|s| *s) => {}
+        }
+    }
+    let _ = server.await;
+    Ok(())
+}
+
+/// Acts while holding the lease: returns when it is lost or on shutdown.
+async fn lead(
+    args: &OperatorArgs,
+    client: &Client,
+    lock: &LeaseLock,
+    renew: Duration,
+    metrics: &Metrics,
+    mut stop: watch::Receiver<bool>,
+) {
+    let notify = Arc::new(Notify::new());
+    let mut tasks = Vec::new();
+    let ar = |r: ApiResource| Api::<DynamicObject>::all_with(client.clone(), &r);
+    let wc = watcher::Config::default;
+    let stores = Stores {
+        jobs: reflect(
+            ar(convert::training_jobs()),
+            wc(),
+            convert::training_jobs(),
+            notify.clone(),
+            &mut tasks,
+        ),
+        queues: reflect(
+            ar(convert::queues()),
+            wc(),
+            convert::queues(),
+            notify.clone(),
+            &mut tasks,
+        ),
+        pools: reflect(
+            ar(convert::node_pools()),
+            wc(),
+            convert::node_pools(),
+            notify.clone(),
+            &mut tasks,
+        ),
+        classes: reflect(
+            ar(convert::priority_classes()),
+            wc(),
+            convert::priority_classes(),
+            notify.clone(),
+            &mut tasks,
+        ),
+        pods: reflect(
+            Api::all(client.clone()),
+            wc(),
+            (),
+            notify.clone(),
+            &mut tasks,
+        ),
+        nodes: reflect(
+            Api::all(client.clone()),
+            wc(),
+            (),
+            notify.clone(),
+            &mut tasks,
+        ),
+        services: reflect(
+            Api::all(client.clone()),
+            wc().labels(JOB_NAME_LABEL),
+            (),
+            notify.clone(),
+            &mut tasks,
+        ),
+    };
+    let reporter = Reporter {
+        controller: "corral".into(),
+        instance: Some(args.identity.clone()),
+    };
+    let applier = Applier::new(
+        client.clone(),
+        Some(Recorder::new(client.clone(), reporter)),
+        RateLimiter::new(args.api_qps, args.api_burst),
+    );
+    let cfg = PlanConfig {
+        build: BuildOptions {
+            cluster_domain: args.cluster_domain.clone(),
+        },
+        scheduler: Default::default(),
+        topology_label: args.topology_label.clone(),
+    };
+    tokio::select! {
+        ok = stores.ready() => if !ok { return; },
+        _ = stop.wait_for(|s| *s) => { for t in tasks { t.abort(); } return; }
+    }
+    let mut last_renew = Instant::now();
+    loop {
+        if last_renew.elapsed() >= renew {
+            match lock.try_acquire_or_renew(Timestamp::now()).await {
+                Ok(true) => last_renew = Instant::now(),
+                Ok(false) => break,
+                Err(e) => {
+                    tracing::warn!("lease renewal: {e}");
+                    if last_renew.elapsed() >= lock.duration {
+                        break;
+                    }
+                }
+            }
+        }
+        let world = stores.world();
+        for w in &world.warnings {
+            tracing::warn!("{w}");
+        }
+        let started = Instant::now();
+        let (plan, report) = pass(&world, &cfg, &applier, Timestamp::now()).await;
+        metrics.record(&plan, &report, started.elapsed().as_secs_f64());
+        for e in &report.errors {
+            tracing::warn!("apply: {e}");
+        }
+        let next_after = plan
+            .requeue_after()
+            .unwrap_or(Duration::from_secs(args.resync_secs.max(1)))
+            .min(Duration::from_secs(args.resync_secs.max(1)))
+            .min(renew)
+            .max(Duration::from_millis(args.debounce_ms));
+        tokio::select! {
+            _ = notify.notified() => {
+                tokio::time::sleep(Duration::from_millis(args.debounce_ms)).await;
+            }
+            _ = tokio::time::sleep(next_after) => {}
+            _ = stop.wait_for(|s| *s) => break,
+        }
+    }
+    for t in tasks {
+        t.abort();
+    }
+}

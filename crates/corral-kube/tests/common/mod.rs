@@ -1,0 +1,380 @@
+//! A small in-memory API server behind kube's tower-test mock: the operator's client talks
+//! to it through the real kube `Client` (real URLs, verbs, bodies, content types), and it
+//! keeps objects the way the API server does for the calls Corral makes (list, create with
+//! 409 on a taken name, merge patch and server-side apply with resourceVersion
+//! preconditions, the binding subresource, delete with UID preconditions and grace).
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use http::{Method, Request, Response, StatusCode};
+use kube::Client;
+use kube::client::Body;
+use serde_json::{Value, json};
+
+#[derive(Default)]
+pub struct State {
+    /// (collection path without namespace, e.g. "api/v1/pods", namespace, name) -> object.
+    pub objects: BTreeMap<(String, String, String), Value>,
+    pub rv: u64,
+    /// Every request as `VERB path`.
+    pub log: Vec<String>,
+    pub events: Vec<Value>,
+    /// Pod creations left before creates start failing with 500 (a crash of the operator
+    /// in the middle of a gang).
+    pub pod_creates_left: Option<usize>,
+    /// Deleted pods stay, terminating, until `finish_terminating` (as kubelets do).
+    pub graceful_deletes: bool,
+    pub next_uid: u64,
+}
+
+#[derive(Clone, Default)]
+pub struct FakeApi {
+    pub state: Arc<Mutex<State>>,
+}
+
+fn status(code: u16, reason: &str, message: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+           "message": message, "reason": reason, "code": code})
+}
+
+const KINDS: &[(&str, &str, &str)] = &[
+    ("api/v1/pods", "v1", "Pod"),
+    ("api/v1/nodes", "v1", "Node"),
+    ("api/v1/services", "v1", "Service"),
+    ("api/v1/configmaps", "v1", "ConfigMap"),
+    (
+        "apis/corral.dev/v1alpha1/trainingjobs",
+        "corral.dev/v1alpha1",
+        "TrainingJob",
+    ),
+    (
+        "apis/corral.dev/v1alpha1/queues",
+        "corral.dev/v1alpha1",
+        "Queue",
+    ),
+    (
+        "apis/corral.dev/v1alpha1/nodepools",
+        "corral.dev/v1alpha1",
+        "NodePool",
+    ),
+    (
+        "apis/corral.dev/v1alpha1/priorityclasses",
+        "corral.dev/v1alpha1",
+        "PriorityClass",
+    ),
+    ("apis/events.k8s.io/v1/events", "events.k8s.io/v1", "Event"),
+];
+
+fn kind_of(collection: &str) -> (&'static str, &'static str) {
+    KINDS
+        .iter()
+        .find(|(c, _, _)| *c == collection)
+        .map(|(_, a, k)| (*a, *k))
+        .unwrap_or(("v1", "Unknown"))
+}
+
+/// Splits `/api/v1/namespaces/ns/pods/name/sub` into (collection, ns, name, sub).
+fn route(path: &str) -> (String, String, Option<String>, Option<String>) {
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let prefix_len = if parts.first() == Some(&"api") { 2 } else { 3 };
+    let prefix = parts[..prefix_len.min(parts.len())].join("/");
+    let mut rest = &parts[prefix_len.min(parts.len())..];
+    let mut ns = String::new();
+    if rest.first() == Some(&"namespaces") && rest.len() >= 3 {
+        ns = rest[1].to_string();
+        rest = &rest[2..];
+    }
+    let resource = rest.first().copied().unwrap_or("");
+    (
+        format!("{prefix}/{resource}"),
+        ns,
+        rest.get(1).map(|s| s.to_string()),
+        rest.get(2).map(|s| s.to_string()),
+    )
+}
+
+fn merge(target: &mut Value, patch: &Value) {
+    match (target, patch) {
+        (Value::Object(t), Value::Object(p)) => {
+            for (k, v) in p {
+                if v.is_null() {
+                    t.remove(k);
+                } else {
+                    merge(t.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+        (t, p) => *t = p.clone(),
+    }
+}
+
+impl FakeApi {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A kube Client whose every request this fake answers.
+    pub fn client(&self) -> Client {
+        let (svc, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let me = self.clone();
+        tokio::spawn(async move {
+            while let Some((req, send)) = handle.next_request().await {
+                let (parts, body) = req.into_parts();
+                let bytes = body.collect_bytes().await.unwrap_or_default();
+                let (code, value) = me.handle(&parts.method, &parts.uri, &bytes);
+                let resp = Response::builder()
+                    .status(StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
+                    .header("content-type", "application/json")
+                    .body(Body::from(serde_json::to_vec(&value).unwrap_or_default()))
+                    .expect("response");
+                send.send_response(resp);
+            }
+        });
+        Client::new(svc, "default")
+    }
+
+    pub fn insert(&self, collection: &str, obj: Value) {
+        let mut s = self.state.lock().expect("lock");
+        s.rv += 1;
+        s.next_uid += 1;
+        let rv = s.rv.to_string();
+        let uid = format!("uid-{}", s.next_uid);
+        let mut obj = obj;
+        let (api_version, kind) = kind_of(collection);
+        obj["apiVersion"] = json!(api_version);
+        obj["kind"] = json!(kind);
+        obj["metadata"]["resourceVersion"] = json!(rv);
+        if obj["metadata"]["uid"].is_null() {
+            obj["metadata"]["uid"] = json!(uid);
+        }
+        if obj["metadata"]["creationTimestamp"].is_null() {
+            obj["metadata"]["creationTimestamp"] = json!("2025-01-01T00:00:00Z");
+        }
+        let ns = obj["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
+        s.objects.insert((collection.to_string(), ns, name), obj);
+    }
+
+    pub fn get(&self, collection: &str, ns: &str, name: &str) -> Option<Value> {
+        let s = self.state.lock().expect("lock");
+        s.objects
+            .get(&(collection.to_string(), ns.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    pub fn list(&self, collection: &str) -> Vec<Value> {
+        let s = self.state.lock().expect("lock");
+        s.objects
+            .iter()
+            .filter(|((c, _, _), _)| c == collection)
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+
+    /// Edits an object as a kubelet or a user would (bumps its resourceVersion).
+    pub fn update(&self, collection: &str, ns: &str, name: &str, f: impl FnOnce(&mut Value)) {
+        let mut s = self.state.lock().expect("lock");
+        s.rv += 1;
+        let rv = s.rv.to_string();
+        if let Some(o) =
+            s.objects
+                .get_mut(&(collection.to_string(), ns.to_string(), name.to_string()))
+        {
+            f(o);
+            o["metadata"]["resourceVersion"] = json!(rv);
+        }
+    }
+
+    /// Removes pods that were deleted gracefully (their grace period ran out).
+    pub fn finish_terminating(&self) {
+        let mut s = self.state.lock().expect("lock");
+        s.objects
+            .retain(|_, o| o["metadata"]["deletionTimestamp"].is_null());
+    }
+
+    pub fn log(&self) -> Vec<String> {
+        self.state.lock().expect("lock").log.clone()
+    }
+
+    pub fn clear_log(&self) {
+        self.state.lock().expect("lock").log.clear();
+    }
+
+    fn handle(&self, method: &Method, uri: &http::Uri, body: &[u8]) -> (u16, Value) {
+        let path = uri.path().to_string();
+        let query = uri.query().unwrap_or("").to_string();
+        let body: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+        let mut s = self.state.lock().expect("lock");
+        s.log.push(format!("{method} {path}"));
+        let (collection, ns, name, sub) = route(&path);
+        let key = (
+            collection.clone(),
+            ns.clone(),
+            name.clone().unwrap_or_default(),
+        );
+        match (method.clone(), name, sub.as_deref()) {
+            (Method::GET, None, None) => {
+                let selector = query
+                    .split('&')
+                    .find_map(|kv| kv.strip_prefix("labelSelector="))
+                    .map(|s| s.replace("%2F", "/"));
+                let items: Vec<Value> = s
+                    .objects
+                    .iter()
+                    .filter(|((c, n, _), _)| *c == collection && (ns.is_empty() || *n == ns))
+                    .filter(|(_, o)| {
+                        selector
+                            .as_ref()
+                            .is_none_or(|l| !o["metadata"]["labels"][l.as_str()].is_null())
+                    })
+                    .map(|(_, v)| v.clone())
+                    .collect();
+                let (api_version, kind) = kind_of(&collection);
+                (
+                    200,
+                    json!({"apiVersion": api_version, "kind": format!("{kind}List"),
+                             "metadata": {"resourceVersion": s.rv.to_string()}, "items": items}),
+                )
+            }
+            (Method::GET, Some(_), None) => match s.objects.get(&key) {
+                Some(o) => (200, o.clone()),
+                None => (404, status(404, "NotFound", "not found")),
+            },
+            (Method::POST, None, None) => {
+                if collection == "apis/events.k8s.io/v1/events" {
+                    s.events.push(body.clone());
+                    return (201, body);
+                }
+                let name = body["metadata"]["name"].as_str().unwrap_or("").to_string();
+                let key = (collection.clone(), ns.clone(), name);
+                if s.objects.contains_key(&key) {
+                    return (409, status(409, "AlreadyExists", "already exists"));
+                }
+                if collection == "api/v1/pods" {
+                    match s.pod_creates_left {
+                        Some(0) => return (500, status(500, "InternalError", "injected crash")),
+                        Some(n) => s.pod_creates_left = Some(n - 1),
+                        None => {}
+                    }
+                }
+                s.rv += 1;
+                s.next_uid += 1;
+                let mut obj = body;
+                obj["metadata"]["resourceVersion"] = json!(s.rv.to_string());
+                obj["metadata"]["uid"] = json!(format!("uid-{}", s.next_uid));
+                obj["metadata"]["creationTimestamp"] = json!("2025-01-01T00:00:00Z");
+                if collection == "api/v1/pods" {
+                    obj["status"] = json!({"phase": "Pending"});
+                }
+                s.objects.insert(key, obj.clone());
+                (201, obj)
+            }
+            (Method::POST, Some(_), Some("binding")) => {
+                let rv = s.rv + 1;
+                let Some(pod) = s.objects.get_mut(&key) else {
+                    return (404, status(404, "NotFound", "pod not found"));
+                };
+                if !pod["spec"]["nodeName"].is_null() {
+                    return (
+                        409,
+                        status(409, "Conflict", "pod is already assigned to a node"),
+                    );
+                }
+                pod["spec"]["nodeName"] = body["target"]["name"].clone();
+                pod["metadata"]["resourceVersion"] = json!(rv.to_string());
+                s.rv = rv;
+                (
+                    201,
+                    json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}),
+                )
+            }
+            (Method::PATCH, Some(name), sub) => {
+                if collection == "apis/events.k8s.io/v1/events" {
+                    return (200, body);
+                }
+                let rv = s.rv + 1;
+                let exists = s.objects.contains_key(&key);
+                if !exists {
+                    if sub.is_some() || collection.starts_with("apis/corral.dev") {
+                        return (404, status(404, "NotFound", "not found"));
+                    }
+                    // Server-side apply creates.
+                    let mut obj = body;
+                    obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+                    obj["metadata"]["namespace"] = json!(ns);
+                    obj["metadata"]["name"] = json!(name);
+                    s.rv = rv;
+                    s.objects.insert(key, obj.clone());
+                    return (201, obj);
+                }
+                let Some(obj) = s.objects.get_mut(&key) else {
+                    return (404, status(404, "NotFound", "not found"));
+                };
+                if let Some(want) = body["metadata"]["resourceVersion"].as_str()
+                    && obj["metadata"]["resourceVersion"].as_str() != Some(want)
+                {
+                    return (409, status(409, "Conflict", "the object has been modified"));
+                }
+                match sub {
+                    Some("status") => {
+                        // Corral owns every status field it applies: what it omits goes.
+                        obj["status"] = body["status"].clone();
+                    }
+                    _ => {
+                        let mut patch = body.clone();
+                        if let Some(m) = patch.get_mut("metadata").and_then(Value::as_object_mut) {
+                            m.remove("resourceVersion");
+                        }
+                        merge(obj, &patch);
+                    }
+                }
+                obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+                let out = obj.clone();
+                s.rv = rv;
+                (200, out)
+            }
+            (Method::DELETE, Some(_), None) => {
+                let graceful = s.graceful_deletes && collection == "api/v1/pods";
+                let rv = s.rv + 1;
+                let Some(obj) = s.objects.get_mut(&key) else {
+                    return (404, status(404, "NotFound", "not found"));
+                };
+                if let Some(uid) = body["preconditions"]["uid"].as_str()
+                    && obj["metadata"]["uid"].as_str() != Some(uid)
+                {
+                    return (409, status(409, "Conflict", "precondition failed: uid"));
+                }
+                let out = obj.clone();
+                if graceful {
+                    obj["metadata"]["deletionTimestamp"] = json!("2025-01-01T00:00:00Z");
+                    obj["metadata"]["deletionGracePeriodSeconds"] =
+                        body["gracePeriodSeconds"].clone();
+                    obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+                    s.rv = rv;
+                } else {
+                    s.objects.remove(&key);
+                    // Owner references: deleting a job collects what it owns.
+                    if collection.ends_with("trainingjobs") {
+                        let uid = out["metadata"]["uid"].clone();
+                        s.objects.retain(|_, o| {
+                            !o["metadata"]["ownerReferences"]
+                                .as_array()
+                                .is_some_and(|refs| refs.iter().any(|r| r["uid"] == uid))
+                        });
+                    }
+                }
+                (200, out)
+            }
+            _ => (
+                405,
+                status(405, "MethodNotAllowed", "not supported by the fake"),
+            ),
+        }
+    }
+}

@@ -1,0 +1,461 @@
+//! Memory and CPU limits for replicas through Linux control groups, v2 (unified) or v1
+//! (one hierarchy per controller), found from `/proc/self/mountinfo` and `/proc/self/cgroup`.
+//!
+//! Replica cgroups are created *under the executor's own cgroup* (`<own>/corral/<leaf>`), so a
+//! delegated subtree (a container, a systemd user slice) is enough; nothing is written at the
+//! root of the hierarchy. A [`CgroupRef`] names the directories of one replica's cgroup by
+//! absolute path and is serialisable, so a restarted server finds the cgroups of the replicas
+//! it re-adopts.
+//!
+//! The kernel enforces the memory limit: a replica that exceeds it is OOM-killed inside its
+//! own cgroup, alone, and the cgroup's `oom_kill` counter (v1 `memory.oom_control`, v2
+//! `memory.events`) records it, which is how an exit is reported as OOMKilled.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::executor::procfs;
+
+/// CFS period used for CPU limits (100 ms, the kernel default).
+const CPU_PERIOD_US: u64 = 100_000;
+
+/// One replica's cgroup: absolute directories, per hierarchy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "version", rename_all = "lowercase")]
+pub enum CgroupRef {
+    /// Unified hierarchy: one directory for every controller.
+    V2 { dir: PathBuf },
+    /// Legacy hierarchies: one directory per controller (the same path when co-mounted).
+    V1 {
+        memory: Option<PathBuf>,
+        cpu: Option<PathBuf>,
+        cpuacct: Option<PathBuf>,
+    },
+}
+
+/// Limits applied to a new replica cgroup.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CgroupLimits {
+    /// Memory limit in bytes (swap is limited too where the kernel allows).
+    pub memory_bytes: Option<u64>,
+    /// CPU limit in milli-CPUs (1000 = one core), enforced by the CFS quota.
+    pub cpu_milli: Option<u64>,
+}
+
+impl CgroupRef {
+    /// The distinct directories of this cgroup.
+    pub fn dirs(&self) -> Vec<&Path> {
+        let mut out: Vec<&Path> = Vec::new();
+        match self {
+            CgroupRef::V2 { dir } => out.push(dir),
+            CgroupRef::V1 {
+                memory,
+                cpu,
+                cpuacct,
+            } => {
+                for d in [memory, cpu, cpuacct].into_iter().flatten() {
+                    if !out.contains(&d.as_path()) {
+                        out.push(d);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn memory_dir(&self) -> Option<&Path> {
+        match self {
+            CgroupRef::V2 { dir } => Some(dir),
+            CgroupRef::V1 { memory, .. } => memory.as_deref(),
+        }
+    }
+
+    /// Moves process `pid` (0: the caller) into this cgroup, in every hierarchy.
+    pub fn join(&self, pid: u32) -> io::Result<()> {
+        for dir in self.dirs() {
+            fs::write(dir.join("cgroup.procs"), pid.to_string())
+                .map_err(|e| io::Error::new(e.kind(), format!("joining {}: {e}", dir.display())))?;
+        }
+        Ok(())
+    }
+
+    /// The processes in this cgroup (union over the hierarchies).
+    pub fn procs(&self) -> Vec<u32> {
+        let mut out: Vec<u32> = Vec::new();
+        for dir in self.dirs() {
+            if let Ok(text) = fs::read_to_string(dir.join("cgroup.procs")) {
+                for pid in text.lines().filter_map(|l| l.trim().parse::<u32>().ok()) {
+                    if !out.contains(&pid) {
+                        out.push(pid);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// SIGKILLs every process in the cgroup except `except`, until none is left.
+    pub fn kill_all(&self, except: Option<u32>) {
+        if except.is_none()
+            && let CgroupRef::V2 { dir } = self
+            && fs::write(dir.join("cgroup.kill"), "1").is_ok()
+        {
+            return;
+        }
+        for _ in 0..100 {
+            let pids: Vec<u32> = self
+                .procs()
+                .into_iter()
+                .filter(|p| Some(*p) != except)
+                .collect();
+            if pids.is_empty() {
+                return;
+            }
+            for pid in pids {
+                let _ = procfs::signal_process(pid, rustix::process::Signal::KILL);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
+    /// How many processes the kernel OOM-killed in this cgroup.
+    pub fn oom_kills(&self) -> u64 {
+        let Some(dir) = self.memory_dir() else {
+            return 0;
+        };
+        let file = match self {
+            CgroupRef::V2 { .. } => "memory.events",
+            CgroupRef::V1 { .. } => "memory.oom_control",
+        };
+        fs::read_to_string(dir.join(file))
+            .ok()
+            .and_then(|text| keyed_value(&text, "oom_kill"))
+            .unwrap_or(0)
+    }
+
+    /// Memory in use, as the working set (usage minus inactive page cache), in bytes.
+    pub fn memory_bytes(&self) -> Option<u64> {
+        let dir = self.memory_dir()?;
+        let (usage_file, inactive_key) = match self {
+            CgroupRef::V2 { .. } => ("memory.current", "inactive_file"),
+            CgroupRef::V1 { .. } => ("memory.usage_in_bytes", "total_inactive_file"),
+        };
+        let usage: u64 = procfs::read_trimmed(&dir.join(usage_file))?.parse().ok()?;
+        let inactive = fs::read_to_string(dir.join("memory.stat"))
+            .ok()
+            .and_then(|t| keyed_value(&t, inactive_key))
+            .unwrap_or(0);
+        Some(usage.saturating_sub(inactive))
+    }
+
+    /// CPU time used by every process that ever ran in the cgroup, in seconds.
+    pub fn cpu_seconds(&self) -> Option<f64> {
+        match self {
+            CgroupRef::V2 { dir } => {
+                let text = fs::read_to_string(dir.join("cpu.stat")).ok()?;
+                Some(keyed_value(&text, "usage_usec")? as f64 / 1e6)
+            }
+            CgroupRef::V1 { cpuacct, .. } => {
+                let ns: u64 = procfs::read_trimmed(&cpuacct.as_ref()?.join("cpuacct.usage"))?
+                    .parse()
+                    .ok()?;
+                Some(ns as f64 / 1e9)
+            }
+        }
+    }
+
+    /// Removes the cgroup directories (they must be empty of processes; retried briefly).
+    pub fn remove(&self) -> io::Result<()> {
+        let mut last = Ok(());
+        for dir in self.dirs() {
+            last = Ok(());
+            for _ in 0..50 {
+                match fs::remove_dir(dir) {
+                    Ok(()) => break,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => break,
+                    Err(e) => {
+                        last = Err(e);
+                        std::thread::sleep(std::time::Duration::from_millis(10));
+                    }
+                }
+            }
+        }
+        last
+    }
+}
+
+/// `key value` lines (memory.events, memory.stat, cpu.stat, memory.oom_control).
+fn keyed_value(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|line| {
+        let mut it = line.split_whitespace();
+        (it.next()? == key).then(|| it.next()?.parse().ok())?
+    })
+}
+
+/// Where replica cgroups are created on this machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CgroupManager {
+    V2 {
+        base: PathBuf,
+    },
+    V1 {
+        memory: PathBuf,
+        cpu: Option<PathBuf>,
+        cpuacct: Option<PathBuf>,
+    },
+}
+
+struct Mount {
+    root: String,
+    point: PathBuf,
+    fstype: String,
+    super_opts: Vec<String>,
+}
+
+fn mounts() -> Vec<Mount> {
+    let Ok(text) = fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    text.lines()
+        .filter_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            let left: Vec<&str> = left.split(' ').collect();
+            let right: Vec<&str> = right.split(' ').collect();
+            Some(Mount {
+                root: unescape_mount(left.get(3)?),
+                point: PathBuf::from(unescape_mount(left.get(4)?)),
+                fstype: right.first()?.to_string(),
+                super_opts: right.get(2)?.split(',').map(str::to_string).collect(),
+            })
+        })
+        .collect()
+}
+
+/// mountinfo escapes space, tab, newline and backslash as `\ooo`.
+fn unescape_mount(s: &str) -> String {
+    s.replace("\\040", " ")
+        .replace("\\011", "\t")
+        .replace("\\012", "\n")
+        .replace("\\134", "\\")
+}
+
+/// `/proc/self/cgroup`: (controllers, path) per hierarchy; v2 has empty controllers.
+fn own_cgroups() -> Vec<(Vec<String>, String)> {
+    let Ok(text) = fs::read_to_string("/proc/self/cgroup") else {
+        return Vec::new();
+    };
+    text.lines()
+        .filter_map(|line| {
+            let mut it = line.splitn(3, ':');
+            let _id = it.next()?;
+            let controllers = it.next()?;
+            let path = it.next()?;
+            let controllers = controllers
+                .split(',')
+                .filter(|c| !c.is_empty())
+                .map(str::to_string)
+                .collect();
+            Some((controllers, path.to_string()))
+        })
+        .collect()
+}
+
+/// The directory of our own cgroup inside a mount: the mount point plus our path relative to
+/// the mount's root.
+fn own_dir(mount: &Mount, own_path: &str) -> PathBuf {
+    let rel = if mount.root == "/" {
+        own_path
+    } else {
+        own_path
+            .strip_prefix(mount.root.as_str())
+            .unwrap_or(own_path)
+    };
+    mount.point.join(rel.trim_start_matches('/'))
+}
+
+impl CgroupManager {
+    /// Finds a usable hierarchy, creates `<own cgroup>/corral` and proves that limits can be
+    /// set there with a probe cgroup. `Err` says in words why cgroups cannot be used.
+    pub fn detect() -> Result<Self, String> {
+        let mounts = mounts();
+        let own = own_cgroups();
+        let v1_mount = |controller: &str| -> Option<PathBuf> {
+            let mount = mounts
+                .iter()
+                .find(|m| m.fstype == "cgroup" && m.super_opts.iter().any(|o| o == controller))?;
+            let (_, path) = own
+                .iter()
+                .find(|(c, _)| c.iter().any(|x| x == controller))?;
+            Some(own_dir(mount, path).join("corral"))
+        };
+        let v2 = mounts.iter().find(|m| m.fstype == "cgroup2").and_then(|m| {
+            let controllers = procfs::read_trimmed(&m.point.join("cgroup.controllers"))?;
+            controllers
+                .split_whitespace()
+                .any(|c| c == "memory")
+                .then(|| {
+                    let (_, path) = own.iter().find(|(c, _)| c.is_empty())?;
+                    Some((m.point.clone(), own_dir(m, path)))
+                })?
+        });
+        let manager = if let Some((_, own_dir)) = v2 {
+            CgroupManager::V2 {
+                base: prepare_v2(&own_dir)?,
+            }
+        } else if let Some(memory) = v1_mount("memory") {
+            CgroupManager::V1 {
+                memory,
+                cpu: v1_mount("cpu"),
+                cpuacct: v1_mount("cpuacct"),
+            }
+        } else {
+            return Err("no cgroup hierarchy with the memory controller is mounted".into());
+        };
+        if let CgroupManager::V1 {
+            memory,
+            cpu,
+            cpuacct,
+        } = &manager
+        {
+            for dir in [Some(memory), cpu.as_ref(), cpuacct.as_ref()]
+                .into_iter()
+                .flatten()
+            {
+                fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+            }
+        }
+        let probe = format!("probe-{}", std::process::id());
+        let cg = manager
+            .create(
+                &probe,
+                &CgroupLimits {
+                    memory_bytes: Some(256 << 20),
+                    cpu_milli: Some(1000),
+                },
+            )
+            .map_err(|e| format!("cannot set limits in a cgroup: {e}"))?;
+        let _ = cg.remove();
+        Ok(manager)
+    }
+
+    /// Creates the cgroup `leaf` (an existing one is reused) and applies `limits`.
+    pub fn create(&self, leaf: &str, limits: &CgroupLimits) -> io::Result<CgroupRef> {
+        let cg = match self {
+            CgroupManager::V2 { base } => CgroupRef::V2 {
+                dir: base.join(leaf),
+            },
+            CgroupManager::V1 {
+                memory,
+                cpu,
+                cpuacct,
+            } => CgroupRef::V1 {
+                memory: Some(memory.join(leaf)),
+                cpu: cpu.as_ref().map(|d| d.join(leaf)),
+                cpuacct: cpuacct.as_ref().map(|d| d.join(leaf)),
+            },
+        };
+        for dir in cg.dirs() {
+            match fs::create_dir(dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("creating {}: {e}", dir.display()),
+                    ));
+                }
+            }
+        }
+        if let Err(e) = apply_limits(&cg, limits) {
+            let _ = cg.remove();
+            return Err(e);
+        }
+        Ok(cg)
+    }
+}
+
+fn write(dir: &Path, file: &str, value: &str) -> io::Result<()> {
+    fs::write(dir.join(file), value).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("writing {value:?} to {}: {e}", dir.join(file).display()),
+        )
+    })
+}
+
+fn apply_limits(cg: &CgroupRef, limits: &CgroupLimits) -> io::Result<()> {
+    // The CFS quota may not be below 1 ms per period.
+    let quota = limits
+        .cpu_milli
+        .map(|m| (m * CPU_PERIOD_US / 1000).max(1000));
+    match cg {
+        CgroupRef::V2 { dir } => {
+            if let Some(bytes) = limits.memory_bytes {
+                write(dir, "memory.max", &bytes.to_string())?;
+                let _ = write(dir, "memory.swap.max", "0");
+            }
+            if let Some(quota) = quota {
+                write(dir, "cpu.max", &format!("{quota} {CPU_PERIOD_US}"))?;
+            }
+        }
+        CgroupRef::V1 { memory, cpu, .. } => {
+            if let (Some(bytes), Some(dir)) = (limits.memory_bytes, memory) {
+                write(dir, "memory.limit_in_bytes", &bytes.to_string())?;
+                // Without swap accounting this file is absent; the limit above still holds.
+                let _ = write(dir, "memory.memsw.limit_in_bytes", &bytes.to_string());
+            }
+            if let (Some(quota), Some(dir)) = (quota, cpu) {
+                write(dir, "cpu.cfs_period_us", &CPU_PERIOD_US.to_string())?;
+                write(dir, "cpu.cfs_quota_us", &quota.to_string())?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// cgroup v2 forbids processes in a cgroup whose controllers are enabled for children ("no
+/// internal processes"). Enable memory and cpu below our own cgroup; if our cgroup holds
+/// processes, move this process into a leaf `<own>/corral-server` first.
+fn prepare_v2(own: &Path) -> Result<PathBuf, String> {
+    let enable = |dir: &Path| write(dir, "cgroup.subtree_control", "+memory +cpu");
+    if enable(own).is_err() {
+        let leaf = own.join("corral-server");
+        fs::create_dir_all(&leaf).map_err(|e| format!("creating {}: {e}", leaf.display()))?;
+        write(&leaf, "cgroup.procs", &std::process::id().to_string())
+            .map_err(|e| format!("moving the server into {}: {e}", leaf.display()))?;
+        enable(own).map_err(|e| e.to_string())?;
+    }
+    let base = own.join("corral");
+    fs::create_dir_all(&base).map_err(|e| format!("creating {}: {e}", base.display()))?;
+    enable(&base).map_err(|e| e.to_string())?;
+    Ok(base)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_keyed_values() {
+        let text = "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n";
+        assert_eq!(keyed_value(text, "oom_kill"), Some(3));
+        assert_eq!(keyed_value(text, "missing"), None);
+    }
+
+    #[test]
+    fn own_dir_strips_the_mount_root() {
+        let m = Mount {
+            root: "/kubepods/pod1".into(),
+            point: PathBuf::from("/sys/fs/cgroup/memory"),
+            fstype: "cgroup".into(),
+            super_opts: vec!["rw".into(), "memory".into()],
+        };
+        assert_eq!(
+            own_dir(&m, "/kubepods/pod1/c1"),
+            PathBuf::from("/sys/fs/cgroup/memory/c1")
+        );
+    }
+}

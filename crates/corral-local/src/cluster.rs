@@ -1,0 +1,399 @@
+//! The embedded cluster: one owner of the store, the scheduler and the executor.
+//!
+//! [`Cluster`] is plain synchronous code. The server wraps it (a `Mutex` driven by one task
+//! that calls [`Cluster::tick`] every few hundred milliseconds, and request handlers that
+//! call the other methods). Every method takes `now` where time matters: the cluster never
+//! reads the clock itself, so tests drive it with a clock of their own.
+//!
+//! One [`Cluster::tick`] is one pass of the control loop:
+//! 1. observe: poll the executor for the state of every replica process;
+//! 2. schedule: queued jobs go to the scheduler (`corral_core::sched`), one cycle runs,
+//!    admissions and preemptions are persisted;
+//! 3. reconcile: every job goes through `corral_core::lifecycle::reconcile`; its new status
+//!    is persisted *before* anything is done;
+//! 4. act: replicas start (ports, env contract, files), stop, admissions are given back,
+//!    jobs requeue or are deleted; events record what happened.
+//!
+//! Crash safety: everything a restart needs is in the store (`data_dir/corral.db`): jobs
+//! with their status, admissions, replica process records (pid + start time) and ports.
+//! [`Cluster::open`] re-adopts the replicas that survived, rebuilds the scheduler's running
+//! set from the stored admissions and carries on; no job disappears, no replica runs twice.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use corral_api::TrainingJob;
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+use crate::config::ClusterFileConfig;
+
+mod engine;
+
+/// How to open the embedded cluster.
+#[derive(Clone, Debug)]
+pub struct ClusterConfig {
+    /// Where the store (`corral.db`), replica logs and working files live.
+    pub data_dir: PathBuf,
+    /// What `corral.yaml` declares (pools, queues, priority classes, settings).
+    pub file: ClusterFileConfig,
+    /// The program the executor runs each replica under (the `corral` binary's replica
+    /// shim). `None`: the executor's default (the current executable).
+    pub shim: Option<PathBuf>,
+    /// Host address replicas are told to reach each other at.
+    pub host_address: String,
+    /// Whether replicas get cgroups (limits, OOM detection) when the machine allows.
+    pub cgroup: crate::executor::CgroupMode,
+}
+
+impl ClusterConfig {
+    /// A configuration with nothing declared: one node (this machine), a `default` queue
+    /// with unlimited quota.
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        ClusterConfig {
+            data_dir: data_dir.into(),
+            file: ClusterFileConfig::default(),
+            shim: None,
+            host_address: "127.0.0.1".to_string(),
+            cgroup: crate::executor::CgroupMode::Auto,
+        }
+    }
+}
+
+/// Why a request was refused or an operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// Submitted documents did not parse or validate; nothing was stored.
+    #[error("{}", format_invalid(.0))]
+    Invalid(Vec<DocumentProblem>),
+    #[error("TrainingJob {namespace}/{name} already exists")]
+    AlreadyExists { namespace: String, name: String },
+    #[error("TrainingJob {namespace}/{name} not found")]
+    NotFound { namespace: String, name: String },
+    /// The request is valid but not now (e.g. resuming a finished job).
+    #[error("{0}")]
+    Conflict(String),
+    #[error("store: {0}")]
+    Store(String),
+    #[error("executor: {0}")]
+    Executor(String),
+    #[error("configuration: {0}")]
+    Config(String),
+    #[error("scheduler: {0}")]
+    Scheduler(String),
+}
+
+fn format_invalid(problems: &[DocumentProblem]) -> String {
+    problems
+        .iter()
+        .map(|p| p.to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// One field that is wrong, and what would be valid.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FieldProblem {
+    /// `spec.replicas.worker.resources.gpu`; empty for the document as a whole.
+    pub path: String,
+    pub message: String,
+}
+
+/// Everything wrong with one submitted document.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DocumentProblem {
+    /// 1-based position in the submitted text (0: the text as a whole).
+    pub index: usize,
+    /// `TrainingJob mnist`, when known.
+    pub what: Option<String>,
+    pub errors: Vec<FieldProblem>,
+}
+
+impl std::fmt::Display for DocumentProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (&self.what, self.index) {
+            (Some(w), i) => write!(f, "document {i} ({w}):")?,
+            (None, 0) => write!(f, "input:")?,
+            (None, i) => write!(f, "document {i}:")?,
+        }
+        for e in &self.errors {
+            if e.path.is_empty() {
+                write!(f, "\n  {}", e.message)?;
+            } else {
+                write!(f, "\n  {}: {}", e.path, e.message)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A job accepted by [`Cluster::submit`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SubmitResult {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    /// The Kubeflow kind it was converted from (`PyTorchJob`), if any.
+    pub converted_from: Option<String>,
+}
+
+/// Where a job is in its life, in one word (from its conditions).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum JobState {
+    /// Waiting in its queue for admission.
+    Queued,
+    /// Admitted; replicas are starting.
+    Admitted,
+    Running,
+    /// A replica failed and the job restarts (after its back-off).
+    Restarting,
+    /// Preempted; replicas stop and the job goes back to its queue.
+    Preempting,
+    Suspended,
+    Succeeded,
+    Failed,
+    /// Deleted; replicas are stopping and then the job is removed.
+    Deleting,
+}
+
+impl JobState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Queued => "Queued",
+            JobState::Admitted => "Admitted",
+            JobState::Running => "Running",
+            JobState::Restarting => "Restarting",
+            JobState::Preempting => "Preempting",
+            JobState::Suspended => "Suspended",
+            JobState::Succeeded => "Succeeded",
+            JobState::Failed => "Failed",
+            JobState::Deleting => "Deleting",
+        }
+    }
+
+    /// Succeeded or Failed.
+    pub fn is_finished(self) -> bool {
+        matches!(self, JobState::Succeeded | JobState::Failed)
+    }
+}
+
+impl std::fmt::Display for JobState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One line of `corral get jobs`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobSummary {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    /// `pytorch`, `tensorflow`, ...
+    pub framework: String,
+    pub queue: String,
+    pub state: JobState,
+    /// Replicas of the current attempt that are running (or finished successfully).
+    pub replicas_ready: u32,
+    pub replicas_total: u32,
+    /// GPUs the whole job needs.
+    pub gpus: u64,
+    /// When the job was submitted (age = now - created).
+    pub created: Timestamp,
+    pub restarts: u32,
+    pub preemptions: u32,
+}
+
+/// One replica process, current or left over, as `corral describe` shows it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicaInfo {
+    /// `<job>-<role>-<index>`.
+    pub name: String,
+    pub role: String,
+    pub index: u32,
+    /// `attempt.retry` of this incarnation.
+    pub incarnation: String,
+    /// `Running`, `Succeeded`, `Failed`, `Gone`, ...
+    pub phase: String,
+    pub exit_code: Option<i32>,
+    /// Why it failed (`Error`, `OOMKilled`), if it did.
+    pub reason: Option<String>,
+    pub pid: Option<u32>,
+    pub gpus: Vec<u32>,
+    pub port: Option<u16>,
+    /// Restarts of this replica alone in the current attempt (the job's restarts are in
+    /// the summary).
+    pub restarts: u32,
+    pub started: Option<Timestamp>,
+    pub log_path: Option<PathBuf>,
+}
+
+/// Normal or Warning, as Kubernetes events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
+        }
+    }
+}
+
+/// Something that happened to a job.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Event {
+    pub time: Timestamp,
+    pub namespace: String,
+    pub job: String,
+    #[serde(rename = "type")]
+    pub type_: EventType,
+    /// `Admitted`, `Started`, `Restarting`, `Preempted`, `Failed`, `Succeeded`, ...
+    pub reason: String,
+    pub message: String,
+}
+
+/// Where the scheduler placed an admitted job.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AdmissionInfo {
+    pub pool: String,
+    pub gpu_type: Option<String>,
+    pub admitted_at: Timestamp,
+    pub placements: Vec<corral_core::sched::ReplicaPlacement>,
+}
+
+/// Everything `corral describe job` shows.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobDetails {
+    pub summary: JobSummary,
+    /// The job with its recorded status (conditions included).
+    pub job: TrainingJob,
+    pub admission: Option<AdmissionInfo>,
+    pub replicas: Vec<ReplicaInfo>,
+    /// Oldest first.
+    pub events: Vec<Event>,
+    /// Why the job is still waiting, in the scheduler's words.
+    pub pending_reason: Option<String>,
+}
+
+/// A queue's usage in one pool.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueuePoolUsage {
+    pub pool: String,
+    pub used: corral_core::sched::ResourceAmount,
+    /// Nominal quota (`u64::MAX` fields: unlimited); `None` when the queue has none here.
+    pub nominal: Option<corral_core::sched::ResourceAmount>,
+}
+
+/// One line of `corral get queues`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueInfo {
+    pub name: String,
+    pub cohort: Option<String>,
+    pub weight: u32,
+    pub pending: u32,
+    pub admitted: u32,
+    pub usage: Vec<QueuePoolUsage>,
+}
+
+/// One GPU of a node.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuDevice {
+    pub index: u32,
+    pub name: String,
+    pub memory_bytes: Option<u64>,
+    /// `namespace/job` of the job placed on it, if any.
+    pub used_by: Option<String>,
+}
+
+/// One line of `corral get nodes`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeInfo {
+    pub name: String,
+    pub pool: Option<String>,
+    pub gpu_type: Option<String>,
+    pub gpus: Vec<GpuDevice>,
+    pub cpu_milli: u64,
+    pub memory_bytes: u64,
+    /// What admitted jobs hold.
+    pub cpu_milli_allocated: u64,
+    pub memory_bytes_allocated: u64,
+    pub extended: BTreeMap<String, u64>,
+}
+
+/// One line of `corral top`: a running replica's resource use.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicaUsageRow {
+    pub namespace: String,
+    pub job: String,
+    pub replica: String,
+    pub pid: Option<u32>,
+    /// CPU time used so far, in seconds (rate: difference between two calls).
+    pub cpu_seconds: Option<f64>,
+    pub memory_bytes: Option<u64>,
+    pub gpus: Vec<u32>,
+}
+
+/// What one pass of the control loop did.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TickReport {
+    /// `namespace/name` of jobs admitted in this pass.
+    pub admitted: Vec<String>,
+    pub preempted: Vec<String>,
+    /// Replica names started / stopped.
+    pub started: Vec<String>,
+    pub stopped: Vec<String>,
+    /// Jobs that reached Succeeded or Failed in this pass.
+    pub finished: Vec<String>,
+    /// Jobs removed from the store.
+    pub deleted: Vec<String>,
+    /// Problems that did not stop the pass (a replica that could not start, ...).
+    pub errors: Vec<String>,
+    /// Tick again within this long even if nothing happens (back-off, deadlines, TTL).
+    pub next_tick_in: Option<Duration>,
+}
+
+/// Gauges and counters for `/metrics`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MetricsSnapshot {
+    /// Jobs by (queue, state).
+    pub jobs: BTreeMap<String, BTreeMap<String, u64>>,
+    /// GPUs in use by admitted jobs, by queue.
+    pub queue_gpus_used: BTreeMap<String, u64>,
+    pub gpus_total: u64,
+    pub gpus_allocated: u64,
+    pub running_replicas: u64,
+    /// Counters since this process opened the cluster.
+    pub jobs_submitted_total: u64,
+    pub admissions_total: u64,
+    pub preemptions_total: u64,
+    pub replica_starts_total: u64,
+    pub restarts_total: u64,
+    pub jobs_succeeded_total: u64,
+    pub jobs_failed_total: u64,
+    pub ticks_total: u64,
+    /// Duration of the last scheduling cycle, in seconds.
+    pub last_cycle_seconds: f64,
+    /// Duration of the last tick, in seconds.
+    pub last_tick_seconds: f64,
+}
+
+pub use engine::Cluster;

@@ -1,0 +1,304 @@
+//! `corral.yaml`: what the embedded cluster is told beyond what it discovers.
+//!
+//! The file is a multi-document YAML (or JSON) stream. Documents of the Corral kinds
+//! `NodePool`, `Queue` and `PriorityClass` declare the cluster's pools, queues and priority
+//! classes exactly as on Kubernetes. One optional document of `kind: CorralConfig` holds the
+//! embedded cluster's own settings:
+//!
+//! ```yaml
+//! apiVersion: corral.dev/v1alpha1
+//! kind: CorralConfig
+//! ports: {min: 29500, max: 29999}      # ports handed to replicas
+//! tokens:                               # API tokens; no namespace: every namespace
+//!   - {token: s3cret, namespace: team-a}
+//!   - {token: admin-token}
+//! node:                                 # overrides of what the machine reports
+//!   gpus: 2                             # pretend the machine has 2 GPUs (tests, demos)
+//!   gpuType: FAKE-GPU
+//!   cpu: "8"
+//!   memory: 16Gi
+//!   extended: {rdma/hca: 1}             # extra countable resources
+//! gracePeriodSeconds: 30                # SIGTERM -> SIGKILL when the lifecycle names none
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use corral_api::document::{Document, parse_documents, raw_documents};
+use corral_api::validate::ValidationContext;
+use corral_api::{NodePool, PriorityClass, Quantity, Queue};
+use serde::{Deserialize, Serialize};
+
+/// The kind of the settings document.
+pub const CONFIG_KIND: &str = "CorralConfig";
+
+/// Default range of ports handed to replicas (inclusive).
+pub const DEFAULT_PORT_RANGE: PortRange = PortRange {
+    min: 29500,
+    max: 30499,
+};
+
+/// Why the configuration file was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {message}")]
+    Read { path: String, message: String },
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+/// An inclusive range of TCP ports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PortRange {
+    pub min: u16,
+    pub max: u16,
+}
+
+impl Default for PortRange {
+    fn default() -> Self {
+        DEFAULT_PORT_RANGE
+    }
+}
+
+/// An API token and the namespace it may act in (`None`: every namespace).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ApiToken {
+    pub token: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+/// What to believe about this machine instead of what it reports.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NodeOverrides {
+    /// GPUs to offer (indices `0..gpus`), instead of those NVML finds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<u32>,
+    /// GPU product name to report (defaults to NVML's, or `FAKE-GPU` with `gpus` set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_type: Option<String>,
+    /// CPU to offer (a quantity: `8`, `7500m`), instead of the machine's cores.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<Quantity>,
+    /// Memory to offer (`16Gi`), instead of the machine's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<Quantity>,
+    /// Other countable resources the machine offers (`rdma/hca: 1`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub extended: BTreeMap<String, u64>,
+    /// Node name (defaults to the hostname).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// The `CorralConfig` document.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Settings {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    #[serde(default)]
+    pub ports: PortRange,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tokens: Vec<ApiToken>,
+    #[serde(default)]
+    pub node: NodeOverrides,
+    /// Grace period between SIGTERM and SIGKILL for stops of the shell's own (deletion).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace_period_seconds: Option<u64>,
+}
+
+/// Everything `corral.yaml` declares.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ClusterFileConfig {
+    pub node_pools: Vec<NodePool>,
+    pub queues: Vec<Queue>,
+    pub priority_classes: Vec<PriorityClass>,
+    pub settings: Settings,
+}
+
+impl ClusterFileConfig {
+    /// Reads and parses a configuration file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        Self::parse(&text)
+    }
+
+    /// Parses the text of a configuration file (YAML or JSON, several documents).
+    pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        let mut out = ClusterFileConfig::default();
+        if text.trim().is_empty() {
+            return Ok(out);
+        }
+        let raws = raw_documents(text).map_err(ConfigError::Invalid)?;
+        let mut rest = Vec::new();
+        let mut seen_settings = false;
+        for raw in raws {
+            let kind = raw.get("kind").and_then(|k| k.as_str()).unwrap_or_default();
+            if kind == CONFIG_KIND {
+                if seen_settings {
+                    return Err(ConfigError::Invalid(format!(
+                        "more than one {CONFIG_KIND} document"
+                    )));
+                }
+                seen_settings = true;
+                out.settings = serde_json::from_value(raw)
+                    .map_err(|e| ConfigError::Invalid(format!("{CONFIG_KIND}: {e}")))?;
+            } else {
+                rest.push(raw);
+            }
+        }
+        out.settings.validate()?;
+        if rest.is_empty() {
+            return Ok(out);
+        }
+        let joined = serde_json::to_string(&serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "List",
+            "items": rest,
+        }))
+        .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        let mut problems = Vec::new();
+        for r in parse_documents(&joined, &ValidationContext::default()) {
+            match r {
+                Ok(p) => match p.document {
+                    Document::NodePool(n) => out.node_pools.push(n),
+                    Document::Queue(q) => out.queues.push(q),
+                    Document::PriorityClass(c) => out.priority_classes.push(c),
+                    Document::TrainingJob(j) => problems.push(format!(
+                        "TrainingJob {} does not belong in the configuration; submit it",
+                        j.metadata.name
+                    )),
+                },
+                Err(e) => problems.push(e.to_string()),
+            }
+        }
+        if problems.is_empty() {
+            Ok(out)
+        } else {
+            Err(ConfigError::Invalid(problems.join("\n")))
+        }
+    }
+
+    /// What validation of submitted jobs knows of the cluster.
+    pub fn validation_context(&self) -> ValidationContext {
+        ValidationContext {
+            node_pools: self.node_pools.clone(),
+            priority_classes: self.priority_classes.clone(),
+            queues: self.queues.clone(),
+        }
+    }
+
+    /// The namespaces a token may act in: `Some(None)` for every namespace, `Some(Some(ns))`
+    /// for one, `None` for an unknown token.
+    pub fn token_scope(&self, token: &str) -> Option<Option<&str>> {
+        self.settings
+            .tokens
+            .iter()
+            .find(|t| constant_time_eq(t.token.as_bytes(), token.as_bytes()))
+            .map(|t| t.namespace.as_deref())
+    }
+}
+
+impl Settings {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.ports.min == 0 || self.ports.min > self.ports.max {
+            return Err(ConfigError::Invalid(format!(
+                "ports: min ({}) must be at least 1 and at most max ({})",
+                self.ports.min, self.ports.max
+            )));
+        }
+        if let Some(k) = &self.kind
+            && k != CONFIG_KIND
+        {
+            return Err(ConfigError::Invalid(format!(
+                "kind: expected {CONFIG_KIND}"
+            )));
+        }
+        if self.tokens.iter().any(|t| t.token.is_empty()) {
+            return Err(ConfigError::Invalid(
+                "tokens: a token may not be empty".into(),
+            ));
+        }
+        if let Some(g) = self.node.gpus
+            && g > 64
+        {
+            return Err(ConfigError::Invalid(format!(
+                "node.gpus: {g} GPUs; at most 64 are supported"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Compares secrets without leaking where they differ through timing.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_settings_and_declarations() {
+        let text = r#"
+apiVersion: corral.dev/v1alpha1
+kind: CorralConfig
+ports: {min: 31000, max: 31010}
+tokens:
+  - {token: abc, namespace: team-a}
+  - {token: root}
+node: {gpus: 2, gpuType: FAKE-GPU}
+---
+apiVersion: corral.dev/v1alpha1
+kind: NodePool
+metadata: {name: fake}
+spec: {gpuType: FAKE-GPU}
+---
+apiVersion: corral.dev/v1alpha1
+kind: Queue
+metadata: {name: default}
+spec:
+  quotas:
+    - {nodePool: fake, gpu: 2}
+"#;
+        let c = ClusterFileConfig::parse(text).expect("valid");
+        assert_eq!(
+            c.settings.ports,
+            PortRange {
+                min: 31000,
+                max: 31010
+            }
+        );
+        assert_eq!(c.settings.node.gpus, Some(2));
+        assert_eq!(c.node_pools.len(), 1);
+        assert_eq!(c.queues.len(), 1);
+        assert_eq!(c.token_scope("abc"), Some(Some("team-a")));
+        assert_eq!(c.token_scope("root"), Some(None));
+        assert_eq!(c.token_scope("nope"), None);
+    }
+
+    #[test]
+    fn empty_file_is_the_default() {
+        let c = ClusterFileConfig::parse("").expect("valid");
+        assert_eq!(c, ClusterFileConfig::default());
+    }
+
+    #[test]
+    fn rejects_bad_settings() {
+        assert!(ClusterFileConfig::parse("kind: CorralConfig\nports: {min: 10, max: 5}").is_err());
+        assert!(ClusterFileConfig::parse("kind: CorralConfig\nbogus: 1").is_err());
+    }
+}

@@ -1,0 +1,225 @@
+//! The files of one replica directory, shared by the executor and the shim:
+//! `launch.json` (what the shim runs), `exit.json` (how it ended), `record.json` (the
+//! executor's [`ProcessRecord`](super::ProcessRecord)), and the size-capped `output.log`
+//! (stdout and stderr interleaved, rotated once into `output.log.1`).
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::cgroup::CgroupRef;
+
+pub const LAUNCH_FILE: &str = "launch.json";
+pub const EXIT_FILE: &str = "exit.json";
+pub const RECORD_FILE: &str = "record.json";
+pub const LOG_FILE: &str = "output.log";
+pub const SHIM_LOG_FILE: &str = "shim.log";
+
+/// What the shim runs: written by the executor before it spawns the shim.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchFile {
+    /// Program and arguments.
+    pub command: Vec<String>,
+    /// Set on top of the environment the shim inherited.
+    pub env: Vec<(String, String)>,
+    pub working_dir: Option<PathBuf>,
+    pub log_path: PathBuf,
+    pub log_limit_bytes: u64,
+    /// The cgroup the shim joins before it starts the command.
+    pub cgroup: Option<CgroupRef>,
+}
+
+/// How a replica ended: written atomically by the shim (or by the executor when it had to
+/// SIGKILL the shim itself).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExitRecord {
+    /// Exit code, when the command exited.
+    pub code: Option<i32>,
+    /// Signal number, when the command was killed by a signal.
+    pub signal: Option<i32>,
+    /// Whether the replica's cgroup recorded an OOM kill.
+    pub oom_killed: bool,
+    /// Why the command could not be run at all (then `code` is 127 or 126).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Who wrote the record: "shim" or "executor".
+    pub written_by: String,
+    /// Milliseconds since the Unix epoch.
+    pub finished_at_ms: u64,
+}
+
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Writes `value` as JSON to `path` atomically: a temporary file, fsync, rename.
+pub fn write_json_atomic<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
+    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+    {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode_0600()
+            .open(&tmp)?;
+        serde_json::to_writer_pretty(&mut f, value).map_err(io::Error::other)?;
+        f.write_all(b"\n")?;
+        f.sync_all()?;
+    }
+    fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent()
+        && let Ok(d) = File::open(dir)
+    {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+/// Reads a JSON file; `Ok(None)` when it does not exist.
+pub fn read_json<T: DeserializeOwned>(path: &Path) -> io::Result<Option<T>> {
+    match fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{}: {e}", path.display()),
+            )
+        }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+trait Mode0600 {
+    fn mode_0600(&mut self) -> &mut Self;
+}
+
+impl Mode0600 for OpenOptions {
+    fn mode_0600(&mut self) -> &mut Self {
+        use std::os::unix::fs::OpenOptionsExt;
+        self.mode(0o600)
+    }
+}
+
+/// The previous segment of a rotated log.
+pub fn rotated_path(log: &Path) -> PathBuf {
+    let mut s = log.as_os_str().to_owned();
+    s.push(".1");
+    PathBuf::from(s)
+}
+
+/// An append-only log capped at `limit` bytes in all: two segments of `limit / 2`, the
+/// current one and `<path>.1`, so the newest output is always kept.
+pub struct RotatingLog {
+    path: PathBuf,
+    segment: u64,
+    file: File,
+    written: u64,
+}
+
+impl RotatingLog {
+    pub fn open(path: &Path, limit: u64) -> io::Result<Self> {
+        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        let written = file.metadata()?.len();
+        Ok(RotatingLog {
+            path: path.to_path_buf(),
+            segment: (limit / 2).max(1),
+            file,
+            written,
+        })
+    }
+
+    pub fn write(&mut self, mut data: &[u8]) -> io::Result<()> {
+        while !data.is_empty() {
+            if self.written >= self.segment {
+                self.rotate()?;
+            }
+            let room = (self.segment - self.written) as usize;
+            let n = room.min(data.len());
+            self.file.write_all(&data[..n])?;
+            self.written += n as u64;
+            data = &data[n..];
+        }
+        Ok(())
+    }
+
+    fn rotate(&mut self) -> io::Result<()> {
+        self.file.flush()?;
+        fs::rename(&self.path, rotated_path(&self.path))?;
+        self.file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.path)?;
+        self.written = 0;
+        Ok(())
+    }
+}
+
+/// The last `max_bytes` of a replica's output, across the rotated segment and the current one.
+pub fn read_log_tail(log: &Path, max_bytes: u64) -> io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    for path in [rotated_path(log), log.to_path_buf()] {
+        match File::open(&path) {
+            Ok(mut f) => {
+                f.read_to_end(&mut out)?;
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let skip = out.len().saturating_sub(max_bytes as usize);
+    out.drain(..skip);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Seek, SeekFrom};
+
+    fn file_len(path: &Path) -> u64 {
+        File::open(path)
+            .and_then(|mut f| f.seek(SeekFrom::End(0)))
+            .unwrap_or(0)
+    }
+
+    #[test]
+    fn log_rotates_and_keeps_the_newest_output_within_the_cap() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join(LOG_FILE);
+        let mut log = RotatingLog::open(&path, 100).expect("open");
+        for i in 0..100u32 {
+            log.write(format!("line {i:03}\n").as_bytes())
+                .expect("write");
+        }
+        let total = file_len(&path) + file_len(&rotated_path(&path));
+        assert!(total <= 100, "{total}");
+        let tail = read_log_tail(&path, 1000).expect("tail");
+        let text = String::from_utf8_lossy(&tail);
+        assert!(text.ends_with("line 099\n"), "{text}");
+    }
+
+    #[test]
+    fn json_round_trips_atomically() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join(EXIT_FILE);
+        let rec = ExitRecord {
+            code: Some(3),
+            signal: None,
+            oom_killed: false,
+            error: None,
+            written_by: "shim".into(),
+            finished_at_ms: 1,
+        };
+        write_json_atomic(&path, &rec).expect("write");
+        let back: Option<ExitRecord> = read_json(&path).expect("read");
+        assert_eq!(back, Some(rec));
+        let none: Option<ExitRecord> = read_json(&dir.path().join("nope")).expect("read");
+        assert!(none.is_none());
+    }
+}

@@ -1,0 +1,871 @@
+//! The local executor: runs replicas as processes on this machine, limits them with cgroups,
+//! watches them, stops them, and finds them again after a crash of the server.
+//!
+//! # API
+//!
+//! ```text
+//! LocalExecutor::new(ExecutorConfig) -> (LocalExecutor, warnings)   warnings: e.g. no cgroups
+//!   .start(&ReplicaProcessSpec) -> ProcessRecord      persist the record (store), it is also
+//!                                                     written to <dir>/record.json
+//!   .adopt(ProcessRecord) -> ProcessState             after a restart, for every stored record
+//!   .poll(now) -> Vec<(name, ProcessState)>           non-blocking; changes since the last poll;
+//!                                                     also escalates stops to SIGKILL
+//!   .stop(name, grace)                                SIGTERM now, SIGKILL of the group after grace
+//!   .usage(name) -> ReplicaUsage                      CPU seconds, memory, GPUs (NVML)
+//!   .log_path(name) / read_log_tail(name, bytes)
+//!   .ports_mut() -> &mut PortAllocator                ports from config.port_range
+//! discover(run_dir) -> Vec<ProcessRecord>             every record.json under run_dir
+//! ```
+//!
+//! # How a replica runs
+//!
+//! Every replica has a directory `<run_dir>/<name>/<incarnation>/` that holds `launch.json`,
+//! `record.json`, `output.log` (+ `output.log.1`: stdout and stderr, capped at
+//! `log_limit_bytes` in all), `shim.log` and, once it ended, `exit.json`. The executor spawns
+//! the [shim](crate::shim) (`corral shim <dir>`) as the leader of a new process group; the
+//! shim joins the replica's cgroup, runs the command and writes `exit.json`. The executor never
+//! waits on the command itself: it reaps the shims it spawned (no zombies) and reads
+//! `exit.json`, so an adopted replica (no longer our child) is observed the same way.
+//!
+//! A process is identified by pid *and* its start time (`/proc/<pid>/stat` field 22), so a
+//! recycled pid is never mistaken for a replica. An incarnation is started at most once: the
+//! directory of a `(name, incarnation)` that was ever started makes a second `start` fail.
+//!
+//! Stop: SIGTERM to the shim, which forwards it to the whole group; after the grace period
+//! (checked by [`LocalExecutor::poll`]) SIGKILL to the group and to everything in the cgroup.
+//! When the command exits the shim kills whatever it left behind, so nothing outlives a
+//! replica.
+//!
+//! Environment: the server's environment, then the spec's `env` on top. Unless the spec sets
+//! `CUDA_VISIBLE_DEVICES` itself, it is set to the replica's `gpu_indices` (empty: no GPU).
+//! The working directory defaults to the replica directory.
+
+pub(crate) mod files;
+pub mod procfs;
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::fs::{self, OpenOptions};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rustix::process::Signal;
+use serde::{Deserialize, Serialize};
+
+use crate::cgroup::{CgroupLimits, CgroupManager, CgroupRef};
+use crate::gpu::{self, GpuSample};
+use crate::ports::PortAllocator;
+use files::{EXIT_FILE, ExitRecord, LAUNCH_FILE, LOG_FILE, LaunchFile, RECORD_FILE, SHIM_LOG_FILE};
+
+pub use files::{read_log_tail, rotated_path};
+
+/// The program that supervises each replica (see [`crate::shim`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShimCommand {
+    pub program: PathBuf,
+    /// Arguments before the replica directory, e.g. `["shim"]`.
+    pub args_prefix: Vec<OsString>,
+}
+
+impl ShimCommand {
+    /// `corral shim`: this very binary with the hidden subcommand.
+    pub fn current_exe() -> io::Result<Self> {
+        Ok(ShimCommand {
+            program: std::env::current_exe()?,
+            args_prefix: vec!["shim".into()],
+        })
+    }
+}
+
+/// Whether to use cgroups for limits and accounting.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum CgroupMode {
+    /// Use cgroups when this machine lets us; otherwise warn once and run without limits.
+    #[default]
+    Auto,
+    Disabled,
+}
+
+#[derive(Debug, Clone)]
+pub struct ExecutorConfig {
+    /// Replica directories go here: `<run_dir>/<name>/<incarnation>/`.
+    pub run_dir: PathBuf,
+    /// Cap of each replica's output log (both segments together).
+    pub log_limit_bytes: u64,
+    pub port_range: std::ops::Range<u16>,
+    pub cgroup: CgroupMode,
+    pub shim: ShimCommand,
+}
+
+impl ExecutorConfig {
+    /// Defaults: 64 MiB of log per replica, ports 29500..30500, cgroups when possible.
+    pub fn new(run_dir: impl Into<PathBuf>, shim: ShimCommand) -> Self {
+        ExecutorConfig {
+            run_dir: run_dir.into(),
+            log_limit_bytes: 64 << 20,
+            port_range: 29500..30500,
+            cgroup: CgroupMode::Auto,
+            shim,
+        }
+    }
+}
+
+/// Everything needed to start one replica process.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReplicaProcessSpec {
+    /// `<job>-<role>-<index>`; unique among this executor's replicas (include the namespace
+    /// if two namespaces may hold jobs of the same name).
+    pub name: String,
+    /// `namespace/name` of the job.
+    pub job: String,
+    /// Distinguishes restarts of the same replica; each is started at most once.
+    pub incarnation: String,
+    /// Program and arguments.
+    pub command: Vec<String>,
+    pub env: Vec<(String, String)>,
+    /// Default: the replica directory.
+    pub working_dir: Option<PathBuf>,
+    /// Files written before the start (e.g. an MPI hostfile); relative paths are relative to
+    /// the replica directory.
+    pub files: Vec<(PathBuf, String)>,
+    pub cpu_milli: Option<u64>,
+    pub memory_bytes: Option<u64>,
+    pub gpu_indices: Vec<u32>,
+}
+
+/// What identifies a started replica; persist it to re-adopt the replica after a restart.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessRecord {
+    pub name: String,
+    #[serde(default)]
+    pub job: String,
+    pub incarnation: String,
+    /// Pid of the shim, which is also the process group id.
+    pub pid: u32,
+    /// `/proc/<pid>/stat` start time (clock ticks after boot).
+    pub start_time: u64,
+    /// The replica directory.
+    pub dir: PathBuf,
+    #[serde(default)]
+    pub cgroup: Option<CgroupRef>,
+    #[serde(default)]
+    pub gpu_indices: Vec<u32>,
+}
+
+impl ProcessRecord {
+    /// The current segment of the replica's output log.
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.join(LOG_FILE)
+    }
+
+    /// The exit file, present once the replica has ended.
+    pub fn exit_path(&self) -> PathBuf {
+        self.dir.join(EXIT_FILE)
+    }
+}
+
+/// What the executor observes of one replica.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ProcessState {
+    Running,
+    Exited {
+        code: i32,
+    },
+    Signaled {
+        signal: i32,
+    },
+    /// Killed by the kernel because the replica exceeded its memory limit.
+    OomKilled,
+    /// The process vanished and left no exit status.
+    Gone,
+}
+
+impl ProcessState {
+    pub fn is_terminal(self) -> bool {
+        self != ProcessState::Running
+    }
+
+    fn from_exit(rec: &ExitRecord) -> Self {
+        if rec.oom_killed && rec.code != Some(0) {
+            ProcessState::OomKilled
+        } else if let Some(signal) = rec.signal {
+            ProcessState::Signaled { signal }
+        } else if let Some(code) = rec.code {
+            ProcessState::Exited { code }
+        } else {
+            ProcessState::Gone
+        }
+    }
+}
+
+/// Resource use of one running replica.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReplicaUsage {
+    /// CPU time used so far (user + system), in seconds.
+    pub cpu_seconds: f64,
+    /// Memory in use: the cgroup's working set, or the sum of RSS without a cgroup.
+    pub memory_bytes: u64,
+    /// The replica's GPUs (empty without NVML).
+    pub gpus: Vec<GpuSample>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExecutorError {
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("replica {0} is already running")]
+    AlreadyRunning(String),
+    #[error("replica {name} incarnation {incarnation} was already started ({dir})")]
+    AlreadyStarted {
+        name: String,
+        incarnation: String,
+        dir: PathBuf,
+    },
+    #[error("no replica named {0}")]
+    NotFound(String),
+    #[error("invalid replica spec: {0}")]
+    InvalidSpec(String),
+}
+
+fn io_err(context: impl Into<String>) -> impl FnOnce(io::Error) -> ExecutorError {
+    let context = context.into();
+    move |source| ExecutorError::Io { context, source }
+}
+
+struct Tracked {
+    record: ProcessRecord,
+    /// The shim, while it is our child and not yet reaped.
+    child: Option<Child>,
+    state: ProcessState,
+    /// The state the caller last saw (from start, adopt or poll).
+    reported: ProcessState,
+    /// When the stop escalates to SIGKILL.
+    kill_at: Option<Instant>,
+    /// We sent SIGKILL to the group.
+    killed: bool,
+}
+
+/// Runs replicas as local processes. Single-threaded: wrap it in a mutex to share it.
+pub struct LocalExecutor {
+    config: ExecutorConfig,
+    cgroups: Option<CgroupManager>,
+    replicas: BTreeMap<String, Tracked>,
+    /// Shims whose replica has ended but which were not yet reaped.
+    unreaped: Vec<Child>,
+    ports: PortAllocator,
+}
+
+/// Percent-encodes everything outside `[A-Za-z0-9._-]` so a name is one safe path component.
+fn path_component(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || (b == b'.' && !out.is_empty()) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+impl LocalExecutor {
+    /// Creates the run directory and sets up cgroups. The warnings say what will not be
+    /// enforced on this machine (e.g. "cgroups unavailable: ...").
+    pub fn new(config: ExecutorConfig) -> Result<(Self, Vec<String>), ExecutorError> {
+        fs::create_dir_all(&config.run_dir)
+            .map_err(io_err(format!("creating {}", config.run_dir.display())))?;
+        let mut warnings = Vec::new();
+        let cgroups = match config.cgroup {
+            CgroupMode::Disabled => None,
+            CgroupMode::Auto => match CgroupManager::detect() {
+                Ok(m) => Some(m),
+                Err(reason) => {
+                    warnings.push(format!(
+                        "cgroups unavailable ({reason}): memory and CPU limits are not enforced, \
+                         OOM kills are not detected, usage is read from /proc"
+                    ));
+                    None
+                }
+            },
+        };
+        if let Some(reason) = gpu::unavailable_reason() {
+            warnings.push(reason);
+        }
+        let ports = PortAllocator::new(config.port_range.clone());
+        Ok((
+            LocalExecutor {
+                config,
+                cgroups,
+                replicas: BTreeMap::new(),
+                unreaped: Vec::new(),
+                ports,
+            },
+            warnings,
+        ))
+    }
+
+    /// Whether replica limits are enforced through cgroups.
+    pub fn cgroups_enabled(&self) -> bool {
+        self.cgroups.is_some()
+    }
+
+    pub fn config(&self) -> &ExecutorConfig {
+        &self.config
+    }
+
+    pub fn ports_mut(&mut self) -> &mut PortAllocator {
+        &mut self.ports
+    }
+
+    /// The directory of one incarnation of a replica.
+    pub fn replica_dir(&self, name: &str, incarnation: &str) -> PathBuf {
+        self.config
+            .run_dir
+            .join(path_component(name))
+            .join(path_component(incarnation))
+    }
+
+    /// Starts a replica: writes its files, creates its cgroup, spawns the shim.
+    pub fn start(&mut self, spec: &ReplicaProcessSpec) -> Result<ProcessRecord, ExecutorError> {
+        if spec.name.is_empty() || spec.incarnation.is_empty() {
+            return Err(ExecutorError::InvalidSpec(
+                "name and incarnation must not be empty".into(),
+            ));
+        }
+        if spec.command.is_empty() {
+            return Err(ExecutorError::InvalidSpec(format!(
+                "{}: the command is empty",
+                spec.name
+            )));
+        }
+        if let Some(t) = self.replicas.get(&spec.name)
+            && !t.state.is_terminal()
+        {
+            return Err(ExecutorError::AlreadyRunning(spec.name.clone()));
+        }
+        if let Some(other) = self.running_untracked_incarnation(&spec.name) {
+            return Err(ExecutorError::AlreadyRunning(format!(
+                "{} (incarnation {}, pid {}, not adopted yet)",
+                spec.name, other.incarnation, other.pid
+            )));
+        }
+        let dir = self.replica_dir(&spec.name, &spec.incarnation);
+        if dir.join(RECORD_FILE).exists() || dir.join(LAUNCH_FILE).exists() {
+            return Err(ExecutorError::AlreadyStarted {
+                name: spec.name.clone(),
+                incarnation: spec.incarnation.clone(),
+                dir,
+            });
+        }
+        fs::create_dir_all(&dir).map_err(io_err(format!("creating {}", dir.display())))?;
+        for (path, content) in &spec.files {
+            let path = dir.join(path);
+            if let Some(parent) = path.parent() {
+                fs::create_dir_all(parent)
+                    .map_err(io_err(format!("creating {}", parent.display())))?;
+            }
+            fs::write(&path, content).map_err(io_err(format!("writing {}", path.display())))?;
+        }
+
+        let cgroup = match &self.cgroups {
+            Some(m) => Some(
+                m.create(
+                    &format!(
+                        "{}--{}",
+                        path_component(&spec.name),
+                        path_component(&spec.incarnation)
+                    ),
+                    &CgroupLimits {
+                        memory_bytes: spec.memory_bytes,
+                        cpu_milli: spec.cpu_milli,
+                    },
+                )
+                .map_err(io_err(format!("creating the cgroup of {}", spec.name)))?,
+            ),
+            None => None,
+        };
+
+        let mut env = spec.env.clone();
+        if !env.iter().any(|(k, _)| k == "CUDA_VISIBLE_DEVICES") {
+            let gpus: Vec<String> = spec.gpu_indices.iter().map(u32::to_string).collect();
+            env.push(("CUDA_VISIBLE_DEVICES".into(), gpus.join(",")));
+        }
+        let launch = LaunchFile {
+            command: spec.command.clone(),
+            env,
+            working_dir: Some(spec.working_dir.clone().unwrap_or_else(|| dir.clone())),
+            log_path: dir.join(LOG_FILE),
+            log_limit_bytes: self.config.log_limit_bytes,
+            cgroup: cgroup.clone(),
+        };
+        let cleanup = |cg: &Option<CgroupRef>| {
+            if let Some(cg) = cg {
+                let _ = cg.remove();
+            }
+        };
+        if let Err(e) = files::write_json_atomic(&dir.join(LAUNCH_FILE), &launch) {
+            cleanup(&cgroup);
+            return Err(io_err(format!(
+                "writing {}",
+                dir.join(LAUNCH_FILE).display()
+            ))(e));
+        }
+
+        let shim_log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join(SHIM_LOG_FILE))
+            .map_err(io_err(format!(
+                "opening {}",
+                dir.join(SHIM_LOG_FILE).display()
+            )))?;
+        let shim_err = shim_log
+            .try_clone()
+            .map_err(io_err("duplicating the shim log"))?;
+        let mut cmd = Command::new(&self.config.shim.program);
+        {
+            use std::os::unix::process::CommandExt;
+            cmd.args(&self.config.shim.args_prefix)
+                .arg(&dir)
+                .process_group(0)
+                .stdin(Stdio::null())
+                .stdout(shim_log)
+                .stderr(shim_err);
+        }
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                cleanup(&cgroup);
+                return Err(io_err(format!(
+                    "spawning the shim {}",
+                    self.config.shim.program.display()
+                ))(e));
+            }
+        };
+        let pid = child.id();
+        // The child is not reaped yet, so its /proc entry exists even if it already exited.
+        let Some(stat) = procfs::stat(pid) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            cleanup(&cgroup);
+            return Err(ExecutorError::Io {
+                context: format!("reading /proc/{pid}/stat of the shim"),
+                source: io::Error::other("no such process"),
+            });
+        };
+        let record = ProcessRecord {
+            name: spec.name.clone(),
+            job: spec.job.clone(),
+            incarnation: spec.incarnation.clone(),
+            pid,
+            start_time: stat.start_time,
+            dir: dir.clone(),
+            cgroup,
+            gpu_indices: spec.gpu_indices.clone(),
+        };
+        if let Err(e) = files::write_json_atomic(&dir.join(RECORD_FILE), &record) {
+            // Without a record a restart could not find it: do not let it run.
+            let _ = procfs::signal_group(pid, Signal::KILL);
+            let _ = child.wait();
+            cleanup(&record.cgroup);
+            return Err(io_err(format!(
+                "writing {}",
+                dir.join(RECORD_FILE).display()
+            ))(e));
+        }
+        if let Some(old) = self.replicas.remove(&spec.name)
+            && let Some(c) = old.child
+        {
+            self.unreaped.push(c);
+        }
+        self.replicas.insert(
+            spec.name.clone(),
+            Tracked {
+                record: record.clone(),
+                child: Some(child),
+                state: ProcessState::Running,
+                reported: ProcessState::Running,
+                kill_at: None,
+                killed: false,
+            },
+        );
+        Ok(record)
+    }
+
+    /// An incarnation of `name` that is alive on this machine but not tracked (started before
+    /// a restart and not adopted yet): starting another would run the replica twice.
+    fn running_untracked_incarnation(&self, name: &str) -> Option<ProcessRecord> {
+        let dir = self.config.run_dir.join(path_component(name));
+        let incarnations = fs::read_dir(dir).ok()?;
+        incarnations.filter_map(Result::ok).find_map(|inc| {
+            let rec: ProcessRecord = files::read_json(&inc.path().join(RECORD_FILE)).ok()??;
+            let alive = procfs::is_same_alive(rec.pid, rec.start_time) && !rec.exit_path().exists();
+            alive.then_some(rec)
+        })
+    }
+
+    /// Takes over a replica started before a restart. `Running` when pid and start time still
+    /// match (then it is watched like any other), else the state its exit file records, else
+    /// `Gone` (and leftovers of it are killed). A replica is never tracked twice: adopting
+    /// the name of a replica already running with another incarnation kills the adopted one.
+    pub fn adopt(&mut self, record: ProcessRecord) -> ProcessState {
+        if let Some(t) = self.replicas.get(&record.name) {
+            if t.record.incarnation == record.incarnation && t.record.pid == record.pid {
+                return t.state;
+            }
+            if !t.state.is_terminal() {
+                return self.kill_duplicate(&record);
+            }
+        }
+        let alive = procfs::is_same_alive(record.pid, record.start_time);
+        let exit: Option<ExitRecord> = files::read_json(&record.exit_path()).ok().flatten();
+        let state = match (&exit, alive) {
+            (Some(rec), _) => ProcessState::from_exit(rec),
+            (None, true) => ProcessState::Running,
+            (None, false) => self.finish_without_exit_file(&record, false, None),
+        };
+        if state.is_terminal()
+            && let Some(cg) = &record.cgroup
+        {
+            let _ = cg.remove();
+        }
+        if let Some(old) = self.replicas.remove(&record.name)
+            && let Some(c) = old.child
+        {
+            self.unreaped.push(c);
+        }
+        self.replicas.insert(
+            record.name.clone(),
+            Tracked {
+                record,
+                child: None,
+                state,
+                reported: state,
+                kill_at: None,
+                killed: false,
+            },
+        );
+        state
+    }
+
+    fn kill_duplicate(&mut self, record: &ProcessRecord) -> ProcessState {
+        if procfs::is_same_alive(record.pid, record.start_time) {
+            let _ = procfs::signal_group(record.pid, Signal::KILL);
+            if let Some(cg) = &record.cgroup {
+                cg.kill_all(None);
+            }
+            let _ = files::write_json_atomic(
+                &record.exit_path(),
+                &executor_exit(None, Some(procfs::signal_number(Signal::KILL)), false),
+            );
+            return ProcessState::Signaled {
+                signal: procfs::signal_number(Signal::KILL),
+            };
+        }
+        match files::read_json::<ExitRecord>(&record.exit_path()) {
+            Ok(Some(rec)) => ProcessState::from_exit(&rec),
+            _ => ProcessState::Gone,
+        }
+    }
+
+    /// The shim ended without an exit file (killed, crashed): kill what it left behind, decide
+    /// the state, and write the exit file so that every later look agrees.
+    fn finish_without_exit_file(
+        &self,
+        record: &ProcessRecord,
+        killed_by_us: bool,
+        shim_status: Option<std::process::ExitStatus>,
+    ) -> ProcessState {
+        // A pid still in use as a process group id is never reused by the kernel, so group
+        // members are ours unless a new process now owns the pid (then its group is not ours).
+        let pid_reused = procfs::stat(record.pid)
+            .is_some_and(|s| s.start_time != record.start_time && !s.is_dead());
+        if !pid_reused {
+            procfs::kill_group_except(record.pid, 0);
+        }
+        if let Some(cg) = &record.cgroup {
+            cg.kill_all(None);
+        }
+        let oom = record.cgroup.as_ref().is_some_and(|cg| cg.oom_kills() > 0);
+        let signal = if killed_by_us {
+            Some(procfs::signal_number(Signal::KILL))
+        } else {
+            use std::os::unix::process::ExitStatusExt;
+            shim_status.and_then(|s| s.signal())
+        };
+        let rec = executor_exit(None, signal, oom);
+        let _ = files::write_json_atomic(&record.exit_path(), &rec);
+        ProcessState::from_exit(&rec)
+    }
+
+    /// Observes every replica without blocking; returns the state changes since the last call
+    /// (in name order). Escalates stops whose grace period is over at `now` to SIGKILL.
+    pub fn poll(&mut self, now: Instant) -> Vec<(String, ProcessState)> {
+        self.unreaped
+            .retain_mut(|c| !matches!(c.try_wait(), Ok(Some(_)) | Err(_)));
+        let names: Vec<String> = self.replicas.keys().cloned().collect();
+        let mut changes = Vec::new();
+        for name in names {
+            let Some(mut t) = self.replicas.remove(&name) else {
+                continue;
+            };
+            if !t.state.is_terminal() {
+                self.observe(&mut t, now);
+            }
+            if t.state != t.reported {
+                t.reported = t.state;
+                changes.push((name.clone(), t.state));
+            }
+            self.replicas.insert(name, t);
+        }
+        changes
+    }
+
+    fn observe(&mut self, t: &mut Tracked, now: Instant) {
+        let rec = &t.record;
+        if let Some(at) = t.kill_at
+            && now >= at
+        {
+            t.kill_at = None;
+            t.killed = true;
+            if procfs::is_same_alive(rec.pid, rec.start_time) {
+                let _ = procfs::signal_group(rec.pid, Signal::KILL);
+            }
+            if let Some(cg) = &rec.cgroup {
+                cg.kill_all(None);
+            }
+        }
+        let mut shim_status = None;
+        let shim_ended = match &mut t.child {
+            Some(child) => match child.try_wait() {
+                Ok(Some(status)) => {
+                    shim_status = Some(status);
+                    t.child = None;
+                    true
+                }
+                Ok(None) => false,
+                Err(_) => !procfs::is_same_alive(rec.pid, rec.start_time),
+            },
+            None => !procfs::is_same_alive(rec.pid, rec.start_time),
+        };
+        // Read after the liveness check: a shim writes its exit file before it exits.
+        let exit: Option<ExitRecord> = files::read_json(&rec.exit_path()).ok().flatten();
+        let state = match exit {
+            Some(exit) => ProcessState::from_exit(&exit),
+            None if shim_ended => {
+                let record = t.record.clone();
+                self.finish_without_exit_file(&record, t.killed, shim_status)
+            }
+            None => return,
+        };
+        t.state = state;
+        t.kill_at = None;
+        if let Some(c) = t.child.take() {
+            self.unreaped.push(c);
+        }
+        if let Some(cg) = &t.record.cgroup {
+            let _ = cg.remove();
+        }
+    }
+
+    /// Stops a replica: SIGTERM now (the shim forwards it to the group), SIGKILL of the
+    /// whole group once `grace` has passed (on a later [`poll`](Self::poll)). A zero grace
+    /// kills at once. Stopping an ended replica does nothing.
+    pub fn stop(&mut self, name: &str, grace: Duration) -> Result<(), ExecutorError> {
+        let t = self
+            .replicas
+            .get_mut(name)
+            .ok_or_else(|| ExecutorError::NotFound(name.to_string()))?;
+        if t.state.is_terminal() {
+            return Ok(());
+        }
+        let rec = &t.record;
+        let alive = procfs::is_same_alive(rec.pid, rec.start_time);
+        if grace.is_zero() {
+            t.killed = true;
+            t.kill_at = None;
+            if alive {
+                let _ = procfs::signal_group(rec.pid, Signal::KILL);
+            }
+            if let Some(cg) = &rec.cgroup {
+                cg.kill_all(None);
+            }
+            return Ok(());
+        }
+        if alive {
+            procfs::signal_process(rec.pid, Signal::TERM).map_err(io_err(format!(
+                "sending SIGTERM to {name} (pid {})",
+                rec.pid
+            )))?;
+        }
+        let at = Instant::now() + grace;
+        t.kill_at = Some(t.kill_at.map_or(at, |k| k.min(at)));
+        Ok(())
+    }
+
+    /// The last observed state of a replica.
+    pub fn state(&self, name: &str) -> Option<ProcessState> {
+        self.replicas.get(name).map(|t| t.state)
+    }
+
+    /// The record of a tracked replica.
+    pub fn record(&self, name: &str) -> Option<&ProcessRecord> {
+        self.replicas.get(name).map(|t| &t.record)
+    }
+
+    /// Every tracked replica's record, by name.
+    pub fn records(&self) -> Vec<&ProcessRecord> {
+        self.replicas.values().map(|t| &t.record).collect()
+    }
+
+    /// Stops tracking an ended replica (its files stay). Returns false if it still runs.
+    pub fn forget(&mut self, name: &str) -> bool {
+        match self.replicas.get(name) {
+            Some(t) if !t.state.is_terminal() => false,
+            Some(_) => {
+                if let Some(mut t) = self.replicas.remove(name)
+                    && let Some(c) = t.child.take()
+                {
+                    self.unreaped.push(c);
+                }
+                true
+            }
+            None => true,
+        }
+    }
+
+    /// CPU, memory and GPU use of a running replica.
+    pub fn usage(&self, name: &str) -> Option<ReplicaUsage> {
+        let t = self.replicas.get(name)?;
+        if t.state.is_terminal() {
+            return None;
+        }
+        let rec = &t.record;
+        let from_cgroup = rec
+            .cgroup
+            .as_ref()
+            .and_then(|cg| Some((cg.cpu_seconds()?, cg.memory_bytes()?)));
+        let (cpu_seconds, memory_bytes) = match from_cgroup {
+            Some(v) => v,
+            None => {
+                let members = procfs::group_members(rec.pid);
+                let ticks: u64 = members.iter().map(|s| s.cpu_ticks).sum();
+                let pages: u64 = members.iter().map(|s| s.rss_pages).sum();
+                (
+                    ticks as f64 / procfs::clock_ticks_per_second() as f64,
+                    pages * procfs::page_size(),
+                )
+            }
+        };
+        let gpus = if rec.gpu_indices.is_empty() {
+            Vec::new()
+        } else {
+            gpu::samples()
+                .into_iter()
+                .filter(|s| rec.gpu_indices.contains(&s.index))
+                .collect()
+        };
+        Some(ReplicaUsage {
+            cpu_seconds,
+            memory_bytes,
+            gpus,
+        })
+    }
+
+    /// The current segment of a replica's output log (`<path>.1` holds the previous one).
+    pub fn log_path(&self, name: &str) -> Option<PathBuf> {
+        self.replicas.get(name).map(|t| t.record.log_path())
+    }
+
+    /// The last `max_bytes` of a replica's output.
+    pub fn read_log_tail(&self, name: &str, max_bytes: u64) -> Result<Vec<u8>, ExecutorError> {
+        let path = self
+            .log_path(name)
+            .ok_or_else(|| ExecutorError::NotFound(name.to_string()))?;
+        files::read_log_tail(&path, max_bytes)
+            .map_err(io_err(format!("reading {}", path.display())))
+    }
+}
+
+fn executor_exit(code: Option<i32>, signal: Option<i32>, oom_killed: bool) -> ExitRecord {
+    ExitRecord {
+        code,
+        signal,
+        oom_killed,
+        error: None,
+        written_by: "executor".into(),
+        finished_at_ms: files::now_ms(),
+    }
+}
+
+/// Every replica record under `run_dir` (`<run_dir>/<name>/<incarnation>/record.json`), for a
+/// restart that has no store to read them from. Unreadable records are skipped.
+pub fn discover(run_dir: &Path) -> Vec<ProcessRecord> {
+    let mut out = Vec::new();
+    let Ok(names) = fs::read_dir(run_dir) else {
+        return out;
+    };
+    for name in names.filter_map(Result::ok) {
+        let Ok(incs) = fs::read_dir(name.path()) else {
+            continue;
+        };
+        for inc in incs.filter_map(Result::ok) {
+            if let Ok(Some(rec)) = files::read_json::<ProcessRecord>(&inc.path().join(RECORD_FILE))
+            {
+                out.push(rec);
+            }
+        }
+    }
+    out.sort_by(|a, b| (&a.name, a.start_time).cmp(&(&b.name, b.start_time)));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_executor_can_move_between_threads() {
+        fn assert_send<T: Send>() {}
+        assert_send::<LocalExecutor>();
+    }
+
+    #[test]
+    fn path_components_are_safe() {
+        assert_eq!(path_component("job-worker-0"), "job-worker-0");
+        assert_eq!(path_component("ns/job"), "ns%2Fjob");
+        assert_eq!(path_component(".."), "%2E.");
+        assert_eq!(path_component("a b"), "a%20b");
+    }
+
+    #[test]
+    fn exit_records_map_to_states() {
+        let rec = |code, signal, oom| executor_exit(code, signal, oom);
+        assert_eq!(
+            ProcessState::from_exit(&rec(Some(3), None, false)),
+            ProcessState::Exited { code: 3 }
+        );
+        assert_eq!(
+            ProcessState::from_exit(&rec(None, Some(9), true)),
+            ProcessState::OomKilled
+        );
+        assert_eq!(
+            ProcessState::from_exit(&rec(Some(0), None, true)),
+            ProcessState::Exited { code: 0 }
+        );
+        assert_eq!(
+            ProcessState::from_exit(&rec(None, Some(15), false)),
+            ProcessState::Signaled { signal: 15 }
+        );
+        assert_eq!(
+            ProcessState::from_exit(&rec(None, None, false)),
+            ProcessState::Gone
+        );
+    }
+}

@@ -1,0 +1,195 @@
+//! The shim: a tiny supervisor between the executor and every replica process.
+//!
+//! The executor starts each replica as `<shim program> <args prefix...> <replica dir>` (in
+//! production `corral shim <replica dir>`, the same binary as the server). The shim
+//!
+//! 1. is the leader of the replica's process group (the executor spawns it with
+//!    `process_group(0)`; run by hand, it makes its own group);
+//! 2. reads `<dir>/launch.json`, joins the replica's cgroup (so everything it starts is
+//!    limited and accounted), and spawns the real command with the launch env and working
+//!    directory, stdin from /dev/null, stdout and stderr into one pipe that it copies into the
+//!    size-capped `<dir>/output.log`;
+//! 3. forwards SIGTERM (from anyone but itself) to the whole group;
+//! 4. waits for the command; when it has exited, SIGKILLs whatever else is left in the group
+//!    and the cgroup (no orphans), and writes `<dir>/exit.json` atomically: exit code or
+//!    signal, and whether the cgroup recorded an OOM kill.
+//!
+//! Because the shim outlives a crash of the server and writes the exit status to a file, the
+//! executor learns how a replica ended whether the replica is its own child or was re-adopted
+//! after a restart.
+
+use std::ffi::OsString;
+use std::io::Read;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use signal_hook::consts::SIGTERM;
+use signal_hook::iterator::SignalsInfo;
+use signal_hook::iterator::exfiltrator::WithOrigin;
+
+use crate::executor::files::{self, EXIT_FILE, ExitRecord, LAUNCH_FILE, LaunchFile, RotatingLog};
+use crate::executor::procfs;
+
+/// How long the shim waits for the output pipe to drain after the command exited.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Entry point of `corral shim <replica dir>`: `args` are the arguments after the
+/// subcommand (exactly one, the replica directory). Returns the process exit code: the
+/// command's code, 128 + signal when it was killed, 125 when the shim itself failed.
+pub fn run<I, S>(args: I) -> i32
+where
+    I: IntoIterator<Item = S>,
+    S: Into<OsString>,
+{
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let [dir] = args.as_slice() else {
+        eprintln!("usage: corral shim <replica dir>");
+        return 2;
+    };
+    let dir = PathBuf::from(dir);
+    match supervise(&dir) {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("corral shim: {message}");
+            let rec = ExitRecord {
+                code: Some(125),
+                signal: None,
+                oom_killed: false,
+                error: Some(message),
+                written_by: "shim".into(),
+                finished_at_ms: files::now_ms(),
+            };
+            if let Err(e) = files::write_json_atomic(&dir.join(EXIT_FILE), &rec) {
+                eprintln!("corral shim: writing {}: {e}", EXIT_FILE);
+            }
+            125
+        }
+    }
+}
+
+fn supervise(dir: &Path) -> Result<i32, String> {
+    let me = std::process::id();
+    let pgid = rustix::process::getpgrp().as_raw_nonzero().get() as u32;
+    if pgid != me {
+        rustix::process::setpgid(None, None).map_err(|e| format!("setpgid: {e}"))?;
+    }
+    let launch: LaunchFile = files::read_json(&dir.join(LAUNCH_FILE))
+        .map_err(|e| format!("reading {LAUNCH_FILE}: {e}"))?
+        .ok_or_else(|| format!("{} has no {LAUNCH_FILE}", dir.display()))?;
+    let mut log = RotatingLog::open(&launch.log_path, launch.log_limit_bytes)
+        .map_err(|e| format!("opening {}: {e}", launch.log_path.display()))?;
+
+    // Before the command exists, so that no SIGTERM can be lost.
+    let mut signals = SignalsInfo::<WithOrigin>::new([SIGTERM])
+        .map_err(|e| format!("installing the SIGTERM handler: {e}"))?;
+    let signal_handle = signals.handle();
+    let forwarder = std::thread::spawn(move || {
+        for info in signals.forever() {
+            let from_self = info.process.is_some_and(|p| p.pid as u32 == me);
+            if !from_self {
+                let _ = procfs::signal_group(me, rustix::process::Signal::TERM);
+            }
+        }
+    });
+
+    if let Some(cg) = &launch.cgroup {
+        cg.join(me)
+            .map_err(|e| format!("joining the replica cgroup: {e}"))?;
+    }
+
+    let Some((program, args)) = launch.command.split_first() else {
+        return Err("the command is empty".into());
+    };
+    let (reader, writer) = std::io::pipe().map_err(|e| format!("pipe: {e}"))?;
+    let writer2 = writer.try_clone().map_err(|e| format!("pipe: {e}"))?;
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .envs(launch.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(writer)
+        .stderr(writer2);
+    if let Some(wd) = &launch.working_dir {
+        cmd.current_dir(wd);
+    }
+    let spawned = cmd.spawn();
+    drop(cmd); // closes our copies of the pipe's write end
+
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(e) => {
+            let code = match e.kind() {
+                std::io::ErrorKind::NotFound => 127,
+                std::io::ErrorKind::PermissionDenied => 126,
+                _ => 125,
+            };
+            let message = format!("cannot run {program:?}: {e}");
+            let _ = log.write(format!("corral: {message}\n").as_bytes());
+            signal_handle.close();
+            let _ = forwarder.join();
+            finish(dir, &launch, Some(code), None, Some(message))?;
+            return Ok(code);
+        }
+    };
+
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        let mut reader = reader;
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match reader.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    if let Err(e) = log.write(&buf[..n]) {
+                        eprintln!("corral shim: writing the log: {e}");
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+        let _ = done_tx.send(());
+    });
+
+    let status = child
+        .wait()
+        .map_err(|e| format!("waiting for the command: {e}"))?;
+
+    // The replica is over when its command is: nothing it started may outlive it.
+    procfs::kill_group_except(me, me);
+    if let Some(cg) = &launch.cgroup {
+        cg.kill_all(Some(me));
+    }
+    let _ = done_rx.recv_timeout(DRAIN_TIMEOUT);
+    signal_handle.close();
+    let _ = forwarder.join();
+
+    finish(dir, &launch, status.code(), status.signal(), None)?;
+    Ok(match (status.code(), status.signal()) {
+        (Some(code), _) => code,
+        (None, Some(sig)) => 128 + sig,
+        (None, None) => 125,
+    })
+}
+
+fn finish(
+    dir: &Path,
+    launch: &LaunchFile,
+    code: Option<i32>,
+    signal: Option<i32>,
+    error: Option<String>,
+) -> Result<(), String> {
+    let oom_killed = launch.cgroup.as_ref().is_some_and(|cg| cg.oom_kills() > 0);
+    let rec = ExitRecord {
+        code,
+        signal,
+        oom_killed,
+        error,
+        written_by: "shim".into(),
+        finished_at_ms: files::now_ms(),
+    };
+    files::write_json_atomic(&dir.join(EXIT_FILE), &rec)
+        .map_err(|e| format!("writing {EXIT_FILE}: {e}"))
+}

@@ -1,0 +1,618 @@
+//! The durable store: SQLite (WAL) in `data_dir/corral.db`.
+//!
+//! What survives a crash lives here: jobs with their status (restart counts, conditions),
+//! the scheduler's admissions (so a restart rebuilds its running set), replica process
+//! records (pid + start time, to re-adopt replicas), ports held by admitted jobs, and
+//! events. The schema is versioned with `PRAGMA user_version`.
+//!
+//! Writes that belong together are one transaction: a submit of several jobs is all or
+//! nothing, an admission is stored with its ports, a job's removal takes its admission,
+//! replicas and ports with it.
+
+use std::path::Path;
+
+use corral_api::{TrainingJob, TrainingJobStatus};
+use corral_core::sched::RunningJob;
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+
+use crate::executor::{ProcessRecord, ProcessState};
+
+/// The schema version this code writes.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// The file name of the store inside the data directory.
+pub const DB_FILE: &str = "corral.db";
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("corrupt record {what}: {message}")]
+    Corrupt { what: String, message: String },
+    #[error("TrainingJob {namespace}/{name} already exists")]
+    AlreadyExists { namespace: String, name: String },
+    #[error(
+        "the store has schema version {found}, newer than this program's {SCHEMA_VERSION}; \
+         upgrade corral"
+    )]
+    TooNew { found: i64 },
+    #[error("cannot create {path}: {message}")]
+    Io { path: String, message: String },
+}
+
+/// A job as stored.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredJob {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    /// Submission order.
+    pub seq: i64,
+    pub submitted_ms: u64,
+    pub converted_from: Option<String>,
+    /// The job, its status included.
+    pub job: TrainingJob,
+    /// Deleted by the user; removed once its replicas have stopped.
+    pub deleting: bool,
+}
+
+impl StoredJob {
+    /// `namespace/name`: the scheduler's key.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+/// A job to insert.
+#[derive(Clone, Debug)]
+pub struct NewJob {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub submitted_ms: u64,
+    pub converted_from: Option<String>,
+    pub job: TrainingJob,
+}
+
+/// The scheduler's placement of an admitted job.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredAdmission {
+    pub pool: String,
+    pub gpu_type: Option<String>,
+    /// Request, placements and admission time: what the scheduler needs to take it back.
+    pub running: RunningJob,
+}
+
+/// One replica process incarnation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredReplica {
+    /// The executor's name of the replica (unique across namespaces).
+    pub name: String,
+    pub namespace: String,
+    pub job: String,
+    pub job_uid: String,
+    pub role: String,
+    pub index: u32,
+    pub attempt: u32,
+    pub retry: u32,
+    pub record: ProcessRecord,
+    pub port: Option<u16>,
+    pub started_ms: u64,
+    /// Last state observed (terminal states are kept so that later ticks still see them).
+    pub state: ProcessState,
+}
+
+/// Something that happened to a job.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredEvent {
+    pub namespace: String,
+    pub job: String,
+    pub time_ms: u64,
+    pub type_: String,
+    pub reason: String,
+    pub message: String,
+}
+
+/// The SQLite store. Single connection, owned by the cluster.
+pub struct Store {
+    conn: Connection,
+}
+
+fn to_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn to_u64(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+fn json<T: Serialize>(v: &T) -> Result<String, StoreError> {
+    serde_json::to_string(v).map_err(|e| StoreError::Corrupt {
+        what: "serialization".into(),
+        message: e.to_string(),
+    })
+}
+
+fn parse<T: for<'de> Deserialize<'de>>(what: &str, text: &str) -> Result<T, StoreError> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt {
+        what: what.to_string(),
+        message: e.to_string(),
+    })
+}
+
+const SCHEMA_V1: &str = "
+CREATE TABLE jobs (
+    namespace      TEXT NOT NULL,
+    name           TEXT NOT NULL,
+    uid            TEXT NOT NULL UNIQUE,
+    seq            INTEGER NOT NULL,
+    submitted_ms   INTEGER NOT NULL,
+    converted_from TEXT,
+    spec           TEXT NOT NULL,
+    status         TEXT,
+    deleting       INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (namespace, name)
+);
+CREATE TABLE admissions (
+    job_uid   TEXT PRIMARY KEY,
+    admission TEXT NOT NULL
+);
+CREATE TABLE replicas (
+    name       TEXT NOT NULL,
+    attempt    INTEGER NOT NULL,
+    retry      INTEGER NOT NULL,
+    namespace  TEXT NOT NULL,
+    job        TEXT NOT NULL,
+    job_uid    TEXT NOT NULL,
+    role       TEXT NOT NULL,
+    idx        INTEGER NOT NULL,
+    record     TEXT NOT NULL,
+    port       INTEGER,
+    started_ms INTEGER NOT NULL,
+    state      TEXT NOT NULL,
+    PRIMARY KEY (name, attempt, retry)
+);
+CREATE INDEX replicas_by_job ON replicas (job_uid);
+CREATE TABLE ports (
+    port    INTEGER PRIMARY KEY,
+    job_uid TEXT NOT NULL,
+    replica TEXT NOT NULL
+);
+CREATE TABLE events (
+    id        INTEGER PRIMARY KEY AUTOINCREMENT,
+    namespace TEXT NOT NULL,
+    job       TEXT NOT NULL,
+    time_ms   INTEGER NOT NULL,
+    type      TEXT NOT NULL,
+    reason    TEXT NOT NULL,
+    message   TEXT NOT NULL
+);
+CREATE INDEX events_by_job ON events (namespace, job);
+";
+
+impl Store {
+    /// Opens (or creates) `data_dir/corral.db`, in WAL mode, migrating the schema.
+    pub fn open(data_dir: &Path) -> Result<Store, StoreError> {
+        std::fs::create_dir_all(data_dir).map_err(|e| StoreError::Io {
+            path: data_dir.display().to_string(),
+            message: e.to_string(),
+        })?;
+        let conn = Connection::open(data_dir.join(DB_FILE))?;
+        Self::init(conn)
+    }
+
+    /// A store in memory (tests).
+    pub fn open_in_memory() -> Result<Store, StoreError> {
+        Self::init(Connection::open_in_memory()?)
+    }
+
+    fn init(conn: Connection) -> Result<Store, StoreError> {
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        // WAL survives a kill -9 of the writer; NORMAL sync is durable at checkpoints and
+        // never corrupts. FULL: every commit is on disk before we act on it.
+        let _mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        if version > SCHEMA_VERSION {
+            return Err(StoreError::TooNew { found: version });
+        }
+        if version < 1 {
+            let tx = conn.unchecked_transaction()?;
+            tx.execute_batch(SCHEMA_V1)?;
+            tx.pragma_update(None, "user_version", 1)?;
+            tx.commit()?;
+        }
+        Ok(Store { conn })
+    }
+
+    /// The schema version of the open store.
+    pub fn schema_version(&self) -> Result<i64, StoreError> {
+        Ok(self
+            .conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))?)
+    }
+
+    // ---- jobs ----
+
+    /// Inserts every job, or none (one already exists, or any write fails).
+    pub fn insert_jobs(&mut self, jobs: &[NewJob]) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        let mut seq: i64 =
+            tx.query_row("SELECT COALESCE(MAX(seq), 0) FROM jobs", [], |r| r.get(0))?;
+        for j in jobs {
+            let exists: Option<i64> = tx
+                .query_row(
+                    "SELECT 1 FROM jobs WHERE namespace = ?1 AND name = ?2",
+                    params![j.namespace, j.name],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            if exists.is_some() {
+                return Err(StoreError::AlreadyExists {
+                    namespace: j.namespace.clone(),
+                    name: j.name.clone(),
+                });
+            }
+            seq += 1;
+            let mut spec = j.job.clone();
+            let status = spec.status.take();
+            tx.execute(
+                "INSERT INTO jobs (namespace, name, uid, seq, submitted_ms, converted_from, \
+                 spec, status) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                params![
+                    j.namespace,
+                    j.name,
+                    j.uid,
+                    seq,
+                    to_i64(j.submitted_ms),
+                    j.converted_from,
+                    json(&spec)?,
+                    status.as_ref().map(json).transpose()?,
+                ],
+            )?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn job_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawJob> {
+        Ok(RawJob {
+            namespace: r.get(0)?,
+            name: r.get(1)?,
+            uid: r.get(2)?,
+            seq: r.get(3)?,
+            submitted_ms: r.get(4)?,
+            converted_from: r.get(5)?,
+            spec: r.get(6)?,
+            status: r.get(7)?,
+            deleting: r.get(8)?,
+        })
+    }
+
+    const JOB_COLUMNS: &str = "namespace, name, uid, seq, submitted_ms, converted_from, spec, \
+                               status, deleting";
+
+    /// Every job, in submission order.
+    pub fn jobs(&self) -> Result<Vec<StoredJob>, StoreError> {
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT {} FROM jobs ORDER BY seq",
+            Self::JOB_COLUMNS
+        ))?;
+        let raws = stmt
+            .query_map([], Self::job_from_row)?
+            .collect::<Result<Vec<_>, _>>()?;
+        raws.into_iter().map(RawJob::decode).collect()
+    }
+
+    /// One job.
+    pub fn job(&self, namespace: &str, name: &str) -> Result<Option<StoredJob>, StoreError> {
+        let raw = self
+            .conn
+            .query_row(
+                &format!(
+                    "SELECT {} FROM jobs WHERE namespace = ?1 AND name = ?2",
+                    Self::JOB_COLUMNS
+                ),
+                params![namespace, name],
+                Self::job_from_row,
+            )
+            .optional()?;
+        raw.map(RawJob::decode).transpose()
+    }
+
+    /// Replaces a job's spec (suspend, resume); the status is kept.
+    pub fn update_spec(&self, uid: &str, job: &TrainingJob) -> Result<(), StoreError> {
+        let mut spec = job.clone();
+        spec.status = None;
+        self.conn.execute(
+            "UPDATE jobs SET spec = ?2 WHERE uid = ?1",
+            params![uid, json(&spec)?],
+        )?;
+        Ok(())
+    }
+
+    /// Records a job's status (before the actions that follow from it are applied).
+    pub fn save_status(&self, uid: &str, status: &TrainingJobStatus) -> Result<(), StoreError> {
+        self.conn.execute(
+            "UPDATE jobs SET status = ?2 WHERE uid = ?1",
+            params![uid, json(status)?],
+        )?;
+        Ok(())
+    }
+
+    /// Marks a job deleted; it is removed once its replicas have stopped.
+    pub fn mark_deleting(&self, uid: &str) -> Result<(), StoreError> {
+        self.conn
+            .execute("UPDATE jobs SET deleting = 1 WHERE uid = ?1", params![uid])?;
+        Ok(())
+    }
+
+    /// Removes a job with its admission, replica records, ports and events.
+    pub fn remove_job(&mut self, uid: &str) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        let who: Option<(String, String)> = tx
+            .query_row(
+                "SELECT namespace, name FROM jobs WHERE uid = ?1",
+                params![uid],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?;
+        tx.execute("DELETE FROM jobs WHERE uid = ?1", params![uid])?;
+        tx.execute("DELETE FROM admissions WHERE job_uid = ?1", params![uid])?;
+        tx.execute("DELETE FROM replicas WHERE job_uid = ?1", params![uid])?;
+        tx.execute("DELETE FROM ports WHERE job_uid = ?1", params![uid])?;
+        if let Some((ns, name)) = who {
+            tx.execute(
+                "DELETE FROM events WHERE namespace = ?1 AND job = ?2",
+                params![ns, name],
+            )?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    // ---- admissions and ports ----
+
+    /// Stores an admission together with the ports of its replicas (replica name -> port).
+    pub fn admit(
+        &mut self,
+        uid: &str,
+        admission: &StoredAdmission,
+        ports: &[(String, u16)],
+    ) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        tx.execute(
+            "INSERT OR REPLACE INTO admissions (job_uid, admission) VALUES (?1, ?2)",
+            params![uid, json(admission)?],
+        )?;
+        tx.execute("DELETE FROM ports WHERE job_uid = ?1", params![uid])?;
+        for (replica, port) in ports {
+            tx.execute(
+                "INSERT OR REPLACE INTO ports (port, job_uid, replica) VALUES (?1, ?2, ?3)",
+                params![port, uid, replica],
+            )?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Forgets an admission but keeps the job's ports (its replicas still stop).
+    pub fn drop_admission(&self, uid: &str) -> Result<(), StoreError> {
+        self.conn
+            .execute("DELETE FROM admissions WHERE job_uid = ?1", params![uid])?;
+        Ok(())
+    }
+
+    /// Forgets an admission and the job's ports.
+    pub fn release(&mut self, uid: &str) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        tx.execute("DELETE FROM admissions WHERE job_uid = ?1", params![uid])?;
+        tx.execute("DELETE FROM ports WHERE job_uid = ?1", params![uid])?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Every admission, by job uid.
+    pub fn admissions(&self) -> Result<Vec<(String, StoredAdmission)>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT job_uid, admission FROM admissions ORDER BY job_uid")?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?
+            .collect::<Result<Vec<_>, _>>()?;
+        rows.into_iter()
+            .map(|(uid, a)| Ok((uid.clone(), parse(&format!("admission of {uid}"), &a)?)))
+            .collect()
+    }
+
+    /// Ports held, as (port, job uid, replica name).
+    pub fn ports(&self) -> Result<Vec<(u16, String, String)>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT port, job_uid, replica FROM ports ORDER BY port")?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
+    }
+
+    // ---- replicas ----
+
+    /// Records (or updates) a replica incarnation.
+    pub fn put_replica(&self, r: &StoredReplica) -> Result<(), StoreError> {
+        self.conn.execute(
+            "INSERT OR REPLACE INTO replicas (name, attempt, retry, namespace, job, job_uid, \
+             role, idx, record, port, started_ms, state) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+            params![
+                r.name,
+                r.attempt,
+                r.retry,
+                r.namespace,
+                r.job,
+                r.job_uid,
+                r.role,
+                r.index,
+                json(&r.record)?,
+                r.port,
+                to_i64(r.started_ms),
+                json(&r.state)?,
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// Updates the observed state of a replica incarnation.
+    pub fn set_replica_state(
+        &self,
+        name: &str,
+        attempt: u32,
+        retry: u32,
+        state: ProcessState,
+    ) -> Result<(), StoreError> {
+        self.conn.execute(
+            "UPDATE replicas SET state = ?4 WHERE name = ?1 AND attempt = ?2 AND retry = ?3",
+            params![name, attempt, retry, json(&state)?],
+        )?;
+        Ok(())
+    }
+
+    /// Forgets a replica incarnation (its files and logs stay on disk).
+    pub fn remove_replica(&self, name: &str, attempt: u32, retry: u32) -> Result<(), StoreError> {
+        self.conn.execute(
+            "DELETE FROM replicas WHERE name = ?1 AND attempt = ?2 AND retry = ?3",
+            params![name, attempt, retry],
+        )?;
+        Ok(())
+    }
+
+    /// Every replica incarnation, by name then incarnation.
+    pub fn replicas(&self) -> Result<Vec<StoredReplica>, StoreError> {
+        let mut stmt = self.conn.prepare(
+            "SELECT name, attempt, retry, namespace, job, job_uid, role, idx, record, port, \
+             started_ms, state FROM replicas ORDER BY name, attempt, retry",
+        )?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((
+                    (
+                        r.get::<_, String>(0)?,
+                        r.get::<_, u32>(1)?,
+                        r.get::<_, u32>(2)?,
+                        r.get::<_, String>(3)?,
+                        r.get::<_, String>(4)?,
+                        r.get::<_, String>(5)?,
+                    ),
+                    (
+                        r.get::<_, String>(6)?,
+                        r.get::<_, u32>(7)?,
+                        r.get::<_, String>(8)?,
+                        r.get::<_, Option<u16>>(9)?,
+                        r.get::<_, i64>(10)?,
+                        r.get::<_, String>(11)?,
+                    ),
+                ))
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        rows.into_iter()
+            .map(
+                |(
+                    (name, attempt, retry, namespace, job, job_uid),
+                    (role, index, record, port, started, state),
+                )| {
+                    let what = format!("replica {name}");
+                    Ok(StoredReplica {
+                        record: parse(&what, &record)?,
+                        state: parse(&what, &state)?,
+                        name,
+                        attempt,
+                        retry,
+                        namespace,
+                        job,
+                        job_uid,
+                        role,
+                        index,
+                        port,
+                        started_ms: to_u64(started),
+                    })
+                },
+            )
+            .collect()
+    }
+
+    // ---- events ----
+
+    pub fn add_event(&self, e: &StoredEvent) -> Result<(), StoreError> {
+        self.conn.execute(
+            "INSERT INTO events (namespace, job, time_ms, type, reason, message) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![
+                e.namespace,
+                e.job,
+                to_i64(e.time_ms),
+                e.type_,
+                e.reason,
+                e.message
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// A job's events, oldest first.
+    pub fn events(&self, namespace: &str, job: &str) -> Result<Vec<StoredEvent>, StoreError> {
+        let mut stmt = self.conn.prepare(
+            "SELECT namespace, job, time_ms, type, reason, message FROM events \
+             WHERE namespace = ?1 AND job = ?2 ORDER BY id",
+        )?;
+        let rows = stmt
+            .query_map(params![namespace, job], |r| {
+                Ok(StoredEvent {
+                    namespace: r.get(0)?,
+                    job: r.get(1)?,
+                    time_ms: to_u64(r.get(2)?),
+                    type_: r.get(3)?,
+                    reason: r.get(4)?,
+                    message: r.get(5)?,
+                })
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
+    }
+}
+
+struct RawJob {
+    namespace: String,
+    name: String,
+    uid: String,
+    seq: i64,
+    submitted_ms: i64,
+    converted_from: Option<String>,
+    spec: String,
+    status: Option<String>,
+    deleting: bool,
+}
+
+impl RawJob {
+    fn decode(self) -> Result<StoredJob, StoreError> {
+        let what = format!("job {}/{}", self.namespace, self.name);
+        let mut job: TrainingJob = parse(&what, &self.spec)?;
+        job.status = self
+            .status
+            .as_deref()
+            .map(|s| parse(&what, s))
+            .transpose()?;
+        Ok(StoredJob {
+            namespace: self.namespace,
+            name: self.name,
+            uid: self.uid,
+            seq: self.seq,
+            submitted_ms: to_u64(self.submitted_ms),
+            converted_from: self.converted_from,
+            job,
+            deleting: self.deleting,
+        })
+    }
+}

@@ -1,0 +1,554 @@
+//! The embedded cluster end to end with real processes: submit, tick, restart by policy,
+//! no shared ports or GPUs, crash recovery (drop without cleanup, then open), delete, and
+//! refused submissions. Every wait is bounded by a deadline; the cluster's clock is the
+//! test's own, moved forward a second per pass so that restart back-offs pass quickly.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use corral_local::cluster::{JobState, TickReport};
+use corral_local::config::{ClusterFileConfig, PortRange};
+use corral_local::executor::procfs;
+use corral_local::{Cluster, ClusterConfig, ClusterError};
+use jiff::Timestamp;
+
+const DEADLINE: Duration = Duration::from_secs(60);
+
+struct Harness {
+    dir: tempfile::TempDir,
+    config: ClusterConfig,
+    now: Timestamp,
+}
+
+impl Harness {
+    /// A cluster in a temporary directory with its own port range (tests run in parallel).
+    fn new(ports: u16, extra: &str) -> (Harness, Cluster) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let text = format!(
+            "kind: CorralConfig\nports: {{min: {ports}, max: {}}}\ngracePeriodSeconds: 2\n{extra}",
+            ports + 49
+        );
+        let mut config = ClusterConfig::new(dir.path().join("data"));
+        config.file = ClusterFileConfig::parse(&text).expect("config");
+        assert_eq!(
+            config.file.settings.ports,
+            PortRange {
+                min: ports,
+                max: ports + 49
+            }
+        );
+        config.shim = Some(PathBuf::from(env!("CARGO_BIN_EXE_corral-shim")));
+        let now = Timestamp::from_second(1_800_000_000).expect("time");
+        let h = Harness { dir, config, now };
+        let cluster = h.open();
+        (h, cluster)
+    }
+
+    fn open(&self) -> Cluster {
+        let (c, _warnings) = Cluster::open(self.config.clone(), self.now).expect("open");
+        c
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn tick(&mut self, c: &mut Cluster) -> TickReport {
+        self.now = self
+            .now
+            .checked_add(jiff::SignedDuration::from_secs(1))
+            .expect("time");
+        c.tick(self.now).expect("tick")
+    }
+
+    /// Ticks until `cond` holds; panics after the deadline. Returns every report.
+    fn until(
+        &mut self,
+        c: &mut Cluster,
+        what: &str,
+        mut cond: impl FnMut(&Cluster) -> bool,
+    ) -> Vec<TickReport> {
+        let deadline = Instant::now() + DEADLINE;
+        let mut reports = Vec::new();
+        loop {
+            reports.push(self.tick(c));
+            if cond(c) {
+                return reports;
+            }
+            if Instant::now() > deadline {
+                let jobs = c.list(None).expect("list");
+                panic!("timed out waiting for {what}; jobs: {jobs:#?}; last: {reports:#?}");
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+}
+
+fn state(c: &Cluster, name: &str) -> Option<JobState> {
+    c.list(Some("default"))
+        .expect("list")
+        .into_iter()
+        .find(|j| j.name == name)
+        .map(|j| j.state)
+}
+
+fn alive(pid: u32) -> bool {
+    procfs::stat(pid).is_some_and(|s| !s.is_dead())
+}
+
+fn job(name: &str, count: u32, extra: &str, script: &str) -> String {
+    format!(
+        r#"apiVersion: corral.dev/v1alpha1
+kind: TrainingJob
+metadata: {{name: {name}}}
+spec:
+  framework: generic
+  replicas:
+    worker:
+      count: {count}
+{extra}      template:
+        command: [/bin/sh, -c, '{script}']
+"#
+    )
+}
+
+#[test]
+fn four_replica_generic_job_succeeds() {
+    let (mut h, mut c) = Harness::new(31000, "");
+    let out = c
+        .submit(
+            &job(
+                "four",
+                4,
+                "",
+                "echo replica=$CORRAL_REPLICA incarnation=$CORRAL_INCARNATION",
+            ),
+            "default",
+            h.now,
+        )
+        .expect("submit");
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].name, "four");
+    assert_eq!(state(&c, "four"), Some(JobState::Queued));
+
+    let reports = h.until(&mut c, "success", |c| {
+        state(c, "four") == Some(JobState::Succeeded)
+    });
+    let started: Vec<&String> = reports.iter().flat_map(|r| &r.started).collect();
+    assert_eq!(started.len(), 4, "each replica starts once: {started:?}");
+    assert!(reports.iter().any(|r| r.admitted == ["default/four"]));
+
+    let d = c
+        .describe("default", "four")
+        .expect("describe")
+        .expect("job");
+    assert_eq!(d.replicas.len(), 4);
+    let mut ports = BTreeSet::new();
+    for r in &d.replicas {
+        assert_eq!(r.phase, "Succeeded", "{r:?}");
+        assert!(ports.insert(r.port.expect("port")), "ports are distinct");
+        let log = std::fs::read_to_string(r.log_path.as_ref().expect("log")).expect("log");
+        assert!(
+            log.contains(&format!("replica={} incarnation=0.0", r.name)),
+            "{log}"
+        );
+    }
+    let reasons: Vec<&str> = d.events.iter().map(|e| e.reason.as_str()).collect();
+    for r in ["Submitted", "Admitted", "Started", "Succeeded"] {
+        assert!(reasons.contains(&r), "event {r} in {reasons:?}");
+    }
+    // The log stays reachable by replica name.
+    assert!(c.log_path("default", "four", "worker-0").is_some());
+    let m = c.metrics();
+    assert_eq!(m.jobs_succeeded_total, 1);
+    assert_eq!(m.replica_starts_total, 4);
+    // A finished job gives its admission back.
+    assert!(c.queues().iter().all(|q| q.admitted == 0));
+}
+
+#[test]
+fn failing_replica_restarts_and_the_count_is_durable() {
+    let (mut h, mut c) = Harness::new(31100, "");
+    let marker = h.path("failed-once");
+    let script = format!(
+        "if [ \"$CORRAL_REPLICA\" = flaky-worker-1 ] && [ ! -f {m} ]; then touch {m}; exit 3; fi; sleep 1",
+        m = marker.display()
+    );
+    let policy = "      restartPolicy: OnFailure\n";
+    let text = job("flaky", 2, policy, &script)
+        .replace("  replicas:", "  runPolicy: {backoffLimit: 3}\n  replicas:");
+    c.submit(&text, "default", h.now).expect("submit");
+    let reports = h.until(&mut c, "success after a restart", |c| {
+        state(c, "flaky") == Some(JobState::Succeeded)
+    });
+    assert!(marker.exists());
+    let starts = reports.iter().flat_map(|r| &r.started).count();
+    assert_eq!(starts, 4, "the whole gang restarts once: 2 + 2 starts");
+    let status = c
+        .get("default", "flaky")
+        .expect("get")
+        .and_then(|j| j.status)
+        .expect("status");
+    assert_eq!(status.restart_count, 1);
+    assert_eq!(status.attempt, 1);
+    let d = c
+        .describe("default", "flaky")
+        .expect("describe")
+        .expect("job");
+    assert!(d.events.iter().any(|e| e.reason == "Restarting"));
+
+    // Durable: a new process reading the store sees the same count.
+    drop(c);
+    let c = h.open();
+    let status = c
+        .get("default", "flaky")
+        .expect("get")
+        .and_then(|j| j.status)
+        .expect("status");
+    assert_eq!(status.restart_count, 1);
+    assert_eq!(state(&c, "flaky"), Some(JobState::Succeeded));
+}
+
+#[test]
+fn permanent_failure_fails_the_job() {
+    let (mut h, mut c) = Harness::new(31150, "");
+    c.submit(&job("broken", 1, "", "exit 7"), "default", h.now)
+        .expect("submit");
+    h.until(&mut c, "failure", |c| {
+        state(c, "broken") == Some(JobState::Failed)
+    });
+    let d = c
+        .describe("default", "broken")
+        .expect("describe")
+        .expect("job");
+    assert_eq!(d.replicas[0].exit_code, Some(7));
+    assert!(d.events.iter().any(|e| e.reason == "Failed"));
+}
+
+#[test]
+fn two_jobs_never_share_a_port_or_a_gpu() {
+    let (mut h, mut c) = Harness::new(31200, "node: {gpus: 4, gpuType: FAKE-GPU}\n");
+    let gpu = "      resources: {gpu: 1}\n";
+    for name in ["left", "right"] {
+        c.submit(
+            &job(name, 2, gpu, "echo gpus=$CUDA_VISIBLE_DEVICES; sleep 30"),
+            "default",
+            h.now,
+        )
+        .expect("submit");
+    }
+    // A third job cannot fit: 4 GPUs are taken.
+    c.submit(&job("third", 1, gpu, "sleep 30"), "default", h.now)
+        .expect("submit");
+    h.until(&mut c, "both running", |c| {
+        state(c, "left") == Some(JobState::Running) && state(c, "right") == Some(JobState::Running)
+    });
+    let mut gpus = BTreeSet::new();
+    let mut ports = BTreeSet::new();
+    for name in ["left", "right"] {
+        let d = c.describe("default", name).expect("describe").expect("job");
+        assert_eq!(d.replicas.len(), 2);
+        for r in &d.replicas {
+            assert_eq!(r.gpus.len(), 1, "{r:?}");
+            assert!(gpus.insert(r.gpus[0]), "GPU {:?} given twice", r.gpus);
+            assert!(ports.insert(r.port.expect("port")), "port given twice");
+        }
+    }
+    assert_eq!(gpus, BTreeSet::from([0, 1, 2, 3]));
+    assert_eq!(state(&c, "third"), Some(JobState::Queued));
+    let why = c
+        .describe("default", "third")
+        .expect("describe")
+        .expect("job")
+        .pending_reason
+        .expect("a reason in words");
+    assert!(why.contains("GPU"), "{why}");
+    let node = &c.nodes()[0];
+    assert_eq!(node.gpus.iter().filter(|g| g.used_by.is_some()).count(), 4);
+
+    // Deleting one lets the third in, on the freed GPUs.
+    c.delete("default", "left", h.now).expect("delete");
+    h.until(&mut c, "third running", |c| {
+        state(c, "third") == Some(JobState::Running)
+    });
+    assert_eq!(state(&c, "left"), None);
+    for name in ["right", "third"] {
+        c.delete("default", name, h.now).expect("delete");
+    }
+    h.until(&mut c, "all deleted", |c| {
+        c.list(None).expect("list").is_empty()
+    });
+}
+
+#[test]
+fn reopening_after_a_crash_readopts_running_replicas() {
+    let (mut h, mut c) = Harness::new(31300, "");
+    c.submit(&job("survivor", 2, "", "sleep 60"), "default", h.now)
+        .expect("submit");
+    h.until(&mut c, "running", |c| {
+        state(c, "survivor") == Some(JobState::Running)
+    });
+    let pids = |c: &Cluster| -> Vec<u32> {
+        c.describe("default", "survivor")
+            .expect("describe")
+            .expect("job")
+            .replicas
+            .iter()
+            .filter_map(|r| r.pid)
+            .collect()
+    };
+    let before = pids(&c);
+    assert_eq!(before.len(), 2);
+
+    // kill -9 of the server: no cleanup at all.
+    drop(c);
+    let mut c = h.open();
+    assert_eq!(state(&c, "survivor"), Some(JobState::Running));
+    for _ in 0..10 {
+        let r = h.tick(&mut c);
+        assert!(r.started.is_empty(), "nothing starts twice: {r:?}");
+        assert!(r.admitted.is_empty(), "the admission survived: {r:?}");
+    }
+    assert_eq!(pids(&c), before, "the same processes");
+    assert!(before.iter().all(|p| alive(*p)));
+    assert_eq!(state(&c, "survivor"), Some(JobState::Running));
+    assert_eq!(c.queues().iter().map(|q| q.admitted).sum::<u32>(), 1);
+
+    c.delete("default", "survivor", h.now).expect("delete");
+    h.until(&mut c, "deleted", |c| state(c, "survivor").is_none());
+    let deadline = Instant::now() + DEADLINE;
+    while before.iter().any(|p| alive(*p)) {
+        assert!(Instant::now() < deadline, "replicas outlived their job");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+#[test]
+fn delete_leaves_no_process_behind() {
+    let (mut h, mut c) = Harness::new(31400, "");
+    // The replica forks children of its own and ignores SIGTERM.
+    let script = "trap \"\" TERM; sleep 120 & sleep 120 & echo $$ > pid; wait";
+    c.submit(&job("stubborn", 1, "", script), "default", h.now)
+        .expect("submit");
+    h.until(&mut c, "running", |c| {
+        state(c, "stubborn") == Some(JobState::Running)
+    });
+    let d = c
+        .describe("default", "stubborn")
+        .expect("describe")
+        .expect("job");
+    let shim = d.replicas[0].pid.expect("pid");
+    let log_dir = d.replicas[0]
+        .log_path
+        .clone()
+        .expect("log")
+        .parent()
+        .map(Path::to_path_buf)
+        .expect("dir");
+    // Wait for the script to record its pid (it runs in the replica directory).
+    let pid_file = log_dir.join("pid");
+    let deadline = Instant::now() + DEADLINE;
+    while std::fs::read_to_string(&pid_file).map_or(true, |s| s.trim().is_empty()) {
+        assert!(Instant::now() < deadline, "script did not start");
+        h.tick(&mut c);
+    }
+    let group: Vec<u32> = procfs::group_members(shim).iter().map(|s| s.pid).collect();
+    assert!(group.len() >= 3, "shim, shell and two sleeps: {group:?}");
+
+    c.delete("default", "stubborn", h.now).expect("delete");
+    assert_eq!(state(&c, "stubborn"), Some(JobState::Deleting));
+    h.until(&mut c, "removed", |c| {
+        c.get("default", "stubborn").expect("get").is_none()
+    });
+    let deadline = Instant::now() + DEADLINE;
+    while group.iter().any(|p| alive(*p)) {
+        assert!(Instant::now() < deadline, "processes left: {group:?}");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    assert!(log_dir.join("output.log").exists(), "logs are kept");
+    assert!(matches!(
+        c.delete("default", "stubborn", h.now),
+        Err(ClusterError::NotFound { .. })
+    ));
+}
+
+#[test]
+fn invalid_submissions_store_nothing() {
+    let (h, mut c) = Harness::new(31500, "");
+    let good = job("good", 1, "", "true");
+    let bad = job("bad", 1, "      resources: {gpux: 1}\n", "true");
+    let err = c
+        .submit(&format!("{good}---\n{bad}"), "default", h.now)
+        .expect_err("refused");
+    let ClusterError::Invalid(problems) = err else {
+        panic!("expected field errors, got {err:?}");
+    };
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert_eq!(problems[0].index, 2);
+    assert!(
+        problems[0]
+            .errors
+            .iter()
+            .any(|e| e.path.contains("resources.gpux")),
+        "{problems:?}"
+    );
+    assert!(c.list(None).expect("list").is_empty(), "all or nothing");
+
+    // Images alone do not run here.
+    let image_only = "apiVersion: corral.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: img}\n\
+                      spec:\n  framework: generic\n  replicas:\n    worker:\n      template: {image: busybox}\n";
+    let Err(ClusterError::Invalid(problems)) = c.submit(image_only, "default", h.now) else {
+        panic!("an image-only job is refused");
+    };
+    assert_eq!(
+        problems[0].errors[0].path,
+        "spec.replicas.worker.template.command"
+    );
+    // Another namespace than the request's.
+    let other = good.replace("{name: good}", "{name: good, namespace: team-b}");
+    assert!(matches!(
+        c.submit(&other, "default", h.now),
+        Err(ClusterError::Invalid(_))
+    ));
+    // Duplicates: within one request, and against the store.
+    assert!(matches!(
+        c.submit(&format!("{good}---\n{good}"), "default", h.now),
+        Err(ClusterError::Invalid(_))
+    ));
+    c.submit(&good, "default", h.now).expect("valid");
+    assert!(matches!(
+        c.submit(&good, "default", h.now),
+        Err(ClusterError::AlreadyExists { .. })
+    ));
+    // The same name in another namespace is another job.
+    c.submit(&good, "team-b", h.now).expect("other namespace");
+    assert_eq!(c.list(None).expect("list").len(), 2);
+}
+
+#[test]
+fn suspend_stops_and_resume_requeues() {
+    let (mut h, mut c) = Harness::new(31600, "");
+    c.submit(&job("pausable", 1, "", "sleep 60"), "default", h.now)
+        .expect("submit");
+    h.until(&mut c, "running", |c| {
+        state(c, "pausable") == Some(JobState::Running)
+    });
+    let pid = c
+        .describe("default", "pausable")
+        .expect("d")
+        .expect("job")
+        .replicas[0]
+        .pid
+        .expect("pid");
+    c.suspend("default", "pausable", h.now).expect("suspend");
+    h.until(&mut c, "suspended and stopped", |c| {
+        state(c, "pausable") == Some(JobState::Suspended) && !alive(pid)
+    });
+    assert!(c.queues().iter().all(|q| q.admitted == 0));
+    c.resume("default", "pausable", h.now).expect("resume");
+    h.until(&mut c, "running again", |c| {
+        state(c, "pausable") == Some(JobState::Running)
+    });
+    c.delete("default", "pausable", h.now).expect("delete");
+    h.until(&mut c, "deleted", |c| state(c, "pausable").is_none());
+}
+
+#[test]
+fn preemption_stops_the_victim_before_the_preemptor_gets_its_gpus() {
+    let classes = "---\napiVersion: corral.dev/v1alpha1\nkind: PriorityClass\nmetadata: {name: high}\nspec: {value: 1000}\n\
+                   ---\napiVersion: corral.dev/v1alpha1\nkind: PriorityClass\nmetadata: {name: low}\nspec: {value: 10}\n";
+    let (mut h, mut c) = Harness::new(31700, &format!("node: {{gpus: 2}}\n{classes}"));
+    let gpu = "      resources: {gpu: 1}\n";
+    let low = job("victim", 2, gpu, "sleep 60")
+        .replace("  replicas:", "  priorityClass: low\n  replicas:");
+    c.submit(&low, "default", h.now).expect("submit");
+    h.until(&mut c, "victim running", |c| {
+        state(c, "victim") == Some(JobState::Running)
+    });
+    let victim_pids: Vec<u32> = c
+        .describe("default", "victim")
+        .expect("d")
+        .expect("job")
+        .replicas
+        .iter()
+        .filter_map(|r| r.pid)
+        .collect();
+    // Past the scheduler's protection of recently admitted jobs.
+    h.now = h
+        .now
+        .checked_add(jiff::SignedDuration::from_secs(600))
+        .expect("time");
+    let high = job("urgent", 1, "      resources: {gpu: 2}\n", "sleep 60")
+        .replace("  replicas:", "  priorityClass: high\n  replicas:");
+    c.submit(&high, "default", h.now).expect("submit");
+    let reports = h.until(&mut c, "urgent running", |c| {
+        state(c, "urgent") == Some(JobState::Running)
+    });
+    assert!(reports.iter().any(|r| r.preempted == ["default/victim"]));
+    // The preemptor started only once every victim process had ended.
+    assert!(victim_pids.iter().all(|p| !alive(*p)));
+    assert_eq!(state(&c, "victim"), Some(JobState::Queued));
+    let status = c
+        .get("default", "victim")
+        .expect("get")
+        .and_then(|j| j.status)
+        .expect("status");
+    assert_eq!(status.preemption_count, 1);
+    assert_eq!(status.restart_count, 0, "preemption is not a failure");
+    let d = c.describe("default", "victim").expect("d").expect("job");
+    assert!(d.events.iter().any(|e| e.reason == "Preempted"));
+    for name in ["urgent", "victim"] {
+        c.delete("default", name, h.now).expect("delete");
+    }
+    h.until(&mut c, "all deleted", |c| {
+        c.list(None).expect("list").is_empty()
+    });
+}
+
+#[test]
+fn a_replica_started_but_not_recorded_is_found_not_started_again() {
+    let (mut h, mut c) = Harness::new(31800, "");
+    c.submit(&job("orphan", 1, "", "sleep 60"), "default", h.now)
+        .expect("submit");
+    h.until(&mut c, "running", |c| {
+        state(c, "orphan") == Some(JobState::Running)
+    });
+    let pid = c
+        .describe("default", "orphan")
+        .expect("d")
+        .expect("job")
+        .replicas[0]
+        .pid
+        .expect("pid");
+    drop(c);
+    // The crash came between the start and the store write: no record of the replica.
+    {
+        let store = corral_local::store::Store::open(&h.config.data_dir).expect("store");
+        for r in store.replicas().expect("replicas") {
+            store
+                .remove_replica(&r.name, r.attempt, r.retry)
+                .expect("remove");
+        }
+    }
+    let (mut c, warnings) = Cluster::open(h.config.clone(), h.now).expect("open");
+    assert!(
+        warnings.iter().any(|w| w.contains("found running")),
+        "{warnings:?}"
+    );
+    for _ in 0..5 {
+        let r = h.tick(&mut c);
+        assert!(r.started.is_empty(), "not started twice: {r:?}");
+    }
+    let d = c.describe("default", "orphan").expect("d").expect("job");
+    assert_eq!(d.replicas.len(), 1);
+    assert_eq!(d.replicas[0].pid, Some(pid));
+    assert!(alive(pid));
+    c.delete("default", "orphan", h.now).expect("delete");
+    h.until(&mut c, "deleted", |c| state(c, "orphan").is_none());
+    let deadline = Instant::now() + DEADLINE;
+    while alive(pid) {
+        assert!(Instant::now() < deadline, "replica outlived its job");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}

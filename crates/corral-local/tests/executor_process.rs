@@ -1,0 +1,395 @@
+//! The local executor with real processes: shim, process groups, logs, exit codes, signals,
+//! stop, re-adoption after a simulated server crash, cgroup OOM kills, ports.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use corral_local::executor::{
+    CgroupMode, ExecutorConfig, LocalExecutor, ProcessRecord, ProcessState, ReplicaProcessSpec,
+    ShimCommand, discover, procfs,
+};
+use corral_local::ports::PortAllocator;
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+fn shim() -> ShimCommand {
+    ShimCommand {
+        program: PathBuf::from(env!("CARGO_BIN_EXE_corral-shim")),
+        args_prefix: vec![],
+    }
+}
+
+fn executor(dir: &Path, cgroup: CgroupMode) -> (LocalExecutor, Vec<String>) {
+    let mut config = ExecutorConfig::new(dir.join("run"), shim());
+    config.cgroup = cgroup;
+    config.log_limit_bytes = 64 * 1024;
+    LocalExecutor::new(config).expect("executor")
+}
+
+fn spec(name: &str, script: &str) -> ReplicaProcessSpec {
+    ReplicaProcessSpec {
+        name: name.into(),
+        job: "default/test".into(),
+        incarnation: "1".into(),
+        command: vec!["/bin/sh".into(), "-c".into(), script.into()],
+        ..Default::default()
+    }
+}
+
+/// Polls until `name` reaches a terminal state (or panics after TIMEOUT).
+fn wait_terminal(ex: &mut LocalExecutor, name: &str) -> ProcessState {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        ex.poll(Instant::now());
+        if let Some(s) = ex.state(name)
+            && s.is_terminal()
+        {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "{name} did not end in time");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + TIMEOUT;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn log_text(ex: &LocalExecutor, name: &str) -> String {
+    String::from_utf8_lossy(&ex.read_log_tail(name, 1 << 20).expect("log")).into_owned()
+}
+
+#[test]
+fn executor_runs_with_env_working_dir_and_logs() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (mut ex, _) = executor(tmp.path(), CgroupMode::Disabled);
+    let wd = tmp.path().join("work");
+    std::fs::create_dir_all(&wd).expect("mkdir");
+    let mut s = spec(
+        "envjob-worker-0",
+        "echo \"rank=$RANK cuda=$CUDA_VISIBLE_DEVICES pwd=$(pwd)\"; cat \"$HOSTFILE\"; echo err >&2",
+    );
+    s.working_dir = Some(wd.clone());
+    s.gpu_indices = vec![1, 2];
+    s.files = vec![(PathBuf::from("hostfile"), "localhost slots=2\n".into())];
+    let dir = ex.replica_dir("envjob-worker-0", "1");
+    s.env = vec![
+        ("RANK".into(), "3".into()),
+        (
+            "HOSTFILE".into(),
+            dir.join("hostfile").display().to_string(),
+        ),
+    ];
+    let rec = ex.start(&s).expect("start");
+    assert_eq!(rec.dir, dir);
+    assert_eq!(
+        wait_terminal(&mut ex, "envjob-worker-0"),
+        ProcessState::Exited { code: 0 }
+    );
+    let log = log_text(&ex, "envjob-worker-0");
+    assert!(
+        log.contains(&format!("rank=3 cuda=1,2 pwd={}", wd.display())),
+        "{log}"
+    );
+    assert!(
+        log.contains("localhost slots=2"),
+        "files are written first: {log}"
+    );
+    assert!(log.contains("err"), "stderr goes to the log too: {log}");
+}
+
+#[test]
+fn executor_log_is_capped() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (mut ex, _) = executor(tmp.path(), CgroupMode::Disabled);
+    // ~1 MB of output against a 64 KiB cap.
+    ex.start(&spec(
+        "chatty-worker-0",
+        "i=0; while [ $i -lt 20000 ]; do echo \"line $i of a chatty replica ......\"; i=$((i+1)); done; echo LAST",
+    ))
+    .expect("start");
+    assert_eq!(
+        wait_terminal(&mut ex, "chatty-worker-0"),
+        ProcessState::Exited { code: 0 }
+    );
+    let path = ex.log_path("chatty-worker-0").expect("log path");
+    let rotated = corral_local::executor::rotated_path(&path);
+    let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    assert!(
+        size(&path) + size(&rotated) <= 64 * 1024,
+        "log over its cap"
+    );
+    assert!(
+        log_text(&ex, "chatty-worker-0").ends_with("LAST\n"),
+        "newest output kept"
+    );
+}
+
+#[test]
+fn executor_reports_exit_codes_signals_and_missing_programs() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (mut ex, _) = executor(tmp.path(), CgroupMode::Disabled);
+    ex.start(&spec("code-worker-0", "exit 7")).expect("start");
+    ex.start(&spec("sig-worker-0", "kill -9 $$"))
+        .expect("start");
+    let mut missing = spec("missing-worker-0", "");
+    missing.command = vec!["/nonexistent/program".into()];
+    ex.start(&missing).expect("start");
+    assert_eq!(
+        wait_terminal(&mut ex, "code-worker-0"),
+        ProcessState::Exited { code: 7 }
+    );
+    assert_eq!(
+        wait_terminal(&mut ex, "sig-worker-0"),
+        ProcessState::Signaled { signal: 9 }
+    );
+    assert_eq!(
+        wait_terminal(&mut ex, "missing-worker-0"),
+        ProcessState::Exited { code: 127 }
+    );
+    assert!(log_text(&ex, "missing-worker-0").contains("cannot run"));
+    // The same incarnation never starts twice.
+    assert!(ex.start(&spec("code-worker-0", "exit 0")).is_err());
+}
+
+#[test]
+fn executor_poll_reports_each_change_once() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (mut ex, _) = executor(tmp.path(), CgroupMode::Disabled);
+    ex.start(&spec("once-worker-0", "exit 0")).expect("start");
+    let mut seen = Vec::new();
+    wait_for("the exit", || {
+        seen.extend(ex.poll(Instant::now()));
+        !seen.is_empty()
+    });
+    assert_eq!(
+        seen,
+        vec![(
+            "once-worker-0".to_string(),
+            ProcessState::Exited { code: 0 }
+        )]
+    );
+    assert!(ex.poll(Instant::now()).is_empty());
+}
+
+/// Live processes whose command line contains `marker`.
+fn processes_with(marker: &str) -> Vec<u32> {
+    procfs::all()
+        .into_iter()
+        .filter(|s| !s.is_dead())
+        .filter(|s| {
+            std::fs::read(format!("/proc/{}/cmdline", s.pid))
+                .map(|c| String::from_utf8_lossy(&c).contains(marker))
+                .unwrap_or(false)
+        })
+        .map(|s| s.pid)
+        .collect()
+}
+
+#[test]
+fn executor_stop_kills_the_whole_group_without_orphans() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (mut ex, _) = executor(tmp.path(), CgroupMode::Disabled);
+    // The main process and its background grandchild ignore SIGTERM: only the SIGKILL of the
+    // group after the grace period ends them.
+    let marker = format!("1000.{}", std::process::id());
+    ex.start(&spec(
+        "stubborn-worker-0",
+        &format!("trap '' TERM; sleep {marker} & wait; wait"),
+    ))
+    .expect("start");
+    wait_for("the grandchild", || !processes_with(&marker).is_empty());
+    let started = Instant::now();
+    ex.stop("stubborn-worker-0", Duration::from_millis(300))
+        .expect("stop");
+    let state = wait_terminal(&mut ex, "stubborn-worker-0");
+    assert_eq!(state, ProcessState::Signaled { signal: 9 });
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    wait_for("no orphans", || processes_with(&marker).is_empty());
+
+    // A polite replica ends on SIGTERM, its background child with it.
+    let marker2 = format!("1001.{}", std::process::id());
+    ex.start(&spec("polite-worker-0", &format!("sleep {marker2} & wait")))
+        .expect("start");
+    wait_for("the grandchild", || !processes_with(&marker2).is_empty());
+    ex.stop("polite-worker-0", Duration::from_secs(20))
+        .expect("stop");
+    let state = wait_terminal(&mut ex, "polite-worker-0");
+    assert_eq!(state, ProcessState::Signaled { signal: 15 });
+    wait_for("no orphans", || processes_with(&marker2).is_empty());
+}
+
+#[test]
+fn executor_leftovers_die_with_the_main_process() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (mut ex, _) = executor(tmp.path(), CgroupMode::Disabled);
+    let marker = format!("1002.{}", std::process::id());
+    ex.start(&spec("leaky-worker-0", &format!("sleep {marker} & exit 0")))
+        .expect("start");
+    assert_eq!(
+        wait_terminal(&mut ex, "leaky-worker-0"),
+        ProcessState::Exited { code: 0 }
+    );
+    wait_for("no orphans", || processes_with(&marker).is_empty());
+}
+
+#[test]
+fn executor_adopts_replicas_after_a_crash() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (mut ex, _) = executor(tmp.path(), CgroupMode::Auto);
+    let flag = tmp.path().join("go");
+    let running = ex
+        .start(&spec("survivor-worker-0", "echo before; sleep 1000"))
+        .expect("start");
+    let quitter = ex
+        .start(&spec(
+            "quitter-worker-0",
+            &format!(
+                "while [ ! -e {} ]; do sleep 0.05; done; exit 4",
+                flag.display()
+            ),
+        ))
+        .expect("start");
+    let mut stored: Vec<ProcessRecord> = vec![running.clone(), quitter.clone()];
+    // The server dies: nobody watches the replicas any more.
+    drop(ex);
+    std::fs::write(&flag, "").expect("flag");
+    wait_for("the exit file", || quitter.exit_path().exists());
+
+    let (mut ex, _) = executor(tmp.path(), CgroupMode::Auto);
+    stored.sort_by(|a, b| a.name.cmp(&b.name));
+    assert_eq!(discover(&tmp.path().join("run")), stored);
+    assert_eq!(ex.adopt(running.clone()), ProcessState::Running);
+    assert_eq!(ex.adopt(quitter.clone()), ProcessState::Exited { code: 4 });
+    // Adopting again does not track it twice.
+    assert_eq!(ex.adopt(running.clone()), ProcessState::Running);
+    assert!(ex.poll(Instant::now()).is_empty());
+    wait_for("the log", || {
+        log_text(&ex, "survivor-worker-0").contains("before")
+    });
+    assert!(ex.usage("survivor-worker-0").is_some());
+
+    // The adopted replica is stopped like our own, and its exit is learnt from the shim.
+    ex.stop("survivor-worker-0", Duration::from_secs(20))
+        .expect("stop");
+    assert_eq!(
+        wait_terminal(&mut ex, "survivor-worker-0"),
+        ProcessState::Signaled { signal: 15 }
+    );
+}
+
+#[test]
+fn executor_does_not_adopt_a_recycled_pid() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (ex, _) = executor(tmp.path(), CgroupMode::Disabled);
+    let mut ex = ex;
+    let rec = ex
+        .start(&spec("victim-worker-0", "sleep 1000"))
+        .expect("start");
+    drop(ex);
+    // Same pid, another start time: some other process now owns that pid.
+    let mut recycled = rec.clone();
+    recycled.start_time += 1;
+    recycled.dir = tmp.path().join("elsewhere");
+    let other = tempfile::tempdir().expect("tempdir");
+    let (mut ex2, _) = executor(other.path(), CgroupMode::Disabled);
+    assert_eq!(ex2.adopt(recycled), ProcessState::Gone);
+    // The real replica was not touched by that, and is still adoptable.
+    assert!(procfs::is_same_alive(rec.pid, rec.start_time));
+    let (mut ex3, _) = executor(tmp.path(), CgroupMode::Disabled);
+    // Not adopted yet: another incarnation of the same replica must not start.
+    let mut again = spec("victim-worker-0", "sleep 1000");
+    again.incarnation = "2".into();
+    assert!(ex3.start(&again).is_err(), "would run twice");
+    assert_eq!(ex3.adopt(rec), ProcessState::Running);
+    ex3.stop("victim-worker-0", Duration::ZERO).expect("stop");
+    assert_eq!(
+        wait_terminal(&mut ex3, "victim-worker-0"),
+        ProcessState::Signaled { signal: 9 }
+    );
+}
+
+#[test]
+fn executor_memory_hog_is_oom_killed_alone() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (mut ex, warnings) = executor(tmp.path(), CgroupMode::Auto);
+    if !ex.cgroups_enabled() {
+        eprintln!("SKIPPED: cgroups are not usable here: {warnings:?}");
+        return;
+    }
+    if std::process::Command::new("python3")
+        .args(["-c", "pass"])
+        .status()
+        .is_err()
+    {
+        eprintln!("SKIPPED: python3 is not installed");
+        return;
+    }
+    let mut hog = spec("hog-worker-0", "");
+    hog.command = vec![
+        "python3".into(),
+        "-c".into(),
+        "import time\nchunks = []\nwhile True:\n    chunks.append(bytearray(8 << 20))\n    time.sleep(0.001)\n".into(),
+    ];
+    hog.memory_bytes = Some(96 << 20);
+    let mut sibling = spec("calm-worker-0", "sleep 1000");
+    sibling.memory_bytes = Some(96 << 20);
+    sibling.cpu_milli = Some(500);
+    ex.start(&sibling).expect("start sibling");
+    ex.start(&hog).expect("start hog");
+    assert_eq!(
+        wait_terminal(&mut ex, "hog-worker-0"),
+        ProcessState::OomKilled
+    );
+    ex.poll(Instant::now());
+    assert_eq!(ex.state("calm-worker-0"), Some(ProcessState::Running));
+    let usage = ex.usage("calm-worker-0").expect("usage");
+    assert!(usage.memory_bytes < 96 << 20);
+    ex.stop("calm-worker-0", Duration::from_secs(10))
+        .expect("stop");
+    assert!(wait_terminal(&mut ex, "calm-worker-0").is_terminal());
+}
+
+#[test]
+fn executor_reports_cpu_usage() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (mut ex, _) = executor(tmp.path(), CgroupMode::Auto);
+    let mut s = spec("busy-worker-0", "while :; do :; done");
+    s.cpu_milli = Some(2000);
+    ex.start(&s).expect("start");
+    wait_for("some CPU time", || {
+        ex.usage("busy-worker-0")
+            .is_some_and(|u| u.cpu_seconds > 0.05 && u.memory_bytes > 0)
+    });
+    ex.stop("busy-worker-0", Duration::from_secs(10))
+        .expect("stop");
+    assert_eq!(
+        wait_terminal(&mut ex, "busy-worker-0"),
+        ProcessState::Signaled { signal: 15 }
+    );
+}
+
+#[test]
+fn executor_ports_are_never_given_twice() {
+    let mut ports = PortAllocator::new(42100..42120);
+    let a = ports.allocate("job-a", 8).expect("a");
+    let b = ports.allocate("job-b", 8).expect("b");
+    let mut all: Vec<u16> = a.iter().chain(&b).copied().collect();
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), 16, "distinct ports");
+    // A port somebody else listens on is skipped.
+    let listener = std::net::TcpListener::bind(("0.0.0.0", 0)).expect("bind");
+    let busy = listener.local_addr().expect("addr").port();
+    let mut around = PortAllocator::new(busy..busy.saturating_add(1));
+    assert!(around.allocate("x", 1).is_err());
+    // Only 4 left in the range: all or nothing.
+    assert!(ports.allocate("job-c", 5).is_err());
+    assert_eq!(ports.release("job-a").len(), 8);
+    let c = ports.allocate("job-c", 5).expect("c");
+    assert!(c.iter().all(|p| !b.contains(p)));
+}

@@ -1,0 +1,743 @@
+//! End-to-end tests: the real server in-process on an ephemeral port with a temporary data
+//! directory, real replica processes, and the blocking client the CLI uses.
+//!
+//! A custom harness (libtest-mimic), because the executor starts every replica under the
+//! shim `<current executable> shim <dir>`: invoked that way, this binary is the shim.
+//! The CLI's client/up/quickstart modules are compiled in here as well, so they are checked
+//! and exercised with the crate.
+
+#[allow(dead_code)]
+#[path = "../../corral-cli/src/client.rs"]
+mod client;
+#[allow(dead_code)]
+#[path = "../../corral-cli/src/input.rs"]
+mod input;
+#[allow(dead_code)]
+#[path = "../../corral-cli/src/quickstart.rs"]
+mod quickstart;
+#[allow(dead_code)]
+#[path = "../../corral-cli/src/up.rs"]
+mod up;
+
+use std::io::Read;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use corral_local::cluster::JobState;
+use corral_local::{ClusterConfig, ClusterFileConfig};
+use corral_server::client::{Client, LogRequest};
+use corral_server::{Server, ServerOptions};
+use libtest_mimic::{Arguments, Failed, Trial};
+use serde_json::Value;
+
+type TestResult = Result<(), Failed>;
+
+fn main() -> ExitCode {
+    let mut argv = std::env::args_os();
+    let _program = argv.next();
+    let rest: Vec<_> = argv.collect();
+    if rest.first().is_some_and(|a| a == "shim") {
+        std::process::exit(corral_local::shim::run(rest.into_iter().skip(1)));
+    }
+    let args = Arguments::from_args();
+    let tests = vec![
+        Trial::test(
+            "quickstart_job_with_4_replicas_succeeds",
+            quickstart_job_with_4_replicas_succeeds,
+        ),
+        Trial::test("tokens_keep_namespaces_apart", tokens_keep_namespaces_apart),
+        Trial::test(
+            "malformed_input_is_400_with_field_paths",
+            malformed_input_is_400_with_field_paths,
+        ),
+        Trial::test("huge_body_is_413_with_json", huge_body_is_413_with_json),
+        Trial::test(
+            "metrics_expose_job_and_queue_gauges",
+            metrics_expose_job_and_queue_gauges,
+        ),
+        Trial::test("openapi_lists_every_route", openapi_lists_every_route),
+        Trial::test(
+            "suspend_resume_delete_and_views",
+            suspend_resume_delete_and_views,
+        ),
+        Trial::test(
+            "unknown_job_and_route_are_json_404",
+            unknown_job_and_route_are_json_404,
+        ),
+        Trial::test("cli_tables_and_up_options", cli_tables_and_up_options),
+    ];
+    libtest_mimic::run(&args, tests).exit_code()
+}
+
+fn check(cond: bool, what: impl Into<String>) -> TestResult {
+    if cond {
+        Ok(())
+    } else {
+        Err(what.into().into())
+    }
+}
+
+/// A server on a free port with a temporary data directory.
+struct TestCluster {
+    server: Server,
+    _dir: tempfile::TempDir,
+}
+
+impl TestCluster {
+    fn start(config_yaml: &str) -> Result<TestCluster, Failed> {
+        let dir = tempfile::tempdir()?;
+        let mut cluster = ClusterConfig::new(dir.path().join("data"));
+        cluster.file = ClusterFileConfig::parse(config_yaml).map_err(|e| e.to_string())?;
+        let mut options = ServerOptions::new(cluster);
+        options.listen = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+        options.tick_interval = Duration::from_millis(100);
+        let server = Server::start(options)?;
+        Ok(TestCluster { server, _dir: dir })
+    }
+
+    fn client(&self, token: Option<&str>) -> Client {
+        Client::new(&self.server.url(), token)
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.server.url())
+    }
+}
+
+/// A raw HTTP call: status and body.
+fn raw(
+    method: &str,
+    url: &str,
+    token: Option<&str>,
+    body: Option<&[u8]>,
+) -> Result<(u16, String), Failed> {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let auth = token.map(|t| format!("Bearer {t}"));
+    let response = match (method, body) {
+        ("POST", Some(b)) => {
+            let mut r = agent.post(url).header("Content-Type", "application/yaml");
+            if let Some(a) = &auth {
+                r = r.header("Authorization", a);
+            }
+            r.send(b)
+        }
+        ("POST", None) => {
+            let mut r = agent.post(url);
+            if let Some(a) = &auth {
+                r = r.header("Authorization", a);
+            }
+            r.send_empty()
+        }
+        ("DELETE", _) => {
+            let mut r = agent.delete(url);
+            if let Some(a) = &auth {
+                r = r.header("Authorization", a);
+            }
+            r.call()
+        }
+        _ => {
+            let mut r = agent.get(url);
+            if let Some(a) = &auth {
+                r = r.header("Authorization", a);
+            }
+            r.call()
+        }
+    };
+    let mut response = response?;
+    let status = response.status().as_u16();
+    let mut text = String::new();
+    response.body_mut().as_reader().read_to_string(&mut text)?;
+    Ok((status, text))
+}
+
+/// Sends only the request line and headers of a POST that announces `length` bytes, and
+/// reads the answer (a server must refuse before reading such a body).
+fn raw_headers_only(
+    addr: std::net::SocketAddr,
+    path: &str,
+    length: usize,
+) -> Result<(u16, String), Failed> {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/yaml\r\nContent-Length: {length}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut text = String::new();
+    let _ = s.read_to_string(&mut text);
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or(format!("no status in {text:?}"))?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+fn json(text: &str) -> Result<Value, Failed> {
+    serde_json::from_str(text).map_err(|e| format!("not JSON ({e}): {text}").into())
+}
+
+fn error_code(text: &str) -> String {
+    json(text)
+        .ok()
+        .and_then(|v| {
+            v.pointer("/error/code")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        })
+        .unwrap_or_default()
+}
+
+fn wait_for_state(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    timeout: Duration,
+    done: impl Fn(JobState) -> bool,
+) -> Result<JobState, Failed> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let d = client.describe(ns, name)?;
+        if done(d.summary.state) {
+            return Ok(d.summary.state);
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "job {ns}/{name} is still {} after {timeout:?}:\n{}",
+                d.summary.state,
+                client::describe_text(&d)
+            )
+            .into());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn quickstart_job(name: &str, workers: u32, dir: &Path) -> String {
+    format!(
+        "apiVersion: corral.dev/v1alpha1
+kind: TrainingJob
+metadata: {{name: {name}}}
+spec:
+  framework: pytorch
+  replicas:
+    worker:
+      count: {workers}
+      restartPolicy: Never
+      resources: {{cpu: 100m, memory: 64Mi}}
+      template:
+        command: [python3, train.py]
+        workingDir: {dir:?}
+        env: [{{name: QUICKSTART_STEPS, value: \"120\"}}]
+  runPolicy: {{backoffLimit: 0}}
+",
+        dir = dir.display().to_string()
+    )
+}
+
+/// A job that never starts (suspended), for tests that need one stored.
+fn parked_job(name: &str) -> String {
+    format!(
+        "apiVersion: corral.dev/v1alpha1
+kind: TrainingJob
+metadata: {{name: {name}}}
+spec:
+  framework: generic
+  replicas:
+    worker:
+      count: 1
+      resources: {{cpu: 100m, memory: 64Mi}}
+      template: {{command: [sleep, \"30\"]}}
+  runPolicy: {{suspend: true}}
+"
+    )
+}
+
+fn quickstart_job_with_4_replicas_succeeds() -> TestResult {
+    let c = TestCluster::start("")?;
+    let work = tempfile::tempdir()?;
+    std::fs::write(work.path().join("train.py"), quickstart::TRAIN_PY)?;
+    let client = c.client(None);
+    let submitted = client.submit("default", &quickstart_job("qs", 4, work.path()))?;
+    check(
+        submitted.len() == 1 && submitted[0].name == "qs",
+        format!("{submitted:?}"),
+    )?;
+
+    // Following the log of rank 0 streams until the job ends.
+    let mut followed = Vec::new();
+    let follow = LogRequest {
+        replica: Some("worker-0".into()),
+        follow: true,
+        ..LogRequest::default()
+    };
+    client.logs("default", "qs", &follow, &mut followed)?;
+
+    let state = wait_for_state(
+        &client,
+        "default",
+        "qs",
+        Duration::from_secs(120),
+        JobState::is_finished,
+    )?;
+    let d = client.describe("default", "qs")?;
+    check(
+        state == JobState::Succeeded,
+        format!("the job {state}:\n{}", client::describe_text(&d)),
+    )?;
+    check(d.summary.replicas_total == 4, format!("{:?}", d.summary))?;
+
+    let followed = String::from_utf8_lossy(&followed);
+    check(
+        followed.contains("RESULT ok"),
+        format!("the followed log has no RESULT ok line:\n{followed}"),
+    )?;
+    let mut buf = Vec::new();
+    client.logs(
+        "default",
+        "qs",
+        &LogRequest {
+            role: Some("worker".into()),
+            index: Some(3),
+            ..LogRequest::default()
+        },
+        &mut buf,
+    )?;
+    let log3 = String::from_utf8_lossy(&buf);
+    check(
+        log3.contains("[rank 3] done"),
+        format!("worker-3 log:\n{log3}"),
+    )?;
+
+    let metrics = client.metrics()?;
+    check(
+        metrics.contains("corral_jobs{queue=\"default\",state=\"Succeeded\"} 1"),
+        format!("metrics:\n{metrics}"),
+    )?;
+    Ok(())
+}
+
+const TOKENS: &str = "
+apiVersion: corral.dev/v1alpha1
+kind: CorralConfig
+tokens:
+  - {token: token-a, namespace: team-a}
+  - {token: token-b, namespace: team-b}
+  - {token: token-admin}
+";
+
+fn tokens_keep_namespaces_apart() -> TestResult {
+    let c = TestCluster::start(TOKENS)?;
+    let b = c.client(Some("token-b"));
+    b.submit("team-b", &parked_job("secret"))?;
+    let a = c.client(Some("token-a"));
+    a.submit("team-a", &parked_job("mine"))?;
+
+    // Team A cannot read, list, describe, log, suspend or delete team B's jobs, and cannot tell
+    // an existing job from a missing one.
+    let job = c.url("/api/v1/namespaces/team-b/trainingjobs/secret");
+    let missing = c.url("/api/v1/namespaces/team-b/trainingjobs/no-such-job");
+    for (method, url) in [
+        ("GET", job.clone()),
+        ("GET", format!("{job}/describe")),
+        ("GET", format!("{job}/logs")),
+        ("POST", format!("{job}/suspend")),
+        ("DELETE", job.clone()),
+        ("GET", c.url("/api/v1/namespaces/team-b/trainingjobs")),
+    ] {
+        let (status, body) = raw(method, &url, Some("token-a"), None)?;
+        check(
+            status == 403 && error_code(&body) == "Forbidden",
+            format!("{method} {url}: {status} {body}"),
+        )?;
+        let other = url.replace("/secret", "/no-such-job");
+        if other != url {
+            let (s2, body2) = raw(method, &other, Some("token-a"), None)?;
+            check(
+                s2 == status && body2 == body,
+                format!("{method}: existing and missing jobs differ: {body} / {body2}"),
+            )?;
+        }
+    }
+    let _ = missing;
+    let (status, body) = raw(
+        "POST",
+        &c.url("/api/v1/namespaces/team-b/trainingjobs"),
+        Some("token-a"),
+        Some(parked_job("sneaky").as_bytes()),
+    )?;
+    check(
+        status == 403,
+        format!("submit into team-b with token-a: {status} {body}"),
+    )?;
+
+    // A document naming another namespace, sent to one's own, is refused too.
+    let smuggled = parked_job("smuggled").replace(
+        "metadata: {name: smuggled}",
+        "metadata: {name: smuggled, namespace: team-b}",
+    );
+    let err = a
+        .submit("team-a", &smuggled)
+        .err()
+        .ok_or("a job for team-b was accepted from token-a")?;
+    check(
+        err.status() == Some(400) || err.status() == Some(403),
+        format!("{err}"),
+    )?;
+
+    // Listing everything shows only one's own namespace.
+    let all = a.list(None)?;
+    check(
+        all.iter().all(|j| j.namespace == "team-a") && all.len() == 1,
+        format!("{all:?}"),
+    )?;
+    // B and the admin token see B's job; B's job is still there.
+    check(
+        b.get("team-b", "secret").is_ok(),
+        "team-b cannot read its own job",
+    )?;
+    let admin = c.client(Some("token-admin"));
+    check(
+        admin.list(None)?.len() == 2,
+        "the admin token does not see both jobs",
+    )?;
+    check(
+        b.list(Some("team-b"))?.len() == 1,
+        "team-b's job disappeared",
+    )?;
+
+    // No token, or an unknown one: 401.
+    let (status, body) = raw(
+        "GET",
+        &c.url("/api/v1/namespaces/team-a/trainingjobs"),
+        None,
+        None,
+    )?;
+    check(
+        status == 401 && error_code(&body) == "Unauthorized",
+        format!("{status} {body}"),
+    )?;
+    let (status, _) = raw(
+        "GET",
+        &c.url("/api/v1/namespaces/team-a/trainingjobs"),
+        Some("nope"),
+        None,
+    )?;
+    check(status == 401, format!("unknown token: {status}"))?;
+    // The CLI shows the problem and the fix.
+    let err = c
+        .client(None)
+        .list(Some("team-a"))
+        .err()
+        .ok_or("listing without a token worked")?;
+    check(err.to_string().contains("--token"), err.to_string())?;
+    Ok(())
+}
+
+fn malformed_input_is_400_with_field_paths() -> TestResult {
+    let c = TestCluster::start("")?;
+    let url = c.url("/api/v1/namespaces/default/trainingjobs");
+    let typo = "apiVersion: corral.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: typo}
+spec:
+  framework: pytorch
+  replicas:
+    wokrer:
+      count: 2
+      template: {command: [python3, x.py]}
+";
+    let (status, body) = raw("POST", &url, None, Some(typo.as_bytes()))?;
+    check(status == 400, format!("{status} {body}"))?;
+    let v = json(&body)?;
+    check(
+        v.pointer("/error/code") == Some(&Value::from("Invalid")),
+        body.clone(),
+    )?;
+    let fields = v
+        .pointer("/error/fields")
+        .and_then(Value::as_array)
+        .ok_or("no fields")?;
+    check(
+        fields.iter().any(|f| {
+            f.get("path")
+                .and_then(Value::as_str)
+                .is_some_and(|p| p.starts_with("spec.replicas"))
+        }),
+        format!("no spec.replicas field error: {body}"),
+    )?;
+    // The client prints `path: message` lines.
+    let err = c
+        .client(None)
+        .submit("default", typo)
+        .err()
+        .ok_or("accepted")?;
+    check(
+        err.to_string()
+            .lines()
+            .any(|l| l.trim_start().starts_with("spec.replicas")),
+        err.to_string(),
+    )?;
+
+    for bad in [
+        "spec: [unclosed",
+        "",
+        "kind: TrainingJob\n",
+        "\u{0}\u{1}binary",
+    ] {
+        let (status, body) = raw("POST", &url, None, Some(bad.as_bytes()))?;
+        check(
+            status == 400 && error_code(&body) == "Invalid",
+            format!("{bad:?}: {status} {body}"),
+        )?;
+    }
+    let (status, body) = raw("POST", &url, None, Some(&[0xff, 0xfe, 0x00]))?;
+    check(status == 400, format!("not UTF-8: {status} {body}"))?;
+    let (status, body) = raw(
+        "GET",
+        &c.url("/api/v1/namespaces/Not_A_Label/trainingjobs"),
+        None,
+        None,
+    )?;
+    check(status == 200 || status == 400, format!("{status} {body}"))?;
+    Ok(())
+}
+
+fn huge_body_is_413_with_json() -> TestResult {
+    let c = TestCluster::start("")?;
+    let mut huge = String::from("# padding\n");
+    while huge.len() <= corral_server::DEFAULT_BODY_LIMIT + 1024 {
+        huge.push_str("# aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n");
+    }
+    // Announced by Content-Length: refused before the body is read.
+    let (status, body) = raw_headers_only(
+        c.server.addr(),
+        "/api/v1/namespaces/default/trainingjobs",
+        huge.len(),
+    )?;
+    check(status == 413, format!("{status} {body}"))?;
+    check(error_code(&body) == "PayloadTooLarge", body.clone())?;
+    let err = c
+        .client(None)
+        .submit("default", &huge)
+        .err()
+        .ok_or("accepted")?;
+    check(
+        err.status() == Some(413) && err.to_string().contains("larger than"),
+        err.to_string(),
+    )?;
+    Ok(())
+}
+
+fn metrics_expose_job_and_queue_gauges() -> TestResult {
+    let c = TestCluster::start("")?;
+    let client = c.client(None);
+    client.submit("default", &parked_job("parked"))?;
+    wait_for_state(&client, "default", "parked", Duration::from_secs(10), |s| {
+        s == JobState::Suspended
+    })?;
+    // The metrics are as of the last tick.
+    std::thread::sleep(Duration::from_millis(300));
+    let (status, text) = raw("GET", &c.url("/metrics"), None, None)?;
+    check(status == 200, format!("{status}"))?;
+    for needle in [
+        "# TYPE corral_jobs gauge",
+        "corral_jobs{queue=\"default\",state=\"Suspended\"} 1",
+        "# TYPE corral_queue_gpus_in_use gauge",
+        "# TYPE corral_gpus gauge",
+        "# TYPE corral_jobs_submitted counter",
+        "corral_jobs_submitted_total 1",
+        "corral_queue_gpus_in_use{queue=\"default\"} 0",
+        "# EOF",
+    ] {
+        check(
+            text.contains(needle),
+            format!("no `{needle}` in /metrics:\n{text}"),
+        )?;
+    }
+    Ok(())
+}
+
+fn openapi_lists_every_route() -> TestResult {
+    let c = TestCluster::start("")?;
+    let (status, body) = raw("GET", &c.url("/openapi.json"), None, None)?;
+    check(status == 200, format!("{status}"))?;
+    let doc = json(&body)?;
+    check(
+        doc.get("openapi")
+            .and_then(Value::as_str)
+            .is_some_and(|v| v.starts_with("3.")),
+        "not OpenAPI 3",
+    )?;
+    let paths = doc
+        .get("paths")
+        .and_then(Value::as_object)
+        .ok_or("no paths")?;
+    let mut documented = 0;
+    for (path, ops) in paths {
+        for method in ops.as_object().ok_or("bad path item")?.keys() {
+            documented += 1;
+            check(
+                corral_server::openapi::ROUTES.contains(&(method.as_str(), path.as_str())),
+                format!("{method} {path} is documented but not in ROUTES"),
+            )?;
+        }
+    }
+    check(
+        documented == corral_server::openapi::ROUTES.len(),
+        "ROUTES and the document differ",
+    )?;
+    // Every route is served (no fallback 404 "no route", no 405).
+    for (method, path) in corral_server::openapi::ROUTES {
+        let url = c.url(
+            &path
+                .replace("{namespace}", "default")
+                .replace("{name}", "nothing"),
+        );
+        let body = (*method == "post").then_some(&b"x: 1"[..]);
+        let (status, text) = raw(&method.to_uppercase(), &url, None, body)?;
+        check(
+            status != 405 && !text.contains("no route"),
+            format!("{method} {path}: {status} {text}"),
+        )?;
+    }
+    // Every $ref resolves.
+    let text = body.as_str();
+    for part in text.split("\"$ref\":\"#/").skip(1) {
+        let target = part.split('"').next().unwrap_or_default();
+        check(
+            doc.pointer(&format!("/{target}")).is_some(),
+            format!("dangling $ref {target}"),
+        )?;
+    }
+    Ok(())
+}
+
+fn suspend_resume_delete_and_views() -> TestResult {
+    let c = TestCluster::start("")?;
+    let client = c.client(None);
+    client.submit("default", &parked_job("p1"))?;
+    wait_for_state(&client, "default", "p1", Duration::from_secs(10), |s| {
+        s == JobState::Suspended
+    })?;
+    let err = client
+        .submit("default", &parked_job("p1"))
+        .err()
+        .ok_or("submitted twice")?;
+    check(err.status() == Some(409), err.to_string())?;
+
+    client.resume("default", "p1")?;
+    wait_for_state(&client, "default", "p1", Duration::from_secs(20), |s| {
+        matches!(s, JobState::Running | JobState::Succeeded)
+    })?;
+    client.suspend("default", "p1")?;
+    wait_for_state(&client, "default", "p1", Duration::from_secs(20), |s| {
+        s == JobState::Suspended
+    })?;
+
+    let jobs = client.list(Some("default"))?;
+    check(jobs.len() == 1 && jobs[0].name == "p1", format!("{jobs:?}"))?;
+    let obj = client.get("default", "p1")?;
+    check(
+        obj.get("kind") == Some(&Value::from("TrainingJob")),
+        obj.to_string(),
+    )?;
+    check(!client.nodes()?.is_empty(), "no nodes")?;
+    check(
+        client.queues()?.iter().any(|q| q.name == "default"),
+        "no default queue",
+    )?;
+    let _ = client.top()?;
+
+    client.delete("default", "p1")?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match client.describe("default", "p1") {
+            Err(e) if e.status() == Some(404) => break,
+            _ if Instant::now() > deadline => return Err("the deleted job is still there".into()),
+            _ => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+    Ok(())
+}
+
+fn unknown_job_and_route_are_json_404() -> TestResult {
+    let c = TestCluster::start("")?;
+    let (status, body) = raw(
+        "GET",
+        &c.url("/api/v1/namespaces/default/trainingjobs/ghost"),
+        None,
+        None,
+    )?;
+    check(
+        status == 404 && error_code(&body) == "NotFound",
+        format!("{status} {body}"),
+    )?;
+    let (status, body) = raw("GET", &c.url("/api/v1/nothing"), None, None)?;
+    check(
+        status == 404 && error_code(&body) == "NotFound",
+        format!("{status} {body}"),
+    )?;
+    let (status, body) = raw("DELETE", &c.url("/api/v1/queues"), None, None)?;
+    check(
+        status == 405 && error_code(&body) == "MethodNotAllowed",
+        format!("{status} {body}"),
+    )?;
+    let (status, body) = raw("GET", &c.url("/healthz"), None, None)?;
+    check(status == 200, format!("{status} {body}"))?;
+    let err = Client::new("http://127.0.0.1:1", None)
+        .list(None)
+        .err()
+        .ok_or("connected to port 1")?;
+    check(err.to_string().contains("corral up"), err.to_string())?;
+    Ok(())
+}
+
+fn cli_tables_and_up_options() -> TestResult {
+    let t = client::table(
+        &["NAME", "STATE"],
+        &[
+            vec!["a-long-name".into(), "Running".into()],
+            vec!["b".into(), "Queued".into()],
+        ],
+    );
+    check(
+        t == "NAME          STATE\na-long-name   Running\nb             Queued\n",
+        t.clone(),
+    )?;
+    check(client::bytes(1536) == "1.5Ki", client::bytes(1536))?;
+    let log =
+        "[rank 0] step 1/300 loss 5.5\n[rank 0] step 50/300 loss 0.1\nRESULT ok weights=[2.000]\n";
+    let (step, result) = quickstart::progress_of(log);
+    check(step == Some((50, 300)), format!("{step:?}"))?;
+    check(
+        result.as_deref() == Some("RESULT ok weights=[2.000]"),
+        format!("{result:?}"),
+    )?;
+    let text = quickstart::job_yaml(4, "python3", Path::new("/tmp/x y"));
+    let parsed = corral_api::document::parse_documents(
+        &text,
+        &corral_api::validate::ValidationContext::default(),
+    );
+    check(parsed.iter().all(Result::is_ok), format!("{parsed:?}"))?;
+    let args = up::UpArgs {
+        data_dir: Some(tempfile::tempdir()?.path().join("d")),
+        config: None,
+        listen: "0.0.0.0:7443".parse()?,
+        tick_ms: 200,
+    };
+    let err = up::options(&args)
+        .err()
+        .ok_or("listening on 0.0.0.0 without tokens was allowed")?;
+    check(err.contains("tokens"), err)?;
+    Ok(())
+}
