@@ -5,6 +5,7 @@ mod bench;
 mod explain;
 mod input;
 mod plan;
+mod sim;
 
 use std::process::ExitCode;
 
@@ -68,6 +69,9 @@ enum Command {
         #[arg(long, default_value_t = 1024)]
         node_memory_gib: u64,
     },
+    /// Replay a cluster trace through Corral's scheduler and baseline policies on a
+    /// simulated cluster, and compare them (table, JSON or an HTML report).
+    Sim(sim::SimArgs),
     /// Run the Kubernetes operator (CRDs, pods bound by Corral's scheduler, status, events).
     Operator(corral_kube::OperatorArgs),
     /// Supervises one replica process (started by the embedded cluster; not for users).
@@ -113,6 +117,13 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Shim { dir } => std::process::exit(corral_local::shim::run([dir])),
+        Command::Sim(args) => match sim::run(args) {
+            Ok(out) => emit(&out),
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Operator(args) => match corral_kube::run_operator(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -124,6 +124,7 @@ pub fn run(args: SimArgs) -> Result<String, String> {
     let mut results = Vec::new();
     let mut metrics = Vec::new();
     let mut timing = Vec::new();
+    let mut failures: Vec<(&str, String)> = Vec::new();
     for kind in kinds {
         let mut policy = kind.build(args.seed);
         let bar = if args.quiet {
@@ -140,14 +141,27 @@ pub fn run(args: SimArgs) -> Result<String, String> {
         );
         bar.set_prefix(kind.name());
         let start = Instant::now();
-        let (r, m) = corral_sim::run_policy(&jobs, &cluster, policy.as_mut(), &cfg, &mut |f| {
+        let run = corral_sim::run_policy(&jobs, &cluster, policy.as_mut(), &cfg, &mut |f| {
             bar.set_position((f * 1000.0) as u64)
-        })?;
+        });
         bar.finish_and_clear();
+        let (r, m) = match run {
+            Ok(x) => x,
+            Err(e) => {
+                // One policy failing (e.g. livelock under heavy checkpoint loss) is a result;
+                // the others still run.
+                failures.push((kind.name(), e));
+                continue;
+            }
+        };
         let wall = start.elapsed().as_secs_f64();
         timing.push((wall, m.jobs_completed as f64 / wall.max(1e-9)));
         results.push(r);
         metrics.push(m);
+    }
+    if metrics.is_empty() {
+        let msgs: Vec<String> = failures.iter().map(|(p, e)| format!("{p}: {e}")).collect();
+        return Err(msgs.join("; "));
     }
     let json = {
         let arr: Vec<serde_json::Value> = metrics
@@ -161,6 +175,11 @@ pub fn run(args: SimArgs) -> Result<String, String> {
                 }
                 v
             })
+            .chain(
+                failures
+                    .iter()
+                    .map(|(p, e)| serde_json::json!({"policy": p, "error": e})),
+            )
             .collect();
         serde_json::to_string_pretty(&arr).map_err(|e| e.to_string())?
     };
@@ -195,6 +214,9 @@ pub fn run(args: SimArgs) -> Result<String, String> {
                     "{:<22} simulated in {wall:.2} s: {jps:.0} jobs/s\n",
                     m.policy
                 ));
+            }
+            for (p, e) in &failures {
+                s.push_str(&format!("{p:<22} FAILED: {e}\n"));
             }
             s
         }

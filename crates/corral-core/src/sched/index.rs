@@ -215,15 +215,16 @@ impl ClusterIndex {
             ext_free.sort_unstable();
             ext_total.sort_unstable();
             if n.schedulable {
-                cluster_total[0] += u64::from(n.gpus);
-                cluster_total[1] += n.cpu_milli;
-                cluster_total[2] += n.memory_bytes;
+                // Saturating: a snapshot with absurd totals must not panic the scheduler.
+                cluster_total[0] = cluster_total[0].saturating_add(u64::from(n.gpus));
+                cluster_total[1] = cluster_total[1].saturating_add(n.cpu_milli);
+                cluster_total[2] = cluster_total[2].saturating_add(n.memory_bytes);
             }
             if pool != NO_POOL {
                 let p = &mut pools[pool as usize];
                 p.nodes.push(i as u32);
                 if n.schedulable {
-                    p.total_gpus += u64::from(n.gpus);
+                    p.total_gpus = p.total_gpus.saturating_add(u64::from(n.gpus));
                     p.max_node_gpus = p.max_node_gpus.max(n.gpus);
                     p.max_node_cpu = p.max_node_cpu.max(n.cpu_milli);
                     p.max_node_mem = p.max_node_mem.max(n.memory_bytes);

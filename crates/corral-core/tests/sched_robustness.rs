@@ -1,0 +1,30 @@
+//! Snapshots with absurd values are handled, never a panic (found by the simulator).
+
+use corral_core::sched::{ClusterSnapshot, Node, Scheduler, SchedulerConfig};
+
+fn node(name: &str) -> Node {
+    Node {
+        name: name.into(),
+        gpu_type: Some("A100".into()),
+        gpus: 8,
+        cpu_milli: u64::MAX,
+        memory_bytes: u64::MAX,
+        extended: Default::default(),
+        labels: Default::default(),
+        topology: None,
+        schedulable: true,
+        taints: Vec::new(),
+        allocated: Default::default(),
+    }
+}
+
+#[test]
+fn huge_node_totals_do_not_overflow() {
+    let snapshot = ClusterSnapshot {
+        nodes: vec![node("a"), node("b"), node("c")],
+        ..Default::default()
+    };
+    let mut s = Scheduler::new(&snapshot, SchedulerConfig::default()).expect("builds");
+    let outcome = s.cycle(0);
+    assert!(outcome.admitted.is_empty());
+}
