@@ -5,9 +5,11 @@
 //! per GPU type, one queue per team with unlimited quota in every pool, so that ordering is
 //! the core's: priority, then the queue with the lowest dominant share, then submit time).
 //! A job is a gang of `gpus` one-GPU replicas with its measured throughput per GPU type
-//! (the core scores pools by it). At each round boundary the engine calls `cycle(now)`,
-//! applies admissions and preemptions exactly as the core decides, and calls `finish` when
-//! a job completes.
+//! (the core scores pools by it). At each round boundary the adapter reports every active
+//! job's attained service (GPU-seconds held per type, weighted by the job's throughput
+//! there relative to its fastest type) and calls `cycle(now)`; it applies admissions,
+//! preemptions and moves (rebalancing, which the engine charges as migrations) exactly as
+//! the core decides, and calls `finish` when a job completes.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -21,7 +23,6 @@ use crate::engine::EngineConfig;
 use crate::job::SimJob;
 use crate::policy::{Assignment, Policy, RoundCtx};
 
-#[derive(Default)]
 pub struct CorralPolicy {
     sched: Option<Scheduler>,
     node_index: HashMap<String, usize>,
@@ -31,7 +32,26 @@ pub struct CorralPolicy {
     running: BTreeMap<usize, (usize, Vec<(usize, u32)>)>,
     /// Submissions the core refused (they never run).
     pub rejected: Vec<(usize, String)>,
+    /// The core's settings: by default the core's defaults with in-place moves (the
+    /// engine restarts a moved job on its new GPUs and charges it as a migration).
     pub config: SchedulerConfig,
+}
+
+impl Default for CorralPolicy {
+    fn default() -> Self {
+        CorralPolicy {
+            sched: None,
+            node_index: HashMap::new(),
+            type_index: HashMap::new(),
+            types: Vec::new(),
+            running: BTreeMap::new(),
+            rejected: Vec::new(),
+            config: SchedulerConfig {
+                move_in_place: true,
+                ..SchedulerConfig::default()
+            },
+        }
+    }
 }
 
 fn key(job: usize) -> String {
@@ -179,13 +199,27 @@ impl Policy for CorralPolicy {
         let Some(sched) = self.sched.as_mut() else {
             return Vec::new();
         };
+        for &j in ctx.active {
+            let best = ctx.tput[j].iter().copied().fold(0.0f64, f64::max);
+            if best <= 0.0 {
+                continue;
+            }
+            let st = &ctx.state[j];
+            let weighted: f64 = st
+                .held_s_on
+                .iter()
+                .zip(&ctx.tput[j])
+                .map(|(s, v)| s * v / best)
+                .sum();
+            sched.set_attained_service(&key(j), weighted * f64::from(ctx.jobs[j].gpus));
+        }
         let out = sched.cycle(ms(ctx.now));
         for p in &out.preempted {
             if let Some(j) = parse_key(&p.job) {
                 self.running.remove(&j);
             }
         }
-        for a in &out.admitted {
+        for a in out.admitted.iter().chain(&out.moved) {
             let Some(j) = parse_key(&a.job) else { continue };
             let mut per_node: BTreeMap<usize, u32> = BTreeMap::new();
             let mut ty = a

@@ -29,6 +29,11 @@ pub(crate) struct JobEntry {
     pub total: Amount,
     /// Candidate pools with the job's speed band there (higher is faster).
     pub pools: Vec<(u16, u32)>,
+    /// Candidate pools with the job's speed there (throughput or type speed; 0: unknown).
+    pub speeds: Vec<(u16, f64)>,
+    /// Attained service in GPU-seconds, as the shell last said, and its level.
+    pub service: f64,
+    pub level: u32,
     /// Why the pools left out of `pools` can never hold the job.
     pub static_blockers: Vec<Blocker>,
     pub needs: Needs,
@@ -60,8 +65,8 @@ pub struct Scheduler {
     pub(crate) jobs: Vec<Option<JobEntry>>,
     free_slots: Vec<u32>,
     pub(crate) by_key: HashMap<String, u32>,
-    /// Preemptible running jobs per pool by (priority, slot).
-    pub(crate) running_by_pool: Vec<BTreeSet<(i32, u32)>>,
+    /// Preemptible running jobs per pool by (priority, service level, slot).
+    pub(crate) running_by_pool: Vec<BTreeSet<(i32, u32, u32)>>,
     pub(crate) cycle_no: u64,
 }
 
@@ -165,6 +170,49 @@ impl Scheduler {
     /// Adds a pending job. It is considered from the next cycle (or by [`try_admit`]).
     pub fn submit(&mut self, job: JobRequest) -> Result<(), SchedError> {
         self.insert_entry(job).map(|_| ())
+    }
+
+    /// Sets the service a job has received so far, in GPU-seconds (weighted by the speed
+    /// of the types it ran on, where the shell knows it). Within one priority, jobs with
+    /// less service go first, by levels (see [`SchedulerConfig::service_quantum_gpu_s`]).
+    /// A job the shell never reports has 0. Returns whether the job is known.
+    pub fn set_attained_service(&mut self, key: &str, gpu_seconds: f64) -> bool {
+        let Some(&slot) = self.by_key.get(key) else {
+            return false;
+        };
+        let service = if gpu_seconds.is_finite() && gpu_seconds > 0.0 {
+            gpu_seconds
+        } else {
+            0.0
+        };
+        let level = self.service_level(service);
+        let e = self.entry_mut(slot);
+        e.service = service;
+        let old = std::mem::replace(&mut e.level, level);
+        if old != level
+            && let Some(r) = &e.running
+            && r.pool != NO_POOL
+            && e.req.preemptible
+        {
+            let (pool, priority) = (r.pool as usize, e.req.priority);
+            self.running_by_pool[pool].remove(&(priority, old, slot));
+            self.running_by_pool[pool].insert((priority, level, slot));
+        }
+        true
+    }
+
+    /// The least-attained-service level of `service` GPU-seconds.
+    pub(crate) fn service_level(&self, service: f64) -> u32 {
+        let q = self.config.service_quantum_gpu_s;
+        if !(q > 0.0 && service >= q) {
+            return 0;
+        }
+        let r = self.config.service_level_ratio;
+        if r.is_nan() || r <= 1.0 {
+            return 1;
+        }
+        let above = ((service / q).ln() / r.ln()).floor();
+        1 + above.clamp(0.0, 1e6) as u32
     }
 
     /// Forgets a job that finished or was deleted, freeing what it held. Returns whether it
@@ -353,6 +401,7 @@ impl Scheduler {
         // Speeds within 5% of each other count as equal, so that such jobs spread over the
         // less loaded type and leave the faster cards to jobs that gain from them.
         let best = pools.iter().map(|p| p.1).fold(0.0f64, f64::max);
+        let speeds = pools.clone();
         let pools = pools
             .into_iter()
             .map(|(pi, s)| {
@@ -396,6 +445,9 @@ impl Scheduler {
             pods_gpus,
             total,
             pools,
+            speeds,
+            service: 0.0,
+            level: 0,
             static_blockers,
             needs,
             running: None,
@@ -403,8 +455,9 @@ impl Scheduler {
         }
     }
 
-    /// One full pass over every pending job: in order of priority, then the queue with
-    /// the lowest weighted dominant share, then submit time.
+    /// One full pass over every pending job: in order of priority, then service level,
+    /// then the queue with the lowest weighted dominant share, then submit time; then
+    /// running jobs move to faster pools that kept room (rebalancing).
     pub fn cycle(&mut self, now: Millis) -> CycleOutcome {
         self.cycle_no += 1;
         self.index.clear_reservations();
@@ -435,19 +488,31 @@ impl Scheduler {
         }
         for list in &mut per_queue {
             list.sort_by(|&a, &b| {
-                let (a, b) = (&self.entry(a).req, &self.entry(b).req);
-                (Reverse(a.priority), a.submit_time, &a.key).cmp(&(
-                    Reverse(b.priority),
-                    b.submit_time,
-                    &b.key,
-                ))
+                let (a, b) = (self.entry(a), self.entry(b));
+                (
+                    Reverse(a.req.priority),
+                    a.level,
+                    a.service.to_bits(),
+                    a.req.submit_time,
+                    &a.req.key,
+                )
+                    .cmp(&(
+                        Reverse(b.req.priority),
+                        b.level,
+                        b.service.to_bits(),
+                        b.req.submit_time,
+                        &b.req.key,
+                    ))
             });
         }
         let mut cursor = vec![0usize; per_queue.len()];
         let head_key = |s: &Self, q: usize, slot: u32| {
-            let req = &s.entry(slot).req;
+            let e = s.entry(slot);
+            let req = &e.req;
             Reverse((
                 -i64::from(req.priority),
+                e.level,
+                e.service.to_bits(),
                 s.quotas.dominant_share(q as u32),
                 req.submit_time,
                 q,
@@ -459,7 +524,7 @@ impl Scheduler {
                 heap.push(head_key(self, q, slot));
             }
         }
-        while let Some(Reverse((_, _, _, q))) = heap.pop() {
+        while let Some(Reverse((_, _, _, _, _, q))) = heap.pop() {
             let slot = per_queue[q][cursor[q]];
             cursor[q] += 1;
             self.attempt(slot, now, &mut budget, &mut out);
@@ -467,6 +532,7 @@ impl Scheduler {
                 heap.push(head_key(self, q, next));
             }
         }
+        self.rebalance(now, &mut budget, &mut out);
         out.counters.admitted = out.admitted.len() as u64;
         out.counters.preempted = out.preempted.len() as u64;
         out.counters.pending = out.pending.len() as u64;
@@ -717,11 +783,11 @@ impl Scheduler {
         let pool = r.pool;
         let e = self.entry_mut(slot);
         e.running = Some(r);
-        let (preemptible, priority, q, total) =
-            (e.req.preemptible, e.req.priority, e.queue, e.total);
+        let (preemptible, priority, level, q, total) =
+            (e.req.preemptible, e.req.priority, e.level, e.queue, e.total);
         if pool != NO_POOL {
             if preemptible {
-                self.running_by_pool[pool as usize].insert((priority, slot));
+                self.running_by_pool[pool as usize].insert((priority, level, slot));
             }
             if let Some(q) = q {
                 self.quotas.charge(q, pool, total);
@@ -733,7 +799,7 @@ impl Scheduler {
     pub(crate) fn release(&mut self, slot: u32) -> Option<RunningState> {
         let e = self.jobs[slot as usize].as_mut()?;
         let running = e.running.take()?;
-        let (q, total, priority) = (e.queue, e.total, e.req.priority);
+        let (q, total, priority, level) = (e.queue, e.total, e.req.priority, e.level);
         for a in &running.allocs {
             let pod = &self.entry(slot).groups[a.group as usize].1;
             let pod = pod.clone();
@@ -743,7 +809,7 @@ impl Scheduler {
             if let Some(q) = q {
                 self.quotas.refund(q, running.pool, total);
             }
-            self.running_by_pool[running.pool as usize].remove(&(priority, slot));
+            self.running_by_pool[running.pool as usize].remove(&(priority, level, slot));
         }
         Some(running)
     }

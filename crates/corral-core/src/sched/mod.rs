@@ -22,6 +22,16 @@
 //!    blocked gang gets nodes reserved so that backfill cannot starve it, and the job
 //!    stays pending with a reason in words ([`PendingReason`]).
 //!
+//! 5. **rebalance**: after the pass, running jobs move to pools that kept room where
+//!    they run at least `rebalance_min_speedup` times faster (see [`rebalance`]).
+//!
+//! Within one priority, pending jobs go by least attained service first (Tiresias'
+//! discretized 2D-LAS): the shell reports each job's service in GPU-seconds
+//! ([`Scheduler::set_attained_service`]); jobs in a lower service level go first (within
+//! a level, less service first) and may preempt running jobs of the same priority in a
+//! higher level (levels are the hysteresis that keeps equals from preempting each other). Jobs the shell reports no
+//! service for are all in level 0, ordered as before by queue share and submit time.
+//!
 //! [`Scheduler::try_admit`] decides one new job at once against the current state.
 //!
 //! # Invariants
@@ -30,8 +40,10 @@
 //! - A queue never exceeds nominal quota plus borrowing limit, and a cohort never lends
 //!   more than its members' lendable quota.
 //! - Nothing is preempted unless the preemptor then fits; victims have strictly lower
-//!   priority, or borrow quota the preemptor's queue reclaims within its nominal quota;
-//!   recently admitted jobs are protected.
+//!   priority, or borrow quota the preemptor's queue reclaims within its nominal quota,
+//!   or have the same priority and a higher attained-service level (taken from another
+//!   queue only where that queue borrows or has no finite nominal quota); a rebalanced job
+//!   moves only if it fits where it goes; recently admitted (or moved) jobs are protected.
 //! - Reserved nodes take no new work in the cycle that reserved them, and reservations
 //!   are remade every cycle from the highest-ranked blocked gangs.
 
@@ -44,6 +56,7 @@ mod outcome;
 mod placement;
 pub mod preempt;
 mod quota;
+pub mod rebalance;
 pub mod workload;
 
 pub use cycle::Scheduler;

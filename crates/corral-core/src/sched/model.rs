@@ -235,6 +235,23 @@ pub struct SchedulerConfig {
     /// At most this many nodes are examined per bucket when looking for a node for one
     /// replica (kube-scheduler's percentageOfNodesToScore, as a count).
     pub node_scan_limit: u32,
+    /// Least attained service (Tiresias' discretized 2D-LAS): within one priority, jobs whose
+    /// attained service ([`Scheduler::set_attained_service`](super::Scheduler::set_attained_service),
+    /// GPU-seconds) is in a lower level go first, and may preempt running jobs of the same
+    /// priority in a higher level. Level 0 is below this many GPU-seconds; 0 turns levels off
+    /// (every job in level 0: order by submit time, as without service).
+    pub service_quantum_gpu_s: f64,
+    /// Each level above 0 spans this many times the service of the one below (geometric, so
+    /// that no trace's time scale is built in).
+    pub service_level_ratio: f64,
+    /// After the pass, a running job moves to a pool with room left over where it runs at
+    /// least this many times faster (measured throughput or configured type speed). Below 1
+    /// (e.g. 0): never. Moved jobs are protected like new admissions, so they do not bounce.
+    pub rebalance_min_speedup: f64,
+    /// Whether the shell can move a running job: a rebalanced job is then placed at once
+    /// and listed in [`CycleOutcome::moved`](super::CycleOutcome::moved). Otherwise it goes
+    /// back to pending like any preempted job and is placed again by a later cycle.
+    pub move_in_place: bool,
 }
 
 impl Default for SchedulerConfig {
@@ -245,6 +262,10 @@ impl Default for SchedulerConfig {
             reservations_per_pool: 1,
             gpu_type_speed: BTreeMap::new(),
             node_scan_limit: 256,
+            service_quantum_gpu_s: 3600.0,
+            service_level_ratio: 4.0,
+            rebalance_min_speedup: 1.3,
+            move_in_place: false,
         }
     }
 }

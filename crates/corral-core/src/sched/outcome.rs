@@ -69,6 +69,12 @@ pub struct CycleOutcome {
     pub preempted: Vec<Preemption>,
     pub pending: Vec<PendingJob>,
     pub counters: CycleCounters,
+    /// Jobs moved in place (only with `SchedulerConfig::move_in_place`): each is also in
+    /// `preempted` with reason `Rebalance`, and stays admitted at this new placement. The
+    /// shell stops its replicas and starts them here. A shell that cannot do that handles
+    /// the preemption as usual and forgets the job (`finish`), which frees this placement.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub moved: Vec<Admission>,
 }
 
 /// The decision for one job on the single-job fast path.

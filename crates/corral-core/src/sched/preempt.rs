@@ -2,15 +2,19 @@
 //! loops.
 //!
 //! - Victims are lower-priority jobs first, then (when the preemptor's queue stays within
-//!   its nominal quota) jobs of queues that borrow in the pool, most over fair share first;
-//!   within each class the youngest first.
+//!   its nominal quota) jobs of queues that borrow in the pool, most over fair share first,
+//!   then jobs of the same priority in a higher least-attained-service level than the
+//!   preemptor (Tiresias' demotion), highest level first; within each class the youngest
+//!   first. A same-priority victim of another queue is taken only when its queue borrows
+//!   in the pool or has no finite nominal quota there (no guarantee is broken).
 //! - A victim is never protected work: not preemptible, admitted in this cycle, or admitted
 //!   less than `preemption_protection_ms` ago.
 //! - Nothing is preempted unless the preemptor then fits (placement and quota).
 //! - After the preemptor is placed, victims it did not need are given back (the fewest
 //!   victims).
-//! - A preemptor outranks its victims strictly by priority, or reclaims its own nominal
-//!   quota; either way its victims cannot preempt it back.
+//! - A preemptor outranks its victims strictly by priority, reclaims its own nominal
+//!   quota, or has strictly less attained service (a lower level); its victims cannot
+//!   preempt it back before it has received as much service (and its protection ends).
 
 use std::cmp::Reverse;
 
@@ -21,7 +25,7 @@ use super::outcome::Preemption;
 use super::placement::{Alloc, enough_slots, place_gang};
 
 impl Scheduler {
-    fn protected(&self, slot: u32, now: Millis) -> bool {
+    pub(crate) fn protected(&self, slot: u32, now: Millis) -> bool {
         let e = self.entry(slot);
         match &e.running {
             None => true,
@@ -40,10 +44,24 @@ impl Scheduler {
         let running = &self.running_by_pool[pool as usize];
         // Some lower-priority job that is not protected (jobs of this cycle are).
         let lower = running
-            .range(..(e.req.priority, 0))
+            .range(..(e.req.priority, 0, 0))
             .take(64)
-            .any(|&(_, v)| !self.protected(v, now));
-        lower || self.reclaim_possible(q, pool, e.total)
+            .any(|&(_, _, v)| !self.protected(v, now));
+        lower
+            || self.reclaim_possible(q, pool, e.total)
+            || running
+                .range((e.req.priority, e.level + 1, 0)..=(e.req.priority, u32::MAX, u32::MAX))
+                .rev()
+                .take(64)
+                .any(|&(_, _, v)| !self.protected(v, now) && self.service_victim_ok(q, v, pool))
+    }
+
+    /// Whether a same-priority job with more service may yield to a job of queue `q`.
+    fn service_victim_ok(&self, q: u32, victim: u32, pool: u16) -> bool {
+        let Some(vq) = self.entry(victim).queue else {
+            return false;
+        };
+        vq == q || self.quotas.is_borrowing(vq, pool) || self.quotas.nominal_unlimited(vq, pool)
     }
 
     fn reclaim_possible(&self, q: u32, pool: u16, total: [u64; 3]) -> bool {
@@ -61,16 +79,26 @@ impl Scheduler {
         pool: u16,
         now: Millis,
     ) -> Option<(Vec<Alloc>, Vec<Preemption>)> {
-        let (q, priority, total, key) = {
+        let (q, priority, level, service, total, key) = {
             let e = self.entry(slot);
-            (e.queue?, e.req.priority, e.total, e.req.key.clone())
+            (
+                e.queue?,
+                e.req.priority,
+                e.level,
+                e.service,
+                e.total,
+                e.req.key.clone(),
+            )
         };
         let reclaim = self.reclaim_possible(q, pool, total);
-        // (class, order key, victim slot): class 0 = lower priority, 1 = borrower.
+        // (class, order key, victim slot): class 0 = lower priority, 1 = borrower,
+        // 2 = same priority with more attained service.
         // Youngest: latest admitted, then latest submitted.
         type Candidate = (u8, i64, u64, Reverse<Millis>, Reverse<Millis>, u32);
         let mut candidates: Vec<Candidate> = Vec::new();
-        for &(vp, v) in self.running_by_pool[pool as usize].range(..=(priority, u32::MAX)) {
+        for &(vp, vl, v) in
+            self.running_by_pool[pool as usize].range(..=(priority, u32::MAX, u32::MAX))
+        {
             if v == slot || self.protected(v, now) {
                 continue;
             }
@@ -97,6 +125,15 @@ impl Scheduler {
                     1,
                     0,
                     u64::MAX - share,
+                    Reverse(admitted_at),
+                    Reverse(submitted),
+                    v,
+                ));
+            } else if vl > level && self.service_victim_ok(q, v, pool) {
+                candidates.push((
+                    2,
+                    -i64::from(vl),
+                    0,
                     Reverse(admitted_at),
                     Reverse(submitted),
                     v,
@@ -155,6 +192,12 @@ impl Scheduler {
                         preemptor_priority: priority,
                         victim_priority: ve.req.priority,
                     }
+                } else if class == 2 {
+                    PreemptionReason::AttainedService {
+                        preemptor: key.clone(),
+                        preemptor_service: service,
+                        victim_service: ve.service,
+                    }
                 } else {
                     PreemptionReason::Reclaim {
                         preemptor: key.clone(),
@@ -174,7 +217,7 @@ impl Scheduler {
     }
 
     /// Puts a released job back exactly where it was (nothing else changed meanwhile).
-    fn restore(&mut self, slot: u32, r: super::cycle::RunningState) {
+    pub(crate) fn restore(&mut self, slot: u32, r: super::cycle::RunningState) {
         for a in &r.allocs {
             let pod = self.entry(slot).groups[a.group as usize].1.clone();
             // Cannot fail: this job held exactly this room a moment ago.

@@ -243,6 +243,12 @@ impl Quotas {
         (0..3).all(|r| cell.usage[r].saturating_add(req[r]) <= cell.nominal[r])
     }
 
+    /// Whether the queue's nominal GPU quota in the pool is unlimited (nothing guaranteed
+    /// that taking work away could break).
+    pub fn nominal_unlimited(&self, q: u32, pool: u16) -> bool {
+        self.queues[q as usize].cells[pool as usize].nominal[0] == u64::MAX
+    }
+
     /// Whether queue `q` uses more than its nominal quota in `pool`.
     pub fn is_borrowing(&self, q: u32, pool: u16) -> bool {
         let cell = &self.queues[q as usize].cells[pool as usize];
