@@ -54,16 +54,33 @@ pub struct NamespaceArgs {
 }
 
 impl NamespaceArgs {
-    pub fn get(&self) -> String {
-        self.namespace
-            .clone()
-            .or_else(|| {
-                std::env::var("CORRAL_NAMESPACE")
-                    .ok()
-                    .filter(|s| !s.is_empty())
-            })
-            .unwrap_or_else(|| "default".to_string())
+    /// `-n`, else $CORRAL_NAMESPACE.
+    pub fn given(&self) -> Option<String> {
+        self.namespace.clone().or_else(|| {
+            std::env::var("CORRAL_NAMESPACE")
+                .ok()
+                .filter(|s| !s.is_empty())
+        })
     }
+
+    pub fn get(&self) -> String {
+        self.given().unwrap_or_else(|| "default".to_string())
+    }
+}
+
+/// The one namespace that every document of `text` names, if they all name the same one (as
+/// kubectl submits a file to the namespace it declares when no -n is given).
+pub fn declared_namespace(text: &str) -> Option<String> {
+    let docs = corral_api::document::raw_documents(text).ok()?;
+    let mut found: Option<String> = None;
+    for d in &docs {
+        let ns = d.pointer("/metadata/namespace")?.as_str()?;
+        match &found {
+            Some(f) if f != ns => return None,
+            _ => found = Some(ns.to_string()),
+        }
+    }
+    found
 }
 
 /// How to print.
@@ -320,7 +337,7 @@ fn jobs_table(jobs: &[JobSummary], with_namespace: bool) -> String {
 /// `corral submit FILE...`
 pub fn run_submit(args: &SubmitArgs) -> ExitCode {
     let client = args.conn.client();
-    let namespace = args.namespace.get();
+    let given = args.namespace.given();
     let files = if args.files.is_empty() {
         vec!["-".to_string()]
     } else {
@@ -337,6 +354,10 @@ pub fn run_submit(args: &SubmitArgs) -> ExitCode {
                 continue;
             }
         };
+        let namespace = given
+            .clone()
+            .or_else(|| declared_namespace(&text))
+            .unwrap_or_else(|| "default".to_string());
         match client.submit(&namespace, &text) {
             Ok(results) => {
                 for r in results {
@@ -656,10 +677,6 @@ pub fn run_resume(args: &JobArgs) -> ExitCode {
     each_job(args, "resumed", |c, ns, n| c.resume(ns, n))
 }
 
-fn amount(gpu: u64, cpu_milli: u64, memory: u64) -> String {
-    format!("gpu {gpu}, cpu {}, mem {}", cpu(cpu_milli), bytes(memory))
-}
-
 pub fn queues_table(queues: &[QueueInfo]) -> String {
     let rows: Vec<Vec<String>> = queues
         .iter()
@@ -850,5 +867,43 @@ pub fn run_top(args: &TopArgs) -> ExitCode {
         }
         before = after;
         at = Instant::now();
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct BenchApiArgs {
+    /// Jobs for the submit -> all replicas running measurement.
+    #[arg(long, default_value_t = 10)]
+    pub startup_jobs: usize,
+    /// Replicas per startup job.
+    #[arg(long, default_value_t = 4)]
+    pub startup_replicas: u32,
+    /// Target submissions per second.
+    #[arg(long, default_value_t = 1000)]
+    pub rate: u64,
+    /// Seconds to sustain the rate.
+    #[arg(long, default_value_t = 5)]
+    pub seconds: u64,
+    /// Client threads.
+    #[arg(long, default_value_t = 4)]
+    pub clients: usize,
+    /// Jobs in the store when timing `list`.
+    #[arg(long, default_value_t = 10_000)]
+    pub list_jobs: usize,
+}
+
+/// `corral bench api`: prints JSON.
+pub fn run_bench_api(args: &BenchApiArgs) -> ExitCode {
+    let options = corral_server::bench::ApiBenchOptions {
+        startup_jobs: args.startup_jobs,
+        startup_replicas: args.startup_replicas.max(1),
+        rate: args.rate.max(1),
+        duration: Duration::from_secs(args.seconds.max(1)),
+        clients: args.clients.max(1),
+        list_jobs: args.list_jobs,
+    };
+    match corral_server::bench::api_bench(&options) {
+        Ok(v) => print_structured(&v, Output::Json),
+        Err(e) => fail(&e),
     }
 }

@@ -2,10 +2,13 @@
 //! corral-core, and print; no scheduling or validation logic lives here.
 
 mod bench;
+mod client;
 mod explain;
 mod input;
 mod plan;
+mod quickstart;
 mod sim;
+mod up;
 
 use std::process::ExitCode;
 
@@ -27,6 +30,32 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the embedded cluster (store, scheduler, executor, HTTP API, /metrics) until Ctrl-C.
+    Up(up::UpArgs),
+    /// Start a throw-away cluster, run the distributed quickstart job, print its result.
+    Quickstart(quickstart::QuickstartArgs),
+    /// Submit TrainingJob or Kubeflow job files (`-` or none: stdin).
+    Submit(client::SubmitArgs),
+    /// List jobs.
+    List(client::ListArgs),
+    /// Show jobs (table, or the TrainingJob with -o yaml|json).
+    Get(client::GetArgs),
+    /// Conditions, replicas, events, and why a job waits.
+    Describe(client::DescribeArgs),
+    /// A replica's output (-f follows).
+    Logs(client::LogsArgs),
+    /// Delete jobs (replicas stop; logs are kept).
+    Delete(client::JobArgs),
+    /// Suspend jobs: replicas stop, the admission is given back.
+    Suspend(client::JobArgs),
+    /// Resume suspended jobs.
+    Resume(client::JobArgs),
+    /// Queues: usage per pool, pending and admitted jobs.
+    Queues(client::ClusterViewArgs),
+    /// Nodes: GPU inventory and who uses what.
+    Nodes(client::ClusterViewArgs),
+    /// CPU, memory and GPUs of every running replica.
+    Top(client::TopArgs),
     /// Check TrainingJob, Queue, NodePool, PriorityClass and Kubeflow job files; explain
     /// each valid one. `-` reads standard input. Exits 1 if anything is invalid.
     Validate {
@@ -86,6 +115,8 @@ enum Command {
 
 #[derive(Subcommand)]
 enum BenchCommand {
+    /// The API: submit -> all replicas running, sustained submissions/s, list time, idle RSS.
+    Api(client::BenchApiArgs),
     /// A full scheduling pass over a generated cluster and workload, then one-job decisions.
     Scheduler {
         #[arg(long, default_value_t = 10_000)]
@@ -116,6 +147,22 @@ enum Format {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Up(a) => up::run_up(&a),
+        Command::Quickstart(a) => quickstart::run_quickstart(&a),
+        Command::Submit(a) => client::run_submit(&a),
+        Command::List(a) => client::run_list(&a),
+        Command::Get(a) => client::run_get(&a),
+        Command::Describe(a) => client::run_describe(&a),
+        Command::Logs(a) => client::run_logs(&a),
+        Command::Delete(a) => client::run_delete(&a),
+        Command::Suspend(a) => client::run_suspend(&a),
+        Command::Resume(a) => client::run_resume(&a),
+        Command::Queues(a) => client::run_queues(&a),
+        Command::Nodes(a) => client::run_nodes(&a),
+        Command::Top(a) => client::run_top(&a),
+        Command::Bench {
+            which: BenchCommand::Api(a),
+        } => client::run_bench_api(&a),
         Command::Shim { dir } => std::process::exit(corral_local::shim::run([dir])),
         Command::Sim(args) => match sim::run(args) {
             Ok(out) => emit(&out),

@@ -302,18 +302,11 @@ fn pick_replica(job: &corral_api::TrainingJob, q: &LogQuery) -> Result<String, A
         .map(|(role, r)| format!("{role}-0..{}", r.count.saturating_sub(1)))
         .collect();
     let bad = |what: String| {
-        let mut e = ApiError::bad_request(format!(
+        ApiError::bad_request(format!(
             "{what}; job {} has replicas {}",
             job.name(),
             roles.join(", ")
-        ));
-        e.body.fields.push(crate::error::FieldErrorBody {
-            path: "replica".into(),
-            message: what,
-            document: None,
-            object: None,
-        });
-        e
+        ))
     };
     let (role, index) = if let Some(r) = &q.replica {
         let short = r

@@ -66,6 +66,7 @@ fn main() -> ExitCode {
             unknown_job_and_route_are_json_404,
         ),
         Trial::test("cli_tables_and_up_options", cli_tables_and_up_options),
+        Trial::test("api_bench_smoke", api_bench_smoke),
     ];
     libtest_mimic::run(&args, tests).exit_code()
 }
@@ -739,5 +740,30 @@ fn cli_tables_and_up_options() -> TestResult {
         .err()
         .ok_or("listening on 0.0.0.0 without tokens was allowed")?;
     check(err.contains("tokens"), err)?;
+    Ok(())
+}
+
+fn api_bench_smoke() -> TestResult {
+    let options = corral_server::bench::ApiBenchOptions {
+        startup_jobs: 1,
+        startup_replicas: 2,
+        rate: 100,
+        duration: Duration::from_millis(500),
+        clients: 2,
+        list_jobs: 60,
+    };
+    let v = corral_server::bench::api_bench(&options)?;
+    check(
+        v.pointer("/submit/lost") == Some(&Value::from(0)),
+        v.to_string(),
+    )?;
+    check(
+        v.pointer("/submit/failed") == Some(&Value::from(0)),
+        v.to_string(),
+    )?;
+    check(
+        v.pointer("/list/jobs") == Some(&Value::from(60)),
+        v.to_string(),
+    )?;
     Ok(())
 }
