@@ -17,7 +17,6 @@ pub mod job;
 pub mod metrics;
 pub mod policy;
 pub mod report;
-pub mod rng;
 pub mod trace;
 
 pub use cluster::{Cluster, ClusterSpec};

@@ -33,6 +33,17 @@ impl Rng {
     pub fn unit(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
+    /// Uniform index into a slice of `len` elements (`len > 0`).
+    pub fn index(&mut self, len: usize) -> usize {
+        self.below(len as u64) as usize
+    }
+    /// Fisher-Yates shuffle.
+    pub fn shuffle<T>(&mut self, v: &mut [T]) {
+        for i in (1..v.len()).rev() {
+            let j = self.index(i + 1);
+            v.swap(i, j);
+        }
+    }
 }
 
 const TYPE_NAMES: [&str; 8] = ["H100", "A100", "V100", "L4", "A10", "T4", "P100", "K80"];

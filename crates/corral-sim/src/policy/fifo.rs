@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use super::{Assignment, Policy, RoundCtx, free_per_type};
-use crate::rng::Rng;
+use corral_core::sched::workload::Rng;
 
 pub struct Fifo {
     rng: Rng,
@@ -61,7 +61,7 @@ impl Policy for Fifo {
                 if fits.is_empty() {
                     break;
                 }
-                let t = fits[self.rng.below(fits.len())];
+                let t = fits[self.rng.index(fits.len())];
                 free[t] -= g;
                 self.alloc.insert(j, t);
             }

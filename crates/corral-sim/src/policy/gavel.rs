@@ -19,7 +19,7 @@ use super::{Assignment, Policy, RoundCtx};
 use crate::cluster::Cluster;
 use crate::engine::EngineConfig;
 use crate::job::SimJob;
-use crate::rng::Rng;
+use corral_core::sched::workload::Rng;
 
 pub struct MaxMin {
     perf: bool,
