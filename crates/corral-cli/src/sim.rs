@@ -15,9 +15,14 @@ pub struct SimArgs {
     /// The trace file (e.g. ../shared/traces/gavel/dev-seed1.trace).
     #[arg(long, value_name = "FILE")]
     pub trace: String,
-    /// Trace format: gavel or philly (guessed from the file name when left out).
+    /// Trace format: gavel, philly or alibaba (guessed from the file name when left out).
+    /// `alibaba` (an `openb_pod_list_*.csv`) runs the fragmentation experiment of "Beware
+    /// of Fragmentation" (ATC 2023) instead of the round-based simulation.
     #[arg(long, value_name = "FORMAT")]
     pub format: Option<String>,
+    /// Alibaba node list (default: openb_node_list_gpu_node.csv next to the trace).
+    #[arg(long, value_name = "FILE")]
+    pub nodes_file: Option<String>,
     /// Gavel's throughput matrix (default: simulation_throughputs.json next to the trace).
     #[arg(long, value_name = "FILE")]
     pub throughputs: Option<String>,
@@ -32,7 +37,8 @@ pub struct SimArgs {
     #[arg(long, default_value_t = 1)]
     pub gpus_per_node: u32,
     /// Policy name, comma-separated names, or `all`: corral, fifo, sjf, las,
-    /// max_min_fairness, max_min_fairness_perf (gavel).
+    /// max_min_fairness, max_min_fairness_perf (gavel). For `--format alibaba`: corral,
+    /// first_fit, best_fit.
     #[arg(long, default_value = "all")]
     pub policy: String,
     /// Round length in seconds.
@@ -85,7 +91,80 @@ fn load_jobs(args: &SimArgs, format: Format) -> Result<Vec<SimJob>, String> {
             Ok(jobs)
         }
         Format::Philly => trace::philly::parse(&text, &args.trace, args.limit),
+        Format::Alibaba => Err("the alibaba format is not a job trace".into()),
     }
+}
+
+/// `--format alibaba`: the fragmentation experiment (pods placed in trace order, never
+/// removed, until the first one that does not fit), per policy.
+fn run_alibaba(args: &SimArgs) -> Result<String, String> {
+    use corral_sim::fragmentation::{self, FragPolicy};
+    let nodes_path = match &args.nodes_file {
+        Some(p) => p.clone(),
+        None => Path::new(&args.trace)
+            .with_file_name("openb_node_list_gpu_node.csv")
+            .to_string_lossy()
+            .into_owned(),
+    };
+    let t0 = Instant::now();
+    let nodes = trace::alibaba::parse_nodes(&read(&nodes_path)?, &nodes_path)?;
+    let pods = trace::alibaba::parse_pods(&read(&args.trace)?, &args.trace, args.limit)?;
+    let parse_s = t0.elapsed().as_secs_f64();
+    let policies = FragPolicy::parse_list(&args.policy)?;
+    let mut results = Vec::new();
+    let mut walls = Vec::new();
+    for p in policies {
+        let start = Instant::now();
+        results.push(fragmentation::run(&nodes, &pods, p)?);
+        walls.push(start.elapsed().as_secs_f64());
+    }
+    let fractional = pods.iter().filter(|p| p.is_fractional()).count();
+    let gpus: u32 = nodes.iter().map(|n| n.gpus).sum();
+    Ok(match args.output.as_str() {
+        "json" => {
+            let arr: Vec<serde_json::Value> = results
+                .iter()
+                .zip(&walls)
+                .map(|(r, w)| {
+                    let mut v = serde_json::to_value(r).unwrap_or_default();
+                    if let Some(o) = v.as_object_mut() {
+                        o.insert("wall_s".into(), serde_json::json!(w));
+                        o.insert(
+                            "note".into(),
+                            serde_json::json!("fractional-GPU pods take a whole GPU"),
+                        );
+                    }
+                    v
+                })
+                .collect();
+            serde_json::to_string_pretty(&arr).map_err(|e| e.to_string())? + "\n"
+        }
+        "html" => return Err("--output html is not available for the alibaba format".into()),
+        _ => {
+            let mut s = format!(
+                "corral sim (fragmentation): {} ({} pods) on {} ({} nodes, {gpus} GPUs)\n\
+                 pods arrive in trace order and stay; placement stops at the first pod that \
+                 does not fit.\n\
+                 NOTE: {fractional} pods ask for part of one GPU (gpu_milli < 1000); Corral \
+                 allocates whole GPUs, so every policy here gives them a whole GPU.\n\
+                 'skipped': pods that fit no node even of the empty cluster (not failures).\n\
+                 'free unalloc.': free GPUs on nodes where no remaining GPU pod fits.\n\n{}",
+                args.trace,
+                pods.len(),
+                nodes_path,
+                nodes.len(),
+                fragmentation::table(&results)
+            );
+            s.push_str(&format!("\nparsed the trace in {parse_s:.2} s\n"));
+            for (r, w) in results.iter().zip(&walls) {
+                s.push_str(&format!("{:<10} placed in {w:.2} s\n", r.policy));
+                if let Some(reason) = &r.first_unplaceable_reason {
+                    s.push_str(&format!("{:<10} first failure: {reason}\n", ""));
+                }
+            }
+            s
+        }
+    })
 }
 
 /// Runs the simulation and returns the rendered output (table, JSON or HTML).
@@ -99,13 +178,16 @@ pub fn run(args: SimArgs) -> Result<String, String> {
             )
         })?,
     };
+    if format == Format::Alibaba {
+        return run_alibaba(&args);
+    }
     let spec = match (&args.cluster, &args.cluster_file) {
         (_, Some(f)) => ClusterSpec::parse_yaml(&read(f)?, f)?,
         (Some(c), None) => ClusterSpec::parse_flag(c, args.gpus_per_node)?,
         (None, None) => {
             let default = match format {
                 Format::Gavel => "k80:12,p100:12,v100:12",
-                Format::Philly => "gpu:2048/8",
+                Format::Philly | Format::Alibaba => "gpu:2048/8",
             };
             ClusterSpec::parse_flag(default, args.gpus_per_node)?
         }

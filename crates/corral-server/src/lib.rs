@@ -160,6 +160,7 @@ async fn control_loop(
     // Wake-ups (a submission, a deletion) run the loop sooner, but passes start at least
     // this far apart, so that a burst of requests costs a few passes, not one each.
     let min_gap = interval.min(Duration::from_millis(25));
+    let follow_up = interval.min(Duration::from_millis(5));
     loop {
         let started = tokio::time::Instant::now();
         let report = state.with_cluster(|c| c.tick(Timestamp::now())).await;
@@ -176,6 +177,12 @@ async fn control_loop(
                 // that were just admitted).
                 if !report.admitted.is_empty() || !report.finished.is_empty() {
                     wait = wait.min(min_gap);
+                }
+                // Replicas just started: the next pass sees them running and records the
+                // job Running. A pass over settled jobs costs about a millisecond, so look
+                // again sooner than the burst gap.
+                if !report.started.is_empty() {
+                    wait = wait.min(follow_up);
                 }
             }
             Ok(Err(e)) => eprintln!("corral: control loop: {e}"),

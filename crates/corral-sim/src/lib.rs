@@ -13,6 +13,7 @@
 pub mod cluster;
 pub mod corral_policy;
 pub mod engine;
+pub mod fragmentation;
 pub mod job;
 pub mod metrics;
 pub mod policy;

@@ -189,6 +189,16 @@ pub struct Cluster {
     pending_reasons: BTreeMap<String, String>,
     /// Stops already sent, by (process name, incarnation label).
     stopping: BTreeSet<(String, String)>,
+    /// Every stored job, by seq (submission order): the store's rows, decoded once and
+    /// re-read after each write to a job's row, so that a tick does not decode them all.
+    jobs: BTreeMap<i64, StoredJob>,
+    /// uid -> seq, for `jobs`.
+    seq_of: BTreeMap<String, i64>,
+    /// Jobs whose last reconcile was a fixed point (status unchanged, no actions, no timer):
+    /// reconciling them again gives the same result until one of its inputs changes (the
+    /// job's row, its replicas, the scheduler's decision), and each such change removes
+    /// the job from this set. A tick skips them.
+    settled: BTreeSet<String>,
     counters: Counters,
     uid_counter: u64,
 }
@@ -249,10 +259,17 @@ impl Cluster {
             known: BTreeMap::new(),
             pending_reasons: BTreeMap::new(),
             stopping: BTreeSet::new(),
+            jobs: BTreeMap::new(),
+            seq_of: BTreeMap::new(),
+            settled: BTreeSet::new(),
             counters: Counters::default(),
             uid_counter: 0,
         };
         cluster.recover(&empty, sched_config, &mut warnings)?;
+        for j in cluster.store.jobs()? {
+            cluster.seq_of.insert(j.uid.clone(), j.seq);
+            cluster.jobs.insert(j.seq, j);
+        }
         Ok((cluster, warnings))
     }
 
@@ -331,6 +348,7 @@ impl Cluster {
             if state != r.state {
                 self.store
                     .set_replica_state(&r.name, r.attempt, r.retry, state)?;
+                self.settled.remove(&r.job_uid);
             }
             if !by_uid.contains_key(r.job_uid.as_str()) {
                 // A replica of a job that is gone: it must not run.
@@ -517,6 +535,9 @@ impl Cluster {
             });
         }
         self.store.insert_jobs(&new_jobs)?;
+        for j in &new_jobs {
+            self.refresh_job(&j.namespace, &j.name)?;
+        }
         let mut out = Vec::with_capacity(new_jobs.len());
         for j in new_jobs {
             self.counters.jobs_submitted += 1;
@@ -547,9 +568,8 @@ impl Cluster {
     pub fn list(&self, namespace: Option<&str>) -> Result<Vec<JobSummary>, ClusterError> {
         let replicas = self.store.replicas()?;
         let mut out: Vec<JobSummary> = self
-            .store
-            .jobs()?
-            .iter()
+            .jobs
+            .values()
             .filter(|j| namespace.is_none_or(|n| n == j.namespace))
             .map(|j| summary(j, &replicas))
             .collect();
@@ -660,6 +680,7 @@ impl Cluster {
         let stored = self.require(namespace, name)?;
         if !stored.deleting {
             self.store.mark_deleting(&stored.uid)?;
+            self.refresh_job(namespace, name)?;
             self.event(
                 namespace,
                 name,
@@ -719,6 +740,7 @@ impl Cluster {
         stored.job.spec.run_policy.suspend = suspend;
         stored.job.metadata.generation = Some(stored.job.metadata.generation.unwrap_or(1) + 1);
         self.store.update_spec(&stored.uid, &stored.job)?;
+        self.refresh_job(namespace, name)?;
         let (reason, msg) = if suspend {
             ("Suspend", "runPolicy.suspend set by the user")
         } else {
@@ -894,11 +916,11 @@ impl Cluster {
             gpus_total: u64::from(self.node.gpus),
             ..MetricsSnapshot::default()
         };
-        for j in self.store.jobs().unwrap_or_default() {
+        for j in self.jobs.values() {
             *m.jobs
                 .entry(j.job.spec.queue_name().to_string())
                 .or_default()
-                .entry(state_of(&j).as_str().to_string())
+                .entry(state_of(j).as_str().to_string())
                 .or_default() += 1;
         }
         for r in self.scheduler.running_jobs() {
@@ -943,8 +965,32 @@ impl Cluster {
         });
     }
 
+    /// Re-reads a job's row into the cache after a write to it; the job is reconciled in
+    /// the next tick.
+    fn refresh_job(&mut self, namespace: &str, name: &str) -> Result<(), ClusterError> {
+        if let Some(j) = self.store.job(namespace, name)? {
+            self.settled.remove(&j.uid);
+            if let Some(old) = self.seq_of.insert(j.uid.clone(), j.seq)
+                && old != j.seq
+            {
+                self.jobs.remove(&old);
+            }
+            self.jobs.insert(j.seq, j);
+        }
+        Ok(())
+    }
+
+    /// Drops a job removed from the store from the cache.
+    fn forget_job(&mut self, uid: &str) {
+        if let Some(seq) = self.seq_of.remove(uid) {
+            self.jobs.remove(&seq);
+        }
+        self.settled.remove(uid);
+    }
+
     /// Drops a job from the scheduler (pending or admitted) and frees what it holds.
     fn forget_in_scheduler(&mut self, uid: &str, key: &str) {
+        self.settled.remove(uid);
         self.scheduler.finish(key);
         self.known.remove(uid);
         self.admitted.remove(uid);
@@ -957,12 +1003,19 @@ impl Cluster {
         let mut report = TickReport::default();
         self.observe()?;
         self.schedule(now, &mut report)?;
-        let jobs = self.store.jobs()?;
+        // Settled jobs (terminal, suspended, waiting in their queue, running with nothing
+        // to do) would reconcile to no change and no action: skip them.
+        let jobs: Vec<StoredJob> = self
+            .jobs
+            .values()
+            .filter(|j| !self.settled.contains(&j.uid))
+            .cloned()
+            .collect();
         for stored in &jobs {
             if stored.deleting {
                 self.advance_deletion(stored, &mut report)?;
-            } else {
-                self.reconcile_job(stored, now, &mut report)?;
+            } else if self.reconcile_job(stored, now, &mut report)? {
+                self.settled.insert(stored.uid.clone());
             }
         }
         self.counters.ticks += 1;
@@ -987,6 +1040,7 @@ impl Cluster {
             {
                 self.store
                     .set_replica_state(&r.name, r.attempt, r.retry, state)?;
+                self.settled.remove(&r.job_uid);
             }
         }
         Ok(())
@@ -994,39 +1048,37 @@ impl Cluster {
 
     /// Step 2: queued jobs to the scheduler, one cycle, admissions and preemptions recorded.
     fn schedule(&mut self, now: Timestamp, report: &mut TickReport) -> Result<(), ClusterError> {
-        let jobs = self.store.jobs()?;
-        for stored in &jobs {
-            if self.known.contains_key(&stored.uid)
-                || self.preempted.contains_key(&stored.uid)
-                || stored.deleting
-                || stored.job.spec.run_policy.suspend
-                || is_terminal(&stored.job)
-            {
-                continue;
-            }
-            // A job the lifecycle still considers admitted (or suspended) enters the queue
-            // through its Requeue action, once its replicas have stopped.
-            if let Some(status) = &stored.job.status
-                && (conditions::is_true(status, ConditionType::Admitted)
-                    || conditions::is_true(status, ConditionType::Suspended))
-            {
-                continue;
-            }
+        let candidates: Vec<StoredJob> = self
+            .jobs
+            .values()
+            .filter(|stored| !self.skip_scheduling(stored))
+            .cloned()
+            .collect();
+        for stored in &candidates {
             self.submit_to_scheduler(stored, report);
         }
         let cycle_start = Instant::now();
         let outcome = self.scheduler.cycle(millis(now));
         self.counters.last_cycle_seconds = cycle_start.elapsed().as_secs_f64();
-        let uid_of: BTreeMap<String, &StoredJob> = jobs.iter().map(|j| (j.key(), j)).collect();
+        let seq_of_key: BTreeMap<String, i64> =
+            if outcome.preempted.is_empty() && outcome.admitted.is_empty() {
+                BTreeMap::new()
+            } else {
+                self.jobs.values().map(|j| (j.key(), j.seq)).collect()
+            };
+        let lookup = |c: &Cluster, key: &str| -> Option<StoredJob> {
+            seq_of_key.get(key).and_then(|s| c.jobs.get(s)).cloned()
+        };
         self.pending_reasons = outcome
             .pending
             .iter()
             .map(|p| (p.job.clone(), p.reason.to_string()))
             .collect();
         for p in &outcome.preempted {
-            let Some(stored) = uid_of.get(&p.job) else {
+            let Some(stored) = lookup(self, &p.job) else {
                 continue;
             };
+            let stored = &stored;
             // The job leaves the scheduler now; it re-enters through Requeue once its
             // replicas have stopped (so it cannot be admitted while they still run).
             self.forget_in_scheduler(&stored.uid, &p.job);
@@ -1046,10 +1098,11 @@ impl Cluster {
             );
         }
         for a in outcome.admitted {
-            let Some(stored) = uid_of.get(&a.job) else {
+            let Some(stored) = lookup(self, &a.job) else {
                 self.scheduler.finish(&a.job);
                 continue;
             };
+            let stored = &stored;
             let slots = replica_slots(&stored.job);
             let ports = match self.executor.ports_mut().allocate(&stored.uid, slots.len()) {
                 Ok(p) => p,
@@ -1110,9 +1163,29 @@ impl Cluster {
                 "Admitted",
                 msg,
             );
+            self.settled.remove(&stored.uid);
             self.admitted.insert(stored.uid.clone(), a);
         }
         Ok(())
+    }
+
+    /// Whether step 2 leaves a job out: the scheduler knows it already, or it is not
+    /// waiting for an admission.
+    fn skip_scheduling(&self, stored: &StoredJob) -> bool {
+        if self.known.contains_key(&stored.uid)
+            || self.preempted.contains_key(&stored.uid)
+            || stored.deleting
+            || stored.job.spec.run_policy.suspend
+            || is_terminal(&stored.job)
+        {
+            return true;
+        }
+        // A job the lifecycle still considers admitted (or suspended) enters the queue
+        // through its Requeue action, once its replicas have stopped.
+        stored.job.status.as_ref().is_some_and(|status| {
+            conditions::is_true(status, ConditionType::Admitted)
+                || conditions::is_true(status, ConditionType::Suspended)
+        })
     }
 
     fn grace_period(&self) -> Duration {
@@ -1157,18 +1230,14 @@ impl Cluster {
     }
 
     /// Steps 3 and 4 for one job: reconcile, persist the status, apply the actions.
+    /// Returns whether the job is settled: nothing changed, nothing to do, no timer.
     fn reconcile_job(
         &mut self,
         stored: &StoredJob,
         now: Timestamp,
         report: &mut TickReport,
-    ) -> Result<(), ClusterError> {
-        let replicas: Vec<StoredReplica> = self
-            .store
-            .replicas()?
-            .into_iter()
-            .filter(|r| r.job_uid == stored.uid)
-            .collect();
+    ) -> Result<bool, ClusterError> {
+        let replicas: Vec<StoredReplica> = self.store.replicas_of(&stored.uid)?;
         let observed: Vec<ObservedReplica> = replicas
             .iter()
             .filter_map(|r| {
@@ -1188,10 +1257,13 @@ impl Cluster {
         if let Some(after) = out.requeue_after {
             report.next_tick_in = Some(report.next_tick_in.map_or(after, |n| n.min(after)));
         }
+        let unchanged = stored.job.status.as_ref() == Some(&out.status);
+        let settled = unchanged && out.actions.is_empty() && out.requeue_after.is_none();
         let old = stored.job.status.clone().unwrap_or_default();
-        if stored.job.status.as_ref() != Some(&out.status) {
+        if !unchanged {
             // The lifecycle's contract: the status is durable before anything is done.
             self.store.save_status(&stored.uid, &out.status)?;
+            self.refresh_job(&stored.namespace, &stored.name)?;
             self.status_events(stored, &old, &out.status, now, report);
         }
         let mut job = stored.job.clone();
@@ -1273,6 +1345,7 @@ impl Cluster {
                 }
                 Action::DeleteJob => {
                     self.store.mark_deleting(&stored.uid)?;
+                    self.refresh_job(&stored.namespace, &stored.name)?;
                     let deleting = StoredJob {
                         job: job.clone(),
                         deleting: true,
@@ -1282,7 +1355,7 @@ impl Cluster {
                 }
             }
         }
-        Ok(())
+        Ok(settled)
     }
 
     /// Events for the conditions that became true in this pass.
@@ -1540,6 +1613,7 @@ impl Cluster {
             // adopted (cannot happen after open); observe it as gone.
             self.store
                 .set_replica_state(&r.name, r.attempt, r.retry, ProcessState::Gone)?;
+            self.settled.remove(&r.job_uid);
             return Ok(());
         }
         // Ended: with delete the record goes, so that the name is free.
@@ -1560,12 +1634,7 @@ impl Cluster {
         stored: &StoredJob,
         report: &mut TickReport,
     ) -> Result<(), ClusterError> {
-        let replicas: Vec<StoredReplica> = self
-            .store
-            .replicas()?
-            .into_iter()
-            .filter(|r| r.job_uid == stored.uid)
-            .collect();
+        let replicas: Vec<StoredReplica> = self.store.replicas_of(&stored.uid)?;
         let grace = self.grace_period();
         let mut running = false;
         for r in &replicas {
@@ -1592,6 +1661,7 @@ impl Cluster {
         self.preempted.remove(&stored.uid);
         self.executor.ports_mut().release(&stored.uid);
         self.store.remove_job(&stored.uid)?;
+        self.forget_job(&stored.uid);
         report.deleted.push(stored.key());
         Ok(())
     }

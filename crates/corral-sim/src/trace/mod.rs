@@ -1,6 +1,7 @@
 //! Trace parsers. Each returns jobs sorted by arrival (ties: trace order), numbered `0..n`.
 //! Errors name the file, line and column; bad input never panics.
 
+pub mod alibaba;
 pub mod gavel;
 pub mod philly;
 
@@ -11,6 +12,8 @@ use crate::job::SimJob;
 pub enum Format {
     Gavel,
     Philly,
+    /// Alibaba cluster-trace-gpu-v2023: the fragmentation experiment, not the engine.
+    Alibaba,
 }
 
 impl Format {
@@ -18,11 +21,12 @@ impl Format {
         match s {
             "gavel" => Ok(Format::Gavel),
             "philly" => Ok(Format::Philly),
-            "alibaba" | "sia" => Err(format!(
-                "trace format `{s}` is not implemented in corral-sim yet (gavel and philly are)"
+            "alibaba" => Ok(Format::Alibaba),
+            "sia" => Err(format!(
+                "trace format `{s}` is not implemented in corral-sim yet (gavel, philly and alibaba are)"
             )),
             _ => Err(format!(
-                "unknown trace format `{s}`: expected gavel or philly"
+                "unknown trace format `{s}`: expected gavel, philly or alibaba"
             )),
         }
     }
@@ -31,6 +35,8 @@ impl Format {
     pub fn guess(path: &str) -> Option<Self> {
         if path.ends_with(".trace") {
             Some(Format::Gavel)
+        } else if path.contains("openb_pod_list") {
+            Some(Format::Alibaba)
         } else if path.contains("philly") {
             Some(Format::Philly)
         } else {
