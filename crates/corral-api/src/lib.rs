@@ -8,6 +8,7 @@ pub mod crd;
 pub mod document;
 pub mod kubeflow;
 pub mod meta;
+pub mod metric_names;
 pub mod node_pool;
 pub mod priority_class;
 pub mod quantity;

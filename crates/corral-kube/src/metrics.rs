@@ -1,7 +1,11 @@
-//! Prometheus metrics of the operator, under the names the embedded cluster uses.
+//! Prometheus metrics of the operator. The job- and queue-level series have the names,
+//! labels and meaning of the embedded cluster's (`corral_api::metric_names`); the rest are
+//! the operator's own.
 
+use corral_api::metric_names as shared;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
@@ -9,19 +13,19 @@ use prometheus_client::registry::Registry;
 use crate::apply::ApplyReport;
 use crate::plan::Plan;
 
-/// Metric names (shared with corral-local/corral-server so dashboards work on both).
+type Labels = Vec<(String, String)>;
+
+/// Metric names, relative to the `corral` prefix. Counters get `_total` from the encoder.
 pub mod names {
-    pub const SCHEDULER_CYCLES: &str = "corral_scheduler_cycles";
-    pub const SCHEDULER_CYCLE_SECONDS: &str = "corral_scheduler_cycle_duration_seconds";
-    pub const JOBS_ADMITTED: &str = "corral_jobs_admitted";
-    pub const JOBS_PREEMPTED: &str = "corral_jobs_preempted";
-    pub const JOBS_PENDING: &str = "corral_jobs_pending";
-    pub const JOBS_RUNNING: &str = "corral_jobs_running";
-    pub const PODS_CREATED: &str = "corral_pods_created";
-    pub const PODS_BOUND: &str = "corral_pods_bound";
-    pub const PODS_DELETED: &str = "corral_pods_deleted";
-    pub const RECONCILE_ERRORS: &str = "corral_reconcile_errors";
-    pub const LEADER: &str = "corral_leader";
+    pub use corral_api::metric_names::{ADMISSIONS, JOBS, PREEMPTIONS, PREFIX, QUEUE_GPUS_IN_USE};
+    // The operator's own.
+    pub const SCHEDULER_CYCLES: &str = "scheduler_cycles";
+    pub const SCHEDULER_CYCLE_SECONDS: &str = "scheduler_cycle_duration_seconds";
+    pub const PODS_CREATED: &str = "pods_created";
+    pub const PODS_BOUND: &str = "pods_bound";
+    pub const PODS_DELETED: &str = "pods_deleted";
+    pub const RECONCILE_ERRORS: &str = "reconcile_errors";
+    pub const LEADER: &str = "leader";
 }
 
 pub struct Metrics {
@@ -30,8 +34,10 @@ pub struct Metrics {
     pub cycle_seconds: Histogram,
     pub admitted: Counter,
     pub preempted: Counter,
-    pub pending: Gauge,
-    pub running: Gauge,
+    /// `corral_jobs{queue,state}`.
+    pub jobs: Family<Labels, Gauge>,
+    /// `corral_queue_gpus_in_use{queue}`.
+    pub queue_gpus: Family<Labels, Gauge>,
     pub pods_created: Counter,
     pub pods_bound: Counter,
     pub pods_deleted: Counter,
@@ -45,17 +51,21 @@ impl Default for Metrics {
     }
 }
 
+fn int(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
 impl Metrics {
     pub fn new() -> Self {
         use names::*;
-        let mut registry = Registry::default();
+        let mut registry = Registry::with_prefix(PREFIX);
         let m = Metrics {
             cycles: Counter::default(),
             cycle_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
             admitted: Counter::default(),
             preempted: Counter::default(),
-            pending: Gauge::default(),
-            running: Gauge::default(),
+            jobs: Family::default(),
+            queue_gpus: Family::default(),
             pods_created: Counter::default(),
             pods_bound: Counter::default(),
             pods_deleted: Counter::default(),
@@ -69,14 +79,22 @@ impl Metrics {
             "Time of one plan (scheduler cycle and lifecycle of every job)",
             m.cycle_seconds.clone(),
         );
-        registry.register(JOBS_ADMITTED, "Jobs admitted", m.admitted.clone());
-        registry.register(JOBS_PREEMPTED, "Jobs preempted", m.preempted.clone());
+        registry.register(JOBS, "TrainingJobs by queue and state", m.jobs.clone());
         registry.register(
-            JOBS_PENDING,
-            "Jobs waiting for admission",
-            m.pending.clone(),
+            QUEUE_GPUS_IN_USE,
+            "GPUs held by the admitted jobs of a queue",
+            m.queue_gpus.clone(),
         );
-        registry.register(JOBS_RUNNING, "Jobs holding an admission", m.running.clone());
+        registry.register(
+            ADMISSIONS,
+            "Jobs admitted by the scheduler",
+            m.admitted.clone(),
+        );
+        registry.register(
+            PREEMPTIONS,
+            "Jobs preempted back to their queue",
+            m.preempted.clone(),
+        );
         registry.register(PODS_CREATED, "Replica pods created", m.pods_created.clone());
         registry.register(
             PODS_BOUND,
@@ -102,10 +120,32 @@ impl Metrics {
         self.cycle_seconds.observe(seconds);
         self.admitted.inc_by(plan.counters.admitted);
         self.preempted.inc_by(plan.counters.preempted);
-        self.pending
-            .set(i64::try_from(plan.pending).unwrap_or(i64::MAX));
-        self.running
-            .set(i64::try_from(plan.running).unwrap_or(i64::MAX));
+        // Every state of every queue seen so far: a queue whose jobs are gone reads 0.
+        self.jobs.clear();
+        self.queue_gpus.clear();
+        let mut queues: Vec<&String> = plan
+            .jobs_by_state
+            .keys()
+            .chain(plan.queue_gpus_in_use.keys())
+            .collect();
+        queues.sort();
+        queues.dedup();
+        for queue in queues {
+            let counts = plan.jobs_by_state.get(queue);
+            for state in shared::JOB_STATES {
+                let n = counts.and_then(|c| c.get(state)).copied().unwrap_or(0);
+                self.jobs
+                    .get_or_create(&vec![
+                        (shared::LABEL_QUEUE.to_string(), queue.clone()),
+                        (shared::LABEL_STATE.to_string(), state.to_string()),
+                    ])
+                    .set(int(n));
+            }
+            let used = plan.queue_gpus_in_use.get(queue).copied().unwrap_or(0);
+            self.queue_gpus
+                .get_or_create(&vec![(shared::LABEL_QUEUE.to_string(), queue.clone())])
+                .set(int(used));
+        }
         self.pods_created.inc_by(report.pods_created);
         self.pods_bound.inc_by(report.pods_bound);
         self.pods_deleted.inc_by(report.pods_deleted);
@@ -119,5 +159,45 @@ impl Metrics {
             out.clear();
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn job_and_queue_series_use_the_embedded_clusters_names() {
+        let m = Metrics::new();
+        let mut plan = Plan::default();
+        plan.counters.admitted = 2;
+        plan.counters.preempted = 1;
+        plan.jobs_by_state.insert(
+            "team-a".into(),
+            BTreeMap::from([("Running", 2), ("Queued", 1)]),
+        );
+        plan.queue_gpus_in_use.insert("team-a".into(), 4);
+        m.record(&plan, &ApplyReport::default(), 0.01);
+        let text = m.encode();
+        for needle in [
+            "corral_jobs{queue=\"team-a\",state=\"Running\"} 2",
+            "corral_jobs{queue=\"team-a\",state=\"Queued\"} 1",
+            "corral_jobs{queue=\"team-a\",state=\"Failed\"} 0",
+            "corral_queue_gpus_in_use{queue=\"team-a\"} 4",
+            "corral_admissions_total 2",
+            "corral_preemptions_total 1",
+            "corral_scheduler_cycles_total 1",
+            "corral_leader 0",
+        ] {
+            assert!(text.contains(needle), "no {needle} in\n{text}");
+        }
+        for gone in [
+            "corral_jobs_pending",
+            "corral_jobs_running",
+            "corral_jobs_admitted",
+        ] {
+            assert!(!text.contains(gone), "{gone} still in\n{text}");
+        }
     }
 }

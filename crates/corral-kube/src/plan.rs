@@ -145,6 +145,11 @@ pub struct Plan {
     /// Jobs waiting for admission and jobs holding one, after this pass.
     pub pending: u64,
     pub running: u64,
+    /// Jobs by queue and state (the values of `corral_api::metric_names::JOB_STATES`),
+    /// after this pass.
+    pub jobs_by_state: BTreeMap<String, BTreeMap<&'static str, u64>>,
+    /// GPUs held by the admitted jobs of each queue, after this pass.
+    pub queue_gpus_in_use: BTreeMap<String, u64>,
     pub warnings: Vec<String>,
 }
 
@@ -669,9 +674,44 @@ pub fn plan(world: &World, cfg: &PlanConfig, now: Timestamp) -> Plan {
         } else if !conditions::is_terminal(&status) && !job.spec.run_policy.suspend {
             out.pending += 1;
         }
+        let queue = job.spec.queue_name().to_string();
+        *out.jobs_by_state
+            .entry(queue.clone())
+            .or_default()
+            .entry(job_state(job, &status))
+            .or_default() += 1;
+        let gpus = match (&current, &i.request) {
+            (Some(_), Ok(req)) if !terminal => req.total_gpus(),
+            _ => 0,
+        };
+        *out.queue_gpus_in_use.entry(queue).or_default() += gpus;
     }
     out.jobs = plans.into_values().collect();
     out
+}
+
+/// Where a job is in its life, in one word: the same states, from the same conditions, as
+/// the embedded cluster's (`corral_api::metric_names::JOB_STATES`).
+fn job_state(job: &TrainingJob, status: &TrainingJobStatus) -> &'static str {
+    let is = |t| conditions::is_true(status, t);
+    // `Deleting` is the embedded cluster's alone: Kubernetes removes a deleted job itself.
+    if is(ConditionType::Succeeded) {
+        "Succeeded"
+    } else if is(ConditionType::Failed) {
+        "Failed"
+    } else if is(ConditionType::Suspended) || job.spec.run_policy.suspend {
+        "Suspended"
+    } else if is(ConditionType::Admitted) && is(ConditionType::Queued) {
+        "Preempting"
+    } else if is(ConditionType::Restarting) {
+        "Restarting"
+    } else if is(ConditionType::Running) {
+        "Running"
+    } else if is(ConditionType::Admitted) {
+        "Admitted"
+    } else {
+        "Queued"
+    }
 }
 
 /// The incarnation the status expects of a replica now.

@@ -4,6 +4,7 @@
 
 use std::sync::atomic::AtomicU64;
 
+use corral_api::metric_names as names;
 use corral_local::cluster::{JobState, MetricsSnapshot, ReplicaUsageRow};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -52,7 +53,7 @@ pub fn render(
     m: &MetricsSnapshot,
     replicas: &[ReplicaUsageRow],
 ) -> Result<String, std::fmt::Error> {
-    let mut registry = Registry::with_prefix("corral");
+    let mut registry = Registry::with_prefix(names::PREFIX);
 
     let jobs = Family::<Labels, Gauge>::default();
     let mut queues: Vec<&String> = m.jobs.keys().chain(m.queue_gpus_used.keys()).collect();
@@ -66,23 +67,23 @@ pub fn render(
                 .copied()
                 .unwrap_or(0);
             jobs.get_or_create(&vec![
-                ("queue".to_string(), queue.to_string()),
-                ("state".to_string(), state.as_str().to_string()),
+                (names::LABEL_QUEUE.to_string(), queue.to_string()),
+                (names::LABEL_STATE.to_string(), state.as_str().to_string()),
             ])
             .set(int(n));
         }
     }
-    registry.register("jobs", "TrainingJobs by queue and state", jobs);
+    registry.register(names::JOBS, "TrainingJobs by queue and state", jobs);
 
     let queue_gpus = Family::<Labels, Gauge>::default();
     for queue in &queues {
         let used = m.queue_gpus_used.get(*queue).copied().unwrap_or(0);
         queue_gpus
-            .get_or_create(&vec![("queue".to_string(), queue.to_string())])
+            .get_or_create(&vec![(names::LABEL_QUEUE.to_string(), queue.to_string())])
             .set(int(used));
     }
     registry.register(
-        "queue_gpus_in_use",
+        names::QUEUE_GPUS_IN_USE,
         "GPUs held by the admitted jobs of a queue",
         queue_gpus,
     );
@@ -113,13 +114,13 @@ pub fn render(
     );
     counter(
         &mut registry,
-        "admissions",
+        names::ADMISSIONS,
         "Jobs admitted by the scheduler",
         m.admissions_total,
     );
     counter(
         &mut registry,
-        "preemptions",
+        names::PREEMPTIONS,
         "Jobs preempted back to their queue",
         m.preemptions_total,
     );
@@ -208,6 +209,12 @@ pub fn render(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn job_states_are_the_shared_label_values() {
+        let ours: Vec<&str> = STATES.iter().map(|s| s.as_str()).collect();
+        assert_eq!(ours, names::JOB_STATES);
+    }
 
     #[test]
     fn renders_cluster_and_replica_metrics() {
