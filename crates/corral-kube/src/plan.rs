@@ -678,7 +678,7 @@ pub fn plan(world: &World, cfg: &PlanConfig, now: Timestamp) -> Plan {
         *out.jobs_by_state
             .entry(queue.clone())
             .or_default()
-            .entry(job_state(job, &status))
+            .entry(lifecycle::job_state(&job.spec, Some(&status)).as_str())
             .or_default() += 1;
         let gpus = match (&current, &i.request) {
             (Some(_), Ok(req)) if !terminal => req.total_gpus(),
@@ -688,30 +688,6 @@ pub fn plan(world: &World, cfg: &PlanConfig, now: Timestamp) -> Plan {
     }
     out.jobs = plans.into_values().collect();
     out
-}
-
-/// Where a job is in its life, in one word: the same states, from the same conditions, as
-/// the embedded cluster's (`corral_api::metric_names::JOB_STATES`).
-fn job_state(job: &TrainingJob, status: &TrainingJobStatus) -> &'static str {
-    let is = |t| conditions::is_true(status, t);
-    // `Deleting` is the embedded cluster's alone: Kubernetes removes a deleted job itself.
-    if is(ConditionType::Succeeded) {
-        "Succeeded"
-    } else if is(ConditionType::Failed) {
-        "Failed"
-    } else if is(ConditionType::Suspended) || job.spec.run_policy.suspend {
-        "Suspended"
-    } else if is(ConditionType::Admitted) && is(ConditionType::Queued) {
-        "Preempting"
-    } else if is(ConditionType::Restarting) {
-        "Restarting"
-    } else if is(ConditionType::Running) {
-        "Running"
-    } else if is(ConditionType::Admitted) {
-        "Admitted"
-    } else {
-        "Queued"
-    }
 }
 
 /// The incarnation the status expects of a replica now.

@@ -139,51 +139,8 @@ pub struct SubmitResult {
     pub converted_from: Option<String>,
 }
 
-/// Where a job is in its life, in one word (from its conditions).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub enum JobState {
-    /// Waiting in its queue for admission.
-    Queued,
-    /// Admitted; replicas are starting.
-    Admitted,
-    Running,
-    /// A replica failed and the job restarts (after its back-off).
-    Restarting,
-    /// Preempted; replicas stop and the job goes back to its queue.
-    Preempting,
-    Suspended,
-    Succeeded,
-    Failed,
-    /// Deleted; replicas are stopping and then the job is removed.
-    Deleting,
-}
-
-impl JobState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            JobState::Queued => "Queued",
-            JobState::Admitted => "Admitted",
-            JobState::Running => "Running",
-            JobState::Restarting => "Restarting",
-            JobState::Preempting => "Preempting",
-            JobState::Suspended => "Suspended",
-            JobState::Succeeded => "Succeeded",
-            JobState::Failed => "Failed",
-            JobState::Deleting => "Deleting",
-        }
-    }
-
-    /// Succeeded or Failed.
-    pub fn is_finished(self) -> bool {
-        matches!(self, JobState::Succeeded | JobState::Failed)
-    }
-}
-
-impl std::fmt::Display for JobState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+/// Where a job is in its life, in one word: the lifecycle's definition, shared by every shell.
+pub use corral_core::lifecycle::JobState;
 
 /// One line of `corral get jobs`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

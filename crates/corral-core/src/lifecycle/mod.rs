@@ -44,6 +44,7 @@ pub mod conditions;
 mod observe;
 pub mod policy;
 mod reconcile;
+mod state;
 
 pub use action::{Action, StopReason};
 pub use observe::{
@@ -51,3 +52,4 @@ pub use observe::{
 };
 pub use policy::DEFAULT_GRACE_PERIOD;
 pub use reconcile::{Reconciled, reconcile};
+pub use state::{JobState, job_state};

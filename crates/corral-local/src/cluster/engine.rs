@@ -122,31 +122,7 @@ fn state_of(stored: &StoredJob) -> JobState {
     if stored.deleting {
         return JobState::Deleting;
     }
-    let Some(status) = stored.job.status.as_ref() else {
-        return if stored.job.spec.run_policy.suspend {
-            JobState::Suspended
-        } else {
-            JobState::Queued
-        };
-    };
-    let is = |t| conditions::is_true(status, t);
-    if is(ConditionType::Succeeded) {
-        JobState::Succeeded
-    } else if is(ConditionType::Failed) {
-        JobState::Failed
-    } else if is(ConditionType::Suspended) || stored.job.spec.run_policy.suspend {
-        JobState::Suspended
-    } else if is(ConditionType::Admitted) && is(ConditionType::Queued) {
-        JobState::Preempting
-    } else if is(ConditionType::Restarting) {
-        JobState::Restarting
-    } else if is(ConditionType::Running) {
-        JobState::Running
-    } else if is(ConditionType::Admitted) {
-        JobState::Admitted
-    } else {
-        JobState::Queued
-    }
+    lifecycle::job_state(&stored.job.spec, stored.job.status.as_ref())
 }
 
 fn is_terminal(job: &TrainingJob) -> bool {
