@@ -393,12 +393,18 @@ fn typed<T: DeserializeOwned, Spec: Kind + schemars::JsonSchema>(
             format!("is required: `{API_VERSION}`"),
         )),
     }
-    let schema = document_schema::<Spec>();
     let mut unknown: Vec<Vec<String>> = Vec::new();
     let result: Result<T, _> = {
         let mut record = |path: serde_ignored::Path| unknown.push(ignored_segments(&path));
         let de = serde_ignored::Deserializer::new(raw, &mut record);
         serde_path_to_error::deserialize(de)
+    };
+    // The schema is only needed to suggest names for unknown fields; building it costs
+    // more than the whole decode, so valid documents skip it.
+    let schema = if unknown.is_empty() {
+        Value::Null
+    } else {
+        document_schema::<Spec>()
     };
     for segs in unknown {
         let Some((field, parent)) = segs.split_last() else {

@@ -210,6 +210,8 @@ impl Store {
 
     fn init(conn: Connection) -> Result<Store, StoreError> {
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        // Every statement this store runs stays prepared (about 30 of them).
+        conn.set_prepared_statement_cache_capacity(64);
         // WAL with synchronous=NORMAL: a commit is appended to the WAL file (in the OS page
         // cache) before `commit()` returns, and the WAL is fsynced at checkpoints. The threat
         // model is a crash of this process (`kill -9` of the server): the OS still holds
@@ -252,15 +254,13 @@ impl Store {
     /// Inserts every job, or none (one already exists, or any write fails).
     pub fn insert_jobs(&mut self, jobs: &[NewJob]) -> Result<(), StoreError> {
         let tx = self.conn.transaction()?;
-        let mut seq: i64 =
-            tx.query_row("SELECT COALESCE(MAX(seq), 0) FROM jobs", [], |r| r.get(0))?;
+        let mut seq: i64 = tx
+            .prepare_cached("SELECT COALESCE(MAX(seq), 0) FROM jobs")?
+            .query_row([], |r| r.get(0))?;
         for j in jobs {
             let exists: Option<i64> = tx
-                .query_row(
-                    "SELECT 1 FROM jobs WHERE namespace = ?1 AND name = ?2",
-                    params![j.namespace, j.name],
-                    |r| r.get(0),
-                )
+                .prepare_cached("SELECT 1 FROM jobs WHERE namespace = ?1 AND name = ?2")?
+                .query_row(params![j.namespace, j.name], |r| r.get(0))
                 .optional()?;
             if exists.is_some() {
                 return Err(StoreError::AlreadyExists {
@@ -271,20 +271,20 @@ impl Store {
             seq += 1;
             let mut spec = j.job.clone();
             let status = spec.status.take();
-            tx.execute(
+            tx.prepare_cached(
                 "INSERT INTO jobs (namespace, name, uid, seq, submitted_ms, converted_from, \
                  spec, status) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                params![
-                    j.namespace,
-                    j.name,
-                    j.uid,
-                    seq,
-                    to_i64(j.submitted_ms),
-                    j.converted_from,
-                    json(&spec)?,
-                    status.as_ref().map(json).transpose()?,
-                ],
-            )?;
+            )?
+            .execute(params![
+                j.namespace,
+                j.name,
+                j.uid,
+                seq,
+                to_i64(j.submitted_ms),
+                j.converted_from,
+                json(&spec)?,
+                status.as_ref().map(json).transpose()?,
+            ])?;
         }
         tx.commit()?;
         Ok(())
@@ -309,7 +309,7 @@ impl Store {
 
     /// Every job, in submission order.
     pub fn jobs(&self) -> Result<Vec<StoredJob>, StoreError> {
-        let mut stmt = self.conn.prepare(&format!(
+        let mut stmt = self.conn.prepare_cached(&format!(
             "SELECT {} FROM jobs ORDER BY seq",
             Self::JOB_COLUMNS
         ))?;
@@ -339,26 +339,25 @@ impl Store {
     pub fn update_spec(&self, uid: &str, job: &TrainingJob) -> Result<(), StoreError> {
         let mut spec = job.clone();
         spec.status = None;
-        self.conn.execute(
-            "UPDATE jobs SET spec = ?2 WHERE uid = ?1",
-            params![uid, json(&spec)?],
-        )?;
+        self.conn
+            .prepare_cached("UPDATE jobs SET spec = ?2 WHERE uid = ?1")?
+            .execute(params![uid, json(&spec)?])?;
         Ok(())
     }
 
     /// Records a job's status (before the actions that follow from it are applied).
     pub fn save_status(&self, uid: &str, status: &TrainingJobStatus) -> Result<(), StoreError> {
-        self.conn.execute(
-            "UPDATE jobs SET status = ?2 WHERE uid = ?1",
-            params![uid, json(status)?],
-        )?;
+        self.conn
+            .prepare_cached("UPDATE jobs SET status = ?2 WHERE uid = ?1")?
+            .execute(params![uid, json(status)?])?;
         Ok(())
     }
 
     /// Marks a job deleted; it is removed once its replicas have stopped.
     pub fn mark_deleting(&self, uid: &str) -> Result<(), StoreError> {
         self.conn
-            .execute("UPDATE jobs SET deleting = 1 WHERE uid = ?1", params![uid])?;
+            .prepare_cached("UPDATE jobs SET deleting = 1 WHERE uid = ?1")?
+            .execute(params![uid])?;
         Ok(())
     }
 
@@ -366,21 +365,20 @@ impl Store {
     pub fn remove_job(&mut self, uid: &str) -> Result<(), StoreError> {
         let tx = self.conn.transaction()?;
         let who: Option<(String, String)> = tx
-            .query_row(
-                "SELECT namespace, name FROM jobs WHERE uid = ?1",
-                params![uid],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
+            .prepare_cached("SELECT namespace, name FROM jobs WHERE uid = ?1")?
+            .query_row(params![uid], |r| Ok((r.get(0)?, r.get(1)?)))
             .optional()?;
-        tx.execute("DELETE FROM jobs WHERE uid = ?1", params![uid])?;
-        tx.execute("DELETE FROM admissions WHERE job_uid = ?1", params![uid])?;
-        tx.execute("DELETE FROM replicas WHERE job_uid = ?1", params![uid])?;
-        tx.execute("DELETE FROM ports WHERE job_uid = ?1", params![uid])?;
+        tx.prepare_cached("DELETE FROM jobs WHERE uid = ?1")?
+            .execute(params![uid])?;
+        tx.prepare_cached("DELETE FROM admissions WHERE job_uid = ?1")?
+            .execute(params![uid])?;
+        tx.prepare_cached("DELETE FROM replicas WHERE job_uid = ?1")?
+            .execute(params![uid])?;
+        tx.prepare_cached("DELETE FROM ports WHERE job_uid = ?1")?
+            .execute(params![uid])?;
         if let Some((ns, name)) = who {
-            tx.execute(
-                "DELETE FROM events WHERE namespace = ?1 AND job = ?2",
-                params![ns, name],
-            )?;
+            tx.prepare_cached("DELETE FROM events WHERE namespace = ?1 AND job = ?2")?
+                .execute(params![ns, name])?;
         }
         tx.commit()?;
         Ok(())
@@ -396,16 +394,17 @@ impl Store {
         ports: &[(String, u16)],
     ) -> Result<(), StoreError> {
         let tx = self.conn.transaction()?;
-        tx.execute(
+        tx.prepare_cached(
             "INSERT OR REPLACE INTO admissions (job_uid, admission) VALUES (?1, ?2)",
-            params![uid, json(admission)?],
-        )?;
-        tx.execute("DELETE FROM ports WHERE job_uid = ?1", params![uid])?;
+        )?
+        .execute(params![uid, json(admission)?])?;
+        tx.prepare_cached("DELETE FROM ports WHERE job_uid = ?1")?
+            .execute(params![uid])?;
         for (replica, port) in ports {
-            tx.execute(
+            tx.prepare_cached(
                 "INSERT OR REPLACE INTO ports (port, job_uid, replica) VALUES (?1, ?2, ?3)",
-                params![port, uid, replica],
-            )?;
+            )?
+            .execute(params![port, uid, replica])?;
         }
         tx.commit()?;
         Ok(())
@@ -414,15 +413,18 @@ impl Store {
     /// Forgets an admission but keeps the job's ports (its replicas still stop).
     pub fn drop_admission(&self, uid: &str) -> Result<(), StoreError> {
         self.conn
-            .execute("DELETE FROM admissions WHERE job_uid = ?1", params![uid])?;
+            .prepare_cached("DELETE FROM admissions WHERE job_uid = ?1")?
+            .execute(params![uid])?;
         Ok(())
     }
 
     /// Forgets an admission and the job's ports.
     pub fn release(&mut self, uid: &str) -> Result<(), StoreError> {
         let tx = self.conn.transaction()?;
-        tx.execute("DELETE FROM admissions WHERE job_uid = ?1", params![uid])?;
-        tx.execute("DELETE FROM ports WHERE job_uid = ?1", params![uid])?;
+        tx.prepare_cached("DELETE FROM admissions WHERE job_uid = ?1")?
+            .execute(params![uid])?;
+        tx.prepare_cached("DELETE FROM ports WHERE job_uid = ?1")?
+            .execute(params![uid])?;
         tx.commit()?;
         Ok(())
     }
@@ -431,7 +433,7 @@ impl Store {
     pub fn admissions(&self) -> Result<Vec<(String, StoredAdmission)>, StoreError> {
         let mut stmt = self
             .conn
-            .prepare("SELECT job_uid, admission FROM admissions ORDER BY job_uid")?;
+            .prepare_cached("SELECT job_uid, admission FROM admissions ORDER BY job_uid")?;
         let rows = stmt
             .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?
             .collect::<Result<Vec<_>, _>>()?;
@@ -444,7 +446,7 @@ impl Store {
     pub fn ports(&self) -> Result<Vec<(u16, String, String)>, StoreError> {
         let mut stmt = self
             .conn
-            .prepare("SELECT port, job_uid, replica FROM ports ORDER BY port")?;
+            .prepare_cached("SELECT port, job_uid, replica FROM ports ORDER BY port")?;
         let rows = stmt
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
             .collect::<Result<Vec<_>, _>>()?;
@@ -455,11 +457,13 @@ impl Store {
 
     /// Records (or updates) a replica incarnation.
     pub fn put_replica(&self, r: &StoredReplica) -> Result<(), StoreError> {
-        self.conn.execute(
-            "INSERT OR REPLACE INTO replicas (name, attempt, retry, namespace, job, job_uid, \
+        self.conn
+            .prepare_cached(
+                "INSERT OR REPLACE INTO replicas (name, attempt, retry, namespace, job, job_uid, \
              role, idx, record, port, started_ms, state) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-            params![
+            )?
+            .execute(params![
                 r.name,
                 r.attempt,
                 r.retry,
@@ -472,8 +476,7 @@ impl Store {
                 r.port,
                 to_i64(r.started_ms),
                 json(&r.state)?,
-            ],
-        )?;
+            ])?;
         Ok(())
     }
 
@@ -485,19 +488,19 @@ impl Store {
         retry: u32,
         state: ProcessState,
     ) -> Result<(), StoreError> {
-        self.conn.execute(
-            "UPDATE replicas SET state = ?4 WHERE name = ?1 AND attempt = ?2 AND retry = ?3",
-            params![name, attempt, retry, json(&state)?],
-        )?;
+        self.conn
+            .prepare_cached(
+                "UPDATE replicas SET state = ?4 WHERE name = ?1 AND attempt = ?2 AND retry = ?3",
+            )?
+            .execute(params![name, attempt, retry, json(&state)?])?;
         Ok(())
     }
 
     /// Forgets a replica incarnation (its files and logs stay on disk).
     pub fn remove_replica(&self, name: &str, attempt: u32, retry: u32) -> Result<(), StoreError> {
-        self.conn.execute(
-            "DELETE FROM replicas WHERE name = ?1 AND attempt = ?2 AND retry = ?3",
-            params![name, attempt, retry],
-        )?;
+        self.conn
+            .prepare_cached("DELETE FROM replicas WHERE name = ?1 AND attempt = ?2 AND retry = ?3")?
+            .execute(params![name, attempt, retry])?;
         Ok(())
     }
 
@@ -571,24 +574,25 @@ impl Store {
     // ---- events ----
 
     pub fn add_event(&self, e: &StoredEvent) -> Result<(), StoreError> {
-        self.conn.execute(
-            "INSERT INTO events (namespace, job, time_ms, type, reason, message) \
+        self.conn
+            .prepare_cached(
+                "INSERT INTO events (namespace, job, time_ms, type, reason, message) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![
+            )?
+            .execute(params![
                 e.namespace,
                 e.job,
                 to_i64(e.time_ms),
                 e.type_,
                 e.reason,
                 e.message
-            ],
-        )?;
+            ])?;
         Ok(())
     }
 
     /// A job's events, oldest first.
     pub fn events(&self, namespace: &str, job: &str) -> Result<Vec<StoredEvent>, StoreError> {
-        let mut stmt = self.conn.prepare(
+        let mut stmt = self.conn.prepare_cached(
             "SELECT namespace, job, time_ms, type, reason, message FROM events \
              WHERE namespace = ?1 AND job = ?2 ORDER BY id",
         )?;

@@ -192,12 +192,15 @@ impl Client {
     }
 
     fn get_items<T: DeserializeOwned>(&self, path: &str) -> Result<Vec<T>, ClientError> {
-        let v = self.get_value(path)?;
-        let items = v
-            .get("items")
-            .cloned()
-            .ok_or_else(|| ClientError::Protocol("no `items` in the answer".into()))?;
-        serde_json::from_value(items).map_err(|e| ClientError::Protocol(e.to_string()))
+        // Straight into the rows, without a `Value` in between (10,000 jobs are 2.5 MB).
+        #[derive(serde::Deserialize)]
+        struct Items<T> {
+            items: Vec<T>,
+        }
+        let text = self.get_text(path)?;
+        serde_json::from_str::<Items<T>>(&text)
+            .map(|i| i.items)
+            .map_err(|e| ClientError::Protocol(format!("unexpected answer: {e}")))
     }
 
     /// Submits YAML or JSON text (TrainingJobs or Kubeflow jobs) into `namespace`.

@@ -1,6 +1,6 @@
 //! [`Cluster`]: the owner of the store, the scheduler and the executor.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{BuildHasher, Hasher};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -24,8 +24,8 @@ use super::{
     QueuePoolUsage, ReplicaInfo, ReplicaUsageRow, SubmitResult, TickReport,
 };
 use crate::executor::{
-    ExecutorConfig, LocalExecutor, ProcessRecord, ProcessState, ReplicaProcessSpec, ShimCommand,
-    discover, procfs,
+    ExecutorConfig, ExecutorError, LocalExecutor, ProcessRecord, ProcessState, ReplicaProcessSpec,
+    ShimCommand, discover, procfs,
 };
 use crate::inventory::{NodeInventory, inventory};
 use crate::store::{
@@ -142,6 +142,14 @@ struct Counters {
     ticks: u64,
     last_cycle_seconds: f64,
     last_tick_seconds: f64,
+}
+
+/// A replica ready to start: what the executor runs and what the store records.
+struct PendingStart {
+    id: ReplicaId,
+    inc: Incarnation,
+    port: Option<u16>,
+    process: ReplicaProcessSpec,
 }
 
 /// The embedded cluster. See the module docs.
@@ -543,11 +551,14 @@ impl Cluster {
     /// Jobs of one namespace (or all), ordered by namespace then name.
     pub fn list(&self, namespace: Option<&str>) -> Result<Vec<JobSummary>, ClusterError> {
         let replicas = self.store.replicas()?;
-        let mut out: Vec<JobSummary> = self
-            .jobs
-            .values()
-            .filter(|j| namespace.is_none_or(|n| n == j.namespace))
-            .map(|j| summary(j, &replicas))
+        let listed = || {
+            self.jobs
+                .values()
+                .filter(|j| namespace.is_none_or(|n| n == j.namespace))
+        };
+        let ready = ready_replicas(listed(), &replicas);
+        let mut out: Vec<JobSummary> = listed()
+            .map(|j| summary(j, ready.get(&j.uid).copied().unwrap_or(0)))
             .collect();
         out.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
         Ok(out)
@@ -562,7 +573,7 @@ impl Cluster {
         let Some(stored) = self.store.job(namespace, name)? else {
             return Ok(None);
         };
-        let replicas = self.store.replicas()?;
+        let replicas = self.store.replicas_of(&stored.uid)?;
         let retries = stored
             .job
             .status
@@ -570,7 +581,7 @@ impl Cluster {
             .map(|s| s.replica_retries.clone())
             .unwrap_or_default();
         let mut infos = Vec::new();
-        for r in replicas.iter().filter(|r| r.job_uid == stored.uid) {
+        for r in &replicas {
             let phase = phase_of(r.state);
             let (exit_code, reason) = match phase {
                 ReplicaPhase::Failed { exit_code, reason } => {
@@ -627,7 +638,13 @@ impl Cluster {
             })
             .collect();
         Ok(Some(JobDetails {
-            summary: summary(&stored, &replicas),
+            summary: summary(
+                &stored,
+                ready_replicas(std::iter::once(&stored), &replicas)
+                    .get(&stored.uid)
+                    .copied()
+                    .unwrap_or(0),
+            ),
             pending_reason: self.pending_reasons.get(&stored.key()).cloned(),
             job: stored.job,
             admission,
@@ -990,8 +1007,21 @@ impl Cluster {
         for stored in &jobs {
             if stored.deleting {
                 self.advance_deletion(stored, &mut report)?;
-            } else if self.reconcile_job(stored, now, &mut report)? {
-                self.settled.insert(stored.uid.clone());
+            } else {
+                let started_before = report.started.len();
+                let mut settled = self.reconcile_job(stored, now, &mut report)?;
+                // Replicas just started run already: reconciling again records the job
+                // Running in this pass rather than the next.
+                if report.started.len() > started_before
+                    && let Some(updated) =
+                        self.seq_of.get(&stored.uid).and_then(|s| self.jobs.get(s))
+                {
+                    let updated = updated.clone();
+                    settled = self.reconcile_job(&updated, now, &mut report)?;
+                }
+                if settled {
+                    self.settled.insert(stored.uid.clone());
+                }
             }
         }
         self.counters.ticks += 1;
@@ -1248,24 +1278,25 @@ impl Cluster {
             .actions
             .iter()
             .any(|a| matches!(a, Action::Start { .. }));
+        // Consecutive starts (a gang) go to the executor together, which launches them in
+        // parallel; any other action first flushes the starts before it, keeping the order.
+        let mut pending: Vec<PendingStart> = Vec::new();
         for action in &out.actions {
-            match action {
-                Action::Start {
-                    replica,
-                    incarnation,
-                    placement,
-                } => {
-                    self.start_replica(
-                        stored,
-                        &job,
-                        *replica,
-                        *incarnation,
-                        &placement.gpu_indices,
-                        &replicas,
-                        now,
-                        report,
-                    )?;
+            if let Action::Start {
+                replica,
+                incarnation,
+                placement,
+            } = action
+            {
+                let start = (*replica, *incarnation, placement.gpu_indices.as_slice());
+                if let Some(p) = self.prepare_start(stored, &job, start, &replicas, report)? {
+                    pending.push(p);
                 }
+                continue;
+            }
+            self.start_replicas(stored, std::mem::take(&mut pending), now, report)?;
+            match action {
+                Action::Start { .. } => {}
                 Action::Stop {
                     replica,
                     incarnation,
@@ -1331,6 +1362,7 @@ impl Cluster {
                 }
             }
         }
+        self.start_replicas(stored, pending, now, report)?;
         Ok(settled)
     }
 
@@ -1386,24 +1418,23 @@ impl Cluster {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn start_replica(
+    /// What starting a replica takes: its process spec, or nothing when it must not start
+    /// now (already recorded or running, its GPUs still held, no launch env).
+    fn prepare_start(
         &mut self,
         stored: &StoredJob,
         job: &TrainingJob,
-        id: ReplicaId,
-        inc: Incarnation,
-        gpu_indices: &[u32],
+        start: (ReplicaId, Incarnation, &[u32]),
         replicas: &[StoredReplica],
-        now: Timestamp,
         report: &mut TickReport,
-    ) -> Result<(), ClusterError> {
+    ) -> Result<Option<PendingStart>, ClusterError> {
+        let (id, inc, gpu_indices) = start;
         let name = process_name(&stored.namespace, &stored.name, id);
         if replicas
             .iter()
             .any(|r| r.name == name && r.attempt == inc.attempt && r.retry == inc.retry)
         {
-            return Ok(());
+            return Ok(None);
         }
         // No two processes of one name at once.
         if self
@@ -1411,7 +1442,7 @@ impl Cluster {
             .state(&name)
             .is_some_and(|s| s == ProcessState::Running)
         {
-            return Ok(());
+            return Ok(None);
         }
         // A GPU is never shared: processes of a preempted job may still hold the GPUs
         // during their grace period; the start waits for them (the lifecycle asks again).
@@ -1422,7 +1453,7 @@ impl Cluster {
                     && r.record.gpu_indices.iter().any(|g| gpu_indices.contains(g))
             });
             if busy {
-                return Ok(());
+                return Ok(None);
             }
         }
         let ports: BTreeMap<String, u16> = self
@@ -1446,7 +1477,7 @@ impl Cluster {
             Ok(l) => l,
             Err(e) => {
                 report.errors.push(format!("{name}: {e}"));
-                return Ok(());
+                return Ok(None);
             }
         };
         let mut env: Vec<(String, String)> = launch
@@ -1470,7 +1501,7 @@ impl Cluster {
         let mut spec = job.spec.clone();
         spec.apply_defaults();
         let Some(rspec) = spec.replicas.get(&id.role) else {
-            return Ok(());
+            return Ok(None);
         };
         let mut command = rspec.template.command.clone();
         command.extend(rspec.template.args.iter().cloned());
@@ -1498,7 +1529,57 @@ impl Cluster {
             memory_bytes,
             gpu_indices: gpu_indices.to_vec(),
         };
-        let record = match self.executor.start(&process) {
+        let port = ports.get(&id.key()).copied();
+        Ok(Some(PendingStart {
+            id,
+            inc,
+            port,
+            process,
+        }))
+    }
+
+    /// Starts the prepared replicas together and records each one that runs.
+    fn start_replicas(
+        &mut self,
+        stored: &StoredJob,
+        pending: Vec<PendingStart>,
+        now: Timestamp,
+        report: &mut TickReport,
+    ) -> Result<(), ClusterError> {
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let specs: Vec<ReplicaProcessSpec> = pending.iter().map(|p| p.process.clone()).collect();
+        let results = self.executor.start_all(&specs);
+        let mut first_error = None;
+        for (p, result) in pending.into_iter().zip(results) {
+            if let Err(e) = self.record_start(stored, p, result, now, report)
+                && first_error.is_none()
+            {
+                first_error = Some(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Records a replica the executor started (or the reason it did not).
+    fn record_start(
+        &mut self,
+        stored: &StoredJob,
+        pending: PendingStart,
+        result: Result<ProcessRecord, ExecutorError>,
+        now: Timestamp,
+        report: &mut TickReport,
+    ) -> Result<(), ClusterError> {
+        let PendingStart {
+            id,
+            inc,
+            port,
+            process,
+        } = pending;
+        let name = process.name;
+        let gpu_indices = process.gpu_indices;
+        let record = match result {
             Ok(r) => r,
             Err(e) => {
                 report.errors.push(format!("{name}: {e}"));
@@ -1513,7 +1594,6 @@ impl Cluster {
                 return Ok(());
             }
         };
-        let port = ports.get(&id.key()).copied();
         let row = StoredReplica {
             name: name.clone(),
             namespace: stored.namespace.clone(),
@@ -1670,21 +1750,11 @@ fn phase_name(p: ReplicaPhase) -> &'static str {
     }
 }
 
-fn summary(j: &StoredJob, replicas: &[StoredReplica]) -> JobSummary {
-    let status = j.job.status.clone().unwrap_or_default();
-    let mut spec = j.job.spec.clone();
-    spec.apply_defaults();
-    let ready = replicas
-        .iter()
-        .filter(|r| {
-            r.job_uid == j.uid
-                && r.attempt == status.attempt
-                && matches!(
-                    r.state,
-                    ProcessState::Running | ProcessState::Exited { code: 0 }
-                )
-        })
-        .count() as u32;
+fn summary(j: &StoredJob, ready: u32) -> JobSummary {
+    // Defaults change none of the fields read here (counts, GPUs, queue, framework), so
+    // the spec is read as stored rather than cloned and defaulted: `list` of 10,000 jobs.
+    let spec = &j.job.spec;
+    let status = j.job.status.as_ref();
     JobSummary {
         namespace: j.namespace.clone(),
         name: j.name.clone(),
@@ -1696,9 +1766,36 @@ fn summary(j: &StoredJob, replicas: &[StoredReplica]) -> JobSummary {
         replicas_total: u32::try_from(spec.total_replicas()).unwrap_or(u32::MAX),
         gpus: spec.total_gpus(),
         created: timestamp(j.submitted_ms),
-        restarts: status.restart_count,
-        preemptions: status.preemption_count,
+        restarts: status.map_or(0, |s| s.restart_count),
+        preemptions: status.map_or(0, |s| s.preemption_count),
     }
+}
+
+/// Replicas of the job's current attempt that are running or exited cleanly, by job uid.
+fn ready_replicas<'a>(
+    jobs: impl Iterator<Item = &'a StoredJob>,
+    replicas: &[StoredReplica],
+) -> HashMap<String, u32> {
+    let attempt: HashMap<&str, u32> = jobs
+        .map(|j| {
+            (
+                j.uid.as_str(),
+                j.job.status.as_ref().map_or(0, |s| s.attempt),
+            )
+        })
+        .collect();
+    let mut ready = HashMap::new();
+    for r in replicas {
+        if attempt.get(r.job_uid.as_str()) == Some(&r.attempt)
+            && matches!(
+                r.state,
+                ProcessState::Running | ProcessState::Exited { code: 0 }
+            )
+        {
+            *ready.entry(r.job_uid.clone()).or_insert(0) += 1;
+        }
+    }
+    ready
 }
 
 /// What the embedded cluster needs beyond validation: a command to run, the namespace.
