@@ -15,9 +15,12 @@ pub struct SimArgs {
     /// The trace file (e.g. ../shared/traces/gavel/dev-seed1.trace).
     #[arg(long, value_name = "FILE")]
     pub trace: String,
-    /// Trace format: gavel, philly or alibaba (guessed from the file name when left out).
-    /// `alibaba` (an `openb_pod_list_*.csv`) runs the fragmentation experiment of "Beware
-    /// of Fragmentation" (ATC 2023) instead of the round-based simulation.
+    /// Trace format: gavel, philly, sia or alibaba (when left out: sia if the file starts
+    /// with Sia's header `name,time,application,num_replicas,batch_size`, else guessed from
+    /// the file name). `alibaba` (an `openb_pod_list_*.csv`) runs the fragmentation
+    /// experiment of "Beware of Fragmentation" (ATC 2023) instead of the round-based
+    /// simulation. `sia` derives each job's length and per-GPU-type speed from Sia's
+    /// profiles (see --profiles).
     #[arg(long, value_name = "FORMAT")]
     pub format: Option<String>,
     /// Alibaba node list (default: openb_node_list_gpu_node.csv next to the trace).
@@ -26,8 +29,14 @@ pub struct SimArgs {
     /// Gavel's throughput matrix (default: simulation_throughputs.json next to the trace).
     #[arg(long, value_name = "FILE")]
     pub throughputs: Option<String>,
+    /// Sia's profiles directory, with one `<model>/` of placements-, scalability- and
+    /// validation-*.csv files per application (default: `<workload>/../../traces`).
+    #[arg(long, value_name = "DIR")]
+    pub profiles: Option<String>,
     /// GPUs per type, e.g. `k80:12,p100:12,v100:12` or `v100:64/8` (64 GPUs on 8-GPU nodes).
-    /// Default: k80:12,p100:12,v100:12 for Gavel traces, gpu:2048/8 otherwise.
+    /// Default: k80:12,p100:12,v100:12 for Gavel traces; for Sia workloads the Sia paper's
+    /// t4:24/4,a100:16/8,rtx2080ti:24/8 (types t4, v100, a100, rtx6000, rtx2080ti or Sia's
+    /// machine names aws, azure, dgx-ext, dgx, quad, rtx); gpu:2048/8 otherwise.
     #[arg(long, value_name = "TYPE:GPUS,...", conflicts_with = "cluster_file")]
     pub cluster: Option<String>,
     /// A YAML cluster file (pools of gpu_type with gpus or nodes, gpus_per_node).
@@ -36,14 +45,15 @@ pub struct SimArgs {
     /// GPUs per node for `--cluster` entries that do not say.
     #[arg(long, default_value_t = 1)]
     pub gpus_per_node: u32,
-    /// Policy name, comma-separated names, or `all`: corral, fifo, sjf, las,
+    /// Policy name, comma-separated names, or `all`: corral, fifo, sjf, las, gandiva,
     /// max_min_fairness, max_min_fairness_perf (gavel). For `--format alibaba`: corral,
     /// first_fit, best_fit.
     #[arg(long, default_value = "all")]
     pub policy: String,
-    /// Round length in seconds.
-    #[arg(long, default_value_t = 360.0)]
-    pub round_s: f64,
+    /// Round length in seconds (default: 360, Gavel's; 60 for Sia workloads, Sia's round,
+    /// since its jobs run for minutes on fast GPUs).
+    #[arg(long, value_name = "SECONDS")]
+    pub round_s: Option<f64>,
     /// Seconds a preempted or migrated job spends restarting (checkpoint + restart).
     #[arg(long, default_value_t = 30.0)]
     pub restart_s: f64,
@@ -72,9 +82,22 @@ fn read(path: &str) -> Result<String, String> {
     std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))
 }
 
-fn load_jobs(args: &SimArgs, format: Format) -> Result<Vec<SimJob>, String> {
+/// The jobs of the trace, and notes on how they were derived (Sia).
+fn load_jobs(
+    args: &SimArgs,
+    format: Format,
+    cluster: &corral_sim::Cluster,
+) -> Result<(Vec<SimJob>, Vec<String>), String> {
+    if format == Format::Sia {
+        return trace::sia::load(
+            &args.trace,
+            args.profiles.as_deref(),
+            &cluster.types,
+            args.limit,
+        );
+    }
     let text = read(&args.trace)?;
-    match format {
+    let jobs = match format {
         Format::Gavel => {
             let tp = match &args.throughputs {
                 Some(p) => p.clone(),
@@ -88,11 +111,23 @@ fn load_jobs(args: &SimArgs, format: Format) -> Result<Vec<SimJob>, String> {
             if let Some(n) = args.limit {
                 jobs.truncate(n);
             }
-            Ok(jobs)
+            jobs
         }
-        Format::Philly => trace::philly::parse(&text, &args.trace, args.limit),
-        Format::Alibaba => Err("the alibaba format is not a job trace".into()),
-    }
+        Format::Philly => trace::philly::parse(&text, &args.trace, args.limit)?,
+        Format::Alibaba | Format::Sia => {
+            return Err("the alibaba format is not a job trace".into());
+        }
+    };
+    Ok((jobs, Vec::new()))
+}
+
+/// The first line of a file (empty when it cannot be read: the reader reports that).
+fn first_line(path: &str) -> String {
+    use std::io::BufRead;
+    std::fs::File::open(path)
+        .ok()
+        .and_then(|f| std::io::BufReader::new(f).lines().next()?.ok())
+        .unwrap_or_default()
 }
 
 /// `--format alibaba`: the fragmentation experiment (pods placed in trace order, never
@@ -171,7 +206,7 @@ fn run_alibaba(args: &SimArgs) -> Result<String, String> {
 pub fn run(args: SimArgs) -> Result<String, String> {
     let format = match &args.format {
         Some(f) => Format::parse(f)?,
-        None => Format::guess(&args.trace).ok_or_else(|| {
+        None => Format::sniff(&args.trace, &first_line(&args.trace)).ok_or_else(|| {
             format!(
                 "{}: cannot tell the trace format; give --format",
                 args.trace
@@ -187,6 +222,7 @@ pub fn run(args: SimArgs) -> Result<String, String> {
         (None, None) => {
             let default = match format {
                 Format::Gavel => "k80:12,p100:12,v100:12",
+                Format::Sia => trace::sia::DEFAULT_CLUSTER,
                 Format::Philly | Format::Alibaba => "gpu:2048/8",
             };
             ClusterSpec::parse_flag(default, args.gpus_per_node)?
@@ -195,10 +231,13 @@ pub fn run(args: SimArgs) -> Result<String, String> {
     let cluster = spec.build()?;
     let kinds = PolicyKind::parse_list(&args.policy)?;
     let t0 = Instant::now();
-    let jobs = load_jobs(&args, format)?;
+    let (jobs, notes) = load_jobs(&args, format, &cluster)?;
+    let round_s = args
+        .round_s
+        .unwrap_or(if format == Format::Sia { 60.0 } else { 360.0 });
     let parse_s = t0.elapsed().as_secs_f64();
     let cfg = EngineConfig {
-        round_s: args.round_s,
+        round_s,
         restart_s: args.restart_s,
         checkpoint_s: args.checkpoint_s,
         seed: args.seed,
@@ -271,7 +310,7 @@ pub fn run(args: SimArgs) -> Result<String, String> {
         jobs.len(),
         cluster.describe(),
         cluster.total_gpus(),
-        args.round_s,
+        round_s,
         args.restart_s,
         args.checkpoint_s
     );
@@ -289,7 +328,18 @@ pub fn run(args: SimArgs) -> Result<String, String> {
         "json" => json + "\n",
         "html" => html(),
         _ => {
-            let mut s = format!("{title}\n\n{}", report::table(&metrics));
+            let mut s = format!("{title}\n");
+            if format == Format::Sia {
+                s.push_str(
+                    "job length: iterations to the model's last validated epoch at its batch \
+                     size; speed per GPU type: 1 / iteration time of its compact placement \
+                     (Sia's profiles)\n",
+                );
+                for n in &notes {
+                    s.push_str(&format!("note: {n}\n"));
+                }
+            }
+            s.push_str(&format!("\n{}", report::table(&metrics)));
             s.push_str(&format!("\nparsed the trace in {parse_s:.2} s\n"));
             for (m, (wall, jps)) in metrics.iter().zip(&timing) {
                 s.push_str(&format!(

@@ -126,3 +126,69 @@ fn faster_type_finishes_sooner_for_heterogeneity_aware_policies() {
     let (_, m) = run_policy(&[j], &c, &mut Sjf, &cfg(10.0), &mut |_| {}).unwrap();
     assert!((m.avg_jct_s - 1000.0).abs() < 1e-6, "{}", m.avg_jct_s);
 }
+
+#[test]
+fn gandiva_time_slices_one_gpu_round_robin() {
+    // Two 1000 s jobs at t=0 on one GPU, 100 s rounds, restart 30 s, no checkpoint loss:
+    // A gets the GPU, B time-shares it (quantum set to one round). A runs 0..100 (100 s of
+    // work), B 100..200 (100 s, first start: no restart), then each turn is 30 s restart +
+    // 70 s work. A: 100 + 12 x 70 = 940 after its turn at 2400; its turn at 2600 finishes
+    // it at 2600 + 30 + 60 = 2690. B: 940 after its turn at 2500; at 2700 it has the GPU
+    // alone: done at 2790. Every turn change preempts one job and restarts the other: 26
+    // preemptions, 26 restarts.
+    use corral_sim::policy::gandiva::Gandiva;
+    let jobs = vec![job(0, 0.0, 1000.0), job(1, 0.0, 1000.0)];
+    let cfg = EngineConfig {
+        round_s: 100.0,
+        restart_s: 30.0,
+        checkpoint_s: 0.0,
+        seed: 0,
+    };
+    let mut g = Gandiva::default();
+    g.quantum_s = 100.0;
+    let (r, m) = run_policy(&jobs, &one_gpu(), &mut g, &cfg, &mut |_| {}).unwrap();
+    assert!(
+        (r.states[0].finished_at.unwrap() - 2690.0).abs() < 1e-6,
+        "{:?}",
+        r.states[0].finished_at
+    );
+    assert!(
+        (r.states[1].finished_at.unwrap() - 2790.0).abs() < 1e-6,
+        "{:?}",
+        r.states[1].finished_at
+    );
+    assert_eq!((m.preemptions, m.restarts, m.migrations), (26, 26, 0));
+}
+
+#[test]
+fn gandiva_migrates_a_job_to_make_room_for_a_two_gpu_job() {
+    // Two nodes of 2 GPUs. X (200 s), Y and W (10000 s each) arrive at 0: packing puts X
+    // and Y on node 0 (the partly used node first), W on node 1. X finishes at 200, when Z
+    // (2 GPUs, 1000 s) arrives: one GPU is free on each node. Gandiva moves Y to node 1
+    // (one migration; Y pays the 30 s restart) and runs Z on node 0 from 200 to 1200.
+    // Y: 200 s done by 200, then 30 + 9800: done at 10030; W at 10000.
+    use corral_sim::policy::gandiva::Gandiva;
+    let mut z = job(3, 200.0, 1000.0);
+    z.gpus = 2;
+    let jobs = vec![
+        job(0, 0.0, 200.0),
+        job(1, 0.0, 10_000.0),
+        job(2, 0.0, 10_000.0),
+        z,
+    ];
+    let cfg = EngineConfig {
+        round_s: 100.0,
+        restart_s: 30.0,
+        checkpoint_s: 0.0,
+        seed: 0,
+    };
+    let c = ClusterSpec::parse_flag("v100:4/2", 1)
+        .unwrap()
+        .build()
+        .unwrap();
+    let (r, m) = run_policy(&jobs, &c, &mut Gandiva::default(), &cfg, &mut |_| {}).unwrap();
+    let done: Vec<f64> = r.states.iter().map(|s| s.finished_at.unwrap()).collect();
+    assert_eq!(done, [200.0, 10_030.0, 10_000.0, 1200.0]);
+    assert_eq!((m.preemptions, m.migrations), (0, 1));
+    assert_eq!(r.states[1].migrations, 1);
+}

@@ -2,6 +2,7 @@
 //! type; a policy may also give concrete nodes (Corral's scheduler does).
 
 pub mod fifo;
+pub mod gandiva;
 pub mod gavel;
 pub mod las;
 pub mod sjf;
@@ -73,6 +74,9 @@ pub enum PolicyKind {
     Sjf,
     /// Tiresias-style discretized 2D least-attained-service (GPUs x time).
     Las,
+    /// Gandiva: node packing with locality, migration to defragment, time-slicing when
+    /// oversubscribed; heterogeneity-agnostic.
+    Gandiva,
     /// Gavel's `max_min_fairness`: LAS by LP, heterogeneity-agnostic.
     MaxMinFairness,
     /// Gavel's `max_min_fairness_perf`: heterogeneity-aware max-min fairness by LP.
@@ -80,11 +84,12 @@ pub enum PolicyKind {
 }
 
 impl PolicyKind {
-    pub const ALL: [PolicyKind; 6] = [
+    pub const ALL: [PolicyKind; 7] = [
         PolicyKind::Corral,
         PolicyKind::Fifo,
         PolicyKind::Sjf,
         PolicyKind::Las,
+        PolicyKind::Gandiva,
         PolicyKind::MaxMinFairness,
         PolicyKind::Gavel,
     ];
@@ -95,6 +100,7 @@ impl PolicyKind {
             PolicyKind::Fifo => "fifo",
             PolicyKind::Sjf => "sjf",
             PolicyKind::Las => "las",
+            PolicyKind::Gandiva => "gandiva",
             PolicyKind::MaxMinFairness => "max_min_fairness",
             PolicyKind::Gavel => "max_min_fairness_perf",
         }
@@ -112,12 +118,10 @@ impl PolicyKind {
                 "las" | "tiresias" => out.push(PolicyKind::Las),
                 "max_min_fairness" | "gavel-las" => out.push(PolicyKind::MaxMinFairness),
                 "max_min_fairness_perf" | "gavel" => out.push(PolicyKind::Gavel),
-                "gandiva" => {
-                    return Err("policy `gandiva` is not implemented yet".into());
-                }
+                "gandiva" => out.push(PolicyKind::Gandiva),
                 _ => {
                     return Err(format!(
-                        "unknown policy `{p}`: expected all, corral, fifo, sjf, las, max_min_fairness or max_min_fairness_perf (gavel)"
+                        "unknown policy `{p}`: expected all, corral, fifo, sjf, las, gandiva, max_min_fairness or max_min_fairness_perf (gavel)"
                     ));
                 }
             }
@@ -135,6 +139,7 @@ impl PolicyKind {
             PolicyKind::Fifo => Box::new(fifo::Fifo::new(seed)),
             PolicyKind::Sjf => Box::new(sjf::Sjf),
             PolicyKind::Las => Box::new(las::Las::default()),
+            PolicyKind::Gandiva => Box::new(gandiva::Gandiva::default()),
             PolicyKind::MaxMinFairness => Box::new(gavel::MaxMin::new(false, seed)),
             PolicyKind::Gavel => Box::new(gavel::MaxMin::new(true, seed)),
         }

@@ -52,7 +52,7 @@ impl AliPod {
 }
 
 /// Column positions of the named header fields; errors name the missing one.
-fn columns<const N: usize>(
+pub(crate) fn columns<const N: usize>(
     header: &str,
     file: &str,
     required: [&str; N],
@@ -79,7 +79,7 @@ fn columns<const N: usize>(
     Ok((idx, names))
 }
 
-fn num<T: std::str::FromStr>(
+pub(crate) fn num<T: std::str::FromStr>(
     f: &[(usize, &str)],
     i: usize,
     file: &str,
@@ -97,10 +97,10 @@ fn num<T: std::str::FromStr>(
 }
 
 /// A data line: its 1-based number and its `(column, field)`s.
-type Row<'a> = (usize, Vec<(usize, &'a str)>);
+pub(crate) type Row<'a> = (usize, Vec<(usize, &'a str)>);
 
 /// Data lines with their 1-based line numbers and fields, checking the field count.
-fn rows<'a>(text: &'a str, file: &str, ncols: usize) -> Result<Vec<Row<'a>>, String> {
+pub(crate) fn rows<'a>(text: &'a str, file: &str, ncols: usize) -> Result<Vec<Row<'a>>, String> {
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate().skip(1) {
         let ln = i + 1;

@@ -4,6 +4,7 @@
 pub mod alibaba;
 pub mod gavel;
 pub mod philly;
+pub mod sia;
 
 use crate::job::SimJob;
 
@@ -14,6 +15,8 @@ pub enum Format {
     Philly,
     /// Alibaba cluster-trace-gpu-v2023: the fragmentation experiment, not the engine.
     Alibaba,
+    /// Sia's workloads, durations and speeds derived from its profiles ([`sia`]).
+    Sia,
 }
 
 impl Format {
@@ -22,12 +25,20 @@ impl Format {
             "gavel" => Ok(Format::Gavel),
             "philly" => Ok(Format::Philly),
             "alibaba" => Ok(Format::Alibaba),
-            "sia" => Err(format!(
-                "trace format `{s}` is not implemented in corral-sim yet (gavel, philly and alibaba are)"
-            )),
+            "sia" => Ok(Format::Sia),
             _ => Err(format!(
-                "unknown trace format `{s}`: expected gavel, philly or alibaba"
+                "unknown trace format `{s}`: expected gavel, philly, sia or alibaba"
             )),
+        }
+    }
+
+    /// Guesses the format from the file's first line (Sia's workload header), else from
+    /// its name.
+    pub fn sniff(path: &str, first_line: &str) -> Option<Self> {
+        if sia::is_workload(first_line) {
+            Some(Format::Sia)
+        } else {
+            Self::guess(path)
         }
     }
 
