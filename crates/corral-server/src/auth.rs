@@ -2,7 +2,7 @@
 //!
 //! Tokens come from the cluster's `CorralConfig` (`tokens: [{token, namespace}]`). With no
 //! token configured the API is open (it listens on loopback by default). With tokens, every
-//! `/api/v1/` request carries `Authorization: Bearer <token>`; a token with a namespace acts
+//! `/api/v1/` and `/metrics` request carries `Authorization: Bearer <token>`; a token with a namespace acts
 //! in that namespace only, one without acts in all. A request for another namespace's jobs
 //! is refused with 403 whether or not the job exists, so a token learns nothing about other
 //! namespaces.

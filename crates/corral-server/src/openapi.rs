@@ -200,9 +200,8 @@ pub fn document() -> Value {
             "/metrics": {
                 "get": {
                     "operationId": "metrics",
-                    "summary": "Prometheus metrics (corral_ prefix): jobs by queue and state, GPUs, counters, per-replica CPU/memory/GPU",
-                    "security": [],
-                    "responses": {"200": {"description": "OpenMetrics text", "content": {"application/openmetrics-text": {"schema": {"type": "string"}}}}},
+                    "summary": "Prometheus metrics (corral_ prefix): jobs by queue and state, GPUs, counters, and CPU/memory/GPU of every running replica the token may see",
+                    "responses": {"200": {"description": "OpenMetrics text", "content": {"application/openmetrics-text": {"schema": {"type": "string"}}}}, "401": {"description": "Tokens are configured and none (or an unknown one) was given"}},
                 },
             },
             "/healthz": {

@@ -266,8 +266,15 @@ async fn top(State(state): State<AppState>, caller: Caller) -> ApiResult {
     Ok(items(rows))
 }
 
-async fn metrics(State(state): State<AppState>) -> ApiResult {
+/// With tokens configured, Prometheus scrapes with one (`authorization: {credentials: ...}`
+/// in its scrape config); a namespace's token gets the cluster-wide gauges (jobs by queue
+/// and state, GPUs) and only its own namespace's per-replica series, which name jobs.
+async fn metrics(State(state): State<AppState>, caller: Caller) -> ApiResult {
     let (snapshot, rows) = state.with_cluster(|c| (c.metrics(), c.top())).await?;
+    let rows: Vec<_> = rows
+        .into_iter()
+        .filter(|r| caller.allows(&r.namespace))
+        .collect();
     let text = crate::metrics::render(&snapshot, &rows)
         .map_err(|e| ApiError::internal(format!("cannot encode metrics: {e}")))?;
     Ok((

@@ -416,6 +416,46 @@ fn tokens_keep_namespaces_apart() -> TestResult {
         "team-b's job disappeared",
     )?;
 
+    // /metrics: a token is needed, and per-replica series (which name jobs) are shown to
+    // their namespace's token and the admin token only.
+    b.submit(
+        "team-b",
+        &parked_job("busy").replace("  runPolicy: {suspend: true}\n", ""),
+    )?;
+    wait_for_state(&b, "team-b", "busy", Duration::from_secs(30), |s| {
+        s == JobState::Running
+    })?;
+    let busy = "job=\"busy\"";
+    let (status, body) = raw("GET", &c.url("/metrics"), None, None)?;
+    check(
+        status == 401,
+        format!("/metrics without a token: {status} {body}"),
+    )?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, text) = raw("GET", &c.url("/metrics"), Some("token-b"), None)?;
+        check(status == 200, format!("/metrics with token-b: {status}"))?;
+        if text.contains(busy) {
+            break;
+        }
+        check(
+            Instant::now() < deadline,
+            format!("team-b's replica is not in /metrics for token-b:\n{text}"),
+        )?;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (status, text) = raw("GET", &c.url("/metrics"), Some("token-a"), None)?;
+    check(
+        status == 200 && !text.contains(busy) && text.contains("corral_jobs{"),
+        format!("/metrics for token-a shows team-b's job or no cluster gauges:\n{text}"),
+    )?;
+    let (_, text) = raw("GET", &c.url("/metrics"), Some("token-admin"), None)?;
+    check(
+        text.contains(busy),
+        "the admin token does not see team-b's replica",
+    )?;
+    b.delete("team-b", "busy")?;
+
     // No token, or an unknown one: 401.
     let (status, body) = raw(
         "GET",
