@@ -873,10 +873,10 @@ pub fn run_top(args: &TopArgs) -> ExitCode {
 #[derive(Args, Debug)]
 pub struct BenchApiArgs {
     /// Jobs for the submit -> all replicas running measurement.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 20)]
     pub startup_jobs: usize,
     /// Replicas per startup job.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 8)]
     pub startup_replicas: u32,
     /// Target submissions per second.
     #[arg(long, default_value_t = 1000)]

@@ -125,7 +125,16 @@ fn supervise(dir: &Path) -> Result<i32, String> {
                 std::io::ErrorKind::PermissionDenied => 126,
                 _ => 125,
             };
-            let message = format!("cannot run {program:?}: {e}");
+            // A missing working directory fails the spawn with the same error as a missing
+            // program: say which one it is.
+            let message = match &launch.working_dir {
+                Some(wd) if !wd.is_dir() => format!(
+                    "cannot run {program:?}: the working directory {} does not exist \
+                     (template.workingDir; a relative one is relative to the server's)",
+                    wd.display()
+                ),
+                _ => format!("cannot run {program:?}: {e}"),
+            };
             let _ = log.write(format!("corral: {message}\n").as_bytes());
             signal_handle.close();
             let _ = forwarder.join();

@@ -152,6 +152,19 @@ fn executor_reports_exit_codes_signals_and_missing_programs() {
         ProcessState::Exited { code: 127 }
     );
     assert!(log_text(&ex, "missing-worker-0").contains("cannot run"));
+    // A missing working directory is named as such, not as a missing program.
+    let mut nowhere = spec("nowhere-worker-0", "exit 0");
+    nowhere.working_dir = Some(tmp.path().join("no-such-dir"));
+    ex.start(&nowhere).expect("start");
+    assert_eq!(
+        wait_terminal(&mut ex, "nowhere-worker-0"),
+        ProcessState::Exited { code: 127 }
+    );
+    let log = log_text(&ex, "nowhere-worker-0");
+    assert!(
+        log.contains("working directory") && log.contains("no-such-dir"),
+        "{log}"
+    );
     // The same incarnation never starts twice.
     assert!(ex.start(&spec("code-worker-0", "exit 0")).is_err());
 }
