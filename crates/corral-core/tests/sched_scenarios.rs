@@ -141,3 +141,8 @@ fn throughput_picks_the_gpu_type() {
 fn blocked_gang_reservation_prevents_starvation() {
     run("reservation");
 }
+
+#[test]
+fn placement_keeps_whole_nodes_and_scarce_types_free() {
+    run("fragmentation");
+}

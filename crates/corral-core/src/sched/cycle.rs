@@ -34,6 +34,9 @@ pub(crate) struct JobEntry {
     /// Attained service in GPU-seconds, as the shell last said, and its level.
     pub service: f64,
     pub level: u32,
+    /// Demand this job puts on each of its pools in milli-GPUs, when it can use only some
+    /// of the cluster's GPU pools (its GPUs spread evenly over them); 0 otherwise.
+    pub pinned_milli: u64,
     /// Why the pools left out of `pools` can never hold the job.
     pub static_blockers: Vec<Blocker>,
     pub needs: Needs,
@@ -67,6 +70,12 @@ pub struct Scheduler {
     pub(crate) by_key: HashMap<String, u32>,
     /// Preemptible running jobs per pool by (priority, service level, slot).
     pub(crate) running_by_pool: Vec<BTreeSet<(i32, u32, u32)>>,
+    /// Per pool and number of candidate pools n, the milli-GPUs that known jobs (pending or
+    /// running) able to use only n of the GPU pools want there: jobs with more choice leave
+    /// such pools to them.
+    pinned_milli: Vec<Vec<u64>>,
+    /// GPU pools with schedulable GPUs: a job with fewer candidate pools is pinned.
+    gpu_pools: usize,
     pub(crate) cycle_no: u64,
 }
 
@@ -82,6 +91,11 @@ impl Scheduler {
         let index = ClusterIndex::new(snapshot)?;
         let quotas = Quotas::new(&snapshot.queues, &index.pools, index.cluster_total);
         let pools = index.pools.len();
+        let gpu_pools = index
+            .pools
+            .iter()
+            .filter(|p| p.gpu_type.is_some() && p.total_gpus > 0)
+            .count();
         let mut s = Scheduler {
             config,
             index,
@@ -90,6 +104,8 @@ impl Scheduler {
             free_slots: Vec::new(),
             by_key: HashMap::new(),
             running_by_pool: vec![BTreeSet::new(); pools],
+            pinned_milli: vec![vec![0; gpu_pools]; pools],
+            gpu_pools,
             cycle_no: 0,
         };
         for r in &snapshot.running {
@@ -228,6 +244,11 @@ impl Scheduler {
 
     fn remove_entry(&mut self, slot: u32) {
         if let Some(e) = self.jobs[slot as usize].take() {
+            if e.pinned_milli > 0 {
+                for &(pi, _) in &e.pools {
+                    self.pinned_milli[pi as usize][e.pools.len()] -= e.pinned_milli;
+                }
+            }
             self.by_key.remove(&e.req.key);
             self.free_slots.push(slot);
         }
@@ -240,7 +261,13 @@ impl Scheduler {
         if req.groups.iter().all(|g| g.count == 0) {
             return Err(SchedError::EmptyJob(req.key));
         }
-        let entry = self.prepare(req);
+        let mut entry = self.prepare(req);
+        if entry.total[0] > 0 && !entry.pools.is_empty() && entry.pools.len() < self.gpu_pools {
+            entry.pinned_milli = entry.total[0].saturating_mul(1000) / entry.pools.len() as u64;
+            for &(pi, _) in &entry.pools {
+                self.pinned_milli[pi as usize][entry.pools.len()] += entry.pinned_milli;
+            }
+        }
         let slot = match self.free_slots.pop() {
             Some(s) => {
                 self.jobs[s as usize] = Some(entry);
@@ -446,6 +473,7 @@ impl Scheduler {
             total,
             pools,
             speeds,
+            pinned_milli: 0,
             service: 0.0,
             level: 0,
             static_blockers,
@@ -587,9 +615,25 @@ impl Scheduler {
             return;
         };
         let mut candidates: Vec<(u16, u32)> = e.pools.clone();
-        candidates.sort_by_key(|&(pi, band)| {
+        // Within one speed band: pools where the job's largest replica would strand GPUs
+        // (or has no room) last, since stranded GPUs are lost to every job; then the pool
+        // least wanted by jobs with less choice; then the best fit (see `NodeFit`).
+        let (_, pod) = &e.groups[e.order[0] as usize];
+        let filter = e.shape().filter;
+        let scan = self.config.node_scan_limit as usize;
+        let free: u64 = self.index.pools.iter().map(|p| p.free_gpus).sum();
+        let used = self.index.cluster_total[0].saturating_sub(free) + e.total[0];
+        candidates.sort_by_cached_key(|&(pi, band)| {
+            let fit = self
+                .index
+                .find_node(pi, pod, None, &filter, scan)
+                .map(|(_, fit)| fit);
             (
                 Reverse(band),
+                fit.is_none_or(|f| f.stranded > 0),
+                self.pinned_level(e, pi, used),
+                fit.is_none(),
+                fit,
                 Reverse(self.index.pools[pi as usize].free_gpus),
                 pi,
             )
@@ -681,6 +725,25 @@ impl Scheduler {
                 blockers: all,
             },
         });
+    }
+
+    /// How much of the pool jobs with fewer candidate pools than `e` want, relative to the
+    /// pool's part of the GPUs in use, in steps of 5% (the tolerance of speed bands): a job
+    /// takes the pool least wanted by jobs with less choice first, so that they find room;
+    /// pools wanted about as much are told apart by fit. Measured against use rather than
+    /// size so that it holds from the first jobs, before the wanting jobs have arrived.
+    fn pinned_level(&self, e: &JobEntry, pool: u16, used: u64) -> u32 {
+        let p = &self.index.pools[pool as usize];
+        let all = self.index.cluster_total[0];
+        let choice = e.pools.len().min(self.gpu_pools);
+        let wanted: u64 = self.pinned_milli[pool as usize][..choice].iter().sum();
+        if p.total_gpus == 0 || all == 0 || wanted == 0 {
+            return 0;
+        }
+        // 20 * wanted / (total * used / all), in u128 so that nothing overflows.
+        let num = u128::from(wanted) * 20 * u128::from(all);
+        let den = u128::from(p.total_gpus) * u128::from(used.max(1)) * 1000;
+        (num / den).min(u128::from(u32::MAX)) as u32
     }
 
     fn take_plan(&mut self, slot: u32, plan: &[(u16, u32)]) -> Vec<Alloc> {

@@ -16,6 +16,23 @@ pub(crate) type ReservationPlan = (Vec<u32>, Vec<(u16, u32)>);
 /// Room left on a node while packing: GPUs, CPU, memory, extended resources.
 type Room = (u64, u64, u64, Vec<(u32, u64)>);
 
+/// Fitting nodes of one free-GPU bucket compared by [`ClusterIndex::find_node`]: enough
+/// to tell nodes apart by CPU and memory left, few enough to keep placement cheap.
+const FITTING_PER_BUCKET: usize = 8;
+
+/// How a placement leaves a node, best first when ordered: the GPUs it strands (free GPUs
+/// the node can no longer back with its share of CPU and memory; negative when it uses
+/// GPUs that were stranded), whether it breaks a whole free node of the pool's largest
+/// size, and the free GPUs left (tightest fit). A cheap form of the fragmentation
+/// gradient of "Beware of Fragmentation" (ATC 2023), with no workload model: each free GPU
+/// needs the node's CPU and memory divided by its GPUs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct NodeFit {
+    pub stranded: i64,
+    pub breaks_whole: bool,
+    pub gpus_left: u32,
+}
+
 /// What one replica needs on one node.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct PodRequest {
@@ -75,6 +92,22 @@ impl NodeState {
             && self.free_mem >= pod.mem
             && self.free_gpus() >= pod.gpu
             && pod.ext.iter().all(|&(id, v)| self.ext_free(id) >= v)
+    }
+    /// Of `free` GPUs, those that `cpu` and `memory` left cannot back at the node's own
+    /// ratio of CPU and memory per GPU.
+    fn stranded(&self, free: u32, cpu: u64, mem: u64) -> u32 {
+        if free == 0 {
+            return 0;
+        }
+        let gpus = u128::from(self.gpus);
+        let backed = |left: u64, total: u64| match total {
+            0 => u128::MAX,
+            t => u128::from(left) * gpus / u128::from(t),
+        };
+        let usable = backed(cpu, self.cpu_total)
+            .min(backed(mem, self.mem_total))
+            .min(u128::from(free)) as u32;
+        free - usable
     }
     fn ext_free(&self, id: u32) -> u64 {
         self.ext_free
@@ -366,8 +399,11 @@ impl ClusterIndex {
         (0, None)
     }
 
-    /// Finds a node for one replica: the tightest fit by free GPUs (keeps whole nodes free
-    /// for large gangs), preferring `domain` when given.
+    /// Finds a node for one replica, preferring `domain` when given. Nodes are ranked by
+    /// the GPUs the placement strands (see [`NodeFit`]), then by the tightest fit in free
+    /// GPUs (keeps whole nodes free for large gangs). Buckets are searched from the tightest
+    /// and the search stops after the first bucket that offers a node stranding nothing;
+    /// at most [`FITTING_PER_BUCKET`] fitting nodes of a bucket are compared.
     pub fn find_node(
         &self,
         pool: u16,
@@ -375,7 +411,7 @@ impl ClusterIndex {
         domain: Option<u32>,
         filter: &NodeFilter<'_>,
         scan_limit: usize,
-    ) -> Option<u32> {
+    ) -> Option<(u32, NodeFit)> {
         let p = &self.pools[pool as usize];
         let first = pod.gpu as usize;
         if first >= p.buckets.len() {
@@ -386,23 +422,54 @@ impl ClusterIndex {
             let node = &self.nodes[n as usize];
             node.has_room(pod) && ((trivial && node.taints.is_empty()) || filter.admits(node))
         };
-        if let Some(d) = domain {
+        // One search within the domain, or over all nodes.
+        let search = |domain: Option<u32>| {
+            let (lo, hi) = match domain {
+                Some(d) => ((d, 0), (d, u32::MAX)),
+                None => ((0, 0), (u32::MAX, u32::MAX)),
+            };
+            let mut best: Option<(NodeFit, u32)> = None;
             for bucket in &p.buckets[first..] {
-                for &(_, n) in bucket.range((d, 0)..=(d, u32::MAX)).take(scan_limit) {
-                    if ok(n) {
-                        return Some(n);
+                let mut fitting = 0;
+                for &(_, n) in bucket.range(lo..=hi).take(scan_limit) {
+                    if !ok(n) {
+                        continue;
+                    }
+                    let fit = self.fit(n, pod, p.max_node_gpus);
+                    if best.is_none_or(|(b, _)| fit < b) {
+                        best = Some((fit, n));
+                    }
+                    fitting += 1;
+                    if fitting == FITTING_PER_BUCKET {
+                        break;
                     }
                 }
-            }
-        }
-        for bucket in &p.buckets[first..] {
-            for &(_, n) in bucket.iter().take(scan_limit) {
-                if ok(n) {
-                    return Some(n);
+                if best.is_some_and(|(b, _)| b.stranded <= 0) {
+                    break;
                 }
             }
+            best.map(|(fit, n)| (n, fit))
+        };
+        if domain.is_some()
+            && let Some(found) = search(domain)
+        {
+            return Some(found);
         }
-        None
+        search(None)
+    }
+
+    /// How well `pod` fits node `n`, which has room for it.
+    pub fn fit(&self, n: u32, pod: &PodRequest, max_node_gpus: u32) -> NodeFit {
+        let node = &self.nodes[n as usize];
+        let free = node.free_gpus();
+        let left = free - pod.gpu;
+        let before = node.stranded(free, node.free_cpu, node.free_mem);
+        let after = node.stranded(left, node.free_cpu - pod.cpu, node.free_mem - pod.mem);
+        NodeFit {
+            stranded: i64::from(after) - i64::from(before),
+            breaks_whole: left > 0 && free == node.gpus && free == max_node_gpus,
+            gpus_left: left,
+        }
     }
 
     /// Whether some schedulable node of the pool could hold the replica when empty.
@@ -561,5 +628,57 @@ impl ClusterIndex {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::{ClusterIndex, NodeFilter, PodRequest};
+    use crate::sched::model::{ClusterSnapshot, Node};
+
+    fn node(name: &str, cpu_milli: u64) -> Node {
+        Node {
+            name: name.to_string(),
+            gpu_type: Some("A".to_string()),
+            gpus: 8,
+            cpu_milli,
+            memory_bytes: 1 << 40,
+            extended: BTreeMap::new(),
+            labels: BTreeMap::new(),
+            topology: None,
+            schedulable: true,
+            taints: Vec::new(),
+            allocated: Default::default(),
+        }
+    }
+
+    /// Two nodes with the same free GPUs: the CPU-hungry replica goes where it leaves
+    /// enough CPU for the GPUs left, not to the first node in order.
+    #[test]
+    fn a_replica_does_not_strand_gpus_by_taking_their_cpu() {
+        let snapshot = ClusterSnapshot {
+            nodes: vec![node("poor", 32_000), node("rich", 96_000)],
+            ..Default::default()
+        };
+        let index = ClusterIndex::new(&snapshot).expect("valid snapshot");
+        let selector = BTreeMap::new();
+        let filter = NodeFilter {
+            selector: &selector,
+            tolerations: &[],
+        };
+        let pod = PodRequest {
+            cpu: 16_000,
+            gpu: 1,
+            ..Default::default()
+        };
+        let (n, fit) = index.find_node(0, &pod, None, &filter, 256).expect("fits");
+        assert_eq!(index.nodes[n as usize].name, "rich");
+        // 80 cores back 6 of the 7 GPUs left at 12 cores per GPU.
+        assert_eq!(fit.stranded, 1);
+        // On `poor`, 16 cores would back 4 of 7.
+        let poor = index.fit(0, &pod, 8);
+        assert_eq!(poor.stranded, 3);
     }
 }

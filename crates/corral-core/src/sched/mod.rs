@@ -13,9 +13,13 @@
 //! 1. **filter**: pools that can never hold the job (type constraints, node size, pool
 //!    size, selectors/taints) are dropped once, when the job is submitted;
 //! 2. **score**: the remaining pools are ordered by the job's throughput there (measured,
-//!    e.g. Gavel's matrix, or the configured type speed; within 5% counts as equal), then
-//!    by free GPUs, so higher-priority jobs, which go first, get the faster cards and jobs
-//!    that gain nothing from them leave them to others;
+//!    e.g. Gavel's matrix, or the configured type speed; within 5% counts as equal), so
+//!    higher-priority jobs, which go first, get the faster cards and jobs that gain nothing
+//!    from them leave them to others; then pools where the job would strand GPUs (leave
+//!    free GPUs without the CPU or memory to use them) go last; then pools that jobs with
+//!    fewer allowed pools want least go first (scarce-type protection); then the pool
+//!    where the job's largest replica fits best: fewest GPUs stranded, no whole node
+//!    broken, fewest free GPUs left (see `index::NodeFit`);
 //! 3. **reserve**: the queue's quota (with borrowing) must allow the job ("may"), and
 //!    every replica must get a node and GPU indices ("can") - all or nothing;
 //! 4. **permit**: if not, preemption may make room (see [`preempt`]); if still not, a

@@ -1,9 +1,9 @@
 //! Placing a whole gang in one pool: every replica or none.
 //!
-//! Replicas of a group are packed onto as few nodes as possible (tightest node that holds
-//! several of them, else the node with the largest free block), and every later replica
-//! prefers the topology domain of the first. Tightest fit keeps whole nodes free for large
-//! gangs: fragmentation is the first cause of stuck 8-GPU jobs.
+//! Replicas of a group are packed onto as few nodes as possible (the best node, by
+//! `index::NodeFit`, that holds several of them, else one that holds one, filled), and
+//! every later replica prefers the topology domain of the first. Tightest fit keeps whole
+//! nodes free for large gangs: fragmentation is the first cause of stuck 8-GPU jobs.
 
 use super::index::{ClusterIndex, NodeFilter, PodRequest};
 
@@ -108,11 +108,11 @@ pub(crate) fn place_gang(
                 &shape.filter,
                 scan_limit,
             ) {
-                Some(n) => (Some(n), want),
+                Some((n, _)) => (Some(n), want),
                 None if want > 1 => {
                     // Else fill the tightest node that holds one; then pack it.
                     match index.find_node(pool, pod, domain, &shape.filter, scan_limit) {
-                        Some(n) => {
+                        Some((n, _)) => {
                             let fit = replicas_fitting(index, n, pod).clamp(1, remaining);
                             (Some(n), fit)
                         }

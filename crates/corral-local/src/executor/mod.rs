@@ -364,22 +364,19 @@ impl LocalExecutor {
                 let handles: Vec<_> = specs
                     .iter()
                     .zip(checked)
-                    .map(|(spec, ok)| match ok {
-                        Ok(()) if specs.len() > 1 => Ok(scope.spawn(move || this.launch(spec))),
-                        Ok(()) => Err(this.launch(spec)),
-                        Err(e) => Err(Err(e)),
-                    })
+                    .map(|(spec, ok)| ok.map(|()| scope.spawn(move || this.launch(spec))))
                     .collect();
                 handles
                     .into_iter()
-                    .map(|h| match h {
-                        Ok(handle) => handle.join().unwrap_or_else(|_| {
-                            Err(ExecutorError::Io {
-                                context: "starting a replica".into(),
-                                source: io::Error::other("the launching thread panicked"),
+                    .map(|h| {
+                        h.and_then(|handle| {
+                            handle.join().unwrap_or_else(|_| {
+                                Err(ExecutorError::Io {
+                                    context: "starting a replica".into(),
+                                    source: io::Error::other("the launching thread panicked"),
+                                })
                             })
-                        }),
-                        Err(done) => done,
+                        })
                     })
                     .collect()
             });
