@@ -1,6 +1,6 @@
 //! [`Cluster`]: the owner of the store, the scheduler and the executor.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::hash::{BuildHasher, Hasher};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -166,9 +166,9 @@ pub struct Cluster {
     /// Admissions the scheduler holds, by job uid.
     admitted: BTreeMap<String, Admission>,
     /// Jobs preempted whose replicas are stopping: (grace period, message), by uid.
-    preempted: BTreeMap<String, (Duration, String)>,
+    preempted: HashMap<String, (Duration, String)>,
     /// Jobs the scheduler knows (pending or admitted), by uid -> key.
-    known: BTreeMap<String, String>,
+    known: HashMap<String, String>,
     /// Why pending jobs wait, by key.
     pending_reasons: BTreeMap<String, String>,
     /// Stops already sent, by (process name, incarnation label).
@@ -177,12 +177,13 @@ pub struct Cluster {
     /// re-read after each write to a job's row, so that a tick does not decode them all.
     jobs: BTreeMap<i64, StoredJob>,
     /// uid -> seq, for `jobs`.
-    seq_of: BTreeMap<String, i64>,
-    /// Jobs whose last reconcile was a fixed point (status unchanged, no actions, no timer):
-    /// reconciling them again gives the same result until one of its inputs changes (the
-    /// job's row, its replicas, the scheduler's decision), and each such change removes
-    /// the job from this set. A tick skips them.
-    settled: BTreeSet<String>,
+    seq_of: HashMap<String, i64>,
+    /// Jobs to reconcile in the next tick, by uid. A job leaves the set when its reconcile
+    /// is a fixed point (status unchanged, no actions, no timer): reconciling it again gives
+    /// the same result until one of its inputs changes (the job's row, its replicas, the
+    /// scheduler's decision), and each such change puts it back. A tick visits only these,
+    /// so its cost follows what changed, not how many jobs the store holds.
+    unsettled: HashSet<String>,
     counters: Counters,
     uid_counter: u64,
 }
@@ -239,18 +240,19 @@ impl Cluster {
             queues,
             classes,
             admitted: BTreeMap::new(),
-            preempted: BTreeMap::new(),
-            known: BTreeMap::new(),
+            preempted: HashMap::new(),
+            known: HashMap::new(),
             pending_reasons: BTreeMap::new(),
             stopping: BTreeSet::new(),
             jobs: BTreeMap::new(),
-            seq_of: BTreeMap::new(),
-            settled: BTreeSet::new(),
+            seq_of: HashMap::new(),
+            unsettled: HashSet::new(),
             counters: Counters::default(),
             uid_counter: 0,
         };
         cluster.recover(&empty, sched_config, &mut warnings)?;
         for j in cluster.store.jobs()? {
+            cluster.unsettled.insert(j.uid.clone());
             cluster.seq_of.insert(j.uid.clone(), j.seq);
             cluster.jobs.insert(j.seq, j);
         }
@@ -332,7 +334,7 @@ impl Cluster {
             if state != r.state {
                 self.store
                     .set_replica_state(&r.name, r.attempt, r.retry, state)?;
-                self.settled.remove(&r.job_uid);
+                self.unsettled.insert(r.job_uid.to_string());
             }
             if !by_uid.contains_key(r.job_uid.as_str()) {
                 // A replica of a job that is gone: it must not run.
@@ -962,7 +964,7 @@ impl Cluster {
     /// the next tick.
     fn refresh_job(&mut self, namespace: &str, name: &str) -> Result<(), ClusterError> {
         if let Some(j) = self.store.job(namespace, name)? {
-            self.settled.remove(&j.uid);
+            self.unsettled.insert(j.uid.to_string());
             if let Some(old) = self.seq_of.insert(j.uid.clone(), j.seq)
                 && old != j.seq
             {
@@ -978,12 +980,12 @@ impl Cluster {
         if let Some(seq) = self.seq_of.remove(uid) {
             self.jobs.remove(&seq);
         }
-        self.settled.remove(uid);
+        self.unsettled.remove(uid);
     }
 
     /// Drops a job from the scheduler (pending or admitted) and frees what it holds.
     fn forget_in_scheduler(&mut self, uid: &str, key: &str) {
-        self.settled.remove(uid);
+        self.unsettled.insert(uid.to_string());
         self.scheduler.finish(key);
         self.known.remove(uid);
         self.admitted.remove(uid);
@@ -998,11 +1000,18 @@ impl Cluster {
         self.schedule(now, &mut report)?;
         // Settled jobs (terminal, suspended, waiting in their queue, running with nothing
         // to do) would reconcile to no change and no action: skip them.
-        let jobs: Vec<StoredJob> = self
-            .jobs
-            .values()
-            .filter(|j| !self.settled.contains(&j.uid))
-            .cloned()
+        // Jobs deleted since they were marked have nothing left to reconcile.
+        let seq_of = &self.seq_of;
+        self.unsettled.retain(|uid| seq_of.contains_key(uid));
+        let mut seqs: Vec<i64> = self
+            .unsettled
+            .iter()
+            .filter_map(|uid| self.seq_of.get(uid).copied())
+            .collect();
+        seqs.sort_unstable();
+        let jobs: Vec<StoredJob> = seqs
+            .iter()
+            .filter_map(|s| self.jobs.get(s).cloned())
             .collect();
         for stored in &jobs {
             if stored.deleting {
@@ -1020,7 +1029,7 @@ impl Cluster {
                     settled = self.reconcile_job(&updated, now, &mut report)?;
                 }
                 if settled {
-                    self.settled.insert(stored.uid.clone());
+                    self.unsettled.remove(&stored.uid);
                 }
             }
         }
@@ -1046,7 +1055,7 @@ impl Cluster {
             {
                 self.store
                     .set_replica_state(&r.name, r.attempt, r.retry, state)?;
-                self.settled.remove(&r.job_uid);
+                self.unsettled.insert(r.job_uid.to_string());
             }
         }
         Ok(())
@@ -1169,7 +1178,7 @@ impl Cluster {
                 "Admitted",
                 msg,
             );
-            self.settled.remove(&stored.uid);
+            self.unsettled.insert(stored.uid.to_string());
             self.admitted.insert(stored.uid.clone(), a);
         }
         Ok(())
@@ -1178,20 +1187,20 @@ impl Cluster {
     /// Whether step 2 leaves a job out: the scheduler knows it already, or it is not
     /// waiting for an admission.
     fn skip_scheduling(&self, stored: &StoredJob) -> bool {
-        if self.known.contains_key(&stored.uid)
-            || self.preempted.contains_key(&stored.uid)
-            || stored.deleting
-            || stored.job.spec.run_policy.suspend
-            || is_terminal(&stored.job)
-        {
+        // Every tick asks this of every job: the checks on the row come first, since most
+        // jobs are finished, suspended or admitted, and the map lookups after them.
+        if stored.deleting || stored.job.spec.run_policy.suspend || is_terminal(&stored.job) {
             return true;
         }
         // A job the lifecycle still considers admitted (or suspended) enters the queue
         // through its Requeue action, once its replicas have stopped.
-        stored.job.status.as_ref().is_some_and(|status| {
+        let admitted_or_suspended = stored.job.status.as_ref().is_some_and(|status| {
             conditions::is_true(status, ConditionType::Admitted)
                 || conditions::is_true(status, ConditionType::Suspended)
-        })
+        });
+        admitted_or_suspended
+            || self.known.contains_key(&stored.uid)
+            || self.preempted.contains_key(&stored.uid)
     }
 
     fn grace_period(&self) -> Duration {
@@ -1669,7 +1678,7 @@ impl Cluster {
             // adopted (cannot happen after open); observe it as gone.
             self.store
                 .set_replica_state(&r.name, r.attempt, r.retry, ProcessState::Gone)?;
-            self.settled.remove(&r.job_uid);
+            self.unsettled.insert(r.job_uid.to_string());
             return Ok(());
         }
         // Ended: with delete the record goes, so that the name is free.
