@@ -218,33 +218,28 @@ pub fn parse_placements(
                 ),
             ));
         }
-        let row = ProfileRow {
-            local_bsz: num(
-                &f,
-                l,
-                file,
-                ln,
-                "local_bsz",
-                |v: &f64| v.is_finite() && *v > 0.0,
-                "a number > 0",
-            )?,
-            step_s: num(
-                &f,
-                s,
-                file,
-                ln,
-                "step_time",
-                |v: &f64| v.is_finite() && *v > 0.0,
-                "a number > 0",
-            )?,
-            sync_s: num(&f, y, file, ln, "sync_time", positive, "a number >= 0")?,
-        };
+        let row = profile_row(&f, [l, s, y], file, ln)?;
         out.entry(pl.to_string()).or_default().push(row);
     }
     for v in out.values_mut() {
         sort_rows(v);
     }
     Ok(out)
+}
+
+/// The `local_bsz`, `step_time` and `sync_time` columns of a profile row.
+fn profile_row(
+    f: &[(usize, &str)],
+    [l, s, y]: [usize; 3],
+    file: &str,
+    ln: usize,
+) -> Result<ProfileRow, String> {
+    let above_zero = |v: &f64| v.is_finite() && *v > 0.0;
+    Ok(ProfileRow {
+        local_bsz: num(f, l, file, ln, "local_bsz", above_zero, "a number > 0")?,
+        step_s: num(f, s, file, ln, "step_time", above_zero, "a number > 0")?,
+        sync_s: num(f, y, file, ln, "sync_time", positive, "a number >= 0")?,
+    })
 }
 
 /// Parses `scalability-<machine>.csv` (`num_nodes,num_replicas,local_bsz,step_time,sync_time`).
@@ -291,27 +286,7 @@ pub fn parse_scalability(
             |v| (1..=65536).contains(v),
             "in 1..=65536",
         )?;
-        let row = ProfileRow {
-            local_bsz: num(
-                &f,
-                l,
-                file,
-                ln,
-                "local_bsz",
-                |v: &f64| v.is_finite() && *v > 0.0,
-                "a number > 0",
-            )?,
-            step_s: num(
-                &f,
-                s,
-                file,
-                ln,
-                "step_time",
-                |v: &f64| v.is_finite() && *v > 0.0,
-                "a number > 0",
-            )?,
-            sync_s: num(&f, y, file, ln, "sync_time", positive, "a number >= 0")?,
-        };
+        let row = profile_row(&f, [l, s, y], file, ln)?;
         out.entry((nodes, reps)).or_default().push(row);
     }
     for v in out.values_mut() {
