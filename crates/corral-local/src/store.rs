@@ -212,6 +212,13 @@ impl Store {
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         // Every statement this store runs stays prepared (about 30 of them).
         conn.set_prepared_statement_cache_capacity(64);
+        // The bundled SQLite has STAT4, which recompiles a cached statement whenever a new
+        // value is bound to a parameter compared with an indexed column (every lookup by
+        // uid): a fixed plan keeps them compiled once. The plans are simple index lookups.
+        conn.set_db_config(
+            rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
+            true,
+        )?;
         // WAL with synchronous=NORMAL: a commit is appended to the WAL file (in the OS page
         // cache) before `commit()` returns, and the WAL is fsynced at checkpoints. The threat
         // model is a crash of this process (`kill -9` of the server): the OS still holds
