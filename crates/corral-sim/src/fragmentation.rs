@@ -372,7 +372,7 @@ impl CorralPlacer {
                     )),
                 }
             }
-            Decision::Pending { reason } => Ok(Err(format!("{:?}", reason.blockers))),
+            Decision::Pending { reason } => Ok(Err(reason.to_string())),
         }
     }
 }
