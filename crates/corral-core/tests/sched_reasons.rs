@@ -207,6 +207,7 @@ fn capacity(largest: u32, free: u64, fit: u64, replicas: u64, reserved: &[&str])
         gpu_type: Some("A100".into()),
         largest_free: largest,
         largest_free_node: (largest > 0).then(|| "node-3".to_string()),
+        gpus_per_replica: 8,
         free_gpus: free,
         replicas_that_fit: fit,
         replicas,
@@ -221,6 +222,12 @@ fn capacity_messages() {
         "largest free block is 6 on node-3"
     );
     assert_eq!(capacity(0, 0, 0, 1, &[]).to_string(), "no GPUs are free");
+    // The GPUs are there; the node's CPU or memory is not.
+    assert_eq!(
+        capacity(8, 12, 1, 1, &[]).to_string(),
+        "8 GPUs are free on node-3, but no node with enough free GPUs has the CPU, memory \
+         and extended resources a replica needs free"
+    );
     assert_eq!(
         capacity(8, 20, 2, 4, &["ns/big"]).to_string(),
         "largest free block is 8 on node-3 (20 free in all; room for 2 of 4 replicas); \

@@ -777,6 +777,7 @@ impl Scheduler {
             gpu_type: p.gpu_type.clone(),
             largest_free: largest,
             largest_free_node: node.map(|n| self.index.nodes[n as usize].name.clone()),
+            gpus_per_replica: biggest,
             free_gpus: p.free_gpus,
             replicas_that_fit: fit.min(e.pods_gpus.len() as u64),
             replicas: e.pods_gpus.len() as u64,

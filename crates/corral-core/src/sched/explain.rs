@@ -65,6 +65,9 @@ pub enum Blocker {
         /// Most free GPUs on one usable node, and that node.
         largest_free: u32,
         largest_free_node: Option<String>,
+        /// GPUs the job's largest replica needs: when the largest free block has that
+        /// many, what is missing is CPU, memory or extended resources on those nodes.
+        gpus_per_replica: u32,
         free_gpus: u64,
         /// Replicas of the gang that would fit now (only meaningful for gangs).
         replicas_that_fit: u64,
@@ -226,6 +229,7 @@ impl fmt::Display for Blocker {
             Blocker::Capacity {
                 largest_free,
                 largest_free_node,
+                gpus_per_replica,
                 free_gpus,
                 replicas_that_fit,
                 replicas,
@@ -233,6 +237,19 @@ impl fmt::Display for Blocker {
                 ..
             } => {
                 match largest_free_node {
+                    // Counted by GPUs alone the whole gang fits: the rest is missing.
+                    Some(node)
+                        if *largest_free > 0
+                            && *largest_free >= *gpus_per_replica
+                            && *replicas_that_fit >= *replicas =>
+                    {
+                        write!(
+                            f,
+                            "{largest_free} GPUs are free on {node}, but no node with enough \
+                             free GPUs has the CPU, memory and extended resources a replica \
+                             needs free"
+                        )?
+                    }
                     Some(node) if *largest_free > 0 => {
                         write!(f, "largest free block is {largest_free} on {node}")?
                     }
