@@ -180,9 +180,9 @@ async fn control_loop(
                 if !report.admitted.is_empty() || !report.finished.is_empty() {
                     wait = wait.min(min_gap);
                 }
-                // Replicas just started: the next pass sees them running and records the
-                // job Running. A pass over settled jobs costs about a millisecond, so look
-                // again sooner than the burst gap.
+                // Replicas just started (the job is already recorded Running in this pass):
+                // look again soon, so that one that fails at once (a missing program, a bad
+                // working directory) is restarted or reported without waiting a full interval.
                 if !report.started.is_empty() {
                     wait = wait.min(follow_up);
                 }

@@ -998,9 +998,9 @@ impl Cluster {
         let mut report = TickReport::default();
         self.observe()?;
         self.schedule(now, &mut report)?;
-        // Settled jobs (terminal, suspended, waiting in their queue, running with nothing
-        // to do) would reconcile to no change and no action: skip them.
-        // Jobs deleted since they were marked have nothing left to reconcile.
+        // Only unsettled jobs: settled ones (terminal, suspended, waiting in their queue,
+        // running with nothing to do) would reconcile to no change and no action. Jobs
+        // deleted since they were marked have nothing left to reconcile.
         let seq_of = &self.seq_of;
         self.unsettled.retain(|uid| seq_of.contains_key(uid));
         let mut seqs: Vec<i64> = self
