@@ -167,6 +167,20 @@ impl CgroupRef {
         }
     }
 
+    /// One attempt to remove the cgroup directories, without waiting: true when none is
+    /// left. A cgroup whose last process is exiting but not yet gone is still busy.
+    pub fn try_remove(&self) -> bool {
+        let mut gone = true;
+        for dir in self.dirs() {
+            if let Err(e) = fs::remove_dir(dir)
+                && e.kind() != io::ErrorKind::NotFound
+            {
+                gone = false;
+            }
+        }
+        gone
+    }
+
     /// Removes the cgroup directories (they must be empty of processes; retried briefly).
     pub fn remove(&self) -> io::Result<()> {
         let mut last = Ok(());

@@ -166,10 +166,14 @@ fn supervise(dir: &Path) -> Result<i32, String> {
         .wait()
         .map_err(|e| format!("waiting for the command: {e}"))?;
 
-    // The replica is over when its command is: nothing it started may outlive it.
-    procfs::kill_group_except(me, me);
-    if let Some(cg) = &launch.cgroup {
-        cg.kill_all(Some(me));
+    // The replica is over when its command is: nothing it started may outlive it. The
+    // cgroup holds everything the command started, including processes that left the group
+    // (setsid), and listing it is cheap; without one, the group is found by scanning /proc.
+    match &launch.cgroup {
+        Some(cg) => cg.kill_all(Some(me)),
+        None => {
+            procfs::kill_group_except(me, me);
+        }
     }
     let _ = done_rx.recv_timeout(DRAIN_TIMEOUT);
     signal_handle.close();

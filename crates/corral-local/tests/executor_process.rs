@@ -250,6 +250,32 @@ fn executor_leftovers_die_with_the_main_process() {
     wait_for("no orphans", || processes_with(&marker).is_empty());
 }
 
+/// With a cgroup the shim finds leftovers through it, so even one that left the process
+/// group (setsid) dies with the main process.
+#[test]
+fn executor_leftovers_in_the_cgroup_die_even_outside_the_group() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (mut ex, warnings) = executor(tmp.path(), CgroupMode::Auto);
+    if !ex.cgroups_enabled() {
+        eprintln!("SKIPPED: cgroups are not usable here: {warnings:?}");
+        return;
+    }
+    let in_group = format!("1003.{}", std::process::id());
+    let own_session = format!("1004.{}", std::process::id());
+    ex.start(&spec(
+        "leaky-worker-0",
+        &format!("sleep {in_group} & setsid sleep {own_session} & exit 0"),
+    ))
+    .expect("start");
+    assert_eq!(
+        wait_terminal(&mut ex, "leaky-worker-0"),
+        ProcessState::Exited { code: 0 }
+    );
+    wait_for("no orphans", || {
+        processes_with(&in_group).is_empty() && processes_with(&own_session).is_empty()
+    });
+}
+
 #[test]
 fn executor_adopts_replicas_after_a_crash() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -362,9 +388,22 @@ fn executor_memory_hog_is_oom_killed_alone() {
     assert_eq!(ex.state("calm-worker-0"), Some(ProcessState::Running));
     let usage = ex.usage("calm-worker-0").expect("usage");
     assert!(usage.memory_bytes < 96 << 20);
+    let cgroup_dirs: Vec<PathBuf> = ["hog-worker-0", "calm-worker-0"]
+        .iter()
+        .flat_map(|name| {
+            let rec = ex.record(name).expect("record");
+            let cg = rec.cgroup.as_ref().expect("a cgroup");
+            cg.dirs().into_iter().map(Path::to_path_buf).collect::<Vec<_>>()
+        })
+        .collect();
     ex.stop("calm-worker-0", Duration::from_secs(10))
         .expect("stop");
     assert!(wait_terminal(&mut ex, "calm-worker-0").is_terminal());
+    // Ended replicas' cgroups go, on a later poll if the shim was still exiting.
+    wait_for("the cgroups of ended replicas to be removed", || {
+        ex.poll(Instant::now());
+        cgroup_dirs.iter().all(|d| !d.exists())
+    });
 }
 
 #[test]

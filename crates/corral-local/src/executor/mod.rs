@@ -258,6 +258,9 @@ pub struct LocalExecutor {
     replicas: BTreeMap<String, Tracked>,
     /// Shims whose replica has ended but which were not yet reaped.
     unreaped: Vec<Child>,
+    /// Cgroups of ended replicas that were still busy when first removed (the shim writes
+    /// its exit file before it exits); retried on every poll rather than waited for.
+    retired_cgroups: Vec<CgroupRef>,
     ports: PortAllocator,
 }
 
@@ -304,6 +307,7 @@ impl LocalExecutor {
                 cgroups,
                 replicas: BTreeMap::new(),
                 unreaped: Vec::new(),
+                retired_cgroups: Vec::new(),
                 ports,
             },
             warnings,
@@ -600,7 +604,7 @@ impl LocalExecutor {
         if state.is_terminal()
             && let Some(cg) = &record.cgroup
         {
-            let _ = cg.remove();
+            self.retire_cgroup(cg.clone());
         }
         if let Some(old) = self.replicas.remove(&record.name)
             && let Some(c) = old.child
@@ -676,6 +680,7 @@ impl LocalExecutor {
     pub fn poll(&mut self, now: Instant) -> Vec<(String, ProcessState)> {
         self.unreaped
             .retain_mut(|c| !matches!(c.try_wait(), Ok(Some(_)) | Err(_)));
+        self.retired_cgroups.retain(|cg| !cg.try_remove());
         let names: Vec<String> = self.replicas.keys().cloned().collect();
         let mut changes = Vec::new();
         for name in names {
@@ -737,7 +742,15 @@ impl LocalExecutor {
             self.unreaped.push(c);
         }
         if let Some(cg) = &t.record.cgroup {
-            let _ = cg.remove();
+            self.retire_cgroup(cg.clone());
+        }
+    }
+
+    /// Removes the cgroup of an ended replica now if it is empty, else on a later poll: the
+    /// control loop must not wait for a shim to finish exiting.
+    fn retire_cgroup(&mut self, cg: CgroupRef) {
+        if !cg.try_remove() {
+            self.retired_cgroups.push(cg);
         }
     }
 
