@@ -23,7 +23,8 @@ use std::io::Read;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 use signal_hook::consts::SIGTERM;
@@ -82,18 +83,24 @@ fn supervise(dir: &Path) -> Result<i32, String> {
     let mut log = RotatingLog::open(&launch.log_path, launch.log_limit_bytes)
         .map_err(|e| format!("opening {}: {e}", launch.log_path.display()))?;
 
-    // Before the command exists, so that no SIGTERM can be lost.
+    // Before the command exists, so that no SIGTERM can be lost. One that comes before the
+    // command is in the group reaches nobody when forwarded: the flag keeps it.
     let mut signals = SignalsInfo::<WithOrigin>::new([SIGTERM])
         .map_err(|e| format!("installing the SIGTERM handler: {e}"))?;
     let signal_handle = signals.handle();
-    let forwarder = std::thread::spawn(move || {
-        for info in signals.forever() {
-            let from_self = info.process.is_some_and(|p| p.pid as u32 == me);
-            if !from_self {
-                let _ = procfs::signal_group(me, rustix::process::Signal::TERM);
+    let stop_requested = Arc::new(AtomicBool::new(false));
+    let forwarder = {
+        let stop_requested = Arc::clone(&stop_requested);
+        std::thread::spawn(move || {
+            for info in signals.forever() {
+                let from_self = info.process.is_some_and(|p| p.pid as u32 == me);
+                if !from_self {
+                    stop_requested.store(true, Ordering::SeqCst);
+                    let _ = procfs::signal_group(me, rustix::process::Signal::TERM);
+                }
             }
-        }
-    });
+        })
+    };
 
     if let Some(cg) = &launch.cgroup {
         cg.join(me)
@@ -103,6 +110,14 @@ fn supervise(dir: &Path) -> Result<i32, String> {
     let Some((program, args)) = launch.command.split_first() else {
         return Err("the command is empty".into());
     };
+    if stop_requested.load(Ordering::SeqCst) {
+        // Stopped before it started: the command never runs.
+        let _ = log.write(b"corral: stopped before the command started\n");
+        signal_handle.close();
+        let _ = forwarder.join();
+        finish(dir, &launch, None, Some(SIGTERM), None)?;
+        return Ok(128 + SIGTERM);
+    }
     let (reader, writer) = std::io::pipe().map_err(|e| format!("pipe: {e}"))?;
     let writer2 = writer.try_clone().map_err(|e| format!("pipe: {e}"))?;
     let mut cmd = Command::new(program);
@@ -118,7 +133,14 @@ fn supervise(dir: &Path) -> Result<i32, String> {
     drop(cmd); // closes our copies of the pipe's write end
 
     let mut child = match spawned {
-        Ok(child) => child,
+        Ok(child) => {
+            // A stop that came while the command was being spawned may have been forwarded
+            // to a group it was not in yet; it is in it now.
+            if stop_requested.load(Ordering::SeqCst) {
+                let _ = procfs::signal_group(me, rustix::process::Signal::TERM);
+            }
+            child
+        }
         Err(e) => {
             let code = match e.kind() {
                 std::io::ErrorKind::NotFound => 127,

@@ -250,6 +250,41 @@ fn executor_leftovers_die_with_the_main_process() {
     wait_for("no orphans", || processes_with(&marker).is_empty());
 }
 
+/// A stop that reaches the shim before its command runs (the shim is still starting, joining
+/// its cgroup) is not lost: the replica ends at once, not when the grace period is over.
+#[test]
+fn executor_stop_right_after_start_is_not_lost() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (mut ex, _) = executor(tmp.path(), CgroupMode::Auto);
+    let delays_us = [0u64, 200, 500, 1000, 2000, 3000, 5000, 8000, 12000, 20000];
+    for (i, delay) in delays_us.iter().enumerate() {
+        let name = format!("early-worker-{i}");
+        ex.start(&spec(&name, "exec sleep 60")).expect("start");
+        std::thread::sleep(Duration::from_micros(*delay));
+        ex.stop(&name, Duration::from_secs(120)).expect("stop");
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for i in 0..delays_us.len() {
+        let name = format!("early-worker-{i}");
+        loop {
+            ex.poll(Instant::now());
+            match ex.state(&name) {
+                Some(s) if s.is_terminal() => {
+                    assert_eq!(s, ProcessState::Signaled { signal: 15 }, "{name}");
+                    break;
+                }
+                _ => {}
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name} (stopped {} us after its start) still runs: the SIGTERM was lost",
+                delays_us[i]
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
 /// With a cgroup the shim finds leftovers through it, so even one that left the process
 /// group (setsid) dies with the main process.
 #[test]
@@ -393,7 +428,10 @@ fn executor_memory_hog_is_oom_killed_alone() {
         .flat_map(|name| {
             let rec = ex.record(name).expect("record");
             let cg = rec.cgroup.as_ref().expect("a cgroup");
-            cg.dirs().into_iter().map(Path::to_path_buf).collect::<Vec<_>>()
+            cg.dirs()
+                .into_iter()
+                .map(Path::to_path_buf)
+                .collect::<Vec<_>>()
         })
         .collect();
     ex.stop("calm-worker-0", Duration::from_secs(10))

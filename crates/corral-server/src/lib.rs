@@ -158,14 +158,14 @@ async fn control_loop(
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     // Wake-ups (a submission, a deletion) run the loop sooner, but passes start at least
-    // this far apart, so that a burst of requests costs a few passes, not one each. A pass
-    // over 10,000 settled jobs costs ~5 ms: 10 ms keeps the loop from starving requests
-    // while a new job waits at most that long to be scheduled.
-    let min_gap = interval.min(Duration::from_millis(10));
+    // twice the last pass's duration apart (1 to 10 ms), so that a burst of requests costs
+    // a few passes, not one each, and requests always get at least half of the time.
+    let max_gap = interval.clamp(Duration::from_millis(1), Duration::from_millis(10));
     let follow_up = interval.min(Duration::from_millis(5));
     loop {
         let started = tokio::time::Instant::now();
         let report = state.with_cluster(|c| c.tick(Timestamp::now())).await;
+        let min_gap = (started.elapsed() * 2).clamp(Duration::from_millis(1), max_gap);
         let mut wait = interval;
         match report {
             Ok(Ok(report)) => {

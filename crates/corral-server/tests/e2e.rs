@@ -704,6 +704,13 @@ fn suspend_resume_delete_and_views() -> TestResult {
     loop {
         match client.describe("default", "p1") {
             Err(e) if e.status() == Some(404) => break,
+            Ok(d) if Instant::now() > deadline => {
+                return Err(format!(
+                    "the deleted job is still there: {}, replicas {:?}",
+                    d.summary.state, d.replicas
+                )
+                .into());
+            }
             _ if Instant::now() > deadline => return Err("the deleted job is still there".into()),
             _ => std::thread::sleep(Duration::from_millis(100)),
         }
