@@ -264,7 +264,7 @@ fn executor_stop_right_after_start_is_not_lost() {
         ex.stop(&name, Duration::from_secs(120)).expect("stop");
     }
     let deadline = Instant::now() + Duration::from_secs(20);
-    for i in 0..delays_us.len() {
+    for (i, delay) in delays_us.iter().enumerate() {
         let name = format!("early-worker-{i}");
         loop {
             ex.poll(Instant::now());
@@ -277,8 +277,7 @@ fn executor_stop_right_after_start_is_not_lost() {
             }
             assert!(
                 Instant::now() < deadline,
-                "{name} (stopped {} us after its start) still runs: the SIGTERM was lost",
-                delays_us[i]
+                "{name} (stopped {delay} us after its start) still runs: the SIGTERM was lost"
             );
             std::thread::sleep(Duration::from_millis(20));
         }
