@@ -103,9 +103,6 @@ enum Command {
     Sim(sim::SimArgs),
     /// Run the Kubernetes operator (CRDs, pods bound by Corral's scheduler, status, events).
     Operator(corral_kube::OperatorArgs),
-    /// Supervises one replica process (started by the embedded cluster; not for users).
-    #[command(hide = true)]
-    Shim { dir: std::path::PathBuf },
     /// Benchmarks that print JSON.
     Bench {
         #[command(subcommand)]
@@ -145,6 +142,12 @@ enum Format {
 }
 
 fn main() -> ExitCode {
+    // `corral shim <replica dir>` supervises one replica (started by the embedded cluster,
+    // not for users). It runs once per replica start, so it skips the command-line parser.
+    let mut args = std::env::args_os().skip(1);
+    if args.next().is_some_and(|a| a == "shim") {
+        std::process::exit(corral_local::shim::run(args));
+    }
     let cli = Cli::parse();
     match cli.command {
         Command::Up(a) => up::run_up(&a),
@@ -163,7 +166,6 @@ fn main() -> ExitCode {
         Command::Bench {
             which: BenchCommand::Api(a),
         } => client::run_bench_api(&a),
-        Command::Shim { dir } => std::process::exit(corral_local::shim::run([dir])),
         Command::Sim(args) => match sim::run(args) {
             Ok(out) => emit(&out),
             Err(e) => {

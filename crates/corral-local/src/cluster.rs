@@ -38,9 +38,9 @@ pub struct ClusterConfig {
     pub data_dir: PathBuf,
     /// What `corral.yaml` declares (pools, queues, priority classes, settings).
     pub file: ClusterFileConfig,
-    /// The program the executor runs each replica under (the `corral` binary's replica
-    /// shim). `None`: the executor's default (the current executable).
-    pub shim: Option<PathBuf>,
+    /// The program the executor runs each replica under. `None`: the executor's default
+    /// ([`ShimCommand::current_exe`]).
+    pub shim: Option<crate::executor::ShimCommand>,
     /// Host address replicas are told to reach each other at.
     pub host_address: String,
     /// Whether replicas get cgroups (limits, OOM detection) when the machine allows.

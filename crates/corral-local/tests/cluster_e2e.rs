@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use corral_local::cluster::{JobState, TickReport};
 use corral_local::config::{ClusterFileConfig, PortRange};
-use corral_local::executor::procfs;
+use corral_local::executor::{ShimCommand, procfs};
 use corral_local::{Cluster, ClusterConfig, ClusterError};
 use jiff::Timestamp;
 
@@ -38,7 +38,11 @@ impl Harness {
                 max: ports + 49
             }
         );
-        config.shim = Some(PathBuf::from(env!("CARGO_BIN_EXE_corral-shim")));
+        // This test binary runs as the shim when its first argument is `shim`.
+        config.shim = Some(ShimCommand {
+            program: std::env::current_exe().expect("the test binary"),
+            args_prefix: vec!["shim".into()],
+        });
         let now = Timestamp::from_second(1_800_000_000).expect("time");
         let h = Harness { dir, config, now };
         let cluster = h.open();
@@ -113,7 +117,6 @@ spec:
     )
 }
 
-#[test]
 fn four_replica_generic_job_succeeds() {
     let (mut h, mut c) = Harness::new(31000, "");
     let out = c
@@ -167,7 +170,6 @@ fn four_replica_generic_job_succeeds() {
     assert!(c.queues().iter().all(|q| q.admitted == 0));
 }
 
-#[test]
 fn failing_replica_restarts_and_the_count_is_durable() {
     let (mut h, mut c) = Harness::new(31100, "");
     let marker = h.path("failed-once");
@@ -210,7 +212,6 @@ fn failing_replica_restarts_and_the_count_is_durable() {
     assert_eq!(state(&c, "flaky"), Some(JobState::Succeeded));
 }
 
-#[test]
 fn permanent_failure_fails_the_job() {
     let (mut h, mut c) = Harness::new(31150, "");
     c.submit(&job("broken", 1, "", "exit 7"), "default", h.now)
@@ -226,7 +227,6 @@ fn permanent_failure_fails_the_job() {
     assert!(d.events.iter().any(|e| e.reason == "Failed"));
 }
 
-#[test]
 fn two_jobs_never_share_a_port_or_a_gpu() {
     let (mut h, mut c) = Harness::new(31200, "node: {gpus: 4, gpuType: FAKE-GPU}\n");
     let gpu = "      resources: {gpu: 1}\n";
@@ -281,7 +281,6 @@ fn two_jobs_never_share_a_port_or_a_gpu() {
     });
 }
 
-#[test]
 fn reopening_after_a_crash_readopts_running_replicas() {
     let (mut h, mut c) = Harness::new(31300, "");
     c.submit(&job("survivor", 2, "", "sleep 60"), "default", h.now)
@@ -324,7 +323,6 @@ fn reopening_after_a_crash_readopts_running_replicas() {
     }
 }
 
-#[test]
 fn delete_leaves_no_process_behind() {
     let (mut h, mut c) = Harness::new(31400, "");
     // The replica forks children of its own and ignores SIGTERM.
@@ -373,7 +371,6 @@ fn delete_leaves_no_process_behind() {
     ));
 }
 
-#[test]
 fn invalid_submissions_store_nothing() {
     let (h, mut c) = Harness::new(31500, "");
     let good = job("good", 1, "", "true");
@@ -426,7 +423,6 @@ fn invalid_submissions_store_nothing() {
     assert_eq!(c.list(None).expect("list").len(), 2);
 }
 
-#[test]
 fn suspend_stops_and_resume_requeues() {
     let (mut h, mut c) = Harness::new(31600, "");
     c.submit(&job("pausable", 1, "", "sleep 60"), "default", h.now)
@@ -455,7 +451,6 @@ fn suspend_stops_and_resume_requeues() {
     h.until(&mut c, "deleted", |c| state(c, "pausable").is_none());
 }
 
-#[test]
 fn preemption_stops_the_victim_before_the_preemptor_gets_its_gpus() {
     let classes = "---\napiVersion: corral.dev/v1alpha1\nkind: PriorityClass\nmetadata: {name: high}\nspec: {value: 1000}\n\
                    ---\napiVersion: corral.dev/v1alpha1\nkind: PriorityClass\nmetadata: {name: low}\nspec: {value: 10}\n";
@@ -512,7 +507,6 @@ fn preemption_stops_the_victim_before_the_preemptor_gets_its_gpus() {
     });
 }
 
-#[test]
 fn a_replica_started_but_not_recorded_is_found_not_started_again() {
     let (mut h, mut c) = Harness::new(31800, "");
     c.submit(&job("orphan", 1, "", "sleep 60"), "default", h.now)
@@ -557,4 +551,64 @@ fn a_replica_started_but_not_recorded_is_found_not_started_again() {
         assert!(Instant::now() < deadline, "replica outlived its job");
         std::thread::sleep(Duration::from_millis(25));
     }
+}
+
+/// A custom harness (libtest-mimic) so that this test binary can also be the shim: the
+/// executor runs `<this binary> shim <replica dir>` for every replica.
+fn main() -> std::process::ExitCode {
+    let rest: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    if rest.first().is_some_and(|a| a == "shim") {
+        std::process::exit(corral_local::shim::run(rest.into_iter().skip(1)));
+    }
+    let args = libtest_mimic::Arguments::from_args();
+    let tests = vec![
+        trial(
+            "four_replica_generic_job_succeeds",
+            four_replica_generic_job_succeeds,
+        ),
+        trial(
+            "failing_replica_restarts_and_the_count_is_durable",
+            failing_replica_restarts_and_the_count_is_durable,
+        ),
+        trial(
+            "permanent_failure_fails_the_job",
+            permanent_failure_fails_the_job,
+        ),
+        trial(
+            "two_jobs_never_share_a_port_or_a_gpu",
+            two_jobs_never_share_a_port_or_a_gpu,
+        ),
+        trial(
+            "reopening_after_a_crash_readopts_running_replicas",
+            reopening_after_a_crash_readopts_running_replicas,
+        ),
+        trial(
+            "delete_leaves_no_process_behind",
+            delete_leaves_no_process_behind,
+        ),
+        trial(
+            "invalid_submissions_store_nothing",
+            invalid_submissions_store_nothing,
+        ),
+        trial(
+            "suspend_stops_and_resume_requeues",
+            suspend_stops_and_resume_requeues,
+        ),
+        trial(
+            "preemption_stops_the_victim_before_the_preemptor_gets_its_gpus",
+            preemption_stops_the_victim_before_the_preemptor_gets_its_gpus,
+        ),
+        trial(
+            "a_replica_started_but_not_recorded_is_found_not_started_again",
+            a_replica_started_but_not_recorded_is_found_not_started_again,
+        ),
+    ];
+    libtest_mimic::run(&args, tests).exit_code()
+}
+
+fn trial(name: &'static str, test: fn()) -> libtest_mimic::Trial {
+    libtest_mimic::Trial::test(name, move || {
+        test();
+        Ok(())
+    })
 }

@@ -12,10 +12,11 @@ use corral_local::ports::PortAllocator;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
+/// This test binary, which runs as the shim when its first argument is `shim`.
 fn shim() -> ShimCommand {
     ShimCommand {
-        program: PathBuf::from(env!("CARGO_BIN_EXE_corral-shim")),
-        args_prefix: vec![],
+        program: std::env::current_exe().expect("the test binary"),
+        args_prefix: vec!["shim".into()],
     }
 }
 
@@ -63,7 +64,6 @@ fn log_text(ex: &LocalExecutor, name: &str) -> String {
     String::from_utf8_lossy(&ex.read_log_tail(name, 1 << 20).expect("log")).into_owned()
 }
 
-#[test]
 fn executor_runs_with_env_working_dir_and_logs() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let (mut ex, _) = executor(tmp.path(), CgroupMode::Disabled);
@@ -102,7 +102,6 @@ fn executor_runs_with_env_working_dir_and_logs() {
     assert!(log.contains("err"), "stderr goes to the log too: {log}");
 }
 
-#[test]
 fn executor_log_is_capped() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let (mut ex, _) = executor(tmp.path(), CgroupMode::Disabled);
@@ -129,7 +128,6 @@ fn executor_log_is_capped() {
     );
 }
 
-#[test]
 fn executor_reports_exit_codes_signals_and_missing_programs() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let (mut ex, _) = executor(tmp.path(), CgroupMode::Disabled);
@@ -169,7 +167,6 @@ fn executor_reports_exit_codes_signals_and_missing_programs() {
     assert!(ex.start(&spec("code-worker-0", "exit 0")).is_err());
 }
 
-#[test]
 fn executor_poll_reports_each_change_once() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let (mut ex, _) = executor(tmp.path(), CgroupMode::Disabled);
@@ -203,7 +200,6 @@ fn processes_with(marker: &str) -> Vec<u32> {
         .collect()
 }
 
-#[test]
 fn executor_stop_kills_the_whole_group_without_orphans() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let (mut ex, _) = executor(tmp.path(), CgroupMode::Disabled);
@@ -236,7 +232,6 @@ fn executor_stop_kills_the_whole_group_without_orphans() {
     wait_for("no orphans", || processes_with(&marker2).is_empty());
 }
 
-#[test]
 fn executor_leftovers_die_with_the_main_process() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let (mut ex, _) = executor(tmp.path(), CgroupMode::Disabled);
@@ -252,7 +247,6 @@ fn executor_leftovers_die_with_the_main_process() {
 
 /// A stop that reaches the shim before its command runs (the shim is still starting, joining
 /// its cgroup) is not lost: the replica ends at once, not when the grace period is over.
-#[test]
 fn executor_stop_right_after_start_is_not_lost() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let (mut ex, _) = executor(tmp.path(), CgroupMode::Auto);
@@ -286,7 +280,6 @@ fn executor_stop_right_after_start_is_not_lost() {
 
 /// With a cgroup the shim finds leftovers through it, so even one that left the process
 /// group (setsid) dies with the main process.
-#[test]
 fn executor_leftovers_in_the_cgroup_die_even_outside_the_group() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let (mut ex, warnings) = executor(tmp.path(), CgroupMode::Auto);
@@ -310,7 +303,6 @@ fn executor_leftovers_in_the_cgroup_die_even_outside_the_group() {
     });
 }
 
-#[test]
 fn executor_adopts_replicas_after_a_crash() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let (mut ex, _) = executor(tmp.path(), CgroupMode::Auto);
@@ -355,7 +347,6 @@ fn executor_adopts_replicas_after_a_crash() {
     );
 }
 
-#[test]
 fn executor_does_not_adopt_a_recycled_pid() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let (ex, _) = executor(tmp.path(), CgroupMode::Disabled);
@@ -386,7 +377,6 @@ fn executor_does_not_adopt_a_recycled_pid() {
     );
 }
 
-#[test]
 fn executor_memory_hog_is_oom_killed_alone() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let (mut ex, warnings) = executor(tmp.path(), CgroupMode::Auto);
@@ -443,7 +433,6 @@ fn executor_memory_hog_is_oom_killed_alone() {
     });
 }
 
-#[test]
 fn executor_reports_cpu_usage() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let (mut ex, _) = executor(tmp.path(), CgroupMode::Auto);
@@ -462,7 +451,6 @@ fn executor_reports_cpu_usage() {
     );
 }
 
-#[test]
 fn executor_ports_are_never_given_twice() {
     let mut ports = PortAllocator::new(42100..42120);
     let a = ports.allocate("job-a", 8).expect("a");
@@ -481,4 +469,70 @@ fn executor_ports_are_never_given_twice() {
     assert_eq!(ports.release("job-a").len(), 8);
     let c = ports.allocate("job-c", 5).expect("c");
     assert!(c.iter().all(|p| !b.contains(p)));
+}
+
+/// A custom harness (libtest-mimic) so that this test binary can also be the shim: the
+/// executor runs `<this binary> shim <replica dir>` for every replica.
+fn main() -> std::process::ExitCode {
+    let rest: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    if rest.first().is_some_and(|a| a == "shim") {
+        std::process::exit(corral_local::shim::run(rest.into_iter().skip(1)));
+    }
+    let args = libtest_mimic::Arguments::from_args();
+    let tests = vec![
+        trial(
+            "executor_runs_with_env_working_dir_and_logs",
+            executor_runs_with_env_working_dir_and_logs,
+        ),
+        trial("executor_log_is_capped", executor_log_is_capped),
+        trial(
+            "executor_reports_exit_codes_signals_and_missing_programs",
+            executor_reports_exit_codes_signals_and_missing_programs,
+        ),
+        trial(
+            "executor_poll_reports_each_change_once",
+            executor_poll_reports_each_change_once,
+        ),
+        trial(
+            "executor_stop_kills_the_whole_group_without_orphans",
+            executor_stop_kills_the_whole_group_without_orphans,
+        ),
+        trial(
+            "executor_leftovers_die_with_the_main_process",
+            executor_leftovers_die_with_the_main_process,
+        ),
+        trial(
+            "executor_stop_right_after_start_is_not_lost",
+            executor_stop_right_after_start_is_not_lost,
+        ),
+        trial(
+            "executor_leftovers_in_the_cgroup_die_even_outside_the_group",
+            executor_leftovers_in_the_cgroup_die_even_outside_the_group,
+        ),
+        trial(
+            "executor_adopts_replicas_after_a_crash",
+            executor_adopts_replicas_after_a_crash,
+        ),
+        trial(
+            "executor_does_not_adopt_a_recycled_pid",
+            executor_does_not_adopt_a_recycled_pid,
+        ),
+        trial(
+            "executor_memory_hog_is_oom_killed_alone",
+            executor_memory_hog_is_oom_killed_alone,
+        ),
+        trial("executor_reports_cpu_usage", executor_reports_cpu_usage),
+        trial(
+            "executor_ports_are_never_given_twice",
+            executor_ports_are_never_given_twice,
+        ),
+    ];
+    libtest_mimic::run(&args, tests).exit_code()
+}
+
+fn trial(name: &'static str, test: fn()) -> libtest_mimic::Trial {
+    libtest_mimic::Trial::test(name, move || {
+        test();
+        Ok(())
+    })
 }

@@ -215,8 +215,22 @@ fn run(o: &ApiBenchOptions, dir: &std::path::Path) -> Result<Value, String> {
 
     errors.sort();
     errors.dedup();
+    // Which program supervised the replicas: the dedicated `corral-shim` (when it was built
+    // next to this binary) or this binary's `shim` subcommand, which starts slower.
+    let shim = corral_local::executor::ShimCommand::current_exe()
+        .map(|s| {
+            let mut words = vec![s.program.display().to_string()];
+            words.extend(
+                s.args_prefix
+                    .iter()
+                    .map(|a| a.to_string_lossy().into_owned()),
+            );
+            words.join(" ")
+        })
+        .unwrap_or_default();
     Ok(json!({
         "benchmark": "api",
+        "shim": shim,
         "startup": {
             "jobs": o.startup_jobs,
             "replicas_per_job": o.startup_replicas,

@@ -200,10 +200,7 @@ impl Cluster {
         let _ = now;
         let store = Store::open(&config.data_dir)?;
         let shim = match &config.shim {
-            Some(p) => ShimCommand {
-                program: p.clone(),
-                args_prefix: Vec::new(),
-            },
+            Some(shim) => shim.clone(),
             None => ShimCommand::current_exe()
                 .map_err(|e| ClusterError::Executor(format!("finding the shim: {e}")))?,
         };

@@ -61,6 +61,9 @@ use files::{EXIT_FILE, ExitRecord, LAUNCH_FILE, LOG_FILE, LaunchFile, RECORD_FIL
 
 pub use files::{read_log_tail, rotated_path};
 
+/// The file name of the dedicated shim binary.
+pub const SHIM_BINARY: &str = "corral-shim";
+
 /// The program that supervises each replica (see [`crate::shim`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShimCommand {
@@ -70,12 +73,26 @@ pub struct ShimCommand {
 }
 
 impl ShimCommand {
-    /// `corral shim`: this very binary with the hidden subcommand.
+    /// `corral-shim` next to the running binary (cargo builds and installs it with
+    /// `corral`); without one, this very binary's hidden `shim` subcommand, which runs the
+    /// same code but takes about twice the CPU time to start.
     pub fn current_exe() -> io::Result<Self> {
-        Ok(ShimCommand {
-            program: std::env::current_exe()?,
+        Ok(Self::beside(std::env::current_exe()?))
+    }
+
+    /// The shim for the `corral` binary at `exe` (see [`current_exe`](Self::current_exe)).
+    pub fn beside(exe: PathBuf) -> Self {
+        let sibling = exe.with_file_name(SHIM_BINARY);
+        if sibling.is_file() {
+            return ShimCommand {
+                program: sibling,
+                args_prefix: Vec::new(),
+            };
+        }
+        ShimCommand {
+            program: exe,
             args_prefix: vec!["shim".into()],
-        })
+        }
     }
 }
 
@@ -251,6 +268,9 @@ struct Tracked {
     killed: bool,
 }
 
+/// What one launch gives: the record and the shim, our child.
+type Launched = Result<(ProcessRecord, Child), ExecutorError>;
+
 /// Runs replicas as local processes. Single-threaded: wrap it in a mutex to share it.
 pub struct LocalExecutor {
     config: ExecutorConfig,
@@ -342,10 +362,10 @@ impl LocalExecutor {
         Ok(self.track(record, child))
     }
 
-    /// Starts several replicas (a gang) at once: the checks in order, then the launches in
-    /// parallel, since each spends most of its time in the kernel (cgroup creation, process
-    /// spawn, file writes) and a job's replicas should start together. One result per spec,
-    /// in order; a failed one does not stop the others.
+    /// Starts several replicas (a gang) at once: the checks in order, then the launches,
+    /// on several threads where there are cores to spare, since each spends most of its time
+    /// in the kernel (cgroup creation, process spawn, file writes). One result per spec, in
+    /// order; a failed one does not stop the others.
     pub fn start_all(
         &mut self,
         specs: &[ReplicaProcessSpec],
@@ -363,27 +383,62 @@ impl LocalExecutor {
             });
         }
         let this = &*self;
-        let launched: Vec<Result<(ProcessRecord, Child), ExecutorError>> =
-            std::thread::scope(|scope| {
-                let handles: Vec<_> = specs
-                    .iter()
-                    .zip(checked)
-                    .map(|(spec, ok)| ok.map(|()| scope.spawn(move || this.launch(spec))))
-                    .collect();
-                handles
-                    .into_iter()
-                    .map(|h| {
-                        h.and_then(|handle| {
-                            handle.join().unwrap_or_else(|_| {
-                                Err(ExecutorError::Io {
-                                    context: "starting a replica".into(),
-                                    source: io::Error::other("the launching thread panicked"),
-                                })
-                            })
+        let todo: Vec<(usize, &ReplicaProcessSpec)> = specs
+            .iter()
+            .enumerate()
+            .zip(&checked)
+            .filter(|(_, ok)| ok.is_ok())
+            .map(|(item, _)| item)
+            .collect();
+        // Half the cores launch; the other half run the shims that are starting. On two
+        // cores that is one thread, which measured as fast as eight and costs no thread
+        // creation.
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get() / 2)
+            .clamp(1, todo.len().max(1));
+        let mut results: Vec<Option<Launched>> = (0..specs.len()).map(|_| None).collect();
+        if threads == 1 {
+            for (i, spec) in todo {
+                results[i] = Some(this.launch(spec));
+            }
+        } else {
+            let per_thread = todo.len().div_ceil(threads);
+            let done: Vec<Vec<(usize, Launched)>> = std::thread::scope(|scope| {
+                let handles: Vec<_> = todo
+                    .chunks(per_thread)
+                    .map(|chunk| {
+                        scope.spawn(move || {
+                            chunk
+                                .iter()
+                                .map(|(i, spec)| (*i, this.launch(spec)))
+                                .collect::<Vec<_>>()
                         })
                     })
+                    .collect();
+                // A panicked thread's replicas stay `None` and are reported below.
+                handles
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or_default())
                     .collect()
             });
+            for (i, launched) in done.into_iter().flatten() {
+                results[i] = Some(launched);
+            }
+        }
+        let launched: Vec<Launched> = results
+            .into_iter()
+            .zip(checked)
+            .map(|(launched, ok)| {
+                ok.and_then(|()| {
+                    launched.unwrap_or_else(|| {
+                        Err(ExecutorError::Io {
+                            context: "starting a replica".into(),
+                            source: io::Error::other("the launching thread panicked"),
+                        })
+                    })
+                })
+            })
+            .collect();
         launched
             .into_iter()
             .map(|r| r.map(|(record, child)| self.track(record, child)))
@@ -427,7 +482,7 @@ impl LocalExecutor {
 
     /// The side effects of a start (files, cgroup, shim, record); touches no tracking state,
     /// so several run at once. Cleans up after itself when it fails.
-    fn launch(&self, spec: &ReplicaProcessSpec) -> Result<(ProcessRecord, Child), ExecutorError> {
+    fn launch(&self, spec: &ReplicaProcessSpec) -> Launched {
         let dir = self.replica_dir(&spec.name, &spec.incarnation);
         fs::create_dir_all(&dir).map_err(io_err(format!("creating {}", dir.display())))?;
         for (path, content) in &spec.files {
@@ -914,6 +969,21 @@ mod tests {
     fn the_executor_can_move_between_threads() {
         fn assert_send<T: Send>() {}
         assert_send::<LocalExecutor>();
+    }
+
+    #[test]
+    fn the_dedicated_shim_is_preferred_when_it_was_built() {
+        let dir = std::env::temp_dir().join(format!("corral-shim-test-{}", std::process::id()));
+        fs::create_dir_all(&dir).expect("mkdir");
+        let exe = dir.join("corral");
+        let alone = ShimCommand::beside(exe.clone());
+        assert_eq!(alone.program, exe);
+        assert_eq!(alone.args_prefix, vec![OsString::from("shim")]);
+        fs::write(dir.join(SHIM_BINARY), b"").expect("write");
+        let with = ShimCommand::beside(exe);
+        assert_eq!(with.program, dir.join(SHIM_BINARY));
+        assert!(with.args_prefix.is_empty());
+        let _ = fs::remove_dir_all(&dir);
     }
 
     #[test]
