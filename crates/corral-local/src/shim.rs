@@ -31,7 +31,9 @@ use signal_hook::consts::SIGTERM;
 use signal_hook::iterator::SignalsInfo;
 use signal_hook::iterator::exfiltrator::WithOrigin;
 
-use crate::executor::files::{self, EXIT_FILE, ExitRecord, LAUNCH_FILE, LaunchFile, RotatingLog};
+use crate::executor::files::{
+    self, EXIT_FILE, ExitRecord, LAUNCH_FILE, LOG_FILE, LaunchFile, RotatingLog,
+};
 use crate::executor::procfs;
 
 /// How long the shim waits for the output pipe to drain after the command exited.
@@ -54,7 +56,9 @@ where
     match supervise(&dir) {
         Ok(code) => code,
         Err(message) => {
+            // The replica's log is where its user looks; stderr is for a shim run by hand.
             eprintln!("corral shim: {message}");
+            append_to_log(&dir, &message);
             let rec = ExitRecord {
                 code: Some(125),
                 signal: None,
@@ -68,6 +72,18 @@ where
             }
             125
         }
+    }
+}
+
+/// Best effort: a `corral:` line in the replica's log (where the launch file would put it).
+fn append_to_log(dir: &Path, message: &str) {
+    use std::io::Write;
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(LOG_FILE))
+    {
+        let _ = writeln!(f, "corral: {message}");
     }
 }
 

@@ -245,6 +245,32 @@ fn executor_leftovers_die_with_the_main_process() {
     wait_for("no orphans", || processes_with(&marker).is_empty());
 }
 
+/// When the shim itself fails, the replica's log says why (its user reads the log, not the
+/// shim's stderr) and the exit file records code 125 with the message.
+fn shim_failures_are_in_the_replica_log() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("replica");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let shim = shim();
+    let status = std::process::Command::new(&shim.program)
+        .args(&shim.args_prefix)
+        .arg(&dir)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("run the shim");
+    assert_eq!(status.code(), Some(125));
+    let log = std::fs::read_to_string(dir.join("output.log")).expect("the log");
+    assert!(
+        log.starts_with("corral: ") && log.contains("has no launch.json"),
+        "{log}"
+    );
+    let exit = std::fs::read_to_string(dir.join("exit.json")).expect("the exit file");
+    assert!(
+        exit.contains("\"code\": 125") && exit.contains("launch.json"),
+        "{exit}"
+    );
+}
+
 /// A stop that reaches the shim before its command runs (the shim is still starting, joining
 /// its cgroup) is not lost: the replica ends at once, not when the grace period is over.
 fn executor_stop_right_after_start_is_not_lost() {
@@ -500,6 +526,10 @@ fn main() -> std::process::ExitCode {
         trial(
             "executor_leftovers_die_with_the_main_process",
             executor_leftovers_die_with_the_main_process,
+        ),
+        trial(
+            "shim_failures_are_in_the_replica_log",
+            shim_failures_are_in_the_replica_log,
         ),
         trial(
             "executor_stop_right_after_start_is_not_lost",

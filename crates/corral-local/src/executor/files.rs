@@ -16,7 +16,6 @@ pub const LAUNCH_FILE: &str = "launch.json";
 pub const EXIT_FILE: &str = "exit.json";
 pub const RECORD_FILE: &str = "record.json";
 pub const LOG_FILE: &str = "output.log";
-pub const SHIM_LOG_FILE: &str = "shim.log";
 
 /// What the shim runs: written by the executor before it spawns the shim.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -21,9 +21,10 @@
 //!
 //! Every replica has a directory `<run_dir>/<name>/<incarnation>/` that holds `launch.json`,
 //! `record.json`, `output.log` (+ `output.log.1`: stdout and stderr, capped at
-//! `log_limit_bytes` in all), `shim.log` and, once it ended, `exit.json`. The executor spawns
-//! the [shim](crate::shim) (`corral shim <dir>`) as the leader of a new process group; the
-//! shim joins the replica's cgroup, runs the command and writes `exit.json`. The executor never
+//! `log_limit_bytes` in all, with the shim's own `corral:` lines) and, once it ended,
+//! `exit.json`. The executor spawns the [shim](crate::shim) (`corral-shim <dir>`) as the
+//! leader of a new process group; the shim joins the replica's cgroup, runs the command and
+//! writes `exit.json`. The executor never
 //! waits on the command itself: it reaps the shims it spawned (no zombies) and reads
 //! `exit.json`, so an adopted replica (no longer our child) is observed the same way.
 //!
@@ -45,7 +46,7 @@ pub mod procfs;
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::fs::{self, OpenOptions};
+use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -57,7 +58,7 @@ use serde::{Deserialize, Serialize};
 use crate::cgroup::{CgroupLimits, CgroupManager, CgroupRef};
 use crate::gpu::{self, GpuSample};
 use crate::ports::PortAllocator;
-use files::{EXIT_FILE, ExitRecord, LAUNCH_FILE, LOG_FILE, LaunchFile, RECORD_FILE, SHIM_LOG_FILE};
+use files::{EXIT_FILE, ExitRecord, LAUNCH_FILE, LOG_FILE, LaunchFile, RECORD_FILE};
 
 pub use files::{read_log_tail, rotated_path};
 
@@ -538,17 +539,9 @@ impl LocalExecutor {
             ))(e));
         }
 
-        let shim_log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(dir.join(SHIM_LOG_FILE))
-            .map_err(io_err(format!(
-                "opening {}",
-                dir.join(SHIM_LOG_FILE).display()
-            )))?;
-        let shim_err = shim_log
-            .try_clone()
-            .map_err(io_err("duplicating the shim log"))?;
+        // The shim reports into the replica's log and exit file; its own stdout and stderr
+        // go nowhere, so that it never writes to a terminal or pipe that ended with the
+        // server (and no file is created here for it).
         let mut cmd = Command::new(&self.config.shim.program);
         {
             use std::os::unix::process::CommandExt;
@@ -556,8 +549,8 @@ impl LocalExecutor {
                 .arg(&dir)
                 .process_group(0)
                 .stdin(Stdio::null())
-                .stdout(shim_log)
-                .stderr(shim_err);
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
         }
         let mut child = match cmd.spawn() {
             Ok(c) => c,
