@@ -3,13 +3,15 @@
 //! refused submissions. Every wait is bounded by a deadline; the cluster's clock is the
 //! test's own, moved forward a second per pass so that restart back-offs pass quickly.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use corral_local::cluster::{JobState, TickReport};
 use corral_local::config::{ClusterFileConfig, PortRange};
-use corral_local::executor::{ShimCommand, procfs};
+use corral_local::executor::procfs;
 use corral_local::{Cluster, ClusterConfig, ClusterError};
 use jiff::Timestamp;
 
@@ -38,11 +40,7 @@ impl Harness {
                 max: ports + 49
             }
         );
-        // This test binary runs as the shim when its first argument is `shim`.
-        config.shim = Some(ShimCommand {
-            program: std::env::current_exe().expect("the test binary"),
-            args_prefix: vec!["shim".into()],
-        });
+        config.shim = Some(common::shim());
         let now = Timestamp::from_second(1_800_000_000).expect("time");
         let h = Harness { dir, config, now };
         let cluster = h.open();
@@ -553,62 +551,47 @@ fn a_replica_started_but_not_recorded_is_found_not_started_again() {
     }
 }
 
-/// A custom harness (libtest-mimic) so that this test binary can also be the shim: the
-/// executor runs `<this binary> shim <replica dir>` for every replica.
 fn main() -> std::process::ExitCode {
-    let rest: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
-    if rest.first().is_some_and(|a| a == "shim") {
-        std::process::exit(corral_local::shim::run(rest.into_iter().skip(1)));
-    }
-    let args = libtest_mimic::Arguments::from_args();
-    let tests = vec![
-        trial(
+    common::main(vec![
+        (
             "four_replica_generic_job_succeeds",
             four_replica_generic_job_succeeds,
         ),
-        trial(
+        (
             "failing_replica_restarts_and_the_count_is_durable",
             failing_replica_restarts_and_the_count_is_durable,
         ),
-        trial(
+        (
             "permanent_failure_fails_the_job",
             permanent_failure_fails_the_job,
         ),
-        trial(
+        (
             "two_jobs_never_share_a_port_or_a_gpu",
             two_jobs_never_share_a_port_or_a_gpu,
         ),
-        trial(
+        (
             "reopening_after_a_crash_readopts_running_replicas",
             reopening_after_a_crash_readopts_running_replicas,
         ),
-        trial(
+        (
             "delete_leaves_no_process_behind",
             delete_leaves_no_process_behind,
         ),
-        trial(
+        (
             "invalid_submissions_store_nothing",
             invalid_submissions_store_nothing,
         ),
-        trial(
+        (
             "suspend_stops_and_resume_requeues",
             suspend_stops_and_resume_requeues,
         ),
-        trial(
+        (
             "preemption_stops_the_victim_before_the_preemptor_gets_its_gpus",
             preemption_stops_the_victim_before_the_preemptor_gets_its_gpus,
         ),
-        trial(
+        (
             "a_replica_started_but_not_recorded_is_found_not_started_again",
             a_replica_started_but_not_recorded_is_found_not_started_again,
         ),
-    ];
-    libtest_mimic::run(&args, tests).exit_code()
-}
-
-fn trial(name: &'static str, test: fn()) -> libtest_mimic::Trial {
-    libtest_mimic::Trial::test(name, move || {
-        test();
-        Ok(())
-    })
+    ])
 }

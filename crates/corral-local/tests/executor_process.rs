@@ -1,24 +1,20 @@
 //! The local executor with real processes: shim, process groups, logs, exit codes, signals,
 //! stop, re-adoption after a simulated server crash, cgroup OOM kills, ports.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use corral_local::executor::{
     CgroupMode, ExecutorConfig, LocalExecutor, ProcessRecord, ProcessState, ReplicaProcessSpec,
-    ShimCommand, discover, procfs,
+    discover, procfs,
 };
 use corral_local::ports::PortAllocator;
 
-const TIMEOUT: Duration = Duration::from_secs(30);
+use common::shim;
 
-/// This test binary, which runs as the shim when its first argument is `shim`.
-fn shim() -> ShimCommand {
-    ShimCommand {
-        program: std::env::current_exe().expect("the test binary"),
-        args_prefix: vec!["shim".into()],
-    }
-}
+const TIMEOUT: Duration = Duration::from_secs(30);
 
 fn executor(dir: &Path, cgroup: CgroupMode) -> (LocalExecutor, Vec<String>) {
     let mut config = ExecutorConfig::new(dir.join("run"), shim());
@@ -497,72 +493,57 @@ fn executor_ports_are_never_given_twice() {
     assert!(c.iter().all(|p| !b.contains(p)));
 }
 
-/// A custom harness (libtest-mimic) so that this test binary can also be the shim: the
-/// executor runs `<this binary> shim <replica dir>` for every replica.
 fn main() -> std::process::ExitCode {
-    let rest: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
-    if rest.first().is_some_and(|a| a == "shim") {
-        std::process::exit(corral_local::shim::run(rest.into_iter().skip(1)));
-    }
-    let args = libtest_mimic::Arguments::from_args();
-    let tests = vec![
-        trial(
+    common::main(vec![
+        (
             "executor_runs_with_env_working_dir_and_logs",
             executor_runs_with_env_working_dir_and_logs,
         ),
-        trial("executor_log_is_capped", executor_log_is_capped),
-        trial(
+        ("executor_log_is_capped", executor_log_is_capped),
+        (
             "executor_reports_exit_codes_signals_and_missing_programs",
             executor_reports_exit_codes_signals_and_missing_programs,
         ),
-        trial(
+        (
             "executor_poll_reports_each_change_once",
             executor_poll_reports_each_change_once,
         ),
-        trial(
+        (
             "executor_stop_kills_the_whole_group_without_orphans",
             executor_stop_kills_the_whole_group_without_orphans,
         ),
-        trial(
+        (
             "executor_leftovers_die_with_the_main_process",
             executor_leftovers_die_with_the_main_process,
         ),
-        trial(
+        (
             "shim_failures_are_in_the_replica_log",
             shim_failures_are_in_the_replica_log,
         ),
-        trial(
+        (
             "executor_stop_right_after_start_is_not_lost",
             executor_stop_right_after_start_is_not_lost,
         ),
-        trial(
+        (
             "executor_leftovers_in_the_cgroup_die_even_outside_the_group",
             executor_leftovers_in_the_cgroup_die_even_outside_the_group,
         ),
-        trial(
+        (
             "executor_adopts_replicas_after_a_crash",
             executor_adopts_replicas_after_a_crash,
         ),
-        trial(
+        (
             "executor_does_not_adopt_a_recycled_pid",
             executor_does_not_adopt_a_recycled_pid,
         ),
-        trial(
+        (
             "executor_memory_hog_is_oom_killed_alone",
             executor_memory_hog_is_oom_killed_alone,
         ),
-        trial("executor_reports_cpu_usage", executor_reports_cpu_usage),
-        trial(
+        ("executor_reports_cpu_usage", executor_reports_cpu_usage),
+        (
             "executor_ports_are_never_given_twice",
             executor_ports_are_never_given_twice,
         ),
-    ];
-    libtest_mimic::run(&args, tests).exit_code()
-}
-
-fn trial(name: &'static str, test: fn()) -> libtest_mimic::Trial {
-    libtest_mimic::Trial::test(name, move || {
-        test();
-        Ok(())
-    })
+    ])
 }
