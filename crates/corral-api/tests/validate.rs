@@ -13,20 +13,22 @@ fn job(spec: &str) -> String {
 
 #[test]
 fn examples_are_valid() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
     let mut n = 0;
     let mut all = String::new();
-    for entry in std::fs::read_dir(dir).expect("examples dir") {
-        let path = entry.expect("entry").path();
-        if path.extension().is_some_and(|e| e == "yaml") {
-            all.push_str("---\n");
-            all.push_str(&std::fs::read_to_string(&path).expect("read example"));
-            n += 1;
+    for dir in [examples.clone(), examples.join("quickstart")] {
+        for entry in std::fs::read_dir(dir).expect("examples dir") {
+            let path = entry.expect("entry").path();
+            if path.extension().is_some_and(|e| e == "yaml") {
+                all.push_str("---\n");
+                all.push_str(&std::fs::read_to_string(&path).expect("read example"));
+                n += 1;
+            }
         }
     }
     assert!(
-        n >= 7,
-        "expected an example per framework and a cluster setup"
+        n >= 12,
+        "expected an example per framework, the quickstart's jobs and a cluster setup"
     );
     // Validated together, as `corral validate examples/*.yaml` does: jobs refer to the
     // cluster's queues, pools and priority classes.
