@@ -182,6 +182,38 @@ fn executor_poll_reports_each_change_once() {
     assert!(ex.poll(Instant::now()).is_empty());
 }
 
+/// A gang starts on one thread or several alike: one result per spec, in order, a bad spec
+/// (a name twice, an empty command) refused without stopping the others.
+fn executor_start_all_keeps_order_on_any_number_of_threads() {
+    for threads in [1, 3] {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (mut ex, _) = executor(tmp.path(), CgroupMode::Disabled);
+        let mut specs: Vec<ReplicaProcessSpec> = (0..6)
+            .map(|i| spec(&format!("gang-worker-{i}"), &format!("exit {i}")))
+            .collect();
+        specs[2].command.clear();
+        specs.push(spec("gang-worker-0", "exit 0"));
+        let results = ex.start_all_on(&specs, threads);
+        assert_eq!(results.len(), specs.len());
+        for (i, result) in results.iter().enumerate() {
+            match i {
+                2 | 6 => assert!(result.is_err(), "{threads} threads: spec {i} started"),
+                _ => {
+                    let rec = result.as_ref().expect("started");
+                    assert_eq!(rec.name, specs[i].name, "{threads} threads: order");
+                }
+            }
+        }
+        for i in [0, 1, 3, 4, 5] {
+            assert_eq!(
+                wait_terminal(&mut ex, &format!("gang-worker-{i}")),
+                ProcessState::Exited { code: i },
+                "{threads} threads"
+            );
+        }
+    }
+}
+
 /// Live processes whose command line contains `marker`.
 fn processes_with(marker: &str) -> Vec<u32> {
     procfs::all()
@@ -507,6 +539,10 @@ fn main() -> std::process::ExitCode {
         (
             "executor_poll_reports_each_change_once",
             executor_poll_reports_each_change_once,
+        ),
+        (
+            "executor_start_all_keeps_order_on_any_number_of_threads",
+            executor_start_all_keeps_order_on_any_number_of_threads,
         ),
         (
             "executor_stop_kills_the_whole_group_without_orphans",

@@ -371,6 +371,20 @@ impl LocalExecutor {
         &mut self,
         specs: &[ReplicaProcessSpec],
     ) -> Vec<Result<ProcessRecord, ExecutorError>> {
+        // Half the cores launch; the other half run the shims that are starting. On two
+        // cores that is one thread, which measured as fast as eight and costs no thread
+        // creation.
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get() / 2);
+        self.start_all_on(specs, threads)
+    }
+
+    /// [`start_all`](Self::start_all) with the launches spread over at most `threads`
+    /// threads (1: in this thread).
+    pub fn start_all_on(
+        &mut self,
+        specs: &[ReplicaProcessSpec],
+        threads: usize,
+    ) -> Vec<Result<ProcessRecord, ExecutorError>> {
         let mut checked: Vec<Result<(), ExecutorError>> = Vec::with_capacity(specs.len());
         for (i, spec) in specs.iter().enumerate() {
             let twice = specs[..i].iter().any(|o| o.name == spec.name);
@@ -383,63 +397,48 @@ impl LocalExecutor {
                 self.check_startable(spec)
             });
         }
+        let threads = threads.clamp(1, specs.len().max(1));
         let this = &*self;
-        let todo: Vec<(usize, &ReplicaProcessSpec)> = specs
-            .iter()
-            .enumerate()
-            .zip(&checked)
-            .filter(|(_, ok)| ok.is_ok())
-            .map(|(item, _)| item)
-            .collect();
-        // Half the cores launch; the other half run the shims that are starting. On two
-        // cores that is one thread, which measured as fast as eight and costs no thread
-        // creation.
-        let threads = std::thread::available_parallelism()
-            .map_or(1, |n| n.get() / 2)
-            .clamp(1, todo.len().max(1));
-        let mut results: Vec<Option<Launched>> = (0..specs.len()).map(|_| None).collect();
-        if threads == 1 {
-            for (i, spec) in todo {
-                results[i] = Some(this.launch(spec));
-            }
+        let launch = |(spec, ok): (&ReplicaProcessSpec, Result<(), ExecutorError>)| {
+            ok.and_then(|()| this.launch(spec))
+        };
+        let mut work: Vec<_> = specs.iter().zip(checked).collect();
+        let launched: Vec<Launched> = if threads == 1 {
+            work.into_iter().map(launch).collect()
         } else {
-            let per_thread = todo.len().div_ceil(threads);
-            let done: Vec<Vec<(usize, Launched)>> = std::thread::scope(|scope| {
-                let handles: Vec<_> = todo
-                    .chunks(per_thread)
+            let per_thread = work.len().div_ceil(threads);
+            let mut chunks = Vec::new();
+            while !work.is_empty() {
+                let rest = work.split_off(per_thread.min(work.len()));
+                chunks.push(std::mem::replace(&mut work, rest));
+            }
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = chunks
+                    .into_iter()
                     .map(|chunk| {
-                        scope.spawn(move || {
-                            chunk
-                                .iter()
-                                .map(|(i, spec)| (*i, this.launch(spec)))
-                                .collect::<Vec<_>>()
-                        })
+                        let n = chunk.len();
+                        let handle =
+                            scope.spawn(move || chunk.into_iter().map(launch).collect::<Vec<_>>());
+                        (n, handle)
                     })
                     .collect();
-                // A panicked thread's replicas stay `None` and are reported below.
                 handles
                     .into_iter()
-                    .map(|h| h.join().unwrap_or_default())
-                    .collect()
-            });
-            for (i, launched) in done.into_iter().flatten() {
-                results[i] = Some(launched);
-            }
-        }
-        let launched: Vec<Launched> = results
-            .into_iter()
-            .zip(checked)
-            .map(|(launched, ok)| {
-                ok.and_then(|()| {
-                    launched.unwrap_or_else(|| {
-                        Err(ExecutorError::Io {
-                            context: "starting a replica".into(),
-                            source: io::Error::other("the launching thread panicked"),
+                    .flat_map(|(n, handle)| {
+                        handle.join().unwrap_or_else(|_| {
+                            (0..n)
+                                .map(|_| {
+                                    Err(ExecutorError::Io {
+                                        context: "starting a replica".into(),
+                                        source: io::Error::other("the launching thread panicked"),
+                                    })
+                                })
+                                .collect()
                         })
                     })
-                })
+                    .collect()
             })
-            .collect();
+        };
         launched
             .into_iter()
             .map(|r| r.map(|(record, child)| self.track(record, child)))
