@@ -890,6 +890,10 @@ pub struct BenchApiArgs {
     /// Jobs in the store when timing `list`.
     #[arg(long, default_value_t = 10_000)]
     pub list_jobs: usize,
+    /// Finished jobs (of `--startup-replicas` replicas each) run and kept before the startup
+    /// measurement: a cluster with history.
+    #[arg(long, default_value_t = 0)]
+    pub history_jobs: usize,
 }
 
 /// `corral bench api`: prints JSON.
@@ -901,6 +905,7 @@ pub fn run_bench_api(args: &BenchApiArgs) -> ExitCode {
         duration: Duration::from_secs(args.seconds.max(1)),
         clients: args.clients.max(1),
         list_jobs: args.list_jobs,
+        history_jobs: args.history_jobs,
     };
     match corral_server::bench::api_bench(&options) {
         Ok(v) => print_structured(&v, Output::Json),

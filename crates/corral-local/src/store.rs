@@ -244,7 +244,8 @@ impl Store {
         // Indexes only: existing stores gain them without a schema change.
         conn.execute_batch(
             "CREATE INDEX IF NOT EXISTS jobs_by_uid ON jobs (uid);\n\
-             CREATE INDEX IF NOT EXISTS jobs_by_seq ON jobs (seq);",
+             CREATE INDEX IF NOT EXISTS jobs_by_seq ON jobs (seq);\n\
+             CREATE INDEX IF NOT EXISTS replicas_by_state ON replicas (state);",
         )?;
         Ok(Store { conn })
     }
@@ -519,6 +520,17 @@ impl Store {
     /// The replica incarnations of one job, by name then incarnation.
     pub fn replicas_of(&self, job_uid: &str) -> Result<Vec<StoredReplica>, StoreError> {
         self.replicas_where("WHERE job_uid = ?1", [job_uid])
+    }
+
+    /// The recorded incarnations of one replica (by its process name).
+    pub fn replicas_named(&self, name: &str) -> Result<Vec<StoredReplica>, StoreError> {
+        self.replicas_where("WHERE name = ?1", [name])
+    }
+
+    /// The replicas recorded as running: what the control loop looks at, without reading
+    /// the history of every finished job.
+    pub fn running_replicas(&self) -> Result<Vec<StoredReplica>, StoreError> {
+        self.replicas_where("WHERE state = ?1", [json(&ProcessState::Running)?])
     }
 
     fn replicas_where<P: rusqlite::Params>(

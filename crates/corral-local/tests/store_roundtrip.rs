@@ -88,12 +88,31 @@ fn jobs_status_and_records_survive_a_reopen() {
     assert_eq!(reps.len(), 1);
     assert_eq!(reps[0].record.pid, 4242);
     assert_eq!(reps[0].state, ProcessState::Running);
+    assert_eq!(store.running_replicas().expect("running"), reps);
+    assert_eq!(
+        store.replicas_named("default.a-worker-0").expect("named"),
+        reps
+    );
+    assert!(
+        store
+            .replicas_named("default.b-worker-0")
+            .expect("named")
+            .is_empty()
+    );
     store
         .set_replica_state("default.a-worker-0", 2, 0, ProcessState::Exited { code: 1 })
         .expect("state");
     assert_eq!(
         store.replicas().expect("replicas")[0].state,
         ProcessState::Exited { code: 1 }
+    );
+    assert!(store.running_replicas().expect("running").is_empty());
+    assert_eq!(
+        store
+            .replicas_named("default.a-worker-0")
+            .expect("named")
+            .len(),
+        1
     );
     assert_eq!(store.events("default", "a").expect("events").len(), 1);
     store.remove_job("uid-a").expect("remove");

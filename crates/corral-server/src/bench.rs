@@ -2,6 +2,8 @@
 //!
 //! Starts the real server in-process (temporary data directory, free port) and measures,
 //! through the same client the CLI uses:
+//! - `history` (optional): finished jobs kept in the store, so that what follows runs on a
+//!   cluster with a past;
 //! - `startup`: submit -> every replica running, per job (small `sleep` jobs, one at a time);
 //! - `submit`: sustained submissions at a target rate from several client threads
 //!   (suspended jobs, so that no process starts), then a list that checks none was lost;
@@ -34,6 +36,9 @@ pub struct ApiBenchOptions {
     pub clients: usize,
     /// Jobs in the store for the list measurement (topped up after the submit phase).
     pub list_jobs: usize,
+    /// Jobs of `startup_replicas` replicas run to completion and kept before the startup
+    /// measurement, so that it is taken on a cluster with history.
+    pub history_jobs: usize,
 }
 
 impl Default for ApiBenchOptions {
@@ -45,6 +50,7 @@ impl Default for ApiBenchOptions {
             duration: Duration::from_secs(5),
             clients: 4,
             list_jobs: 10_000,
+            history_jobs: 0,
         }
     }
 }
@@ -80,6 +86,41 @@ fn parked(name: &str) -> String {
     )
 }
 
+fn finisher(name: &str, replicas: u32) -> String {
+    format!(
+        "apiVersion: corral.dev/v1alpha1\nkind: TrainingJob\nmetadata: {{name: {name}}}\nspec:\n  framework: pytorch\n  replicas:\n    worker:\n      count: {replicas}\n      restartPolicy: Never\n      resources: {{cpu: 10m, memory: 16Mi}}\n      template: {{command: [\"true\"]}}\n"
+    )
+}
+
+/// Runs `jobs` short jobs to completion (in batches) and keeps them.
+fn run_history(client: &Client, jobs: usize, replicas: u32) -> Result<(), String> {
+    let err = |e: crate::client::ClientError| e.to_string();
+    let mut done = 0;
+    while done < jobs {
+        let batch = (jobs - done).min(25);
+        let text: Vec<String> = (done..done + batch)
+            .map(|i| finisher(&format!("history-{i}"), replicas))
+            .collect();
+        client.submit("history", &text.join("---\n")).map_err(err)?;
+        done += batch;
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let listed = client.list(Some("history")).map_err(err)?;
+            if listed.iter().all(|j| j.state.is_finished()) {
+                if let Some(j) = listed.iter().find(|j| j.state != JobState::Succeeded) {
+                    return Err(format!("history job {} ended {}", j.name, j.state));
+                }
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err("history jobs did not finish within 120 s".into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    Ok(())
+}
+
 fn sleeper(name: &str, replicas: u32) -> String {
     format!(
         "apiVersion: corral.dev/v1alpha1\nkind: TrainingJob\nmetadata: {{name: {name}}}\nspec:\n  framework: pytorch\n  replicas:\n    worker:\n      count: {replicas}\n      restartPolicy: Never\n      resources: {{cpu: 10m, memory: 16Mi}}\n      template: {{command: [sleep, \"120\"]}}\n"
@@ -108,6 +149,11 @@ fn run(o: &ApiBenchOptions, dir: &std::path::Path) -> Result<Value, String> {
     std::thread::sleep(Duration::from_millis(500));
     let idle_rss_mb = rss_mb();
     let err = |e: crate::client::ClientError| e.to_string();
+
+    // 0. history: finished jobs that stay in the store.
+    let history_started = Instant::now();
+    run_history(&client, o.history_jobs, o.startup_replicas)?;
+    let history_s = history_started.elapsed().as_secs_f64();
 
     // 1. submit -> all replicas running.
     let mut startup = Vec::new();
@@ -231,6 +277,11 @@ fn run(o: &ApiBenchOptions, dir: &std::path::Path) -> Result<Value, String> {
     Ok(json!({
         "benchmark": "api",
         "shim": shim,
+        "history": {
+            "jobs": o.history_jobs,
+            "replicas": o.history_jobs as u64 * u64::from(o.startup_replicas),
+            "seconds": (history_s * 1000.0).round() / 1000.0,
+        },
         "startup": {
             "jobs": o.startup_jobs,
             "replicas_per_job": o.startup_replicas,

@@ -798,6 +798,7 @@ fn api_bench_smoke() -> TestResult {
         duration: Duration::from_millis(500),
         clients: 2,
         list_jobs: 60,
+        history_jobs: 2,
     };
     let v = corral_server::bench::api_bench(&options)?;
     check(
@@ -810,6 +811,10 @@ fn api_bench_smoke() -> TestResult {
     )?;
     check(
         v.pointer("/list/jobs") == Some(&Value::from(60)),
+        v.to_string(),
+    )?;
+    check(
+        v.pointer("/history/replicas") == Some(&Value::from(4)),
         v.to_string(),
     )?;
     Ok(())

@@ -842,10 +842,9 @@ impl Cluster {
 
     /// Resource use of every running replica.
     pub fn top(&self) -> Vec<ReplicaUsageRow> {
-        let replicas = self.store.replicas().unwrap_or_default();
+        let replicas = self.store.running_replicas().unwrap_or_default();
         replicas
             .iter()
-            .filter(|r| r.state == ProcessState::Running)
             .map(|r| {
                 let usage = self.executor.usage(&r.name);
                 ReplicaUsageRow {
@@ -869,10 +868,9 @@ impl Cluster {
             .and_then(|r| r.strip_prefix('-'))
             .unwrap_or(replica);
         let name = format!("{namespace}.{job}-{short}");
-        let replicas = self.store.replicas().ok()?;
+        let replicas = self.store.replicas_named(&name).ok()?;
         if let Some(r) = replicas
             .iter()
-            .filter(|r| r.name == name)
             .max_by_key(|r| (r.started_ms, r.attempt, r.retry))
         {
             return Some(r.record.log_path());
@@ -1041,14 +1039,15 @@ impl Cluster {
         if changes.is_empty() {
             return Ok(());
         }
-        let replicas = self.store.replicas()?;
         for (name, state) in changes {
             let Some(current) = self.executor.record(&name).map(|r| r.incarnation.clone()) else {
                 continue;
             };
-            if let Some(r) = replicas
-                .iter()
-                .find(|r| r.name == name && r.record.incarnation == current)
+            if let Some(r) = self
+                .store
+                .replicas_named(&name)?
+                .into_iter()
+                .find(|r| r.record.incarnation == current)
             {
                 self.store
                     .set_replica_state(&r.name, r.attempt, r.retry, state)?;
@@ -1453,9 +1452,8 @@ impl Cluster {
         // A GPU is never shared: processes of a preempted job may still hold the GPUs
         // during their grace period; the start waits for them (the lifecycle asks again).
         if !gpu_indices.is_empty() {
-            let busy = self.store.replicas()?.into_iter().any(|r| {
-                r.state == ProcessState::Running
-                    && r.job_uid != stored.uid
+            let busy = self.store.running_replicas()?.into_iter().any(|r| {
+                r.job_uid != stored.uid
                     && r.record.gpu_indices.iter().any(|g| gpu_indices.contains(g))
             });
             if busy {
