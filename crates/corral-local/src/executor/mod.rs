@@ -728,7 +728,14 @@ impl LocalExecutor {
         self.unreaped
             .retain_mut(|c| !matches!(c.try_wait(), Ok(Some(_)) | Err(_)));
         self.retired_cgroups.retain(|cg| !cg.try_remove());
-        let names: Vec<String> = self.replicas.keys().cloned().collect();
+        // Only replicas with something to look at: ended ones stay tracked (until their job
+        // is deleted) and would make every pass cost the cluster's whole history.
+        let names: Vec<String> = self
+            .replicas
+            .iter()
+            .filter(|(_, t)| !t.state.is_terminal() || t.state != t.reported)
+            .map(|(name, _)| name.clone())
+            .collect();
         let mut changes = Vec::new();
         for name in names {
             let Some(mut t) = self.replicas.remove(&name) else {
