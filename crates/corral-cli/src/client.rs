@@ -581,6 +581,11 @@ pub fn describe_text(d: &JobDetails) -> String {
             &["NAME", "PHASE", "PID", "PORT", "GPUS", "RESTARTS", "EXIT"],
             &rows,
         )));
+        for r in &d.replicas {
+            if let Some(message) = &r.message {
+                t.push_str(&format!("  {}: {message}\n", r.name));
+            }
+        }
     }
     t.push_str("\nEvents:\n");
     if d.events.is_empty() {

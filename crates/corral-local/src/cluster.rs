@@ -179,6 +179,10 @@ pub struct ReplicaInfo {
     pub exit_code: Option<i32>,
     /// Why it failed (`Error`, `OOMKilled`), if it did.
     pub reason: Option<String>,
+    /// What the shim said when it could not run the command (a missing program or working
+    /// directory, a cgroup it could not join), from the replica's exit file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
     pub pid: Option<u32>,
     pub gpus: Vec<u32>,
     pub port: Option<u16>,

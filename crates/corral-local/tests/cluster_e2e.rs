@@ -222,7 +222,26 @@ fn permanent_failure_fails_the_job() {
         .expect("describe")
         .expect("job");
     assert_eq!(d.replicas[0].exit_code, Some(7));
+    assert_eq!(d.replicas[0].message, None, "the command ran");
     assert!(d.events.iter().any(|e| e.reason == "Failed"));
+
+    // A program that does not exist: describe says so, not just "exit code 127".
+    let missing =
+        job("missing", 1, "", "x").replace("[/bin/sh, -c, 'x']", "[no-such-program-corral-test]");
+    c.submit(&missing, "default", h.now).expect("submit");
+    h.until(&mut c, "failure", |c| {
+        state(c, "missing") == Some(JobState::Failed)
+    });
+    let d = c
+        .describe("default", "missing")
+        .expect("describe")
+        .expect("job");
+    assert_eq!(d.replicas[0].exit_code, Some(127));
+    let message = d.replicas[0].message.as_deref().unwrap_or_default();
+    assert!(
+        message.contains("cannot run") && message.contains("no-such-program-corral-test"),
+        "{message:?}"
+    );
 }
 
 fn two_jobs_never_share_a_port_or_a_gpu() {

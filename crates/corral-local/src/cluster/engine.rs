@@ -589,6 +589,11 @@ impl Cluster {
                 ReplicaPhase::Succeeded => (Some(0), None),
                 _ => (None, None),
             };
+            let message = if r.state.is_terminal() {
+                r.record.exit_error()
+            } else {
+                None
+            };
             infos.push(ReplicaInfo {
                 name: format!("{}-{}-{}", stored.name, r.role, r.index),
                 role: r.role.clone(),
@@ -597,6 +602,7 @@ impl Cluster {
                 phase: phase_name(phase).to_string(),
                 exit_code,
                 reason,
+                message,
                 pid: (r.state == ProcessState::Running).then_some(r.record.pid),
                 gpus: r.record.gpu_indices.clone(),
                 port: r.port,

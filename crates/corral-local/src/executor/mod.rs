@@ -182,6 +182,15 @@ impl ProcessRecord {
     pub fn exit_path(&self) -> PathBuf {
         self.dir.join(EXIT_FILE)
     }
+
+    /// Why the command could not run at all, as the exit file says (none while it runs, or
+    /// when it ran).
+    pub fn exit_error(&self) -> Option<String> {
+        files::read_json::<ExitRecord>(&self.exit_path())
+            .ok()
+            .flatten()
+            .and_then(|exit| exit.error)
+    }
 }
 
 /// What the executor observes of one replica.
