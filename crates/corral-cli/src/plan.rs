@@ -203,19 +203,7 @@ fn build_nodes(
         // No pools declared: this machine, as the embedded cluster sees it (no NVML here yet).
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
         let mem = machine_memory_bytes().unwrap_or(memory_bytes);
-        let node = Node {
-            name: "localhost".into(),
-            gpu_type: None,
-            gpus: 0,
-            cpu_milli: cpus * 1000,
-            memory_bytes: mem,
-            extended: BTreeMap::new(),
-            labels: BTreeMap::new(),
-            topology: None,
-            schedulable: true,
-            taints: Vec::new(),
-            allocated: Default::default(),
-        };
+        let node = Node::new("localhost", None, 0, cpus * 1000, mem);
         let line = format!("this machine: {cpus} CPUs, {} GiB, no GPUs", mem >> 30);
         return Ok((vec![node], line));
     }
@@ -228,18 +216,16 @@ fn build_nodes(
         let gpus = pool.spec.gpus_per_node.unwrap_or(0);
         for i in 0..count {
             nodes.push(Node {
-                name: format!("{name}-{i}"),
-                gpu_type: pool.spec.gpu_type.clone(),
-                gpus,
-                cpu_milli: args.node_cpu * 1000,
-                memory_bytes,
-                extended: BTreeMap::new(),
                 labels: pool.spec.node_selector.clone(),
                 // Four nodes to a rack, so gangs show their topology preference.
                 topology: Some(format!("{name}-rack-{}", i / 4)),
-                schedulable: true,
-                taints: Vec::new(),
-                allocated: Default::default(),
+                ..Node::new(
+                    format!("{name}-{i}"),
+                    pool.spec.gpu_type.clone(),
+                    gpus,
+                    args.node_cpu * 1000,
+                    memory_bytes,
+                )
             });
         }
         total_gpus += u64::from(count) * u64::from(gpus);

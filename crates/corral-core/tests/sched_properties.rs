@@ -3,8 +3,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use corral_core::sched::{
-    ClusterSnapshot, JobRequest, Node, NodeAllocation, PoolQuota, QueueConfig, ReplicaGroup,
-    ResourceAmount, RunningJob, Scheduler, SchedulerConfig,
+    ClusterSnapshot, JobRequest, Node, PoolQuota, QueueConfig, ReplicaGroup, ResourceAmount,
+    RunningJob, Scheduler, SchedulerConfig,
 };
 use proptest::prelude::*;
 
@@ -12,17 +12,14 @@ const TYPES: [&str; 2] = ["A100", "V100"];
 
 fn node(i: usize, gpus: u32, ty: usize) -> Node {
     Node {
-        name: format!("n{i}"),
-        gpu_type: Some(TYPES[ty].to_string()),
-        gpus,
-        cpu_milli: 16_000,
-        memory_bytes: 64 << 30,
-        extended: BTreeMap::new(),
-        labels: BTreeMap::new(),
         topology: Some(format!("rack{}", i / 2)),
-        schedulable: true,
-        taints: Vec::new(),
-        allocated: NodeAllocation::default(),
+        ..Node::new(
+            format!("n{i}"),
+            Some(TYPES[ty].to_string()),
+            gpus,
+            16_000,
+            64 << 30,
+        )
     }
 }
 

@@ -21,20 +21,11 @@ fn needs(replicas: u64, per: Option<u32>, total: u64, types: &[&str]) -> Needs {
 
 fn a100_node(name: &str, used: &[u32]) -> Node {
     Node {
-        name: name.into(),
-        gpu_type: Some("A100".into()),
-        gpus: 8,
-        cpu_milli: 64_000,
-        memory_bytes: 512 << 30,
-        extended: BTreeMap::new(),
-        labels: BTreeMap::new(),
-        topology: None,
-        schedulable: true,
-        taints: Vec::new(),
         allocated: NodeAllocation {
             gpu_indices: used.to_vec(),
             ..Default::default()
         },
+        ..Node::new(name, Some("A100".into()), 8, 64_000, 512 << 30)
     }
 }
 

@@ -3,19 +3,7 @@
 use corral_core::sched::{ClusterSnapshot, Node, Scheduler, SchedulerConfig};
 
 fn node(name: &str) -> Node {
-    Node {
-        name: name.into(),
-        gpu_type: Some("A100".into()),
-        gpus: 8,
-        cpu_milli: u64::MAX,
-        memory_bytes: u64::MAX,
-        extended: Default::default(),
-        labels: Default::default(),
-        topology: None,
-        schedulable: true,
-        taints: Vec::new(),
-        allocated: Default::default(),
-    }
+    Node::new(name, Some("A100".into()), 8, u64::MAX, u64::MAX)
 }
 
 #[test]

@@ -4,27 +4,15 @@
 use std::collections::BTreeMap;
 
 use corral_core::sched::{
-    ClusterSnapshot, JobRequest, Node, NodeAllocation, PoolQuota, PreemptionReason, QueueConfig,
-    ReplicaGroup, ResourceAmount, Scheduler, SchedulerConfig,
+    ClusterSnapshot, JobRequest, Node, PoolQuota, PreemptionReason, QueueConfig, ReplicaGroup,
+    ResourceAmount, Scheduler, SchedulerConfig,
 };
 
 const HOUR: f64 = 3600.0;
 const MIN: u64 = 60_000;
 
 fn node(name: &str, ty: &str, gpus: u32) -> Node {
-    Node {
-        name: name.into(),
-        gpu_type: Some(ty.into()),
-        gpus,
-        cpu_milli: 64_000,
-        memory_bytes: 512 << 30,
-        extended: BTreeMap::new(),
-        labels: BTreeMap::new(),
-        topology: None,
-        schedulable: true,
-        taints: Vec::new(),
-        allocated: NodeAllocation::default(),
-    }
+    Node::new(name, Some(ty.into()), gpus, 64_000, 512 << 30)
 }
 
 fn snapshot(nodes: Vec<Node>) -> ClusterSnapshot {

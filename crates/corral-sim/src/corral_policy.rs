@@ -81,18 +81,14 @@ impl Policy for CorralPolicy {
         let nodes: Vec<Node> = cluster
             .nodes
             .iter()
-            .map(|n| Node {
-                name: n.name.clone(),
-                gpu_type: Some(cluster.types[n.gpu_type].clone()),
-                gpus: n.gpus,
-                cpu_milli: 256_000,
-                memory_bytes: 2 << 40,
-                extended: BTreeMap::new(),
-                labels: BTreeMap::new(),
-                topology: None,
-                schedulable: true,
-                taints: Vec::new(),
-                allocated: Default::default(),
+            .map(|n| {
+                Node::new(
+                    n.name.clone(),
+                    Some(cluster.types[n.gpu_type].clone()),
+                    n.gpus,
+                    256_000,
+                    2 << 40,
+                )
             })
             .collect();
         let mut teams: Vec<&str> = jobs.iter().map(|j| j.queue.as_str()).collect();

@@ -251,18 +251,14 @@ impl CorralPlacer {
     fn new(nodes: &[AliNode]) -> Result<Self, String> {
         let snap_nodes: Vec<Node> = nodes
             .iter()
-            .map(|n| Node {
-                name: n.name.clone(),
-                gpu_type: (n.gpus > 0).then(|| n.model.clone()),
-                gpus: n.gpus,
-                cpu_milli: n.cpu_milli,
-                memory_bytes: n.memory_mib << 20,
-                extended: BTreeMap::new(),
-                labels: BTreeMap::new(),
-                topology: None,
-                schedulable: true,
-                taints: Vec::new(),
-                allocated: Default::default(),
+            .map(|n| {
+                Node::new(
+                    n.name.clone(),
+                    (n.gpus > 0).then(|| n.model.clone()),
+                    n.gpus,
+                    n.cpu_milli,
+                    n.memory_mib << 20,
+                )
             })
             .collect();
         let mut pools: Vec<String> = nodes

@@ -639,19 +639,7 @@ mod tests {
     use crate::sched::model::{ClusterSnapshot, Node};
 
     fn node(name: &str, cpu_milli: u64) -> Node {
-        Node {
-            name: name.to_string(),
-            gpu_type: Some("A".to_string()),
-            gpus: 8,
-            cpu_milli,
-            memory_bytes: 1 << 40,
-            extended: BTreeMap::new(),
-            labels: BTreeMap::new(),
-            topology: None,
-            schedulable: true,
-            taints: Vec::new(),
-            allocated: Default::default(),
-        }
+        Node::new(name, Some("A".to_string()), 8, cpu_milli, 1 << 40)
     }
 
     /// Two nodes with the same free GPUs: the CPU-hungry replica goes where it leaves

@@ -62,6 +62,32 @@ fn yes() -> bool {
     true
 }
 
+impl Node {
+    /// A schedulable node with these capacities and nothing else: no extended resources,
+    /// labels, topology domain, taints, or use by work the scheduler does not manage.
+    pub fn new(
+        name: impl Into<String>,
+        gpu_type: Option<String>,
+        gpus: u32,
+        cpu_milli: u64,
+        memory_bytes: u64,
+    ) -> Node {
+        Node {
+            name: name.into(),
+            gpu_type,
+            gpus,
+            cpu_milli,
+            memory_bytes,
+            extended: BTreeMap::new(),
+            labels: BTreeMap::new(),
+            topology: None,
+            schedulable: true,
+            taints: Vec::new(),
+            allocated: NodeAllocation::default(),
+        }
+    }
+}
+
 /// Resources in use on a node by something other than the scheduler's running jobs.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

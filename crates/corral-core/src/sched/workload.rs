@@ -6,8 +6,7 @@
 use std::collections::BTreeMap;
 
 use super::model::{
-    ClusterSnapshot, JobRequest, Node, NodeAllocation, PoolQuota, QueueConfig, ReplicaGroup,
-    ResourceAmount,
+    ClusterSnapshot, JobRequest, Node, PoolQuota, QueueConfig, ReplicaGroup, ResourceAmount,
 };
 
 /// SplitMix64: small, fast, and the same on every platform.
@@ -95,17 +94,14 @@ pub fn cluster(spec: &WorkloadSpec) -> ClusterSnapshot {
     let k = spec.gpu_types.max(1);
     let nodes: Vec<Node> = (0..spec.nodes)
         .map(|i| Node {
-            name: format!("node-{i}"),
-            gpu_type: Some(gpu_type_name(i * k / spec.nodes.max(1))),
-            gpus: 8,
-            cpu_milli: 96_000,
-            memory_bytes: 1024 * GIB,
-            extended: BTreeMap::new(),
-            labels: BTreeMap::new(),
             topology: Some(format!("rack-{}", i / spec.nodes_per_rack.max(1))),
-            schedulable: true,
-            taints: Vec::new(),
-            allocated: NodeAllocation::default(),
+            ..Node::new(
+                format!("node-{i}"),
+                Some(gpu_type_name(i * k / spec.nodes.max(1))),
+                8,
+                96_000,
+                1024 * GIB,
+            )
         })
         .collect();
     let mut gpus_per_type = vec![0u64; k];

@@ -1879,17 +1879,14 @@ fn build_cluster(
         None => inv.memory_bytes,
     };
     let node = Node {
-        name: o.name.clone().unwrap_or_else(|| inv.hostname.clone()),
-        gpu_type: gpu_type.clone(),
-        gpus,
-        cpu_milli,
-        memory_bytes,
         extended: o.extended.clone(),
-        labels: BTreeMap::new(),
-        topology: None,
-        schedulable: true,
-        taints: Vec::new(),
-        allocated: Default::default(),
+        ..Node::new(
+            o.name.clone().unwrap_or_else(|| inv.hostname.clone()),
+            gpu_type.clone(),
+            gpus,
+            cpu_milli,
+            memory_bytes,
+        )
     };
     let pools: Vec<NodePoolConfig> = config
         .file
