@@ -508,6 +508,10 @@ pub enum ConditionType {
     Succeeded,
     Failed,
     Suspended,
+    /// The job cannot be admitted even on an empty cluster (no node or pool is large
+    /// enough, no GPU type matches, its queue does not exist). It stays queued, so that a
+    /// node added later admits it, as Kubernetes keeps an unschedulable pod.
+    Unschedulable,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]

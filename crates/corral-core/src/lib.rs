@@ -2,6 +2,7 @@
 //! argument), no threads, and no decision depends on hash-map iteration order.
 //! The embedded cluster, the Kubernetes operator and the simulator all call this code.
 
+pub mod control;
 pub mod launch;
 pub mod lifecycle;
 pub mod sched;

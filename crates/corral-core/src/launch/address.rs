@@ -94,11 +94,7 @@ impl Addresses {
 }
 
 /// Replica indices a role may use: its count, or an elastic job's maximum.
-pub(crate) fn replica_slots(
-    job: &TrainingJob,
-    role: corral_api::training_job::Role,
-    count: u32,
-) -> u32 {
+pub fn replica_slots(job: &TrainingJob, role: corral_api::training_job::Role, count: u32) -> u32 {
     match crate::lifecycle::policy::elastic_role(&job.spec) {
         Some(r) if r == role => job
             .spec

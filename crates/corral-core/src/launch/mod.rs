@@ -28,7 +28,7 @@ use corral_api::training_job::{EnvVar, Framework, TrainingJob, TrainingJobSpec};
 
 use crate::lifecycle::ReplicaId;
 
-pub use address::{Addresses, Endpoint, kubernetes_host};
+pub use address::{Addresses, Endpoint, kubernetes_host, replica_slots};
 pub use frameworks::MPI_HOSTFILE_NAME;
 
 /// Where the MPI launcher finds its hostfile by default (mpi-operator's configMountPath).

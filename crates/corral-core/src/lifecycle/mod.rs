@@ -49,7 +49,8 @@ mod state;
 pub use action::{Action, StopReason};
 pub use observe::{
     AdmissionState, FailureReason, Incarnation, ObservedReplica, ReplicaId, ReplicaPhase,
+    current_incarnation,
 };
 pub use policy::DEFAULT_GRACE_PERIOD;
-pub use reconcile::{Reconciled, reconcile};
+pub use reconcile::{Reconciled, reconcile, reconcile_with};
 pub use state::{JobState, job_state};

@@ -71,6 +71,15 @@ impl FromStr for Incarnation {
     }
 }
 
+/// The incarnation a job's recorded status expects of a replica now: the gang's attempt and
+/// the replica's own retries within it. Observations of any other incarnation are stale.
+pub fn current_incarnation(status: &corral_api::TrainingJobStatus, id: ReplicaId) -> Incarnation {
+    Incarnation {
+        attempt: status.attempt,
+        retry: status.replica_retries.get(&id.key()).copied().unwrap_or(0),
+    }
+}
+
 /// Why a replica failed, as far as the shell can tell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum FailureReason {

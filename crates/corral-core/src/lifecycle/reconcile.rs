@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use corral_api::training_job::{
-    CleanPodPolicy, ConditionStatus, ConditionType, Framework, LauncherCreationPolicy,
-    ReplicaStatus, Role, TrainingJob, TrainingJobSpec, TrainingJobStatus,
+    CleanPodPolicy, ConditionStatus, ConditionType, ReplicaStatus, Role, TrainingJob,
+    TrainingJobSpec, TrainingJobStatus,
 };
 use jiff::Timestamp;
 
@@ -43,6 +43,20 @@ pub fn reconcile(
     admission: &AdmissionState,
     now: Timestamp,
 ) -> Reconciled {
+    reconcile_with(job, observed, admission, DEFAULT_GRACE_PERIOD, now)
+}
+
+/// [`reconcile`] with the grace period that every stop of this job gets (suspend, restart,
+/// scale-down, delete; a preemption carries its own): the control plane passes the job's
+/// own (`terminationGracePeriodSeconds`) or the cluster's setting, see
+/// [`crate::control::grace_period`].
+pub fn reconcile_with(
+    job: &TrainingJob,
+    observed: &[ObservedReplica],
+    admission: &AdmissionState,
+    grace_period: Duration,
+    now: Timestamp,
+) -> Reconciled {
     let mut spec = job.spec.clone();
     // Idempotent; decisions must not depend on whether the caller defaulted the spec.
     spec.apply_defaults();
@@ -56,6 +70,7 @@ pub fn reconcile(
         actions: Vec::new(),
         stopped: BTreeSet::new(),
         requeue_after: None,
+        grace_period,
     };
     r.run(admission);
     let mut status = r.status;
@@ -124,6 +139,8 @@ struct Reconciler {
     /// Stops issued this round, so that no incarnation gets two.
     stopped: BTreeSet<(ReplicaId, Incarnation)>,
     requeue_after: Option<Duration>,
+    /// How long a stopped replica gets between SIGTERM and SIGKILL.
+    grace_period: Duration,
 }
 
 impl Reconciler {
@@ -162,9 +179,9 @@ impl Reconciler {
             }
             AdmissionState::Waiting => {
                 if self.is(ConditionType::Admitted) {
-                    self.preempt(DEFAULT_GRACE_PERIOD, "the scheduler withdrew the admission");
+                    self.preempt(self.grace_period, "the scheduler withdrew the admission");
                 } else {
-                    self.wait(DEFAULT_GRACE_PERIOD);
+                    self.wait(self.grace_period);
                 }
             }
             AdmissionState::Admitted(a) => self.run_admitted(a),
@@ -197,15 +214,7 @@ impl Reconciler {
 
     /// The incarnation the job currently expects of a replica.
     fn current(&self, id: ReplicaId) -> Incarnation {
-        Incarnation {
-            attempt: self.status.attempt,
-            retry: self
-                .status
-                .replica_retries
-                .get(&id.key())
-                .copied()
-                .unwrap_or(0),
-        }
+        super::observe::current_incarnation(&self.status, id)
     }
 
     fn current_phase(&self, id: ReplicaId) -> Option<ReplicaPhase> {
@@ -366,7 +375,7 @@ impl Reconciler {
             // The deadline clock stops while suspended (as Kubernetes Jobs do).
             self.status.start_time = None;
         }
-        self.stop_all(DEFAULT_GRACE_PERIOD, StopReason::Suspended);
+        self.stop_all(self.grace_period, StopReason::Suspended);
         if !self.any_active()
             && (self.is(ConditionType::Admitted) || self.is(ConditionType::Queued))
         {
@@ -399,7 +408,7 @@ impl Reconciler {
             let msg = conditions::get(&self.status, ConditionType::Queued)
                 .map(|c| c.message.clone())
                 .unwrap_or_default();
-            self.preempt(DEFAULT_GRACE_PERIOD, &msg);
+            self.preempt(self.grace_period, &msg);
             return;
         }
         let desired = match policy::desired(&self.spec, admission) {
@@ -407,12 +416,12 @@ impl Reconciler {
             Err(msg) => {
                 if !self.is(ConditionType::Admitted) {
                     self.set(ConditionType::Queued, reason::PLACEMENT_INCOMPLETE, msg);
-                    self.wait(DEFAULT_GRACE_PERIOD);
+                    self.wait(self.grace_period);
                 } else {
                     // Keep what runs; start nothing until the scheduler sends a usable
                     // admission.
                     self.set(ConditionType::Admitted, reason::PLACEMENT_INCOMPLETE, msg);
-                    self.stop_stale(DEFAULT_GRACE_PERIOD);
+                    self.stop_stale(self.grace_period);
                 }
                 return;
             }
@@ -438,7 +447,7 @@ impl Reconciler {
         // Current incarnations the job no longer wants (an elastic job shrank).
         for (id, inc, phase) in self.current_instances() {
             if !desired.contains_key(&id) && phase != ReplicaPhase::Gone {
-                self.stop(id, inc, DEFAULT_GRACE_PERIOD, true, StopReason::ScaleDown);
+                self.stop(id, inc, self.grace_period, true, StopReason::ScaleDown);
             }
         }
 
@@ -466,7 +475,7 @@ impl Reconciler {
             )
         }) {
             let msg = format!("replica {} was preempted", id.name(&self.job));
-            self.preempt(DEFAULT_GRACE_PERIOD, &msg);
+            self.preempt(self.grace_period, &msg);
             return;
         }
 
@@ -487,7 +496,7 @@ impl Reconciler {
             return;
         }
 
-        self.stop_stale(DEFAULT_GRACE_PERIOD);
+        self.stop_stale(self.grace_period);
         self.start_missing(&desired);
 
         let all_up = desired.keys().all(|id| {
@@ -538,7 +547,7 @@ impl Reconciler {
             RestartScope::Gang => {
                 for (id, inc, phase) in self.current_instances() {
                     if phase != ReplicaPhase::Gone {
-                        self.stop(id, inc, DEFAULT_GRACE_PERIOD, true, StopReason::GangRestart);
+                        self.stop(id, inc, self.grace_period, true, StopReason::GangRestart);
                     }
                 }
                 self.new_attempt();
@@ -547,7 +556,7 @@ impl Reconciler {
                 for &(id, phase) in retry {
                     if phase != ReplicaPhase::Gone {
                         let inc = self.current(id);
-                        self.stop(id, inc, DEFAULT_GRACE_PERIOD, true, StopReason::Restart);
+                        self.stop(id, inc, self.grace_period, true, StopReason::Restart);
                     }
                     let n = self.status.replica_retries.entry(id.key()).or_insert(0);
                     *n = n.saturating_add(1);
@@ -582,13 +591,7 @@ impl Reconciler {
             }
             self.status.backoff_until = None;
         }
-        let wait_for_workers = self.spec.framework == Framework::Mpi
-            && self
-                .spec
-                .mpi
-                .as_ref()
-                .and_then(|m| m.launcher_creation_policy)
-                == Some(LauncherCreationPolicy::WaitForWorkersReady);
+        let wait_for_workers = policy::launcher_waits_for_workers(&self.spec);
         let workers_ready = desired
             .keys()
             .filter(|id| id.role == Role::Worker)
@@ -648,9 +651,9 @@ impl Reconciler {
                     StopReason::JobFailed
                 };
                 let delete = policy != CleanPodPolicy::None;
-                self.stop(id, inc, DEFAULT_GRACE_PERIOD, delete, reason);
+                self.stop(id, inc, self.grace_period, delete, reason);
             } else if phase.is_finished() && policy == CleanPodPolicy::All {
-                self.stop(id, inc, DEFAULT_GRACE_PERIOD, true, StopReason::Cleanup);
+                self.stop(id, inc, self.grace_period, true, StopReason::Cleanup);
             }
         }
         if !self.any_active()

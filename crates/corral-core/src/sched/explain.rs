@@ -103,6 +103,26 @@ pub struct PendingReason {
     pub blockers: Vec<Blocker>,
 }
 
+impl PendingReason {
+    /// Whether the job could not be admitted even on an empty cluster: every blocker is
+    /// about the cluster's shape (no such queue or pool, replicas larger than any node,
+    /// gangs larger than any pool), none about what is in use now. Such a job stays
+    /// pending (adding nodes may admit it) but is reported Unschedulable at once.
+    pub fn never_fits(&self) -> bool {
+        !self.blockers.is_empty()
+            && self.blockers.iter().all(|b| {
+                matches!(
+                    b,
+                    Blocker::NoSuchQueue { .. }
+                        | Blocker::NoMatchingPool { .. }
+                        | Blocker::TooLargeForNode { .. }
+                        | Blocker::TooLargeForPool { .. }
+                        | Blocker::NoSuitableNode { .. }
+                )
+            })
+    }
+}
+
 fn plural(n: u64, one: &str, many: &str) -> String {
     if n == 1 {
         format!("1 {one}")

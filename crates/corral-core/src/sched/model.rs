@@ -350,6 +350,20 @@ impl fmt::Display for SchedError {
 
 impl std::error::Error for SchedError {}
 
+impl SchedError {
+    /// The job the error is about (its key), when it is about one job rather than the
+    /// cluster: the caller drops that job's admission or request, never a guessed one.
+    pub fn job(&self) -> Option<&str> {
+        match self {
+            SchedError::DuplicateJob(j) | SchedError::EmptyJob(j) => Some(j),
+            SchedError::UnknownNode { job, .. }
+            | SchedError::Overcommitted { job, .. }
+            | SchedError::InvalidQuantity { job, .. } => Some(job),
+            SchedError::DuplicateNode(_) | SchedError::TooManyGpus { .. } => None,
+        }
+    }
+}
+
 impl JobRequest {
     /// Maps a TrainingJob onto what the scheduler needs. The key is `namespace/name`; the
     /// queue is `spec.queue` or `default`. Priority comes from the PriorityClass, which the

@@ -1416,7 +1416,9 @@ impl Cluster {
                 ConditionType::Suspended => (EventType::Normal, "Suspended"),
                 // Admission and preemption have events of their own (with placement and
                 // reason); Queued is where every job starts.
-                ConditionType::Admitted | ConditionType::Queued => continue,
+                ConditionType::Admitted | ConditionType::Queued | ConditionType::Unschedulable => {
+                    continue;
+                }
             };
             self.event(
                 &stored.namespace,

@@ -1,0 +1,1118 @@
+//! [`ControlPlane`]: jobs, the scheduler, the lifecycle and the ledger behind one set of
+//! commands, observations and steps. See the module docs of [`crate::control`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::time::Duration;
+
+use corral_api::training_job::{ConditionStatus, ConditionType};
+use corral_api::{PriorityClass, TrainingJob, TrainingJobStatus};
+use jiff::Timestamp;
+
+use super::events::{EventType, JobEvent, event_reason, status_events};
+use super::ledger::{Ledger, ServiceByType};
+use super::rules;
+use crate::lifecycle::{
+    self, Action, AdmissionState, Incarnation, ObservedReplica, ReplicaId, ReplicaPhase, conditions,
+};
+use crate::sched::{
+    Admission, ClusterSnapshot, CycleCounters, CycleOutcome, JobRequest, Millis, PendingReason,
+    ResourceAmount, RunningJob, SchedError, Scheduler, SchedulerConfig, priority_of,
+};
+
+/// Settings of the control plane: the same in every shell for the same cluster.
+#[derive(Clone, Debug, Default)]
+pub struct ControlConfig {
+    pub scheduler: SchedulerConfig,
+    /// The grace period of jobs that set none of their own (`None`: 30 s).
+    pub grace_period: Option<Duration>,
+    pub priority_classes: Vec<PriorityClass>,
+}
+
+/// What the scheduler should know of a job beyond its spec: constraints the shell reads
+/// from where the job runs (Kubernetes node selectors and tolerations of its pod templates)
+/// and measured speeds per GPU type (the simulator's profiles).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SchedulingHints {
+    pub node_selector: BTreeMap<String, String>,
+    pub tolerations: Vec<String>,
+    pub throughput: BTreeMap<String, f64>,
+}
+
+/// A job as a shell records it: the TrainingJob (spec and status), its uid and submit time.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobRecord {
+    pub job: TrainingJob,
+    pub uid: String,
+    pub submitted: Millis,
+    pub hints: SchedulingHints,
+}
+
+impl JobRecord {
+    /// `namespace/name`: the job's key everywhere in the control plane.
+    pub fn key(&self) -> String {
+        key_of(&self.job)
+    }
+}
+
+fn key_of(job: &TrainingJob) -> String {
+    format!(
+        "{}/{}",
+        job.metadata.namespace_or_default(),
+        job.metadata.name
+    )
+}
+
+/// An admission a job holds, and since when (recently admitted jobs are not preempted).
+#[derive(Clone, Debug, PartialEq)]
+pub struct HeldAdmission {
+    pub admission: Admission,
+    pub admitted_at: Millis,
+}
+
+impl HeldAdmission {
+    fn gpus(&self) -> u64 {
+        self.admission
+            .placements
+            .iter()
+            .map(|p| p.gpu_indices.len() as u64)
+            .sum()
+    }
+}
+
+/// A job as a shell finds it when it (re)builds the plane: its record, the admission it
+/// stored, the replicas it observes, and whether the user deleted it.
+#[derive(Clone, Debug)]
+pub struct RestoredJob {
+    pub record: JobRecord,
+    pub admission: Option<HeldAdmission>,
+    pub replicas: Vec<ObservedReplica>,
+    pub deleting: bool,
+    /// Service the job attained before (from the shell's record), if it keeps one.
+    pub service: Option<ServiceByType>,
+}
+
+/// What the shell must persist, in order, before applying the actions of the same step.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Change {
+    /// The job's new status.
+    Status {
+        job: String,
+        status: TrainingJobStatus,
+    },
+    /// The job now holds this admission (`Some`), or holds none any more (`None`).
+    Admission {
+        job: String,
+        admission: Option<HeldAdmission>,
+    },
+    /// The job is being deleted (its TTL after finishing passed): its replicas stop, then it
+    /// is removed.
+    Deleting { job: String },
+    /// The job is gone: every replica has stopped; remove it and everything it held.
+    Removed { job: String },
+}
+
+/// A replica to start or stop, for one job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobAction {
+    pub job: String,
+    /// [`Action::Start`] or [`Action::Stop`]; the plane handles the other lifecycle actions.
+    pub action: Action,
+}
+
+/// The outcome of one [`ControlPlane::step`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Step {
+    pub changes: Vec<Change>,
+    pub actions: Vec<JobAction>,
+    pub events: Vec<JobEvent>,
+    /// Counters of the step's scheduler cycle.
+    pub counters: CycleCounters,
+    /// Step again within this long even if nothing is observed (back-off, deadlines, TTL).
+    pub wake_in: Option<Duration>,
+}
+
+impl Step {
+    fn event(&mut self, job: &str, type_: EventType, reason: &'static str, message: String) {
+        self.events.push(JobEvent {
+            job: job.to_string(),
+            type_,
+            reason,
+            message,
+        });
+    }
+
+    fn wake(&mut self, after: Duration) {
+        self.wake_in = Some(self.wake_in.map_or(after, |w| w.min(after)));
+    }
+
+    /// Whether the step asks nothing of the shell.
+    pub fn is_empty(&self) -> bool {
+        self.changes.is_empty() && self.actions.is_empty() && self.events.is_empty()
+    }
+}
+
+/// Why a command was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ControlError {
+    AlreadyExists(String),
+    NotFound(String),
+    /// Valid, but not now (resuming a finished job).
+    Conflict(String),
+    /// The job cannot be scheduled as written (e.g. a quantity out of range).
+    Invalid {
+        job: String,
+        message: String,
+    },
+}
+
+impl fmt::Display for ControlError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ControlError::AlreadyExists(j) => write!(f, "TrainingJob {j} already exists"),
+            ControlError::NotFound(j) => write!(f, "TrainingJob {j} not found"),
+            ControlError::Conflict(m) => f.write_str(m),
+            ControlError::Invalid { job, message } => write!(f, "TrainingJob {job}: {message}"),
+        }
+    }
+}
+
+impl std::error::Error for ControlError {}
+
+/// Where a job stands with the scheduler.
+#[derive(Clone, Debug, PartialEq)]
+enum Standing {
+    /// Not in the scheduler: suspended, finished, deleting without an admission, or a
+    /// request the scheduler refused.
+    Out,
+    /// Waiting in its queue.
+    Queued,
+    /// Holding an admission.
+    Admitted(HeldAdmission),
+    /// Its admission was taken back; replicas stop with this grace period, then it
+    /// re-enters its queue ([`Action::Requeue`]).
+    Preempting { grace: Duration, message: String },
+    /// Moved to a faster pool: replicas stop, then start at `to`, which it already holds.
+    Moving {
+        grace: Duration,
+        message: String,
+        to: HeldAdmission,
+    },
+}
+
+struct Entry {
+    job: TrainingJob,
+    request: Result<JobRequest, String>,
+    grace: Duration,
+    replicas: BTreeMap<(ReplicaId, Incarnation), ReplicaPhase>,
+    standing: Standing,
+    /// The scheduler's last reason, while the job waits.
+    pending: Option<PendingReason>,
+    /// The kinds of blockers the last `Pending` event named.
+    announced: Vec<&'static str>,
+    deleting: bool,
+}
+
+impl Entry {
+    fn any_active(&self) -> bool {
+        self.replicas.values().any(|p| p.is_active())
+    }
+
+    fn status(&self) -> TrainingJobStatus {
+        self.job.status.clone().unwrap_or_default()
+    }
+
+    /// Whether the job waits for an admission, by its spec and status (not yet in the
+    /// scheduler). Jobs the lifecycle still considers admitted or suspended enter through
+    /// `Requeue`, once their replicas have stopped.
+    fn wants_admission(&self) -> bool {
+        if self.deleting || self.job.spec.run_policy.suspend {
+            return false;
+        }
+        let Some(status) = &self.job.status else {
+            return true;
+        };
+        !(conditions::is_terminal(status)
+            || conditions::is_true(status, ConditionType::Admitted)
+            || conditions::is_true(status, ConditionType::Suspended))
+    }
+}
+
+/// The control plane. See the module docs of [`crate::control`].
+pub struct ControlPlane {
+    config: ControlConfig,
+    scheduler: Scheduler,
+    jobs: BTreeMap<String, Entry>,
+    /// Jobs to reconcile in the next step. A job leaves the set when its reconcile is a
+    /// fixed point; every input that changes (a command, an observation, a decision of the
+    /// scheduler) puts it back, so a step costs what changed, not how many jobs exist.
+    unsettled: BTreeSet<String>,
+    /// Jobs holding an admission (admitted or moving), for the ledger.
+    holding: BTreeSet<String>,
+    ledger: Ledger,
+}
+
+fn millis(t: Timestamp) -> Millis {
+    u64::try_from(t.as_millisecond()).unwrap_or(0)
+}
+
+impl ControlPlane {
+    /// An empty plane over a cluster (`cluster.running` must be empty: admitted jobs come
+    /// with [`ControlPlane::restore`]).
+    pub fn new(cluster: ClusterSnapshot, config: ControlConfig) -> Result<Self, SchedError> {
+        let (plane, _) = Self::restore(cluster, config, Vec::new(), Timestamp::UNIX_EPOCH)?;
+        Ok(plane)
+    }
+
+    /// Rebuilds the plane from what a shell stored. Admissions that no longer fit the
+    /// cluster (a node went away, the machine shrank) are dropped, one by one, the job the
+    /// scheduler names first: their jobs stop and requeue; the step returned says so
+    /// (changes and `AdmissionLost` events) and must be persisted like any other. Fails only
+    /// when the cluster itself is inconsistent (a node twice, a node too large).
+    pub fn restore(
+        cluster: ClusterSnapshot,
+        config: ControlConfig,
+        jobs: Vec<RestoredJob>,
+        now: Timestamp,
+    ) -> Result<(Self, Step), SchedError> {
+        let ClusterSnapshot {
+            nodes,
+            pools,
+            queues,
+            running: _,
+        } = cluster;
+        let queues = rules::with_default_queue(queues, &pools, &nodes);
+        let base = ClusterSnapshot {
+            nodes,
+            pools,
+            queues,
+            running: Vec::new(),
+        };
+        let mut step = Step::default();
+        let mut entries: BTreeMap<String, Entry> = BTreeMap::new();
+        let mut ledger = Ledger::default();
+        let mut held: BTreeMap<String, HeldAdmission> = BTreeMap::new();
+        for r in jobs {
+            let key = r.record.key();
+            let mut entry = Self::entry(&config, r.record);
+            if let Some(s) = r.service {
+                ledger.set_job(&key, s);
+            }
+            for o in r.replicas {
+                merge_phase(&mut entry.replicas, o);
+            }
+            entry.deleting = r.deleting;
+            let status = entry.status();
+            let preempting = conditions::is_true(&status, ConditionType::Admitted)
+                && conditions::is_true(&status, ConditionType::Queued);
+            if preempting {
+                // Its room was given to the preemptor: the admission is not taken back.
+                let message = conditions::get(&status, ConditionType::Queued)
+                    .map(|c| c.message.clone())
+                    .unwrap_or_default();
+                entry.standing = Standing::Preempting {
+                    grace: entry.grace,
+                    message,
+                };
+                if r.admission.is_some() {
+                    step.changes.push(Change::Admission {
+                        job: key.clone(),
+                        admission: None,
+                    });
+                }
+            } else if let Some(a) = r.admission {
+                if entry.request.is_ok() {
+                    held.insert(key.clone(), a);
+                } else {
+                    step.changes.push(Change::Admission {
+                        job: key.clone(),
+                        admission: None,
+                    });
+                }
+            }
+            entries.insert(key, entry);
+        }
+        // The scheduler's running set; an admission that does not fit is dropped (the
+        // scheduler names the job), and the rest are tried again.
+        let scheduler = loop {
+            let running: Vec<RunningJob> = held
+                .iter()
+                .filter_map(|(key, a)| {
+                    let request = entries.get(key)?.request.as_ref().ok()?;
+                    Some(RunningJob {
+                        request: request.clone(),
+                        placements: a.admission.placements.clone(),
+                        admitted_at: a.admitted_at,
+                    })
+                })
+                .collect();
+            let snapshot = ClusterSnapshot {
+                running,
+                ..base.clone()
+            };
+            match Scheduler::new(&snapshot, config.scheduler.clone()) {
+                Ok(s) => break s,
+                Err(e) => {
+                    let Some(job) = e.job().map(str::to_string).filter(|j| held.contains_key(j))
+                    else {
+                        return Err(e);
+                    };
+                    held.remove(&job);
+                    step.changes.push(Change::Admission {
+                        job: job.clone(),
+                        admission: None,
+                    });
+                    step.event(
+                        &job,
+                        EventType::Warning,
+                        event_reason::ADMISSION_LOST,
+                        format!("the admission no longer holds: {e}; the job is requeued"),
+                    );
+                }
+            }
+        };
+        let mut plane = ControlPlane {
+            config,
+            scheduler,
+            jobs: entries,
+            unsettled: BTreeSet::new(),
+            holding: BTreeSet::new(),
+            ledger,
+        };
+        for (key, a) in held {
+            if let Some(e) = plane.jobs.get_mut(&key) {
+                e.standing = Standing::Admitted(a);
+                plane.holding.insert(key);
+            }
+        }
+        let keys: Vec<String> = plane.jobs.keys().cloned().collect();
+        for key in keys {
+            plane.enqueue_if_waiting(&key, &mut step);
+            plane.unsettled.insert(key);
+        }
+        plane.ledger.accrue(millis(now), std::iter::empty());
+        Ok((plane, step))
+    }
+
+    fn entry(config: &ControlConfig, record: JobRecord) -> Entry {
+        let JobRecord {
+            job,
+            uid: _,
+            submitted,
+            hints,
+        } = record;
+        let mut defaulted = job.clone();
+        defaulted.spec.apply_defaults();
+        let priority = priority_of(&defaulted, &config.priority_classes);
+        let request = JobRequest::from_training_job(&defaulted, priority, submitted)
+            .map(|mut r| {
+                r.node_selector = hints.node_selector;
+                r.tolerations = hints.tolerations;
+                r.throughput = hints.throughput;
+                r
+            })
+            .map_err(|e| e.to_string());
+        let grace = rules::grace_period(&job, config.grace_period);
+        Entry {
+            job,
+            request,
+            grace,
+            replicas: BTreeMap::new(),
+            standing: Standing::Out,
+            pending: None,
+            announced: Vec::new(),
+            deleting: false,
+        }
+    }
+
+    /// Puts a job that waits for an admission into the scheduler (with the service it
+    /// attained before, so a requeued job keeps its place in least-attained-service order).
+    fn enqueue_if_waiting(&mut self, key: &str, step: &mut Step) {
+        let Some(e) = self.jobs.get_mut(key) else {
+            return;
+        };
+        if e.standing != Standing::Out || !e.wants_admission() {
+            return;
+        }
+        let request = match &e.request {
+            Ok(r) => r.clone(),
+            Err(message) => {
+                let message = message.clone();
+                step.event(key, EventType::Warning, event_reason::INVALID, message);
+                return;
+            }
+        };
+        let throughput = request.throughput.clone();
+        match self.scheduler.submit(request) {
+            Ok(()) => {
+                e.standing = Standing::Queued;
+                let service = self.ledger.weighted(key, &throughput);
+                self.scheduler.set_attained_service(key, service);
+            }
+            Err(err) => step.event(
+                key,
+                EventType::Warning,
+                event_reason::INVALID,
+                err.to_string(),
+            ),
+        }
+    }
+
+    // ---- commands -------------------------------------------------------------------
+
+    /// A new job. Refused when a job of that key exists or the scheduler cannot read its
+    /// resources; nothing changes then.
+    pub fn submit(&mut self, record: JobRecord) -> Result<(), ControlError> {
+        let key = record.key();
+        if self.jobs.contains_key(&key) {
+            return Err(ControlError::AlreadyExists(key));
+        }
+        let entry = Self::entry(&self.config, record);
+        if let Err(message) = &entry.request {
+            return Err(ControlError::Invalid {
+                job: key,
+                message: message.clone(),
+            });
+        }
+        self.jobs.insert(key.clone(), entry);
+        let mut ignored = Step::default();
+        self.enqueue_if_waiting(&key, &mut ignored);
+        self.unsettled.insert(key);
+        Ok(())
+    }
+
+    /// The user deleted the job: its replicas stop with its grace period, then
+    /// [`Change::Removed`] says it is gone. A job waiting in its queue leaves it at once.
+    pub fn delete(&mut self, key: &str) -> Result<(), ControlError> {
+        let e = self
+            .jobs
+            .get_mut(key)
+            .ok_or_else(|| ControlError::NotFound(key.to_string()))?;
+        e.deleting = true;
+        if e.standing == Standing::Queued {
+            self.scheduler.finish(key);
+            e.standing = Standing::Out;
+        }
+        self.unsettled.insert(key.to_string());
+        Ok(())
+    }
+
+    /// Sets or clears `runPolicy.suspend`. Returns the job as it must be stored. A finished
+    /// job cannot be resumed or suspended; a job being deleted neither.
+    pub fn set_suspend(&mut self, key: &str, suspend: bool) -> Result<TrainingJob, ControlError> {
+        let e = self
+            .jobs
+            .get_mut(key)
+            .ok_or_else(|| ControlError::NotFound(key.to_string()))?;
+        if e.deleting {
+            return Err(ControlError::Conflict(format!(
+                "TrainingJob {key} is being deleted"
+            )));
+        }
+        if e.job.status.as_ref().is_some_and(conditions::is_terminal) {
+            let what = if suspend { "suspended" } else { "resumed" };
+            return Err(ControlError::Conflict(format!(
+                "TrainingJob {key} has finished and cannot be {what}"
+            )));
+        }
+        e.job.spec.run_policy.suspend = suspend;
+        if suspend && e.standing == Standing::Queued {
+            self.scheduler.finish(key);
+            e.standing = Standing::Out;
+            e.pending = None;
+        }
+        let job = e.job.clone();
+        self.unsettled.insert(key.to_string());
+        Ok(job)
+    }
+
+    // ---- observations ---------------------------------------------------------------
+
+    /// A replica incarnation is in this phase now (started, exited, vanished). Late and
+    /// duplicated observations are harmless: a replica only moves forward, and the
+    /// lifecycle ignores incarnations that are not current.
+    pub fn observe(&mut self, key: &str, replica: ObservedReplica) {
+        if let Some(e) = self.jobs.get_mut(key)
+            && merge_phase(&mut e.replicas, replica)
+        {
+            self.unsettled.insert(key.to_string());
+        }
+    }
+
+    /// The record of a replica incarnation is gone (the shell removed it after a stop with
+    /// `delete`): its name is free again.
+    pub fn forget_replica(&mut self, key: &str, replica: ReplicaId, incarnation: Incarnation) {
+        if let Some(e) = self.jobs.get_mut(key)
+            && e.replicas.remove(&(replica, incarnation)).is_some()
+        {
+            self.unsettled.insert(key.to_string());
+        }
+    }
+
+    // ---- the step -------------------------------------------------------------------
+
+    /// One pass: ledger, reconcile, schedule, reconcile. See the module docs.
+    pub fn step(&mut self, now: Timestamp) -> Step {
+        let mut step = Step::default();
+        self.accrue(millis(now));
+        self.reconcile_unsettled(now, &mut step);
+        let outcome = self.scheduler.cycle(millis(now));
+        self.apply_outcome(outcome, now, &mut step);
+        self.reconcile_unsettled(now, &mut step);
+        step
+    }
+
+    /// Reconciles only the jobs whose inputs changed, without a scheduler cycle: for a
+    /// shell that has just applied actions and observed their result.
+    pub fn settle(&mut self, now: Timestamp) -> Step {
+        let mut step = Step::default();
+        self.reconcile_unsettled(now, &mut step);
+        step
+    }
+
+    /// Keeps `holding` in step with a job's standing; called after every change of it.
+    fn sync_holding(&mut self, key: &str) {
+        let holds = self
+            .jobs
+            .get(key)
+            .is_some_and(|e| matches!(e.standing, Standing::Admitted(_) | Standing::Moving { .. }));
+        if holds {
+            self.holding.insert(key.to_string());
+        } else {
+            self.holding.remove(key);
+        }
+    }
+
+    fn accrue(&mut self, now: Millis) {
+        let jobs = &self.jobs;
+        let holding = self.holding.iter().filter_map(|key| {
+            let e = jobs.get(key)?;
+            let a = match &e.standing {
+                Standing::Admitted(a) | Standing::Moving { to: a, .. } => a,
+                _ => return None,
+            };
+            Some((
+                key.as_str(),
+                e.job.spec.queue_name(),
+                a.admission.gpu_type.as_deref(),
+                a.gpus(),
+            ))
+        });
+        self.ledger.accrue(now, holding);
+        for key in &self.holding {
+            let Some(e) = self.jobs.get(key) else {
+                continue;
+            };
+            if let (Standing::Admitted(_), Ok(r)) = (&e.standing, &e.request) {
+                let service = self.ledger.weighted(key, &r.throughput);
+                self.scheduler.set_attained_service(key, service);
+            }
+        }
+    }
+
+    fn apply_outcome(&mut self, outcome: CycleOutcome, now: Timestamp, step: &mut Step) {
+        step.counters = outcome.counters;
+        let now_ms = millis(now);
+        let moved: BTreeMap<String, Admission> = outcome
+            .moved
+            .into_iter()
+            .map(|a| (a.job.clone(), a))
+            .collect();
+        for p in outcome.preempted {
+            let Some(e) = self.jobs.get_mut(&p.job) else {
+                self.scheduler.finish(&p.job);
+                continue;
+            };
+            let message = p.reason.to_string();
+            match moved.get(&p.job) {
+                Some(to) => {
+                    // Stays admitted at the new placement, which is recorded now; the
+                    // replicas stop and start there (a new attempt).
+                    let to = HeldAdmission {
+                        admission: to.clone(),
+                        admitted_at: now_ms,
+                    };
+                    step.changes.push(Change::Admission {
+                        job: p.job.clone(),
+                        admission: Some(to.clone()),
+                    });
+                    step.event(
+                        &p.job,
+                        EventType::Normal,
+                        event_reason::MOVED,
+                        format!("{message}; moving to pool {}", to.admission.pool),
+                    );
+                    e.standing = Standing::Moving {
+                        grace: e.grace,
+                        message,
+                        to,
+                    };
+                }
+                None => {
+                    // The job leaves the scheduler now and re-enters its queue once its
+                    // replicas have stopped, so it cannot be admitted while they still run.
+                    self.scheduler.finish(&p.job);
+                    step.changes.push(Change::Admission {
+                        job: p.job.clone(),
+                        admission: None,
+                    });
+                    step.event(
+                        &p.job,
+                        EventType::Warning,
+                        event_reason::PREEMPTED,
+                        message.clone(),
+                    );
+                    e.standing = Standing::Preempting {
+                        grace: e.grace,
+                        message,
+                    };
+                }
+            }
+            self.sync_holding(&p.job);
+            self.unsettled.insert(p.job);
+        }
+        for a in outcome.admitted {
+            let Some(e) = self.jobs.get_mut(&a.job) else {
+                self.scheduler.finish(&a.job);
+                continue;
+            };
+            step.event(
+                &a.job,
+                EventType::Normal,
+                event_reason::ADMITTED,
+                admitted_message(&a),
+            );
+            let held = HeldAdmission {
+                admission: a,
+                admitted_at: now_ms,
+            };
+            step.changes.push(Change::Admission {
+                job: held.admission.job.clone(),
+                admission: Some(held.clone()),
+            });
+            let key = held.admission.job.clone();
+            e.standing = Standing::Admitted(held);
+            e.pending = None;
+            self.sync_holding(&key);
+            self.unsettled.insert(key);
+        }
+        for p in outcome.pending {
+            if let Some(e) = self.jobs.get_mut(&p.job)
+                && e.pending.as_ref() != Some(&p.reason)
+            {
+                e.pending = Some(p.reason);
+                self.unsettled.insert(p.job);
+            }
+        }
+    }
+
+    fn reconcile_unsettled(&mut self, now: Timestamp, step: &mut Step) {
+        // A job may become unsettled again while others are visited (a release admits
+        // nothing before the next cycle, but a requeue re-enters the scheduler): visit
+        // what is unsettled now, in key order.
+        let keys: Vec<String> = std::mem::take(&mut self.unsettled).into_iter().collect();
+        for key in keys {
+            let settled = if self.jobs.get(&key).is_some_and(|e| e.deleting) {
+                self.advance_deletion(&key, step)
+            } else {
+                self.reconcile_job(&key, now, step)
+            };
+            if !settled {
+                self.unsettled.insert(key);
+            }
+        }
+    }
+
+    /// One job through the lifecycle. Returns whether it is settled: nothing changed,
+    /// nothing to do, no timer.
+    fn reconcile_job(&mut self, key: &str, now: Timestamp, step: &mut Step) -> bool {
+        let Some(e) = self.jobs.get(key) else {
+            return true;
+        };
+        let admission = match &e.standing {
+            Standing::Admitted(a) => AdmissionState::Admitted(a.admission.clone()),
+            Standing::Preempting { grace, message } | Standing::Moving { grace, message, .. } => {
+                AdmissionState::Preempted {
+                    grace_period: *grace,
+                    message: message.clone(),
+                }
+            }
+            Standing::Queued | Standing::Out => AdmissionState::Waiting,
+        };
+        let observed: Vec<ObservedReplica> = e
+            .replicas
+            .iter()
+            .map(|((id, inc), phase)| ObservedReplica::new(*id, *inc, *phase))
+            .collect();
+        let out = lifecycle::reconcile_with(&e.job, &observed, &admission, e.grace, now);
+        let old = e.status();
+        let had_status = e.job.status.is_some();
+        let mut status = out.status;
+        self.explain_wait(key, &old, &mut status, now, step);
+        status_events(key, &old, &status, &mut step.events);
+        let unchanged = old == status && had_status;
+        if let Some(after) = out.requeue_after {
+            step.wake(after);
+        }
+        if !unchanged {
+            step.changes.push(Change::Status {
+                job: key.to_string(),
+                status: status.clone(),
+            });
+        }
+        if let Some(e) = self.jobs.get_mut(key) {
+            e.job.status = Some(status);
+        }
+        let settled = unchanged && out.actions.is_empty() && out.requeue_after.is_none();
+        for action in out.actions {
+            match action {
+                Action::Start { .. } | Action::Stop { .. } => step.actions.push(JobAction {
+                    job: key.to_string(),
+                    action,
+                }),
+                Action::Requeue => self.requeue(key, step),
+                Action::Release => self.release(key, step),
+                Action::DeleteJob => {
+                    if let Some(e) = self.jobs.get_mut(key)
+                        && !e.deleting
+                    {
+                        e.deleting = true;
+                        step.changes.push(Change::Deleting {
+                            job: key.to_string(),
+                        });
+                    }
+                    return false;
+                }
+            }
+        }
+        // A job preempted before the lifecycle ever recorded its admission has nothing to
+        // hand back: once nothing of it runs, it re-enters its queue.
+        if let Some(e) = self.jobs.get(key)
+            && matches!(
+                e.standing,
+                Standing::Preempting { .. } | Standing::Moving { .. }
+            )
+            && !e.any_active()
+            && !e
+                .job
+                .status
+                .as_ref()
+                .is_some_and(|s| conditions::is_true(s, ConditionType::Admitted))
+        {
+            self.requeue(key, step);
+        }
+        // A finished job never holds GPUs once nothing of it runs, whatever its conditions
+        // say (a status restored from an older record).
+        if let Some(e) = self.jobs.get(key)
+            && e.job.status.as_ref().is_some_and(conditions::is_terminal)
+            && !e.any_active()
+            && matches!(e.standing, Standing::Admitted(_) | Standing::Queued)
+        {
+            self.release(key, step);
+        }
+        settled
+    }
+
+    /// The pending reason goes into the `Queued` condition, and a job that cannot fit even
+    /// on an empty cluster is marked `Unschedulable` (and keeps waiting).
+    fn explain_wait(
+        &mut self,
+        key: &str,
+        old: &TrainingJobStatus,
+        status: &mut TrainingJobStatus,
+        now: Timestamp,
+        step: &mut Step,
+    ) {
+        let Some(e) = self.jobs.get_mut(key) else {
+            return;
+        };
+        let waiting = e.standing == Standing::Queued;
+        let reason = e.pending.as_ref().filter(|_| waiting);
+        let never_fits = reason.is_some_and(PendingReason::never_fits);
+        if let Some(reason) = reason
+            && conditions::is_true(status, ConditionType::Queued)
+        {
+            let text = reason.to_string();
+            let old_text = conditions::get(old, ConditionType::Queued).map(|c| c.message.as_str());
+            if old_text != Some(text.as_str()) {
+                // An event when what blocks the job changes, not each time a number in
+                // the reason does (free GPUs move all the time).
+                let kinds = blocker_kinds(reason);
+                if e.announced != kinds {
+                    step.event(key, EventType::Normal, event_reason::PENDING, text.clone());
+                    e.announced = kinds;
+                }
+                let c_reason = conditions::get(status, ConditionType::Queued)
+                    .map(|c| c.reason.clone())
+                    .unwrap_or_else(|| conditions::reason::QUEUED.to_string());
+                conditions::set(
+                    status,
+                    ConditionType::Queued,
+                    ConditionStatus::True,
+                    &c_reason,
+                    text,
+                    now,
+                );
+            }
+        }
+        if never_fits {
+            let text = reason.map(|r| r.to_string()).unwrap_or_default();
+            if !conditions::is_true(status, ConditionType::Unschedulable) {
+                step.event(
+                    key,
+                    EventType::Warning,
+                    event_reason::UNSCHEDULABLE,
+                    format!("cannot run on this cluster even when it is empty: {text}"),
+                );
+            }
+            conditions::set(
+                status,
+                ConditionType::Unschedulable,
+                ConditionStatus::True,
+                event_reason::UNSCHEDULABLE,
+                text,
+                now,
+            );
+        } else if reason.is_some() || !waiting {
+            conditions::clear(
+                status,
+                ConditionType::Unschedulable,
+                conditions::reason::QUEUED,
+                "the cluster can hold the job".to_string(),
+                now,
+            );
+        }
+    }
+
+    /// Every replica has stopped after a preemption, a move or a resume: the job takes its
+    /// new placement (a move), or re-enters its queue with its history.
+    fn requeue(&mut self, key: &str, step: &mut Step) {
+        let Some(e) = self.jobs.get_mut(key) else {
+            return;
+        };
+        match std::mem::replace(&mut e.standing, Standing::Out) {
+            Standing::Moving { to, .. } => {
+                e.standing = Standing::Admitted(to);
+                self.sync_holding(key);
+                self.unsettled.insert(key.to_string());
+                return;
+            }
+            Standing::Preempting { .. } => step.event(
+                key,
+                EventType::Normal,
+                event_reason::REQUEUED,
+                "all replicas stopped; back in the queue".to_string(),
+            ),
+            Standing::Admitted(_) => {
+                self.scheduler.finish(key);
+                step.changes.push(Change::Admission {
+                    job: key.to_string(),
+                    admission: None,
+                });
+            }
+            Standing::Queued => e.standing = Standing::Queued,
+            Standing::Out => {}
+        }
+        self.sync_holding(key);
+        self.enqueue_if_waiting(key, step);
+        self.unsettled.insert(key.to_string());
+    }
+
+    /// The job finished or was suspended and nothing of it runs: out of the scheduler.
+    fn release(&mut self, key: &str, step: &mut Step) {
+        let Some(e) = self.jobs.get_mut(key) else {
+            return;
+        };
+        match std::mem::replace(&mut e.standing, Standing::Out) {
+            Standing::Admitted(_) | Standing::Moving { .. } => {
+                self.scheduler.finish(key);
+                step.changes.push(Change::Admission {
+                    job: key.to_string(),
+                    admission: None,
+                });
+            }
+            Standing::Queued => {
+                self.scheduler.finish(key);
+            }
+            Standing::Preempting { .. } | Standing::Out => {}
+        }
+        e.pending = None;
+        self.sync_holding(key);
+    }
+
+    /// A deleted job: stop every replica; once none runs, it is removed. Returns whether
+    /// it is settled (removed).
+    fn advance_deletion(&mut self, key: &str, step: &mut Step) -> bool {
+        let Some(e) = self.jobs.get(key) else {
+            return true;
+        };
+        let active: Vec<(ReplicaId, Incarnation)> = e
+            .replicas
+            .iter()
+            .filter(|(_, p)| p.is_active())
+            .map(|(k, _)| *k)
+            .collect();
+        if !active.is_empty() {
+            for (id, inc) in active {
+                step.actions.push(JobAction {
+                    job: key.to_string(),
+                    action: Action::Stop {
+                        replica: id,
+                        incarnation: inc,
+                        grace_period: e.grace,
+                        delete: true,
+                        reason: lifecycle::StopReason::Stale,
+                    },
+                });
+            }
+            return false;
+        }
+        self.release(key, step);
+        self.jobs.remove(key);
+        self.holding.remove(key);
+        self.ledger.forget_job(key);
+        step.changes.push(Change::Removed {
+            job: key.to_string(),
+        });
+        true
+    }
+
+    // ---- views ----------------------------------------------------------------------
+
+    /// The job (spec and status) as the plane knows it.
+    pub fn job(&self, key: &str) -> Option<&TrainingJob> {
+        self.jobs.get(key).map(|e| &e.job)
+    }
+
+    /// Keys of every job, in key order.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.jobs.keys().map(String::as_str)
+    }
+
+    /// The admission the job holds (a moving job: the one it moves to).
+    pub fn admission(&self, key: &str) -> Option<&HeldAdmission> {
+        match &self.jobs.get(key)?.standing {
+            Standing::Admitted(a) | Standing::Moving { to: a, .. } => Some(a),
+            _ => None,
+        }
+    }
+
+    /// Every admission held, in key order.
+    pub fn admissions(&self) -> impl Iterator<Item = (&str, &HeldAdmission)> {
+        self.jobs.iter().filter_map(|(k, e)| match &e.standing {
+            Standing::Admitted(a) | Standing::Moving { to: a, .. } => Some((k.as_str(), a)),
+            _ => None,
+        })
+    }
+
+    /// Why the job still waits, in words, while it waits.
+    pub fn pending_reason(&self, key: &str) -> Option<String> {
+        let e = self.jobs.get(key)?;
+        match (&e.standing, &e.pending) {
+            (Standing::Queued, Some(r)) => Some(r.to_string()),
+            _ => None,
+        }
+    }
+
+    /// Whether the job is being deleted.
+    pub fn is_deleting(&self, key: &str) -> bool {
+        self.jobs.get(key).is_some_and(|e| e.deleting)
+    }
+
+    /// The grace period the job's replicas get.
+    pub fn grace_period(&self, key: &str) -> Option<Duration> {
+        self.jobs.get(key).map(|e| e.grace)
+    }
+
+    /// What a queue uses in a pool now.
+    pub fn queue_usage(&self, queue: &str, pool: &str) -> Option<ResourceAmount> {
+        self.scheduler.queue_usage(queue, pool)
+    }
+
+    /// Pool names, in the scheduler's order.
+    pub fn pool_names(&self) -> Vec<&str> {
+        self.scheduler.pool_names()
+    }
+
+    /// The ledger of attained service.
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+
+    /// Jobs that will be reconciled in the next step.
+    pub fn unsettled(&self) -> usize {
+        self.unsettled.len()
+    }
+
+    /// The settings the plane runs with.
+    pub fn config(&self) -> &ControlConfig {
+        &self.config
+    }
+}
+
+/// Records a phase for an incarnation, the most advanced phase winning. Returns whether
+/// anything changed.
+fn merge_phase(
+    replicas: &mut BTreeMap<(ReplicaId, Incarnation), ReplicaPhase>,
+    o: ObservedReplica,
+) -> bool {
+    let slot = replicas.entry((o.id, o.incarnation));
+    match slot {
+        std::collections::btree_map::Entry::Vacant(v) => {
+            v.insert(o.phase);
+            true
+        }
+        std::collections::btree_map::Entry::Occupied(mut v) => {
+            if o.phase != *v.get() && o.phase.progress() >= v.get().progress() {
+                v.insert(o.phase);
+                true
+            } else {
+                false
+            }
+        }
+    }
+}
+
+fn admitted_message(a: &Admission) -> String {
+    let nodes: BTreeSet<&str> = a.placements.iter().map(|p| p.node.as_str()).collect();
+    let ty = a
+        .gpu_type
+        .as_deref()
+        .map(|t| format!(", GPU type {t}"))
+        .unwrap_or_default();
+    let gpus: Vec<String> = a
+        .placements
+        .iter()
+        .filter(|p| !p.gpu_indices.is_empty())
+        .map(|p| format!("{}-{}: {:?}", p.role, p.index, p.gpu_indices))
+        .collect();
+    let mut msg = format!(
+        "admitted to pool {}{ty}: {} replicas on {}",
+        a.pool,
+        a.placements.len(),
+        nodes.into_iter().collect::<Vec<_>>().join(", ")
+    );
+    if !gpus.is_empty() {
+        msg.push_str(&format!(" (GPUs {})", gpus.join(", ")));
+    }
+    msg
+}
+
+/// What kinds of blockers a reason names, for deciding whether a change is news.
+fn blocker_kinds(reason: &PendingReason) -> Vec<&'static str> {
+    use crate::sched::Blocker;
+    reason
+        .blockers
+        .iter()
+        .map(|b| match b {
+            Blocker::NoSuchQueue { .. } => "queue",
+            Blocker::NoMatchingPool { .. } => "pool",
+            Blocker::TooLargeForNode { .. } => "node-size",
+            Blocker::TooLargeForPool { .. } => "pool-size",
+            Blocker::NoSuitableNode { .. } => "node-match",
+            Blocker::Capacity { .. } => "capacity",
+            Blocker::Quota { .. } => "quota",
+            Blocker::AwaitingCycle => "cycle",
+        })
+        .collect()
+}

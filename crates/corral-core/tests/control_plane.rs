@@ -1,0 +1,442 @@
+//! The control plane end to end with a fake executor that starts and stops replicas at
+//! once: arrivals, a gang that fits and one that waits, one that can never fit, a replica
+//! failure and restart, a preemption with the configured grace period, suspend and resume,
+//! delete, and a restore that drops an admission the machine can no longer hold.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use corral_api::training_job::ConditionType;
+use corral_api::{PriorityClass, TrainingJob};
+use corral_core::control::{
+    Change, ControlConfig, ControlPlane, HeldAdmission, JobRecord, RestoredJob, Step,
+};
+use corral_core::lifecycle::{
+    Action, FailureReason, Incarnation, JobState, ObservedReplica, ReplicaId, ReplicaPhase,
+    conditions, job_state,
+};
+use corral_core::sched::{ClusterSnapshot, Node, SchedulerConfig};
+use jiff::Timestamp;
+
+fn job(name: &str, workers: u32, gpus: u32, priority: Option<&str>) -> TrainingJob {
+    let class = priority
+        .map(|p| format!("  priorityClass: {p}\n"))
+        .unwrap_or_default();
+    let yaml = format!(
+        "apiVersion: corral.dev/v1alpha1
+kind: TrainingJob
+metadata: {{name: {name}, namespace: team}}
+spec:
+  framework: pytorch
+{class}  replicas:
+    worker:
+      count: {workers}
+      restartPolicy: OnFailure
+      resources: {{gpu: {gpus}, cpu: 1, memory: 1Gi}}
+      template: {{command: [train]}}
+  runPolicy: {{backoffLimit: 3}}
+"
+    );
+    serde_saphyr::from_str(&yaml).expect("test job")
+}
+
+fn class(name: &str, value: i32) -> PriorityClass {
+    serde_saphyr::from_str(&format!(
+        "apiVersion: corral.dev/v1alpha1\nkind: PriorityClass\nmetadata: {{name: {name}}}\nspec: {{value: {value}}}\n"
+    ))
+    .expect("test class")
+}
+
+fn cluster(gpus: u32) -> ClusterSnapshot {
+    ClusterSnapshot {
+        nodes: vec![Node::new(
+            "node-a",
+            Some("H100".into()),
+            gpus,
+            64_000,
+            256 << 30,
+        )],
+        ..ClusterSnapshot::default()
+    }
+}
+
+fn config() -> ControlConfig {
+    ControlConfig {
+        scheduler: SchedulerConfig {
+            preemption_protection_ms: 0,
+            ..SchedulerConfig::default()
+        },
+        grace_period: Some(Duration::from_secs(7)),
+        priority_classes: vec![class("high", 100), class("low", 0)],
+    }
+}
+
+fn record(job: TrainingJob, submitted: u64) -> JobRecord {
+    JobRecord {
+        uid: format!("uid-{}", job.metadata.name),
+        job,
+        submitted,
+        hints: Default::default(),
+    }
+}
+
+/// A shell whose replicas start and stop at once, recording what the plane asked.
+struct FakeShell {
+    plane: ControlPlane,
+    now: i64,
+    /// Live replica incarnations by job.
+    live: BTreeMap<String, BTreeMap<(ReplicaId, Incarnation), ReplicaPhase>>,
+    log: Vec<Step>,
+    /// Stops sent: (job, grace period).
+    stops: Vec<(String, Duration)>,
+}
+
+impl FakeShell {
+    fn new(plane: ControlPlane) -> Self {
+        FakeShell {
+            plane,
+            now: 1_000_000,
+            live: BTreeMap::new(),
+            log: Vec::new(),
+            stops: Vec::new(),
+        }
+    }
+
+    fn ts(&self) -> Timestamp {
+        Timestamp::from_second(self.now).expect("valid time")
+    }
+
+    /// Steps until the plane asks for nothing more (bounded).
+    fn run(&mut self, seconds: i64) {
+        self.now += seconds;
+        let mut step = self.plane.step(self.ts());
+        for _ in 0..20 {
+            let actions = step.actions.clone();
+            self.log.push(step);
+            if actions.is_empty() {
+                return;
+            }
+            for a in actions {
+                self.apply(&a.job, a.action);
+            }
+            step = self.plane.step(self.ts());
+        }
+        panic!("the plane did not settle: {:?}", self.log.last());
+    }
+
+    fn apply(&mut self, job: &str, action: Action) {
+        let live = self.live.entry(job.to_string()).or_default();
+        match action {
+            Action::Start {
+                replica,
+                incarnation,
+                ..
+            } => {
+                live.insert((replica, incarnation), ReplicaPhase::Running);
+                self.plane.observe(
+                    job,
+                    ObservedReplica::new(replica, incarnation, ReplicaPhase::Running),
+                );
+            }
+            Action::Stop {
+                replica,
+                incarnation,
+                grace_period,
+                delete,
+                ..
+            } => {
+                self.stops.push((job.to_string(), grace_period));
+                if delete {
+                    live.remove(&(replica, incarnation));
+                    self.plane.forget_replica(job, replica, incarnation);
+                } else {
+                    let phase = ReplicaPhase::Failed {
+                        exit_code: 143,
+                        reason: FailureReason::Error,
+                    };
+                    live.insert((replica, incarnation), phase);
+                    self.plane
+                        .observe(job, ObservedReplica::new(replica, incarnation, phase));
+                }
+            }
+            other => panic!("the plane handles {other:?} itself"),
+        }
+    }
+
+    fn state(&self, key: &str) -> JobState {
+        let job = self.plane.job(key).expect("job exists");
+        job_state(&job.spec, job.status.as_ref())
+    }
+
+    fn events(&self, key: &str) -> Vec<&'static str> {
+        self.log
+            .iter()
+            .flat_map(|s| &s.events)
+            .filter(|e| e.job == key)
+            .map(|e| e.reason)
+            .collect()
+    }
+
+    fn running(&self, key: &str) -> usize {
+        self.live.get(key).map_or(0, |l| {
+            l.values().filter(|p| **p == ReplicaPhase::Running).count()
+        })
+    }
+
+    /// Changes of one kind for a job, over the whole log.
+    fn admission_changes(&self, key: &str) -> Vec<bool> {
+        self.log
+            .iter()
+            .flat_map(|s| &s.changes)
+            .filter_map(|c| match c {
+                Change::Admission { job, admission } if job == key => Some(admission.is_some()),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+#[test]
+fn a_scenario_of_arrivals_failure_preemption_suspend_and_delete() {
+    let plane = ControlPlane::new(cluster(4), config()).expect("plane");
+    let mut shell = FakeShell::new(plane);
+    shell
+        .plane
+        .submit(record(job("small", 2, 1, Some("low")), 1))
+        .expect("submit small");
+    shell
+        .plane
+        .submit(record(job("wide", 4, 1, Some("low")), 2))
+        .expect("submit wide");
+    shell
+        .plane
+        .submit(record(job("huge", 2, 8, None), 3))
+        .expect("submit huge");
+    shell.run(1);
+
+    // small fits and runs; wide waits for room; huge can never fit.
+    assert_eq!(shell.state("team/small"), JobState::Running);
+    assert_eq!(shell.running("team/small"), 2);
+    assert_eq!(shell.events("team/small"), ["Admitted", "Running"]);
+    assert_eq!(shell.admission_changes("team/small"), [true]);
+    assert_eq!(shell.state("team/wide"), JobState::Queued);
+    let reason = shell.plane.pending_reason("team/wide").expect("a reason");
+    assert!(reason.contains("4 GPUs"), "{reason}");
+    let wide = shell.plane.job("team/wide").and_then(|j| j.status.clone());
+    let queued = wide
+        .as_ref()
+        .and_then(|s| conditions::get(s, ConditionType::Queued));
+    assert_eq!(queued.map(|c| c.message.as_str()), Some(reason.as_str()));
+    let huge = shell
+        .plane
+        .job("team/huge")
+        .and_then(|j| j.status.clone())
+        .expect("status");
+    assert!(conditions::is_true(&huge, ConditionType::Unschedulable));
+    assert!(shell.events("team/huge").contains(&"Unschedulable"));
+    assert_eq!(shell.state("team/huge"), JobState::Queued);
+
+    // A worker of small fails: OnFailure restarts it alone? PyTorch restarts the gang.
+    let failed = ObservedReplica::new(
+        ReplicaId::new(corral_api::training_job::Role::Worker, 1),
+        Incarnation {
+            attempt: 0,
+            retry: 0,
+        },
+        ReplicaPhase::Failed {
+            exit_code: 1,
+            reason: FailureReason::Error,
+        },
+    );
+    shell.plane.observe("team/small", failed);
+    shell.run(1);
+    let small = shell
+        .plane
+        .job("team/small")
+        .and_then(|j| j.status.clone())
+        .expect("status");
+    assert_eq!(small.restart_count, 1);
+    assert!(shell.events("team/small").contains(&"Restarting"));
+    // After its back-off the gang runs again, as a new attempt.
+    shell.run(120);
+    assert_eq!(shell.state("team/small"), JobState::Running);
+    assert_eq!(shell.running("team/small"), 2);
+
+    // A high-priority gang preempts small (and not the waiting wide) with the grace period.
+    shell.stops.clear();
+    shell
+        .plane
+        .submit(record(job("urgent", 4, 1, Some("high")), 4))
+        .expect("submit urgent");
+    shell.run(1);
+    assert!(
+        shell.events("team/small").contains(&"Preempted"),
+        "urgent: {:?} {:?} {:?}",
+        shell.state("team/urgent"),
+        shell.plane.pending_reason("team/urgent"),
+        shell.events("team/small")
+    );
+    assert!(shell.events("team/small").contains(&"Requeued"));
+    assert!(
+        shell
+            .stops
+            .iter()
+            .any(|(j, g)| j == "team/small" && *g == Duration::from_secs(7)),
+        "{:?}",
+        shell.stops
+    );
+    assert_eq!(shell.running("team/small"), 0);
+    assert_eq!(shell.state("team/urgent"), JobState::Running);
+    assert_eq!(shell.state("team/small"), JobState::Queued);
+    let small = shell
+        .plane
+        .job("team/small")
+        .and_then(|j| j.status.clone())
+        .expect("status");
+    assert_eq!(small.preemption_count, 1);
+    // A gang restart keeps the admission; the preemption gives it back.
+    assert_eq!(shell.admission_changes("team/small"), [true, false]);
+
+    // Suspend urgent: its replicas stop with the configured grace period (not 30 s), and
+    // wide, which waits with less attained service than small, is admitted in its place.
+    shell.stops.clear();
+    let stored = shell
+        .plane
+        .set_suspend("team/urgent", true)
+        .expect("suspend");
+    assert!(stored.spec.run_policy.suspend);
+    shell.run(1);
+    assert_eq!(shell.state("team/urgent"), JobState::Suspended);
+    assert!(
+        shell
+            .stops
+            .iter()
+            .all(|(j, g)| j != "team/urgent" || *g == Duration::from_secs(7))
+    );
+    assert!(shell.stops.iter().any(|(j, _)| j == "team/urgent"));
+    assert_eq!(shell.running("team/urgent"), 0);
+    assert_eq!(shell.state("team/wide"), JobState::Running);
+    assert_eq!(shell.state("team/small"), JobState::Queued);
+
+    // Resume: urgent outranks small again.
+    shell
+        .plane
+        .set_suspend("team/urgent", false)
+        .expect("resume");
+    shell.run(1);
+    assert_eq!(shell.state("team/urgent"), JobState::Running);
+    assert!(shell.events("team/urgent").contains(&"Resumed"));
+
+    // Delete urgent: replicas stop, then it is removed, and the next job runs.
+    shell.plane.delete("team/urgent").expect("delete");
+    shell.run(1);
+    assert!(shell.plane.job("team/urgent").is_none());
+    assert!(
+        shell
+            .log
+            .iter()
+            .flat_map(|s| &s.changes)
+            .any(|c| matches!(c, Change::Removed { job } if job == "team/urgent"))
+    );
+    assert_eq!(shell.running("team/urgent"), 0);
+    assert_eq!(shell.state("team/wide"), JobState::Running);
+    assert!(shell.events("team/wide").contains(&"Preempted"));
+
+    // The ledger counted GPU-seconds per job and per queue.
+    let small_service: f64 = shell
+        .plane
+        .ledger()
+        .job("team/small")
+        .map(|s| s.values().sum())
+        .unwrap_or(0.0);
+    assert!(small_service > 0.0);
+    assert!(shell.plane.ledger().queues()["default"]["H100"] >= small_service);
+}
+
+#[test]
+fn restore_drops_only_the_admission_the_scheduler_names() {
+    // Two jobs whose names share a prefix (`train`, `train-2`): the machine now has 2 GPUs,
+    // and only the job that no longer fits loses its admission.
+    let placement = |job: &str, gpus: &[u32]| HeldAdmission {
+        admission: corral_core::sched::Admission {
+            job: job.to_string(),
+            pool: "H100".into(),
+            gpu_type: Some("H100".into()),
+            placements: vec![corral_core::sched::ReplicaPlacement {
+                role: "worker".into(),
+                index: 0,
+                node: "node-a".into(),
+                gpu_indices: gpus.to_vec(),
+            }],
+        },
+        admitted_at: 5,
+    };
+    let restored = |name: &str, gpus: u32, held: HeldAdmission| RestoredJob {
+        record: record(job(name, 1, gpus, None), 1),
+        admission: Some(held),
+        replicas: Vec::new(),
+        deleting: false,
+        service: None,
+    };
+    let jobs = vec![
+        restored("train", 1, placement("team/train", &[0])),
+        restored("train-2", 3, placement("team/train-2", &[1, 2, 3])),
+    ];
+    let (plane, step) = ControlPlane::restore(
+        cluster(2),
+        config(),
+        jobs,
+        Timestamp::from_second(10).expect("time"),
+    )
+    .expect("restore");
+    assert!(plane.admission("team/train").is_some());
+    assert!(plane.admission("team/train-2").is_none());
+    assert_eq!(
+        step.changes,
+        [Change::Admission {
+            job: "team/train-2".into(),
+            admission: None
+        }]
+    );
+    assert!(
+        step.events
+            .iter()
+            .any(|e| e.job == "team/train-2" && e.reason == "AdmissionLost")
+    );
+}
+
+#[test]
+fn the_implicit_default_queue_admits_jobs_that_name_no_queue() {
+    let plane = ControlPlane::new(cluster(1), ControlConfig::default()).expect("plane");
+    let mut shell = FakeShell::new(plane);
+    shell
+        .plane
+        .submit(record(job("plain", 1, 1, None), 1))
+        .expect("submit");
+    shell.run(1);
+    assert_eq!(shell.state("team/plain"), JobState::Running);
+    // The default grace period is 30 s.
+    assert_eq!(
+        shell.plane.grace_period("team/plain"),
+        Some(Duration::from_secs(30))
+    );
+}
+
+#[test]
+fn the_same_inputs_give_the_same_steps() {
+    let run = || {
+        let plane = ControlPlane::new(cluster(4), config()).expect("plane");
+        let mut shell = FakeShell::new(plane);
+        for (i, name) in ["a", "b", "c", "d"].iter().enumerate() {
+            shell
+                .plane
+                .submit(record(job(name, 2, 1, None), i as u64))
+                .expect("submit");
+        }
+        shell.run(1);
+        shell.plane.delete("team/a").expect("delete");
+        shell.run(1);
+        shell.log
+    };
+    assert_eq!(run(), run());
+}
