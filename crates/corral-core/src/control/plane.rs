@@ -23,6 +23,7 @@ use crate::sched::{
 /// Settings of the control plane: the same in every shell for the same cluster.
 #[derive(Clone, Debug, Default)]
 pub struct ControlConfig {
+    /// The scheduler's settings (`move_in_place` is always on: the plane moves jobs).
     pub scheduler: SchedulerConfig,
     /// The grace period of jobs that set none of their own (`None`: 30 s).
     pub grace_period: Option<Duration>,
@@ -281,6 +282,10 @@ impl ControlPlane {
             queues,
             running: _,
         } = cluster;
+        let mut config = config;
+        // The plane carries out a move itself (stop, then start on the new placement as a
+        // new attempt), in every shell: the scheduler may move jobs in place.
+        config.scheduler.move_in_place = true;
         let queues = rules::with_default_queue(queues, &pools, &nodes);
         let base = ClusterSnapshot {
             nodes,
