@@ -29,7 +29,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::ClusterFileConfig;
 
+mod act;
+mod commands;
 mod engine;
+mod node;
+mod recovery;
+mod views;
 
 /// How to open the embedded cluster.
 #[derive(Clone, Debug)]
@@ -193,21 +198,8 @@ pub struct ReplicaInfo {
     pub log_path: Option<PathBuf>,
 }
 
-/// Normal or Warning, as Kubernetes events.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum EventType {
-    Normal,
-    Warning,
-}
-
-impl EventType {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventType::Normal => "Normal",
-            EventType::Warning => "Warning",
-        }
-    }
-}
+/// Normal or Warning, as Kubernetes events: the control plane's type.
+pub use corral_core::control::EventType;
 
 /// Something that happened to a job.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

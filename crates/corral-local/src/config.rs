@@ -108,9 +108,15 @@ pub struct Settings {
     pub tokens: Vec<ApiToken>,
     #[serde(default)]
     pub node: NodeOverrides,
-    /// Grace period between SIGTERM and SIGKILL for stops of the shell's own (deletion).
+    /// Grace period between SIGTERM and SIGKILL whenever a replica is stopped (preemption,
+    /// suspend, restart, delete) and its job sets none of its own (default 30).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grace_period_seconds: Option<u64>,
+    /// A job admitted less than this long ago is not preempted, so that jobs do not
+    /// preempt each other in a loop (default 300). A job that waits for such a job says
+    /// so in its reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preemption_protection_seconds: Option<u64>,
 }
 
 /// Everything `corral.yaml` declares.

@@ -180,6 +180,14 @@ pub fn succeeded(
     }
 }
 
+/// An MPI job whose launcher starts only once every worker runs
+/// (`launcherCreationPolicy: WaitForWorkersReady`).
+pub fn launcher_waits_for_workers(spec: &TrainingJobSpec) -> bool {
+    spec.framework == corral_api::training_job::Framework::Mpi
+        && spec.mpi.as_ref().and_then(|m| m.launcher_creation_policy)
+            == Some(corral_api::training_job::LauncherCreationPolicy::WaitForWorkersReady)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -229,12 +237,4 @@ mod tests {
             Exit::Done
         );
     }
-}
-
-/// An MPI job whose launcher starts only once every worker runs
-/// (`launcherCreationPolicy: WaitForWorkersReady`).
-pub fn launcher_waits_for_workers(spec: &TrainingJobSpec) -> bool {
-    spec.framework == corral_api::training_job::Framework::Mpi
-        && spec.mpi.as_ref().and_then(|m| m.launcher_creation_policy)
-            == Some(corral_api::training_job::LauncherCreationPolicy::WaitForWorkersReady)
 }

@@ -1,0 +1,601 @@
+//! Carrying out a step of the control plane: persist its changes (status, admissions with
+//! their ports, deletions) before anything is done, record its events, then start and stop
+//! replica processes and record what happened. No decision about a job is taken here.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use corral_api::TrainingJob;
+use corral_api::training_job::Role;
+use corral_core::control::{Change, EventType, HeldAdmission, JobEvent, Step, event_reason};
+use corral_core::lifecycle::{Action, Incarnation, ObservedReplica, ReplicaId};
+use corral_core::sched::{JobRequest, RunningJob, priority_of};
+use jiff::Timestamp;
+
+use super::engine::{Cluster, incarnation_label, millis, phase_of, process_name, replica_slots};
+use super::{ClusterError, TickReport};
+use crate::executor::{ExecutorError, ProcessRecord, ProcessState, ReplicaProcessSpec};
+use crate::store::{StoredAdmission, StoredEvent, StoredJob, StoredReplica};
+
+/// What the control plane sees of a stored replica in a process state.
+pub(super) fn observed(r: &StoredReplica, state: ProcessState) -> Option<ObservedReplica> {
+    let role: Role = r.role.parse().ok()?;
+    Some(ObservedReplica::new(
+        ReplicaId::new(role, r.index),
+        Incarnation {
+            attempt: r.attempt,
+            retry: r.retry,
+        },
+        phase_of(state),
+    ))
+}
+
+/// A replica ready to start: what the executor runs and what the store records.
+struct PendingStart {
+    id: ReplicaId,
+    inc: Incarnation,
+    port: Option<u16>,
+    process: ReplicaProcessSpec,
+}
+
+impl Cluster {
+    /// Persists a step, records its events and applies its actions. Returns whether any
+    /// action was carried out (the plane then has new observations to settle).
+    pub(super) fn apply(
+        &mut self,
+        step: Step,
+        now: Timestamp,
+        report: &mut TickReport,
+    ) -> Result<bool, ClusterError> {
+        if let Some(after) = step.wake_in {
+            report.next_tick_in = Some(report.next_tick_in.map_or(after, |n| n.min(after)));
+        }
+        for change in step.changes {
+            self.persist(change, report)?;
+        }
+        for e in step.events {
+            self.record_event(&e, now, report);
+        }
+        let acted = !step.actions.is_empty();
+        // Consecutive starts of one job (a gang) go to the executor together, which
+        // launches them in parallel; anything else first flushes the starts before it.
+        let mut batch: Vec<PendingStart> = Vec::new();
+        let mut batch_job = String::new();
+        for a in step.actions {
+            if batch_job != a.job {
+                self.start_replicas(&batch_job, std::mem::take(&mut batch), now, report)?;
+                batch_job = a.job.clone();
+            }
+            match a.action {
+                Action::Start {
+                    replica,
+                    incarnation,
+                    placement,
+                } => {
+                    if let Some(p) = self.prepare_start(
+                        &a.job,
+                        replica,
+                        incarnation,
+                        &placement.gpu_indices,
+                        report,
+                    )? {
+                        batch.push(p);
+                    }
+                }
+                Action::Stop {
+                    replica,
+                    incarnation,
+                    grace_period,
+                    delete,
+                    reason,
+                } => {
+                    self.start_replicas(&a.job, std::mem::take(&mut batch), now, report)?;
+                    self.stop_replica(
+                        &a.job,
+                        (replica, incarnation),
+                        grace_period,
+                        delete,
+                        reason.as_str(),
+                        report,
+                    )?;
+                }
+                // The plane handles the rest itself.
+                _ => {}
+            }
+        }
+        self.start_replicas(&batch_job, batch, now, report)?;
+        Ok(acted)
+    }
+
+    fn persist(&mut self, change: Change, report: &mut TickReport) -> Result<(), ClusterError> {
+        match change {
+            Change::Status { job, status } => {
+                let Some(stored) = self.stored(&job).cloned() else {
+                    return Ok(());
+                };
+                self.store.save_status(&stored.uid, &status)?;
+                self.refresh_job(&stored.namespace, &stored.name)?;
+            }
+            Change::Admission {
+                job,
+                admission: Some(held),
+            } => {
+                let Some(stored) = self.stored(&job).cloned() else {
+                    return Ok(());
+                };
+                self.record_admission(&stored, held, report)?;
+                self.ports_to_release.remove(&stored.uid);
+                report.admitted.push(job);
+            }
+            Change::Admission {
+                job,
+                admission: None,
+            } => {
+                let Some(uid) = self.uid_of.get(&job).cloned() else {
+                    return Ok(());
+                };
+                // Its replicas may still stop: the ports go once none runs.
+                self.store.drop_admission(&uid)?;
+                self.ports_to_release.insert(uid);
+            }
+            Change::Deleting { job } => {
+                let Some(stored) = self.stored(&job).cloned() else {
+                    return Ok(());
+                };
+                self.store.mark_deleting(&stored.uid)?;
+                self.refresh_job(&stored.namespace, &stored.name)?;
+            }
+            Change::Removed { job } => {
+                let Some(stored) = self.stored(&job).cloned() else {
+                    return Ok(());
+                };
+                for r in self.store.replicas_of(&stored.uid)? {
+                    self.stopping
+                        .remove(&(r.name.clone(), r.record.incarnation.clone()));
+                    if self
+                        .executor
+                        .record(&r.name)
+                        .is_some_and(|rec| rec.incarnation == r.record.incarnation)
+                    {
+                        self.executor.forget(&r.name);
+                    }
+                }
+                self.executor.ports_mut().release(&stored.uid);
+                self.ports_to_release.remove(&stored.uid);
+                self.store.remove_job(&stored.uid)?;
+                self.forget_job(&stored.uid);
+                report.deleted.push(job);
+            }
+        }
+        Ok(())
+    }
+
+    /// Stores an admission with the ports of its replica slots (kept when the job moves).
+    fn record_admission(
+        &mut self,
+        stored: &StoredJob,
+        held: HeldAdmission,
+        report: &mut TickReport,
+    ) -> Result<(), ClusterError> {
+        let slots = replica_slots(&stored.job);
+        let mut ports = self.executor.ports_mut().ports_of(&stored.uid);
+        if ports.len() != slots.len() {
+            self.executor.ports_mut().release(&stored.uid);
+            ports = match self.executor.ports_mut().allocate(&stored.uid, slots.len()) {
+                Ok(p) => p,
+                Err(e) => {
+                    // Replicas then start without a port of their own and say so.
+                    report.errors.push(format!("{}: {e}", stored.key()));
+                    Vec::new()
+                }
+            };
+        }
+        let port_rows: Vec<(String, u16)> = slots
+            .iter()
+            .zip(&ports)
+            .map(|(id, p)| (id.key(), *p))
+            .collect();
+        let mut job = stored.job.clone();
+        job.spec.apply_defaults();
+        let priority = priority_of(&job, &self.config.file.priority_classes);
+        let request = JobRequest::from_training_job(&job, priority, stored.submitted_ms)
+            .map_err(|e| ClusterError::Scheduler(e.to_string()))?;
+        let admission = StoredAdmission {
+            pool: held.admission.pool.clone(),
+            gpu_type: held.admission.gpu_type.clone(),
+            running: RunningJob {
+                request,
+                placements: held.admission.placements.clone(),
+                admitted_at: held.admitted_at,
+            },
+        };
+        self.store.admit(&stored.uid, &admission, &port_rows)?;
+        Ok(())
+    }
+
+    /// Ports of jobs that gave their admission back are released once none of their
+    /// replicas runs.
+    pub(super) fn release_idle_ports(&mut self) -> Result<(), ClusterError> {
+        let uids: Vec<String> = self.ports_to_release.iter().cloned().collect();
+        for uid in uids {
+            let running = self
+                .store
+                .replicas_of(&uid)?
+                .iter()
+                .any(|r| r.state == ProcessState::Running);
+            if !running && self.plane_admission_of_uid(&uid).is_none() {
+                self.store.release(&uid)?;
+                self.executor.ports_mut().release(&uid);
+                self.ports_to_release.remove(&uid);
+            }
+        }
+        Ok(())
+    }
+
+    fn plane_admission_of_uid(&self, uid: &str) -> Option<&HeldAdmission> {
+        let seq = self.seq_of.get(uid)?;
+        let key = self.jobs.get(seq)?.key();
+        self.plane.admission(&key)
+    }
+
+    /// Records an event of the plane (or the shell's own) and counts it for `/metrics`.
+    fn record_event(&mut self, e: &JobEvent, now: Timestamp, report: &mut TickReport) {
+        match e.reason {
+            event_reason::ADMITTED => self.counters.admissions += 1,
+            event_reason::PREEMPTED => {
+                self.counters.preemptions += 1;
+                report.preempted.push(e.job.clone());
+            }
+            event_reason::RESTARTING => self.counters.restarts += 1,
+            event_reason::SUCCEEDED => {
+                self.counters.succeeded += 1;
+                report.finished.push(e.job.clone());
+            }
+            event_reason::FAILED => {
+                self.counters.failed += 1;
+                report.finished.push(e.job.clone());
+            }
+            _ => {}
+        }
+        let Some((namespace, job)) = e.job.split_once('/') else {
+            return;
+        };
+        self.event(namespace, job, now, e.type_, e.reason, e.message.clone());
+    }
+
+    /// Records an event; a failure to record it is not worth failing the operation for.
+    pub(super) fn event(
+        &self,
+        namespace: &str,
+        job: &str,
+        now: Timestamp,
+        type_: EventType,
+        reason: &str,
+        message: String,
+    ) {
+        let _ = self.store.add_event(&StoredEvent {
+            namespace: namespace.to_string(),
+            job: job.to_string(),
+            time_ms: millis(now),
+            type_: type_.as_str().to_string(),
+            reason: reason.to_string(),
+            message,
+        });
+    }
+
+    /// What starting a replica takes: its process spec, or nothing when it must not start
+    /// now (already recorded or running, its GPUs still held, no launch env).
+    fn prepare_start(
+        &mut self,
+        key: &str,
+        id: ReplicaId,
+        inc: Incarnation,
+        gpu_indices: &[u32],
+        report: &mut TickReport,
+    ) -> Result<Option<PendingStart>, ClusterError> {
+        let Some(stored) = self.stored(key).cloned() else {
+            return Ok(None);
+        };
+        // The plane's view of the job carries the status this step persisted.
+        let Some(job) = self.plane.job(key).cloned() else {
+            return Ok(None);
+        };
+        let name = process_name(&stored.namespace, &stored.name, id);
+        if self
+            .store
+            .replicas_named(&name)?
+            .iter()
+            .any(|r| r.attempt == inc.attempt && r.retry == inc.retry && r.job_uid == stored.uid)
+        {
+            return Ok(None);
+        }
+        // No two processes of one name at once.
+        if self
+            .executor
+            .state(&name)
+            .is_some_and(|s| s == ProcessState::Running)
+        {
+            return Ok(None);
+        }
+        // A GPU is never shared: processes of a preempted job may still hold the GPUs
+        // during their grace period; the start waits for them (the lifecycle asks again).
+        if !gpu_indices.is_empty() {
+            let busy = self.store.running_replicas()?.into_iter().any(|r| {
+                r.job_uid != stored.uid
+                    && r.record.gpu_indices.iter().any(|g| gpu_indices.contains(g))
+            });
+            if busy {
+                return Ok(None);
+            }
+        }
+        let ports: BTreeMap<String, u16> = self
+            .store
+            .ports()?
+            .into_iter()
+            .filter(|(_, uid, _)| *uid == stored.uid)
+            .map(|(port, _, replica)| (replica, port))
+            .collect();
+        let label = incarnation_label(&stored.uid, inc);
+        let dir = self.executor.replica_dir(&name, &label);
+        let addresses =
+            corral_core::launch::Addresses::local(&job, &self.config.host_address, |rid| {
+                ports.get(&rid.key()).copied()
+            });
+        let options = corral_core::launch::LaunchOptions {
+            gpu_indices: Some(gpu_indices.to_vec()),
+            mpi_config_dir: dir.display().to_string(),
+        };
+        let launch = match corral_core::launch::replica_env(&job, id, &addresses, &options) {
+            Ok(l) => l,
+            Err(e) => {
+                report.errors.push(format!("{name}: {e}"));
+                return Ok(None);
+            }
+        };
+        let mut env: Vec<(String, String)> = launch
+            .env
+            .iter()
+            .filter_map(|v| v.value.clone().map(|val| (v.name.clone(), val)))
+            .collect();
+        env.push(("CORRAL_JOB".into(), stored.name.clone()));
+        env.push(("CORRAL_NAMESPACE".into(), stored.namespace.clone()));
+        env.push(("CORRAL_REPLICA".into(), id.name(&stored.name)));
+        env.push(("CORRAL_INCARNATION".into(), inc.to_string()));
+        let files = launch
+            .files
+            .iter()
+            .map(|f| {
+                let p = PathBuf::from(&f.path);
+                let rel = p.strip_prefix(&dir).map(PathBuf::from).unwrap_or(p);
+                (rel, f.contents.clone())
+            })
+            .collect();
+        let process = process_spec(&job, &stored, id, name, label, env, files, gpu_indices);
+        let Some(process) = process else {
+            return Ok(None);
+        };
+        let port = ports.get(&id.key()).copied();
+        Ok(Some(PendingStart {
+            id,
+            inc,
+            port,
+            process,
+        }))
+    }
+
+    /// Starts the prepared replicas of one job together and records each one that runs.
+    fn start_replicas(
+        &mut self,
+        key: &str,
+        pending: Vec<PendingStart>,
+        now: Timestamp,
+        report: &mut TickReport,
+    ) -> Result<(), ClusterError> {
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let Some(stored) = self.stored(key).cloned() else {
+            return Ok(());
+        };
+        let specs: Vec<ReplicaProcessSpec> = pending.iter().map(|p| p.process.clone()).collect();
+        let results = self.executor.start_all(&specs);
+        let mut first_error = None;
+        for (p, result) in pending.into_iter().zip(results) {
+            if let Err(e) = self.record_start(&stored, p, result, now, report)
+                && first_error.is_none()
+            {
+                first_error = Some(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Records a replica the executor started (or the reason it did not).
+    fn record_start(
+        &mut self,
+        stored: &StoredJob,
+        pending: PendingStart,
+        result: Result<ProcessRecord, ExecutorError>,
+        now: Timestamp,
+        report: &mut TickReport,
+    ) -> Result<(), ClusterError> {
+        let PendingStart {
+            id,
+            inc,
+            port,
+            process,
+        } = pending;
+        let name = process.name;
+        let gpu_indices = process.gpu_indices;
+        let record = match result {
+            Ok(r) => r,
+            Err(e) => {
+                report.errors.push(format!("{name}: {e}"));
+                self.event(
+                    &stored.namespace,
+                    &stored.name,
+                    now,
+                    EventType::Warning,
+                    "FailedStart",
+                    format!("replica {}: {e}", id.name(&stored.name)),
+                );
+                return Ok(());
+            }
+        };
+        let row = StoredReplica {
+            name: name.clone(),
+            namespace: stored.namespace.clone(),
+            job: stored.name.clone(),
+            job_uid: stored.uid.clone(),
+            role: id.role.as_str().to_string(),
+            index: id.index,
+            attempt: inc.attempt,
+            retry: inc.retry,
+            port,
+            started_ms: millis(now),
+            state: ProcessState::Running,
+            record: record.clone(),
+        };
+        if let Err(e) = self.store.put_replica(&row) {
+            // Unrecorded, a restart could not find it: it must not run.
+            let _ = self.executor.stop(&name, Duration::ZERO);
+            return Err(e.into());
+        }
+        self.plane.observe(
+            &stored.key(),
+            ObservedReplica::new(id, inc, corral_core::lifecycle::ReplicaPhase::Running),
+        );
+        self.counters.replica_starts += 1;
+        report.started.push(id.name(&stored.name));
+        let mut msg = format!(
+            "started replica {} (incarnation {inc}, pid {}",
+            id.name(&stored.name),
+            record.pid
+        );
+        if let Some(p) = port {
+            msg.push_str(&format!(", port {p}"));
+        }
+        if !gpu_indices.is_empty() {
+            msg.push_str(&format!(", GPUs {gpu_indices:?}"));
+        }
+        msg.push(')');
+        self.event(
+            &stored.namespace,
+            &stored.name,
+            now,
+            EventType::Normal,
+            "Started",
+            msg,
+        );
+        Ok(())
+    }
+
+    /// Stops a replica incarnation (SIGTERM, then SIGKILL after the grace period). Once it
+    /// has ended, a stop with `delete` removes its record, so that the name is free.
+    fn stop_replica(
+        &mut self,
+        key: &str,
+        (id, inc): (ReplicaId, Incarnation),
+        grace: Duration,
+        delete: bool,
+        reason: &str,
+        report: &mut TickReport,
+    ) -> Result<(), ClusterError> {
+        let Some(stored) = self.stored(key).cloned() else {
+            return Ok(());
+        };
+        let name = process_name(&stored.namespace, &stored.name, id);
+        let Some(r) =
+            self.store.replicas_named(&name)?.into_iter().find(|r| {
+                r.job_uid == stored.uid && r.attempt == inc.attempt && r.retry == inc.retry
+            })
+        else {
+            // No record: nothing runs under it; the plane may forget it.
+            self.plane.forget_replica(key, id, inc);
+            return Ok(());
+        };
+        let current = self
+            .executor
+            .record(&r.name)
+            .is_some_and(|rec| rec.incarnation == r.record.incarnation);
+        if r.state == ProcessState::Running && current {
+            let stop_key = (r.name.clone(), r.record.incarnation.clone());
+            if !self.stopping.contains(&stop_key) {
+                if let Err(e) = self.executor.stop(&r.name, grace) {
+                    report.errors.push(format!("stopping {}: {e}", r.name));
+                } else {
+                    self.stopping.insert(stop_key);
+                    report
+                        .stopped
+                        .push(format!("{}-{}-{} ({reason})", r.job, r.role, r.index));
+                }
+            }
+            return Ok(());
+        }
+        if r.state == ProcessState::Running {
+            // Not the executor's current incarnation, yet recorded running: it was never
+            // adopted (cannot happen after open); observe it as gone.
+            self.store
+                .set_replica_state(&r.name, r.attempt, r.retry, ProcessState::Gone)?;
+            if let Some(o) = observed(&r, ProcessState::Gone) {
+                self.plane.observe(key, o);
+            }
+            return Ok(());
+        }
+        // Ended: with delete the record goes, so that the name is free.
+        if delete {
+            self.store.remove_replica(&r.name, r.attempt, r.retry)?;
+            self.stopping
+                .remove(&(r.name.clone(), r.record.incarnation.clone()));
+            if current {
+                self.executor.forget(&r.name);
+            }
+            self.plane.forget_replica(key, id, inc);
+        }
+        Ok(())
+    }
+}
+
+/// The process a replica runs: its command, env, files, working directory and limits.
+#[allow(clippy::too_many_arguments)]
+fn process_spec(
+    job: &TrainingJob,
+    stored: &StoredJob,
+    id: ReplicaId,
+    name: String,
+    label: String,
+    env: Vec<(String, String)>,
+    files: Vec<(PathBuf, String)>,
+    gpu_indices: &[u32],
+) -> Option<ReplicaProcessSpec> {
+    let mut spec = job.spec.clone();
+    spec.apply_defaults();
+    let rspec = spec.replicas.get(&id.role)?;
+    let mut command = rspec.template.command.clone();
+    command.extend(rspec.template.args.iter().cloned());
+    let cpu_milli = rspec
+        .resources
+        .cpu
+        .as_ref()
+        .and_then(|q| q.milli().ok())
+        .and_then(|v| u64::try_from(v).ok());
+    let memory_bytes = rspec
+        .resources
+        .memory
+        .as_ref()
+        .and_then(|q| q.units().ok())
+        .and_then(|v| u64::try_from(v).ok());
+    Some(ReplicaProcessSpec {
+        name,
+        job: stored.key(),
+        incarnation: label,
+        command,
+        env,
+        working_dir: rspec.template.working_dir.as_ref().map(PathBuf::from),
+        files,
+        cpu_milli,
+        memory_bytes,
+        gpu_indices: gpu_indices.to_vec(),
+    })
+}

@@ -1,0 +1,293 @@
+//! The commands users give: submit, delete, suspend, resume. Each is checked and stored
+//! here, and handed to the control plane, which decides what follows.
+
+use std::collections::BTreeSet;
+
+use corral_api::TrainingJob;
+use corral_api::document::{Document, parse_documents};
+use corral_core::control::{ControlError, EventType, JobRecord};
+use jiff::Timestamp;
+
+use super::engine::{Cluster, millis, new_uid};
+use super::{ClusterError, DocumentProblem, FieldProblem, SubmitResult};
+use crate::store::{NewJob, StoredJob};
+
+impl Cluster {
+    /// Submits TrainingJobs (or Kubeflow job kinds, converted) in YAML or JSON, several
+    /// documents at once. All or nothing: if any document is invalid, or names a job that
+    /// exists, nothing is stored. Documents without a namespace land in `namespace`; a
+    /// document naming another namespace is refused (field `metadata.namespace`).
+    pub fn submit(
+        &mut self,
+        text: &str,
+        namespace: &str,
+        now: Timestamp,
+    ) -> Result<Vec<SubmitResult>, ClusterError> {
+        let ctx = self.config.file.validation_context();
+        let mut problems = Vec::new();
+        let mut accepted = Vec::new();
+        for r in parse_documents(text, &ctx) {
+            match r {
+                Err(e) => problems.push(DocumentProblem {
+                    index: e.index,
+                    what: e.what.clone(),
+                    errors: e
+                        .errors
+                        .iter()
+                        .map(|f| FieldProblem {
+                            path: f.path.clone(),
+                            message: f.message.clone(),
+                        })
+                        .collect(),
+                }),
+                Ok(p) => {
+                    let what = Some(match &p.converted_from {
+                        Some(k) => format!("{k} {} as TrainingJob", p.document.name()),
+                        None => format!("{} {}", p.document.kind(), p.document.name()),
+                    });
+                    let mut errors = Vec::new();
+                    match p.document {
+                        Document::TrainingJob(job) => {
+                            let mut job = *job;
+                            check_local(&job, namespace, &mut errors);
+                            job.metadata.namespace = Some(namespace.to_string());
+                            if errors.is_empty() {
+                                accepted.push((job, p.converted_from.clone()));
+                            }
+                        }
+                        other => errors.push(FieldProblem {
+                            path: "kind".into(),
+                            message: format!(
+                                "{} cannot be submitted; declare it in the cluster's \
+                                 configuration file (corral.yaml)",
+                                other.kind()
+                            ),
+                        }),
+                    }
+                    if !errors.is_empty() {
+                        problems.push(DocumentProblem {
+                            index: p.index,
+                            what,
+                            errors,
+                        });
+                    }
+                }
+            }
+        }
+        let mut names = BTreeSet::new();
+        for (i, (job, _)) in accepted.iter().enumerate() {
+            if !names.insert(job.metadata.name.clone()) {
+                problems.push(DocumentProblem {
+                    index: i + 1,
+                    what: Some(format!("TrainingJob {}", job.metadata.name)),
+                    errors: vec![FieldProblem {
+                        path: "metadata.name".into(),
+                        message: "appears twice in this submission".into(),
+                    }],
+                });
+            }
+        }
+        if !problems.is_empty() {
+            return Err(ClusterError::Invalid(problems));
+        }
+        let submitted_ms = millis(now);
+        let mut new_jobs = Vec::with_capacity(accepted.len());
+        for (mut job, converted_from) in accepted {
+            self.uid_counter += 1;
+            let uid = new_uid(namespace, &job.metadata.name, now, self.uid_counter);
+            job.metadata.uid = Some(uid.clone());
+            job.metadata.creation_timestamp = Some(now);
+            job.metadata.generation = Some(1);
+            job.status = None;
+            new_jobs.push(NewJob {
+                namespace: namespace.to_string(),
+                name: job.metadata.name.clone(),
+                uid,
+                submitted_ms,
+                converted_from,
+                job,
+            });
+        }
+        // The control plane first: it refuses what it cannot schedule, and nothing is
+        // stored then (all or nothing).
+        for (n, j) in new_jobs.iter().enumerate() {
+            let record = JobRecord {
+                job: j.job.clone(),
+                uid: j.uid.clone(),
+                submitted: j.submitted_ms,
+                hints: Default::default(),
+            };
+            if let Err(e) = self.plane.submit(record) {
+                for undo in &new_jobs[..n] {
+                    let _ = self
+                        .plane
+                        .delete(&format!("{}/{}", undo.namespace, undo.name));
+                }
+                let _ = self.plane.settle(now);
+                return Err(match e {
+                    ControlError::AlreadyExists(_) => ClusterError::AlreadyExists {
+                        namespace: j.namespace.clone(),
+                        name: j.name.clone(),
+                    },
+                    other => ClusterError::Conflict(other.to_string()),
+                });
+            }
+        }
+        if let Err(e) = self.store.insert_jobs(&new_jobs) {
+            for j in &new_jobs {
+                let _ = self.plane.delete(&format!("{}/{}", j.namespace, j.name));
+            }
+            let _ = self.plane.settle(now);
+            return Err(e.into());
+        }
+        for j in &new_jobs {
+            self.refresh_job(&j.namespace, &j.name)?;
+        }
+        let mut out = Vec::with_capacity(new_jobs.len());
+        for j in new_jobs {
+            self.counters.jobs_submitted += 1;
+            self.event(
+                &j.namespace,
+                &j.name,
+                now,
+                EventType::Normal,
+                "Submitted",
+                format!("queued in {}", j.job.spec.queue_name()),
+            );
+            out.push(SubmitResult {
+                namespace: j.namespace,
+                name: j.name,
+                uid: j.uid,
+                converted_from: j.converted_from,
+            });
+        }
+        Ok(out)
+    }
+
+    pub(super) fn require(&self, namespace: &str, name: &str) -> Result<StoredJob, ClusterError> {
+        self.store
+            .job(namespace, name)?
+            .ok_or_else(|| ClusterError::NotFound {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+            })
+    }
+
+    /// Deletes a job: its replicas stop (SIGTERM, then SIGKILL after the grace period) in
+    /// the following ticks, then it is removed from the store. Logs are kept on disk.
+    pub fn delete(
+        &mut self,
+        namespace: &str,
+        name: &str,
+        now: Timestamp,
+    ) -> Result<(), ClusterError> {
+        let stored = self.require(namespace, name)?;
+        if !stored.deleting {
+            self.store.mark_deleting(&stored.uid)?;
+            self.refresh_job(namespace, name)?;
+            self.event(
+                namespace,
+                name,
+                now,
+                EventType::Normal,
+                "Deleting",
+                "deleted; stopping its replicas".into(),
+            );
+        }
+        match self.plane.delete(&stored.key()) {
+            Ok(()) | Err(ControlError::NotFound(_)) => Ok(()),
+            Err(e) => Err(ClusterError::Conflict(e.to_string())),
+        }
+    }
+
+    /// Sets `runPolicy.suspend`: replicas stop, the admission is given back, the job keeps
+    /// its history.
+    pub fn suspend(
+        &mut self,
+        namespace: &str,
+        name: &str,
+        now: Timestamp,
+    ) -> Result<(), ClusterError> {
+        self.set_suspend(namespace, name, true, now)
+    }
+
+    /// Clears `runPolicy.suspend`: the job goes back to its queue.
+    pub fn resume(
+        &mut self,
+        namespace: &str,
+        name: &str,
+        now: Timestamp,
+    ) -> Result<(), ClusterError> {
+        self.set_suspend(namespace, name, false, now)
+    }
+
+    fn set_suspend(
+        &mut self,
+        namespace: &str,
+        name: &str,
+        suspend: bool,
+        now: Timestamp,
+    ) -> Result<(), ClusterError> {
+        let stored = self.require(namespace, name)?;
+        if stored.job.spec.run_policy.suspend == suspend && !stored.deleting {
+            return Ok(());
+        }
+        let mut job = self
+            .plane
+            .set_suspend(&stored.key(), suspend)
+            .map_err(|e| match e {
+                ControlError::NotFound(_) => ClusterError::NotFound {
+                    namespace: namespace.to_string(),
+                    name: name.to_string(),
+                },
+                other => ClusterError::Conflict(other.to_string()),
+            })?;
+        job.metadata.generation = Some(stored.job.metadata.generation.unwrap_or(1) + 1);
+        self.store.update_spec(&stored.uid, &job)?;
+        self.refresh_job(namespace, name)?;
+        let (reason, msg) = if suspend {
+            ("Suspend", "runPolicy.suspend set by the user")
+        } else {
+            ("Resume", "runPolicy.suspend cleared by the user")
+        };
+        self.event(namespace, name, now, EventType::Normal, reason, msg.into());
+        Ok(())
+    }
+}
+
+/// What the embedded cluster needs beyond validation: a command to run, the namespace.
+fn check_local(job: &TrainingJob, namespace: &str, errors: &mut Vec<FieldProblem>) {
+    if let Some(ns) = &job.metadata.namespace
+        && ns != namespace
+    {
+        errors.push(FieldProblem {
+            path: "metadata.namespace".into(),
+            message: format!(
+                "`{ns}` differs from the namespace of the request (`{namespace}`); remove it \
+                 or submit to `{ns}`"
+            ),
+        });
+    }
+    if let Err(e) = corral_api::validate::check_dns1123_label(namespace) {
+        errors.push(FieldProblem {
+            path: "metadata.namespace".into(),
+            message: e,
+        });
+    }
+    for (role, spec) in &job.spec.replicas {
+        if spec.template.command.is_empty() {
+            errors.push(FieldProblem {
+                path: format!("spec.replicas.{role}.template.command"),
+                message: "the embedded cluster runs commands, not images: set `command`".into(),
+            });
+        }
+        for (i, v) in spec.template.env.iter().enumerate() {
+            if v.value.is_none() && v.value_from.is_some() {
+                errors.push(FieldProblem {
+                    path: format!("spec.replicas.{role}.template.env[{i}].valueFrom"),
+                    message: "valueFrom works on Kubernetes only; give a literal `value`".into(),
+                });
+            }
+        }
+    }
+}

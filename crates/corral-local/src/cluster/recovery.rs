@@ -1,0 +1,243 @@
+//! Opening the cluster, after a clean stop or a crash: re-adopt the replica processes that
+//! survived, kill the ones nobody recorded, and rebuild the control plane from the stored
+//! jobs, admissions and replica records. Whatever the plane drops (an admission this machine
+//! can no longer hold) is persisted like any other step.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
+
+use corral_api::training_job::Role;
+use corral_core::control::{ControlPlane, HeldAdmission, JobRecord, RestoredJob};
+use corral_core::lifecycle::{self, Incarnation, ObservedReplica, ReplicaId};
+use corral_core::sched::{Admission, ClusterSnapshot};
+use jiff::Timestamp;
+
+use super::engine::{Cluster, Counters};
+use super::{ClusterConfig, ClusterError, TickReport};
+use crate::executor::{
+    ExecutorConfig, LocalExecutor, ProcessRecord, ProcessState, ShimCommand, discover, procfs,
+};
+use crate::inventory::inventory;
+use crate::store::{Store, StoredJob, StoredReplica};
+
+pub(super) fn open(
+    config: ClusterConfig,
+    now: Timestamp,
+) -> Result<(Cluster, Vec<String>), ClusterError> {
+    let mut store = Store::open(&config.data_dir)?;
+    let shim = match &config.shim {
+        Some(shim) => shim.clone(),
+        None => ShimCommand::current_exe()
+            .map_err(|e| ClusterError::Executor(format!("finding the shim: {e}")))?,
+    };
+    let mut exec_config = ExecutorConfig::new(config.data_dir.join("replicas"), shim);
+    exec_config.cgroup = config.cgroup;
+    let range = config.file.settings.ports;
+    exec_config.port_range = range.min..range.max.saturating_add(1).max(range.min);
+    let (mut executor, mut warnings) =
+        LocalExecutor::new(exec_config).map_err(|e| ClusterError::Executor(e.to_string()))?;
+    let inventory = inventory();
+    let (node, pools, queues) = super::node::build_cluster(&config, &inventory)?;
+
+    let jobs = store.jobs()?;
+    let replicas = adopt_replicas(&mut store, &mut executor, &jobs, &mut warnings)?;
+    let admissions: BTreeMap<String, HeldAdmission> = store
+        .admissions()?
+        .into_iter()
+        .filter_map(|(uid, a)| {
+            let key = jobs.iter().find(|j| j.uid == uid)?.key();
+            Some((
+                uid,
+                HeldAdmission {
+                    admission: Admission {
+                        job: key,
+                        pool: a.pool,
+                        gpu_type: a.gpu_type,
+                        placements: a.running.placements,
+                    },
+                    admitted_at: a.running.admitted_at,
+                },
+            ))
+        })
+        .collect();
+    // Admissions of jobs that are gone.
+    for (uid, _) in store.admissions()? {
+        if !jobs.iter().any(|j| j.uid == uid) {
+            store.release(&uid)?;
+        }
+    }
+    // Ports of admitted jobs (and of jobs whose replicas still stop).
+    for (port, uid, _) in store.ports()? {
+        let conflicts = executor.ports_mut().reserve(&uid, &[port]);
+        if !conflicts.is_empty() {
+            warnings.push(format!("port {port} is recorded twice"));
+        }
+    }
+    let mut by_uid: HashMap<&str, Vec<ObservedReplica>> = HashMap::new();
+    for r in &replicas {
+        if let Some(o) = super::act::observed(r, r.state) {
+            by_uid.entry(r.job_uid.as_str()).or_default().push(o);
+        }
+    }
+    let restored = jobs
+        .iter()
+        .map(|j| RestoredJob {
+            record: JobRecord {
+                job: j.job.clone(),
+                uid: j.uid.clone(),
+                submitted: j.submitted_ms,
+                hints: Default::default(),
+            },
+            admission: admissions.get(&j.uid).cloned(),
+            replicas: by_uid.remove(j.uid.as_str()).unwrap_or_default(),
+            deleting: j.deleting,
+            service: None,
+        })
+        .collect();
+    let snapshot = ClusterSnapshot {
+        nodes: vec![node.clone()],
+        pools: pools.clone(),
+        queues: queues.clone(),
+        running: Vec::new(),
+    };
+    let control = Cluster::control_config(&config, &node);
+    let (plane, step) = ControlPlane::restore(snapshot, control, restored, now)
+        .map_err(|e| ClusterError::Scheduler(e.to_string()))?;
+    let mut cluster = Cluster {
+        config,
+        store,
+        executor,
+        plane,
+        inventory,
+        node,
+        pools,
+        queues,
+        stopping: BTreeSet::new(),
+        ports_to_release: BTreeSet::new(),
+        jobs: BTreeMap::new(),
+        seq_of: HashMap::new(),
+        uid_of: HashMap::new(),
+        counters: Counters::default(),
+        uid_counter: 0,
+    };
+    for j in jobs {
+        cluster.seq_of.insert(j.uid.clone(), j.seq);
+        cluster.uid_of.insert(j.key(), j.uid.clone());
+        cluster.jobs.insert(j.seq, j);
+    }
+    for e in &step.events {
+        if e.reason == corral_core::control::event_reason::ADMISSION_LOST {
+            warnings.push(format!("{}: {}", e.job, e.message));
+        }
+    }
+    let mut report = TickReport::default();
+    cluster.apply(step, now, &mut report)?;
+    Ok((cluster, warnings))
+}
+
+/// Re-adopts every recorded replica process, oldest incarnation first; records the current
+/// incarnation of a live job found running but never recorded (a crash between the start
+/// and the store write) and kills anything else, so that nothing runs twice. Returns the
+/// replica records as they are now.
+fn adopt_replicas(
+    store: &mut Store,
+    executor: &mut LocalExecutor,
+    jobs: &[StoredJob],
+    warnings: &mut Vec<String>,
+) -> Result<Vec<StoredReplica>, ClusterError> {
+    let mut known_dirs = BTreeSet::new();
+    let mut out = Vec::new();
+    for mut r in store.replicas()? {
+        known_dirs.insert(r.record.dir.clone());
+        let state = executor.adopt(r.record.clone());
+        if state != r.state {
+            store.set_replica_state(&r.name, r.attempt, r.retry, state)?;
+            r.state = state;
+        }
+        if !jobs.iter().any(|j| j.uid == r.job_uid) {
+            // A replica of a job that is gone: it must not run.
+            let _ = executor.stop(&r.name, Duration::ZERO);
+            store.remove_replica(&r.name, r.attempt, r.retry)?;
+            continue;
+        }
+        out.push(r);
+    }
+    for rec in discover(&executor.config().run_dir) {
+        if known_dirs.contains(&rec.dir) || !procfs::is_same_alive(rec.pid, rec.start_time) {
+            continue;
+        }
+        match orphan_row(store, &rec, jobs)? {
+            Some(mut row) => {
+                warnings.push(format!("recorded replica {} found running", rec.name));
+                row.state = executor.adopt(rec);
+                store.put_replica(&row)?;
+                out.push(row);
+            }
+            None => {
+                warnings.push(format!("killing unrecorded replica process {}", rec.name));
+                let _ = procfs::signal_group(rec.pid, rustix::process::Signal::KILL);
+                if let Some(cg) = &rec.cgroup {
+                    cg.kill_all(None);
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The store row of an unrecorded process, if it is the current incarnation of a replica
+/// of a live job (its name, incarnation label and job all match).
+fn orphan_row(
+    store: &Store,
+    rec: &ProcessRecord,
+    jobs: &[StoredJob],
+) -> Result<Option<StoredReplica>, ClusterError> {
+    let Some(stored) = jobs.iter().find(|j| j.key() == rec.job && !j.deleting) else {
+        return Ok(None);
+    };
+    let Some((short, inc)) = rec.incarnation.split_once('-') else {
+        return Ok(None);
+    };
+    let Ok(inc) = inc.parse::<Incarnation>() else {
+        return Ok(None);
+    };
+    let prefix = format!("{}.{}-", stored.namespace, stored.name);
+    let Some((role, index)) = rec
+        .name
+        .strip_prefix(&prefix)
+        .and_then(|rest| rest.rsplit_once('-'))
+    else {
+        return Ok(None);
+    };
+    let (Ok(role), Ok(index)) = (role.parse::<Role>(), index.parse::<u32>()) else {
+        return Ok(None);
+    };
+    let id = ReplicaId::new(role, index);
+    let status = stored.job.status.clone().unwrap_or_default();
+    let terminal = corral_core::lifecycle::conditions::is_terminal(&status);
+    if !stored.uid.starts_with(short)
+        || inc != lifecycle::current_incarnation(&status, id)
+        || terminal
+    {
+        return Ok(None);
+    }
+    let port = store
+        .ports()?
+        .into_iter()
+        .find(|(_, uid, replica)| *uid == stored.uid && *replica == id.key())
+        .map(|(p, _, _)| p);
+    Ok(Some(StoredReplica {
+        name: rec.name.clone(),
+        namespace: stored.namespace.clone(),
+        job: stored.name.clone(),
+        job_uid: stored.uid.clone(),
+        role: role.as_str().to_string(),
+        index,
+        attempt: inc.attempt,
+        retry: inc.retry,
+        record: rec.clone(),
+        port,
+        started_ms: stored.submitted_ms,
+        state: ProcessState::Running,
+    }))
+}

@@ -1,0 +1,390 @@
+//! What users look at: jobs, their details and events, queues, this machine's node, the
+//! resource use of replicas, log files and metrics. Reads only.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+
+use corral_api::TrainingJob;
+use corral_core::control::EventType;
+use corral_core::lifecycle::ReplicaPhase;
+use corral_core::sched::ResourceAmount;
+
+use super::engine::{Cluster, phase_of, state_of, timestamp};
+use super::{
+    AdmissionInfo, ClusterError, Event, GpuDevice, JobDetails, JobState, JobSummary,
+    MetricsSnapshot, NodeInfo, QueueInfo, QueuePoolUsage, ReplicaInfo, ReplicaUsageRow,
+};
+use crate::executor::ProcessState;
+use crate::store::{StoredJob, StoredReplica};
+
+impl Cluster {
+    /// The job with its recorded status.
+    pub fn get(&self, namespace: &str, name: &str) -> Result<Option<TrainingJob>, ClusterError> {
+        Ok(self.store.job(namespace, name)?.map(|j| j.job))
+    }
+
+    /// Jobs of one namespace (or all), ordered by namespace then name.
+    pub fn list(&self, namespace: Option<&str>) -> Result<Vec<JobSummary>, ClusterError> {
+        let replicas = self.store.replicas()?;
+        let listed = || {
+            self.jobs
+                .values()
+                .filter(|j| namespace.is_none_or(|n| n == j.namespace))
+        };
+        let ready = ready_replicas(listed(), &replicas);
+        let mut out: Vec<JobSummary> = listed()
+            .map(|j| summary(j, ready.get(&j.uid).copied().unwrap_or(0)))
+            .collect();
+        out.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        Ok(out)
+    }
+
+    /// Job, conditions, events, replicas and why it waits.
+    pub fn describe(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<JobDetails>, ClusterError> {
+        let Some(stored) = self.store.job(namespace, name)? else {
+            return Ok(None);
+        };
+        let replicas = self.store.replicas_of(&stored.uid)?;
+        let retries = stored
+            .job
+            .status
+            .as_ref()
+            .map(|s| s.replica_retries.clone())
+            .unwrap_or_default();
+        let mut infos = Vec::new();
+        for r in &replicas {
+            let phase = phase_of(r.state);
+            let (exit_code, reason) = match phase {
+                ReplicaPhase::Failed { exit_code, reason } => {
+                    (Some(exit_code), Some(reason.to_string()))
+                }
+                ReplicaPhase::Succeeded => (Some(0), None),
+                _ => (None, None),
+            };
+            let message = if r.state.is_terminal() {
+                r.record.exit_error()
+            } else {
+                None
+            };
+            infos.push(ReplicaInfo {
+                name: format!("{}-{}-{}", stored.name, r.role, r.index),
+                role: r.role.clone(),
+                index: r.index,
+                incarnation: format!("{}.{}", r.attempt, r.retry),
+                phase: phase_name(phase).to_string(),
+                exit_code,
+                reason,
+                message,
+                pid: (r.state == ProcessState::Running).then_some(r.record.pid),
+                gpus: r.record.gpu_indices.clone(),
+                port: r.port,
+                restarts: retries
+                    .get(&format!("{}-{}", r.role, r.index))
+                    .copied()
+                    .unwrap_or(0),
+                started: Some(timestamp(r.started_ms)),
+                log_path: Some(r.record.log_path()),
+            });
+        }
+        let admission = self
+            .store
+            .admissions()?
+            .into_iter()
+            .find(|(uid, _)| *uid == stored.uid)
+            .map(|(_, a)| AdmissionInfo {
+                pool: a.pool,
+                gpu_type: a.gpu_type,
+                admitted_at: timestamp(a.running.admitted_at),
+                placements: a.running.placements,
+            });
+        let events = self
+            .store
+            .events(namespace, name)?
+            .into_iter()
+            .map(|e| Event {
+                time: timestamp(e.time_ms),
+                namespace: e.namespace,
+                job: e.job,
+                type_: if e.type_ == "Warning" {
+                    EventType::Warning
+                } else {
+                    EventType::Normal
+                },
+                reason: e.reason,
+                message: e.message,
+            })
+            .collect();
+        Ok(Some(JobDetails {
+            summary: summary(
+                &stored,
+                ready_replicas(std::iter::once(&stored), &replicas)
+                    .get(&stored.uid)
+                    .copied()
+                    .unwrap_or(0),
+            ),
+            pending_reason: self.plane.pending_reason(&stored.key()),
+            job: stored.job,
+            admission,
+            replicas: infos,
+            events,
+        }))
+    }
+
+    /// Queues with their usage per pool and job counts.
+    pub fn queues(&self) -> Vec<QueueInfo> {
+        let mut admitted: BTreeMap<&str, u32> = BTreeMap::new();
+        let mut pending: BTreeMap<&str, u32> = BTreeMap::new();
+        for j in self.jobs.values() {
+            let queue = j.job.spec.queue_name();
+            if self.plane.admission(&j.key()).is_some() {
+                *admitted.entry(queue).or_default() += 1;
+            } else if state_of(j) == JobState::Queued {
+                *pending.entry(queue).or_default() += 1;
+            }
+        }
+        self.queues
+            .iter()
+            .map(|q| {
+                let usage = self
+                    .plane
+                    .pool_names()
+                    .into_iter()
+                    .map(|pool| QueuePoolUsage {
+                        pool: pool.to_string(),
+                        used: self
+                            .plane
+                            .queue_usage(&q.name, pool)
+                            .unwrap_or(ResourceAmount::ZERO),
+                        nominal: q.quotas.get(pool).map(|p| p.nominal),
+                    })
+                    .collect();
+                QueueInfo {
+                    name: q.name.clone(),
+                    cohort: q.cohort.clone(),
+                    weight: q.weight,
+                    pending: pending.get(q.name.as_str()).copied().unwrap_or(0),
+                    admitted: admitted.get(q.name.as_str()).copied().unwrap_or(0),
+                    usage,
+                }
+            })
+            .collect()
+    }
+
+    /// This machine, as the scheduler sees it.
+    pub fn nodes(&self) -> Vec<NodeInfo> {
+        let mut used_by: BTreeMap<u32, String> = BTreeMap::new();
+        let (mut cpu, mut mem) = (0u64, 0u64);
+        for (key, held) in self.plane.admissions() {
+            let spec = self.plane.job(key).map(|j| &j.spec);
+            for p in &held.admission.placements {
+                for g in &p.gpu_indices {
+                    used_by.insert(*g, key.to_string());
+                }
+                let resources = spec
+                    .and_then(|s| s.replicas.iter().find(|(r, _)| r.as_str() == p.role))
+                    .map(|(_, r)| &r.resources);
+                if let Some(r) = resources {
+                    let c = r.cpu.as_ref().and_then(|q| q.milli().ok()).unwrap_or(0);
+                    let m = r.memory.as_ref().and_then(|q| q.units().ok()).unwrap_or(0);
+                    cpu = cpu.saturating_add(u64::try_from(c).unwrap_or(u64::MAX));
+                    mem = mem.saturating_add(u64::try_from(m).unwrap_or(u64::MAX));
+                }
+            }
+        }
+        let gpus = (0..self.node.gpus)
+            .map(|i| {
+                let device = self.inventory.gpus.iter().find(|d| d.index == i);
+                GpuDevice {
+                    index: i,
+                    name: device
+                        .map(|d| d.gpu_type.clone())
+                        .or_else(|| self.node.gpu_type.clone())
+                        .unwrap_or_default(),
+                    memory_bytes: device.map(|d| d.memory_bytes),
+                    used_by: used_by.get(&i).cloned(),
+                }
+            })
+            .collect();
+        let pool = self
+            .pools
+            .iter()
+            .find(|p| p.gpu_type.is_none() || p.gpu_type == self.node.gpu_type)
+            .map(|p| p.name.clone())
+            .or_else(|| {
+                self.pools
+                    .is_empty()
+                    .then(|| self.node.gpu_type.clone().unwrap_or_else(|| "cpu".into()))
+            });
+        vec![NodeInfo {
+            name: self.node.name.clone(),
+            pool,
+            gpu_type: self.node.gpu_type.clone(),
+            gpus,
+            cpu_milli: self.node.cpu_milli,
+            memory_bytes: self.node.memory_bytes,
+            cpu_milli_allocated: cpu,
+            memory_bytes_allocated: mem,
+            extended: self.node.extended.clone(),
+        }]
+    }
+
+    /// Resource use of every running replica.
+    pub fn top(&self) -> Vec<ReplicaUsageRow> {
+        let replicas = self.store.running_replicas().unwrap_or_default();
+        replicas
+            .iter()
+            .map(|r| {
+                let usage = self.executor.usage(&r.name);
+                ReplicaUsageRow {
+                    namespace: r.namespace.clone(),
+                    job: r.job.clone(),
+                    replica: format!("{}-{}-{}", r.job, r.role, r.index),
+                    pid: Some(r.record.pid),
+                    cpu_seconds: usage.as_ref().map(|u| u.cpu_seconds),
+                    memory_bytes: usage.as_ref().map(|u| u.memory_bytes),
+                    gpus: r.record.gpu_indices.clone(),
+                }
+            })
+            .collect()
+    }
+
+    /// The log file of a replica (`<job>-<role>-<index>`, or `<role>-<index>`), of its
+    /// latest incarnation; kept after the job finishes or is deleted.
+    pub fn log_path(&self, namespace: &str, job: &str, replica: &str) -> Option<PathBuf> {
+        let short = replica
+            .strip_prefix(job)
+            .and_then(|r| r.strip_prefix('-'))
+            .unwrap_or(replica);
+        let name = format!("{namespace}.{job}-{short}");
+        let replicas = self.store.replicas_named(&name).ok()?;
+        if let Some(r) = replicas
+            .iter()
+            .max_by_key(|r| (r.started_ms, r.attempt, r.retry))
+        {
+            return Some(r.record.log_path());
+        }
+        // Records are dropped on restarts and deletion; the files stay.
+        let dir = self.executor.replica_dir(&name, "x");
+        let parent = dir.parent()?;
+        std::fs::read_dir(parent)
+            .ok()?
+            .filter_map(Result::ok)
+            .filter_map(|e| {
+                let log = e.path().join("output.log");
+                let modified = std::fs::metadata(&log).and_then(|m| m.modified()).ok()?;
+                Some((modified, log))
+            })
+            .max()
+            .map(|(_, p)| p)
+    }
+
+    /// Gauges and counters for `/metrics`.
+    pub fn metrics(&self) -> MetricsSnapshot {
+        let mut m = MetricsSnapshot {
+            jobs_submitted_total: self.counters.jobs_submitted,
+            admissions_total: self.counters.admissions,
+            preemptions_total: self.counters.preemptions,
+            replica_starts_total: self.counters.replica_starts,
+            restarts_total: self.counters.restarts,
+            jobs_succeeded_total: self.counters.succeeded,
+            jobs_failed_total: self.counters.failed,
+            ticks_total: self.counters.ticks,
+            last_cycle_seconds: self.counters.last_cycle_seconds,
+            last_tick_seconds: self.counters.last_tick_seconds,
+            gpus_total: u64::from(self.node.gpus),
+            ..MetricsSnapshot::default()
+        };
+        for j in self.jobs.values() {
+            *m.jobs
+                .entry(j.job.spec.queue_name().to_string())
+                .or_default()
+                .entry(state_of(j).as_str().to_string())
+                .or_default() += 1;
+        }
+        for (key, held) in self.plane.admissions() {
+            let gpus: u64 = held
+                .admission
+                .placements
+                .iter()
+                .map(|p| p.gpu_indices.len() as u64)
+                .sum();
+            m.gpus_allocated += gpus;
+            let queue = self
+                .plane
+                .job(key)
+                .map_or(corral_api::DEFAULT_QUEUE, |j| j.spec.queue_name());
+            *m.queue_gpus_used.entry(queue.to_string()).or_default() += gpus;
+        }
+        m.running_replicas = self
+            .store
+            .replicas()
+            .unwrap_or_default()
+            .iter()
+            .filter(|r| r.state == ProcessState::Running)
+            .count() as u64;
+        m
+    }
+}
+
+fn phase_name(p: ReplicaPhase) -> &'static str {
+    match p {
+        ReplicaPhase::Pending => "Pending",
+        ReplicaPhase::Starting => "Starting",
+        ReplicaPhase::Running => "Running",
+        ReplicaPhase::Succeeded => "Succeeded",
+        ReplicaPhase::Failed { .. } => "Failed",
+        ReplicaPhase::Gone => "Gone",
+    }
+}
+
+fn summary(j: &StoredJob, ready: u32) -> JobSummary {
+    // Defaults change none of the fields read here (counts, GPUs, queue, framework), so
+    // the spec is read as stored rather than cloned and defaulted: `list` of 10,000 jobs.
+    let spec = &j.job.spec;
+    let status = j.job.status.as_ref();
+    JobSummary {
+        namespace: j.namespace.clone(),
+        name: j.name.clone(),
+        uid: j.uid.clone(),
+        framework: spec.framework.as_str().to_string(),
+        queue: spec.queue_name().to_string(),
+        state: state_of(j),
+        replicas_ready: ready,
+        replicas_total: u32::try_from(spec.total_replicas()).unwrap_or(u32::MAX),
+        gpus: spec.total_gpus(),
+        created: timestamp(j.submitted_ms),
+        restarts: status.map_or(0, |s| s.restart_count),
+        preemptions: status.map_or(0, |s| s.preemption_count),
+    }
+}
+
+/// Replicas of the job's current attempt that are running or exited cleanly, by job uid.
+fn ready_replicas<'a>(
+    jobs: impl Iterator<Item = &'a StoredJob>,
+    replicas: &[StoredReplica],
+) -> HashMap<String, u32> {
+    let attempt: HashMap<&str, u32> = jobs
+        .map(|j| {
+            (
+                j.uid.as_str(),
+                j.job.status.as_ref().map_or(0, |s| s.attempt),
+            )
+        })
+        .collect();
+    let mut ready = HashMap::new();
+    for r in replicas {
+        if attempt.get(r.job_uid.as_str()) == Some(&r.attempt)
+            && matches!(
+                r.state,
+                ProcessState::Running | ProcessState::Exited { code: 0 }
+            )
+        {
+            *ready.entry(r.job_uid.clone()).or_insert(0) += 1;
+        }
+    }
+    ready
+}
