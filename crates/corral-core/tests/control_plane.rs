@@ -440,3 +440,33 @@ fn the_same_inputs_give_the_same_steps() {
     };
     assert_eq!(run(), run());
 }
+
+#[test]
+fn a_job_waiting_for_protected_victims_says_until_when() {
+    let mut config = config();
+    config.scheduler.preemption_protection_ms = 300_000;
+    let plane = ControlPlane::new(cluster(2), config).expect("plane");
+    let mut shell = FakeShell::new(plane);
+    shell
+        .plane
+        .submit(record(job("low", 2, 1, Some("low")), 1))
+        .expect("submit low");
+    shell.run(1);
+    assert_eq!(shell.state("team/low"), JobState::Running);
+    shell
+        .plane
+        .submit(record(job("high", 2, 1, Some("high")), 2))
+        .expect("submit high");
+    shell.run(10);
+    let reason = shell.plane.pending_reason("team/high").expect("waits");
+    // `low` was admitted at t=1,000,001 s; its protection ends 300 s later.
+    let until = Timestamp::from_second(1_000_301).expect("time").to_string();
+    assert!(
+        reason.contains("protected from preemption until") && reason.contains(&until),
+        "{reason}"
+    );
+    // Once the protection has passed, the high-priority job preempts.
+    shell.run(300);
+    assert_eq!(shell.state("team/high"), JobState::Running);
+    assert!(shell.events("team/low").contains(&"Preempted"));
+}

@@ -1118,6 +1118,7 @@ fn blocker_kinds(reason: &PendingReason) -> Vec<&'static str> {
             Blocker::Capacity { .. } => "capacity",
             Blocker::Quota { .. } => "quota",
             Blocker::AwaitingCycle => "cycle",
+            Blocker::Protected { .. } => "protected",
         })
         .collect()
 }

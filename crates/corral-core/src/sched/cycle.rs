@@ -691,6 +691,12 @@ impl Scheduler {
                 }
             }
         }
+        for &(pool, _) in &candidates {
+            if let Some((jobs, until)) = self.protected_victims(slot, pool, now) {
+                let pool = self.index.pools[pool as usize].name.clone();
+                blockers.push(Blocker::Protected { pool, jobs, until });
+            }
+        }
         if let Some(pool) = capacity_blocked
             && budget.reservations_left[pool as usize] > 0
         {
@@ -725,6 +731,33 @@ impl Scheduler {
                 blockers: all,
             },
         });
+    }
+
+    /// Lower-priority jobs in `pool` that preemption may not stop yet only because they
+    /// were admitted recently: how many (of the first 64 looked at), and when the first
+    /// protection ends. A reason that names them says what the job waits for, and until when.
+    fn protected_victims(&self, slot: u32, pool: u16, now: Millis) -> Option<(u32, Millis)> {
+        let priority = self.entry(slot).req.priority;
+        let mut jobs = 0u32;
+        let mut until: Option<Millis> = None;
+        for &(_, _, v) in self.running_by_pool[pool as usize]
+            .range(..(priority, 0, 0))
+            .take(64)
+        {
+            let ve = self.entry(v);
+            let Some(r) = &ve.running else { continue };
+            if !ve.req.preemptible || r.cycle == self.cycle_no {
+                continue;
+            }
+            let end = r
+                .admitted_at
+                .saturating_add(self.config.preemption_protection_ms);
+            if end > now {
+                jobs += 1;
+                until = Some(until.map_or(end, |u| u.min(end)));
+            }
+        }
+        until.map(|u| (jobs, u))
     }
 
     /// How much of the pool jobs with fewer candidate pools than `e` want, relative to the

@@ -93,6 +93,10 @@ pub enum Blocker {
     /// Decided by a single-job fast path that does not preempt; the next full cycle will
     /// consider preemption.
     AwaitingCycle,
+    /// Lower-priority jobs hold the room, but each was admitted less than the preemption
+    /// protection ago (`SchedulerConfig::preemption_protection_ms`), so none may be stopped
+    /// yet: the job waits at least until `until` (ms since the epoch).
+    Protected { pool: String, jobs: u32, until: u64 },
 }
 
 /// Why a job is still pending.
@@ -347,6 +351,19 @@ impl fmt::Display for Blocker {
                 }
             }
             Blocker::AwaitingCycle => write!(f, "waiting for the next scheduling cycle"),
+            Blocker::Protected { pool, jobs, until } => {
+                let at = i64::try_from(*until)
+                    .ok()
+                    .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
+                    .map_or_else(|| format!("{until} ms"), |t| t.to_string());
+                write!(
+                    f,
+                    "{} of lower priority in pool {pool} could make room but are protected \
+                     from preemption until {at} (admitted less than the preemption protection \
+                     ago)",
+                    plural(u64::from(*jobs), "job", "jobs")
+                )
+            }
         }
     }
 }
@@ -371,7 +388,8 @@ impl Blocker {
             | Blocker::TooLargeForPool { pool, .. }
             | Blocker::NoSuitableNode { pool, .. }
             | Blocker::Capacity { pool, .. }
-            | Blocker::Quota { pool, .. } => Some(pool),
+            | Blocker::Quota { pool, .. }
+            | Blocker::Protected { pool, .. } => Some(pool),
             _ => None,
         }
     }
