@@ -570,8 +570,83 @@ fn a_replica_started_but_not_recorded_is_found_not_started_again() {
     }
 }
 
+fn a_job_larger_than_the_machine_is_unschedulable_at_once() {
+    let (mut h, mut c) = Harness::new(31900, "node: {cpu: '4'}\n");
+    let big = job("too-big", 2, "      resources: {cpu: '8'}\n", "true");
+    c.submit(&big, "default", h.now).expect("submit");
+    h.tick(&mut c);
+    assert_eq!(state(&c, "too-big"), Some(JobState::Queued));
+    let d = c.describe("default", "too-big").expect("d").expect("job");
+    let status = d.job.status.clone().expect("status");
+    let unschedulable = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == corral_api::training_job::ConditionType::Unschedulable)
+        .expect("an Unschedulable condition");
+    assert_eq!(
+        unschedulable.status,
+        corral_api::training_job::ConditionStatus::True
+    );
+    assert!(
+        d.events
+            .iter()
+            .any(|e| e.reason == "Unschedulable"
+                && e.type_ == corral_local::cluster::EventType::Warning),
+        "{:?}",
+        d.events
+    );
+    let reason = d.pending_reason.expect("a reason");
+    assert!(reason.to_lowercase().contains("cpu"), "{reason}");
+    c.delete("default", "too-big", h.now).expect("delete");
+    h.until(&mut c, "deleted", |c| state(c, "too-big").is_none());
+}
+
+fn the_configured_grace_period_reaches_suspend() {
+    // gracePeriodSeconds is 2 (see Harness::new); the replica ignores SIGTERM, so it ends
+    // only by SIGKILL when the grace period is over (30 s without the setting).
+    let (mut h, mut c) = Harness::new(32000, "");
+    let ready = h.path("trap-set");
+    let script = format!(
+        "trap \"\" TERM; touch {}; while true; do sleep 1; done",
+        ready.display()
+    );
+    c.submit(&job("stubborn", 1, "", &script), "default", h.now)
+        .expect("submit");
+    // Running, and past the point where the shell ignores SIGTERM.
+    h.until(&mut c, "running", |c| {
+        state(c, "stubborn") == Some(JobState::Running) && ready.exists()
+    });
+    let pid = c
+        .describe("default", "stubborn")
+        .expect("d")
+        .expect("job")
+        .replicas[0]
+        .pid
+        .expect("pid");
+    let asked = Instant::now();
+    c.suspend("default", "stubborn", h.now).expect("suspend");
+    h.until(&mut c, "suspended", |c| {
+        state(c, "stubborn") == Some(JobState::Suspended) && !alive(pid)
+    });
+    let took = asked.elapsed();
+    assert!(
+        took >= Duration::from_secs(1) && took < Duration::from_secs(20),
+        "stopped after {took:?}: SIGTERM was ignored, so only the 2 s grace period ends it"
+    );
+    c.delete("default", "stubborn", h.now).expect("delete");
+    h.until(&mut c, "deleted", |c| state(c, "stubborn").is_none());
+}
+
 fn main() -> std::process::ExitCode {
     common::main(vec![
+        (
+            "a_job_larger_than_the_machine_is_unschedulable_at_once",
+            a_job_larger_than_the_machine_is_unschedulable_at_once,
+        ),
+        (
+            "the_configured_grace_period_reaches_suspend",
+            the_configured_grace_period_reaches_suspend,
+        ),
         (
             "four_replica_generic_job_succeeds",
             four_replica_generic_job_succeeds,
