@@ -117,6 +117,11 @@ pub struct Settings {
     /// so in its reason.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preemption_protection_seconds: Option<u64>,
+    /// Variables of the server's environment that replicas may see. Replicas see none of
+    /// it otherwise, only PATH, LANG, HOME and TMPDIR (their own), the launch contract's
+    /// variables and their job's `env`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pass_env: Vec<String>,
 }
 
 /// Everything `corral.yaml` declares.

@@ -137,7 +137,9 @@ fn supervise(dir: &Path) -> Result<i32, String> {
     let (reader, writer) = std::io::pipe().map_err(|e| format!("pipe: {e}"))?;
     let writer2 = writer.try_clone().map_err(|e| format!("pipe: {e}"))?;
     let mut cmd = Command::new(program);
+    // Nothing of the server's environment, which the shim inherited, reaches the command.
     cmd.args(args)
+        .env_clear()
         .envs(launch.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(writer)

@@ -32,6 +32,7 @@ pub(super) fn open(
     };
     let mut exec_config = ExecutorConfig::new(config.data_dir.join("replicas"), shim);
     exec_config.cgroup = config.cgroup;
+    exec_config.pass_env = config.file.settings.pass_env.clone();
     let range = config.file.settings.ports;
     exec_config.port_range = range.min..range.max.saturating_add(1).max(range.min);
     let (mut executor, mut warnings) =

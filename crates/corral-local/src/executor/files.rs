@@ -22,7 +22,7 @@ pub const LOG_FILE: &str = "output.log";
 pub struct LaunchFile {
     /// Program and arguments.
     pub command: Vec<String>,
-    /// Set on top of the environment the shim inherited.
+    /// The command's whole environment: the shim passes on nothing it inherited.
     pub env: Vec<(String, String)>,
     pub working_dir: Option<PathBuf>,
     pub log_path: PathBuf,

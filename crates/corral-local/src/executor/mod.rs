@@ -115,10 +115,14 @@ pub struct ExecutorConfig {
     pub port_range: std::ops::Range<u16>,
     pub cgroup: CgroupMode,
     pub shim: ShimCommand,
+    /// Variables of the server's environment that replicas may see (`passEnv` in
+    /// `corral.yaml`). Nothing else of it reaches a replica: see [`base_env`].
+    pub pass_env: Vec<String>,
 }
 
 impl ExecutorConfig {
-    /// Defaults: 64 MiB of log per replica, ports 29500..30500, cgroups when possible.
+    /// Defaults: 64 MiB of log per replica, ports 29500..30500, cgroups when possible, no
+    /// variable of the server's environment passed through.
     pub fn new(run_dir: impl Into<PathBuf>, shim: ShimCommand) -> Self {
         ExecutorConfig {
             run_dir: run_dir.into(),
@@ -126,9 +130,47 @@ impl ExecutorConfig {
             port_range: 29500..30500,
             cgroup: CgroupMode::Auto,
             shim,
+            pass_env: Vec::new(),
         }
     }
 }
+
+/// `PATH` when the server has none.
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// The environment every replica starts from, before the launch contract's variables and
+/// the job's own `env`: `PATH` (the server's, so that the programs it finds are found),
+/// `LANG` (the server's, else `C.UTF-8`), `HOME` and `TMPDIR` inside the replica's own
+/// directory, and the variables the operator allows with `passEnv`. Nothing else of the
+/// server's environment: a token or cloud key there is no tenant's business.
+pub fn base_env(replica_dir: &Path, pass_env: &[String]) -> Vec<(String, String)> {
+    let server = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let mut env = vec![
+        (
+            "PATH".to_string(),
+            server("PATH").unwrap_or_else(|| DEFAULT_PATH.to_string()),
+        ),
+        (
+            "LANG".to_string(),
+            server("LANG").unwrap_or_else(|| "C.UTF-8".to_string()),
+        ),
+        ("HOME".to_string(), replica_dir.display().to_string()),
+        (
+            "TMPDIR".to_string(),
+            replica_dir.join(TMP_DIR).display().to_string(),
+        ),
+    ];
+    for name in pass_env {
+        if let Some(value) = std::env::var_os(name) {
+            env.retain(|(k, _)| k != name);
+            env.push((name.clone(), value.to_string_lossy().into_owned()));
+        }
+    }
+    env
+}
+
+/// The replica's own temporary directory (`TMPDIR`), inside its directory.
+pub const TMP_DIR: &str = "tmp";
 
 /// Everything needed to start one replica process.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -521,7 +563,15 @@ impl LocalExecutor {
             None => None,
         };
 
-        let mut env = spec.env.clone();
+        let mut env = base_env(&dir, &self.config.pass_env);
+        // The contract's variables and the job's own win over the base.
+        env.retain(|(k, _)| !spec.env.iter().any(|(n, _)| n == k));
+        env.extend(spec.env.iter().cloned());
+        if let Err(e) = std::fs::create_dir_all(dir.join(TMP_DIR)) {
+            return Err(io_err(format!("creating {}", dir.join(TMP_DIR).display()))(
+                e,
+            ));
+        }
         if !env.iter().any(|(k, _)| k == "CUDA_VISIBLE_DEVICES") {
             let gpus: Vec<String> = spec.gpu_indices.iter().map(u32::to_string).collect();
             env.push(("CUDA_VISIBLE_DEVICES".into(), gpus.join(",")));
