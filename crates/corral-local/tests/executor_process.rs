@@ -522,6 +522,7 @@ fn executor_ports_are_never_given_twice() {
     assert!(ports.allocate("job-c", 5).is_err());
     assert_eq!(ports.release("job-a").len(), 8);
     let c = ports.allocate("job-c", 5).expect("c");
+    assert_eq!(c.len(), 5);
     assert!(c.iter().all(|p| !b.contains(p)));
 }
 
