@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use corral_local::ClusterConfig;
 use corral_local::cluster::{JobDetails, JobState};
-use corral_server::client::{Client, LogRequest};
+use corral_server::api_client::{Client, LogRequest};
 use corral_server::{Server, ServerOptions};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -210,7 +210,7 @@ fn run_in(args: &QuickstartArgs, dir: &Path) -> Result<bool, String> {
                 "The job did not finish within {}s; it is {}.",
                 args.timeout, s.state
             );
-            eprintln!("{}", crate::client::describe_text(&d));
+            eprintln!("{}", crate::remote::describe_text(&d));
             let _ = client.delete("default", "quickstart");
             return Ok(false);
         }
@@ -238,7 +238,7 @@ fn run_in(args: &QuickstartArgs, dir: &Path) -> Result<bool, String> {
             .as_deref()
             .is_some_and(|l| l.starts_with("RESULT ok"));
     if !ok {
-        eprintln!("\n{}", crate::client::describe_text(&details));
+        eprintln!("\n{}", crate::remote::describe_text(&details));
         for r in details
             .replicas
             .iter()

@@ -337,8 +337,10 @@ fn executor_stop_right_after_start_is_not_lost() {
 fn executor_leftovers_in_the_cgroup_die_even_outside_the_group() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let (mut ex, warnings) = executor(tmp.path(), CgroupMode::Auto);
-    if !ex.cgroups_enabled() {
-        eprintln!("SKIPPED: cgroups are not usable here: {warnings:?}");
+    if !common::prerequisite(
+        ex.cgroups_enabled(),
+        &format!("cgroups are not usable here: {warnings:?}"),
+    ) {
         return;
     }
     let in_group = format!("1003.{}", std::process::id());
@@ -434,16 +436,13 @@ fn executor_does_not_adopt_a_recycled_pid() {
 fn executor_memory_hog_is_oom_killed_alone() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let (mut ex, warnings) = executor(tmp.path(), CgroupMode::Auto);
-    if !ex.cgroups_enabled() {
-        eprintln!("SKIPPED: cgroups are not usable here: {warnings:?}");
+    if !common::prerequisite(
+        ex.cgroups_enabled(),
+        &format!("cgroups are not usable here: {warnings:?}"),
+    ) {
         return;
     }
-    if std::process::Command::new("python3")
-        .args(["-c", "pass"])
-        .status()
-        .is_err()
-    {
-        eprintln!("SKIPPED: python3 is not installed");
+    if !common::prerequisite(common::python3_available(), "python3 is not installed") {
         return;
     }
     let mut hog = spec("hog-worker-0", "");
@@ -522,6 +521,7 @@ fn executor_ports_are_never_given_twice() {
     assert!(ports.allocate("job-c", 5).is_err());
     assert_eq!(ports.release("job-a").len(), 8);
     let c = ports.allocate("job-c", 5).expect("c");
+    assert_eq!(c.len(), 5);
     assert!(c.iter().all(|p| !b.contains(p)));
 }
 

@@ -18,7 +18,7 @@ use corral_local::ClusterConfig;
 use corral_local::cluster::JobState;
 use serde_json::{Value, json};
 
-use crate::client::Client;
+use crate::api_client::Client;
 use crate::{Server, ServerOptions};
 
 /// What to measure.
@@ -94,7 +94,7 @@ fn finisher(name: &str, replicas: u32) -> String {
 
 /// Runs `jobs` short jobs to completion (in batches) and keeps them.
 fn run_history(client: &Client, jobs: usize, replicas: u32) -> Result<(), String> {
-    let err = |e: crate::client::ClientError| e.to_string();
+    let err = |e: crate::api_client::ClientError| e.to_string();
     let mut done = 0;
     while done < jobs {
         let batch = (jobs - done).min(25);
@@ -148,7 +148,7 @@ fn run(o: &ApiBenchOptions, dir: &std::path::Path) -> Result<Value, String> {
     // Let the first ticks run (inventory, recovery) before measuring.
     std::thread::sleep(Duration::from_millis(500));
     let idle_rss_mb = rss_mb();
-    let err = |e: crate::client::ClientError| e.to_string();
+    let err = |e: crate::api_client::ClientError| e.to_string();
 
     // 0. history: finished jobs that stay in the store.
     let history_started = Instant::now();

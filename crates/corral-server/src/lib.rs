@@ -12,11 +12,11 @@
 //! - [`error`]: the error body every route answers with.
 //! - [`openapi`]: the OpenAPI 3 document of the routes.
 //! - [`metrics`]: Prometheus text exposition (prometheus-client).
-//! - [`client`]: a small blocking client of the API (the CLI's).
+//! - [`api_client`]: a small blocking HTTP client of the API (what the CLI and `bench` call).
 
+pub mod api_client;
 pub mod auth;
 pub mod bench;
-pub mod client;
 pub mod error;
 pub mod metrics;
 pub mod openapi;

@@ -1,5 +1,7 @@
 //! The Alibaba GPU trace (cluster-trace-gpu-v2023) and the fragmentation experiment.
 
+mod common;
+
 use std::path::PathBuf;
 
 use corral_sim::fragmentation::{FragPolicy, run};
@@ -68,15 +70,12 @@ fn hand_checked_fragmentation() {
 }
 
 fn trace_dir() -> Option<PathBuf> {
-    let d =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces/alibaba-gpu-v2023");
-    d.is_dir().then_some(d)
+    common::shared_trace("alibaba-gpu-v2023")
 }
 
 #[test]
 fn real_trace_parses() {
     let Some(d) = trace_dir() else {
-        eprintln!("skipped: ../shared/traces/alibaba-gpu-v2023 is missing");
         return;
     };
     let read = |f: &str| std::fs::read_to_string(d.join(f)).unwrap();

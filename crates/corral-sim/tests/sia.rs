@@ -1,23 +1,18 @@
 //! Sia workloads through every policy, with durations derived from Sia's profiles in
-//! ../shared/traces/sia (beside the repository; skipped when it is missing).
+//! ../shared/traces/sia (beside the repository; skipped when it is missing, except under
+//! CI=true, where that fails).
 
-use std::path::PathBuf;
+mod common;
 
 use corral_sim::cluster::ClusterSpec;
 use corral_sim::trace::sia;
 use corral_sim::{EngineConfig, PolicyKind, run_policy};
 
-fn sia_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces/sia")
-}
-
 #[test]
 fn philly_workload_1_runs_through_every_policy() {
-    let w = sia_dir().join("workloads/philly/workload-1.csv");
-    if !w.exists() {
-        eprintln!("../shared/traces/sia not found; skipped");
+    let Some(w) = common::shared_trace("sia/workloads/philly/workload-1.csv") else {
         return;
-    }
+    };
     let cluster = ClusterSpec::parse_flag(sia::DEFAULT_CLUSTER, 1)
         .unwrap()
         .build()
@@ -55,11 +50,9 @@ fn philly_workload_1_runs_through_every_policy() {
 
 #[test]
 fn a_cluster_type_without_profiles_is_refused_and_missing_profiles_mean_cannot_run() {
-    let w = sia_dir().join("workloads/saturn/workload-1.csv");
-    if !w.exists() {
-        eprintln!("../shared/traces/sia not found; skipped");
+    let Some(w) = common::shared_trace("sia/workloads/saturn/workload-1.csv") else {
         return;
-    }
+    };
     let w = w.to_string_lossy();
     let e = sia::load(&w, None, &["k80".to_string()], Some(3)).unwrap_err();
     assert!(e.contains("GPU type `k80` has no Sia profiles"), "{e}");

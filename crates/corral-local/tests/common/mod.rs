@@ -30,3 +30,28 @@ pub fn shim() -> ShimCommand {
         args_prefix: vec!["shim".into()],
     }
 }
+
+/// Whether a test's prerequisite (`what`: cgroups, python3) is there. Under `CI=true` a
+/// missing one fails the test, so CI cannot pass by skipping; elsewhere the test prints why
+/// it is skipped and returns early.
+#[allow(dead_code)] // not every test binary that includes this module needs it
+pub fn prerequisite(present: bool, what: &str) -> bool {
+    if present {
+        return true;
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "{what}: required under CI=true (tests do not skip in CI)"
+    );
+    eprintln!("SKIPPED: {what} (outside CI; with CI=true this fails)");
+    false
+}
+
+/// Whether `python3` runs.
+#[allow(dead_code)]
+pub fn python3_available() -> bool {
+    std::process::Command::new("python3")
+        .args(["-c", "pass"])
+        .status()
+        .is_ok_and(|s| s.success())
+}

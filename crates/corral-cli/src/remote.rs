@@ -1,6 +1,6 @@
 //! The commands that talk to a Corral server: submit, list, get, describe, logs, delete,
 //! suspend, resume, queues, nodes, top. Each reads its arguments, calls
-//! [`corral_server::client::Client`] and prints; a server error is printed as the user's
+//! [`corral_server::api_client::Client`] and prints; a server error is printed as the user's
 //! problem and its fix (`path: message` lines), never as an HTTP dump.
 
 use std::fmt::Write as _;
@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
 use corral_local::cluster::{JobDetails, JobSummary, NodeInfo, QueueInfo, ReplicaUsageRow};
-use corral_server::client::{Client, ClientError, LogRequest};
+use corral_server::api_client::{Client, ClientError, LogRequest};
 use jiff::Timestamp;
 use serde::Serialize;
 use serde_json::Value;
