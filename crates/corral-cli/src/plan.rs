@@ -8,8 +8,8 @@ use corral_api::document::{Document, parse_documents};
 use corral_api::validate::ValidationContext;
 use corral_api::{NodePool, PriorityClass, Queue, TrainingJob};
 use corral_core::sched::{
-    ClusterSnapshot, JobRequest, Node, NodePoolConfig, QueueConfig, ResourceAmount,
-    SchedulerConfig, known_gpu_speeds, priority_of, schedule,
+    ClusterSnapshot, JobRequest, Node, NodePoolConfig, QueueConfig, SchedulerConfig,
+    known_gpu_speeds, priority_of, schedule,
 };
 
 use crate::input;
@@ -59,42 +59,22 @@ pub fn run(args: &PlanArgs) -> Result<String, String> {
     }
     let counts = parse_counts(args.nodes, &declared.pools)?;
     let (nodes, cluster_line) = build_nodes(&declared.pools, &counts, args)?;
-    let mut queues: Vec<QueueConfig> = declared
+    let queues: Vec<QueueConfig> = declared
         .queues
         .iter()
         .map(QueueConfig::from_queue)
         .collect::<Result<_, _>>()
         .map_err(|e| e.to_string())?;
-    if !queues.iter().any(|q| q.name == corral_api::DEFAULT_QUEUE) {
-        // Jobs that name no queue go to `default`; without a declared one, it is unlimited.
-        let unlimited = corral_core::sched::PoolQuota {
-            nominal: ResourceAmount::UNLIMITED,
-            borrowing_limit: None,
-            lending_limit: None,
-        };
-        let pools: Vec<String> = if declared.pools.is_empty() {
-            vec![pool_of_machine()]
-        } else {
-            declared
-                .pools
-                .iter()
-                .map(|p| p.metadata.name.clone())
-                .collect()
-        };
-        queues.push(QueueConfig {
-            name: corral_api::DEFAULT_QUEUE.to_string(),
-            cohort: None,
-            weight: 1,
-            quotas: pools.into_iter().map(|p| (p, unlimited)).collect(),
-        });
-    }
+    let pools: Vec<NodePoolConfig> = declared
+        .pools
+        .iter()
+        .map(NodePoolConfig::from_node_pool)
+        .collect();
+    // Jobs that name no queue go to `default`: the control plane's rule, as in every shell.
+    let queues = corral_core::control::with_default_queue(queues, &pools, &nodes);
     let snapshot = ClusterSnapshot {
         nodes,
-        pools: declared
-            .pools
-            .iter()
-            .map(NodePoolConfig::from_node_pool)
-            .collect(),
+        pools,
         queues,
         running: Vec::new(),
     };
@@ -187,10 +167,6 @@ fn parse_counts(specs: &[String], pools: &[NodePool]) -> Result<BTreeMap<String,
         counts.insert(pool.to_string(), n);
     }
     Ok(counts)
-}
-
-fn pool_of_machine() -> String {
-    "cpu".to_string()
 }
 
 fn build_nodes(

@@ -58,6 +58,8 @@ impl JobEntry {
     }
 }
 
+/// Replicas one job may have in all (the API allows far fewer per role).
+pub const MAX_REPLICAS_PER_JOB: u64 = 1_000_000;
 /// The scheduler core. It holds the cluster's free capacity, queue usage, running and
 /// pending jobs between cycles, so that a full pass and a single new job are both cheap.
 /// Shells apply its decisions and tell it what changed (`submit`, `finish`).
@@ -260,6 +262,16 @@ impl Scheduler {
         }
         if req.groups.iter().all(|g| g.count == 0) {
             return Err(SchedError::EmptyJob(req.key));
+        }
+        // The scheduler keeps one entry per replica: a count no cluster could hold must not
+        // make it allocate gigabytes.
+        let replicas = req.total_replicas();
+        if replicas > MAX_REPLICAS_PER_JOB {
+            return Err(SchedError::InvalidQuantity {
+                job: req.key,
+                what: "replicas".into(),
+                message: format!("{replicas} in all; at most {MAX_REPLICAS_PER_JOB} per job"),
+            });
         }
         let mut entry = self.prepare(req);
         if entry.total[0] > 0 && !entry.pools.is_empty() && entry.pools.len() < self.gpu_pools {
