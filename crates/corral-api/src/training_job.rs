@@ -439,10 +439,11 @@ pub enum LauncherCreationPolicy {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TrainingJobStatus {
-    /// Where the job is now: the condition that currently describes it best (Queued,
-    /// Admitted, Running, Restarting, Suspended, Succeeded or Failed).
+    /// Where the job is now, in one word: the same word `corral list` shows and the `state`
+    /// label of `corral_jobs` (Queued, Admitted, Running, Restarting, Preempting, Suspended,
+    /// Succeeded or Failed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<ConditionType>,
+    pub phase: Option<JobState>,
     /// GPUs the job holds now (0 while it waits or after it finished).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub gpus: u32,
@@ -508,10 +509,64 @@ pub enum ConditionType {
     Succeeded,
     Failed,
     Suspended,
-    /// The job cannot be admitted even on an empty cluster (no node or pool is large
-    /// enough, no GPU type matches, its queue does not exist). It stays queued, so that a
-    /// node added later admits it, as Kubernetes keeps an unschedulable pod.
+    // The job cannot be admitted even on an empty cluster (no node or pool is large enough,
+    // no GPU type matches, its queue does not exist). It stays queued, so that a node added
+    // later admits it, as Kubernetes keeps an unschedulable pod. (Plain comments: doc
+    // comments on variants would make the CRD schema non-structural.)
     Unschedulable,
+}
+
+/// Where a job is in its life, in one word, derived from its conditions by the core's
+/// lifecycle (`corral_core::lifecycle::job_state`): what `corral list` shows, the job's
+/// `status.phase` and the `state` label of `corral_jobs{queue,state}`. (Variants carry plain
+/// comments: doc comments would make the CRD schema non-structural.)
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
+pub enum JobState {
+    // Waiting in its queue for admission.
+    Queued,
+    // Admitted; replicas are starting.
+    Admitted,
+    Running,
+    // A replica failed and the job restarts (after its back-off).
+    Restarting,
+    // Preempted; replicas stop and the job goes back to its queue.
+    Preempting,
+    Suspended,
+    Succeeded,
+    Failed,
+    // Deleted; replicas are stopping and then the job is removed. Only shells that keep a
+    // deleted job while it stops report this (Kubernetes removes a deleted job itself); it
+    // is never written into a status.
+    Deleting,
+}
+
+impl JobState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Queued => "Queued",
+            JobState::Admitted => "Admitted",
+            JobState::Running => "Running",
+            JobState::Restarting => "Restarting",
+            JobState::Preempting => "Preempting",
+            JobState::Suspended => "Suspended",
+            JobState::Succeeded => "Succeeded",
+            JobState::Failed => "Failed",
+            JobState::Deleting => "Deleting",
+        }
+    }
+
+    /// Succeeded or Failed.
+    pub fn is_finished(self) -> bool {
+        matches!(self, JobState::Succeeded | JobState::Failed)
+    }
+}
+
+impl std::fmt::Display for JobState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]

@@ -76,18 +76,3 @@ pub fn clear(
         set(status, type_, ConditionStatus::False, reason, message, now);
     }
 }
-
-/// The phase a status shows: terminal first, then the most specific condition that holds.
-pub fn phase(status: &TrainingJobStatus) -> ConditionType {
-    [
-        ConditionType::Succeeded,
-        ConditionType::Failed,
-        ConditionType::Suspended,
-        ConditionType::Restarting,
-        ConditionType::Running,
-        ConditionType::Admitted,
-    ]
-    .into_iter()
-    .find(|t| is_true(status, *t))
-    .unwrap_or(ConditionType::Queued)
-}

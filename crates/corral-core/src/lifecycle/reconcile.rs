@@ -74,7 +74,7 @@ pub fn reconcile_with(
     };
     r.run(admission);
     let mut status = r.status;
-    status.phase = Some(conditions::phase(&status));
+    status.phase = Some(super::job_state(&job.spec, Some(&status)));
     // What the job holds: its admission's GPUs until it is terminal, released or requeued.
     status.gpus = match admission {
         AdmissionState::Admitted(a) if !conditions::is_terminal(&status) => a
