@@ -18,7 +18,14 @@
 //!   cpu: "8"
 //!   memory: 16Gi
 //!   extended: {rdma/hca: 1}             # extra countable resources
-//! gracePeriodSeconds: 30                # SIGTERM -> SIGKILL when the lifecycle names none
+//! gracePeriodSeconds: 30                # SIGTERM -> SIGKILL on every stop (preemption,
+//!                                       # suspend, restart, delete) of jobs whose pod
+//!                                       # template sets no terminationGracePeriodSeconds
+//! preemptionProtectionSeconds: 300      # a job admitted less long ago is not preempted;
+//!                                       # a job waiting for it says until when
+//! passEnv: [HTTPS_PROXY]                # server variables replicas may see; otherwise a
+//!                                       # replica sees only PATH, LANG, HOME and TMPDIR
+//!                                       # (its own), the launch contract and its job's env
 //! ```
 
 use std::collections::BTreeMap;
