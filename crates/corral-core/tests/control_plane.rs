@@ -470,3 +470,124 @@ fn a_job_waiting_for_protected_victims_says_until_when() {
     assert_eq!(shell.state("team/high"), JobState::Running);
     assert!(shell.events("team/low").contains(&"Preempted"));
 }
+
+/// The conformance story through the bare plane and a fake executor: the reference every
+/// shell's own conformance test is held to.
+#[test]
+fn the_conformance_story_through_the_bare_plane() {
+    use corral_core::control::conformance::{self, JobOutcome, ScenarioStep};
+    let mut config = ControlConfig {
+        grace_period: Some(Duration::from_secs(conformance::GRACE_SECONDS)),
+        priority_classes: conformance::priority_classes(),
+        ..ControlConfig::default()
+    };
+    config.scheduler.preemption_protection_ms = 0;
+    let plane = ControlPlane::new(cluster(conformance::NODE_GPUS), config).expect("plane");
+    let mut shell = FakeShell::new(plane);
+    let mut seen_events = 0usize;
+    let mut submitted: Vec<&str> = Vec::new();
+    let mut trace = Vec::new();
+    for step in conformance::steps() {
+        let key = |name: &str| format!("{}/{name}", conformance::NAMESPACE);
+        match step {
+            ScenarioStep::Submit(names) => {
+                for name in names {
+                    let job = conformance::job(name, &["train".to_string()]).expect("job");
+                    shell
+                        .plane
+                        .submit(record(job, shell.now as u64 * 1000))
+                        .expect("submit");
+                    submitted.push(name);
+                }
+            }
+            ScenarioStep::FailWorker(name, index) => {
+                let k = key(name);
+                let live = shell.live.get(&k).cloned().unwrap_or_default();
+                let (id, inc) = live
+                    .keys()
+                    .find(|(id, _)| id.index == index)
+                    .copied()
+                    .unwrap_or_else(|| {
+                        panic!("a live worker; trace so far {trace:#?}; live {live:?}")
+                    });
+                let phase = ReplicaPhase::Failed {
+                    exit_code: 1,
+                    reason: FailureReason::Error,
+                };
+                shell
+                    .live
+                    .entry(k.clone())
+                    .or_default()
+                    .insert((id, inc), phase);
+                shell
+                    .plane
+                    .observe(&k, ObservedReplica::new(id, inc, phase));
+            }
+            ScenarioStep::Finish(name) => {
+                let k = key(name);
+                let live = shell.live.get(&k).cloned().unwrap_or_default();
+                for ((id, inc), phase) in live {
+                    if phase == ReplicaPhase::Running {
+                        shell
+                            .live
+                            .entry(k.clone())
+                            .or_default()
+                            .insert((id, inc), ReplicaPhase::Succeeded);
+                        shell
+                            .plane
+                            .observe(&k, ObservedReplica::new(id, inc, ReplicaPhase::Succeeded));
+                    }
+                }
+            }
+            ScenarioStep::Suspend(name) => {
+                shell.plane.set_suspend(&key(name), true).expect("suspend");
+            }
+            ScenarioStep::Resume(name) => {
+                shell.plane.set_suspend(&key(name), false).expect("resume");
+            }
+            ScenarioStep::Delete(name) => shell.plane.delete(&key(name)).expect("delete"),
+        }
+        // Settle: time passes a second at a time until the plane asks for nothing more.
+        for _ in 0..600 {
+            let before = shell.log.len();
+            shell.run(1);
+            let quiet = shell.log[before..]
+                .iter()
+                .all(|s| s.is_empty() && s.wake_in.is_none());
+            if quiet {
+                break;
+            }
+        }
+        let events: Vec<&corral_core::control::JobEvent> =
+            shell.log.iter().flat_map(|s| &s.events).collect();
+        let mut outcome = BTreeMap::new();
+        for name in &submitted {
+            let k = key(name);
+            let mut reasons: Vec<&'static str> = events[seen_events..]
+                .iter()
+                .filter(|e| e.job == k)
+                .filter_map(|e| conformance::plane_reason(e.reason))
+                .collect();
+            reasons.sort_unstable();
+            reasons.dedup();
+            outcome.insert(
+                name.to_string(),
+                JobOutcome {
+                    state: shell
+                        .plane
+                        .job(&k)
+                        .map(|j| job_state(&j.spec, j.status.as_ref())),
+                    admitted: shell.plane.admission(&k).is_some(),
+                    events: reasons,
+                },
+            );
+        }
+        seen_events = events.len();
+        trace.push(outcome);
+    }
+    let expected = conformance::expected();
+    for (i, (got, want)) in trace.iter().zip(&expected).enumerate() {
+        assert_eq!(got, want, "after step {i} ({:?})", conformance::steps()[i]);
+    }
+    assert_eq!(trace.len(), expected.len());
+}

@@ -51,6 +51,24 @@ pub mod event_reason {
     pub const SUCCEEDED: &str = "Succeeded";
     pub const FAILED: &str = "Failed";
     pub const INVALID: &str = "Invalid";
+
+    /// Every reason above.
+    pub const ALL: [&str; 14] = [
+        ADMITTED,
+        ADMISSION_LOST,
+        PENDING,
+        UNSCHEDULABLE,
+        PREEMPTED,
+        MOVED,
+        REQUEUED,
+        RUNNING,
+        RESTARTING,
+        SUSPENDED,
+        RESUMED,
+        SUCCEEDED,
+        FAILED,
+        INVALID,
+    ];
 }
 
 /// Events for what the lifecycle changed in a job's status: conditions that became true

@@ -698,6 +698,8 @@ impl ControlPlane {
             let key = held.admission.job.clone();
             e.standing = Standing::Admitted(held);
             e.pending = None;
+            // A job that waits again later announces its reason again.
+            e.announced.clear();
             self.sync_holding(&key);
             self.unsettled.insert(key);
         }
