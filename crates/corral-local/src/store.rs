@@ -9,7 +9,7 @@
 //! nothing, an admission is stored with its ports, a job's removal takes its admission,
 //! replicas and ports with it.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use corral_api::{TrainingJob, TrainingJobStatus};
 use corral_core::sched::RunningJob;
@@ -17,6 +17,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 
 use crate::executor::{ProcessRecord, ProcessState};
+use crate::lock::{DirLock, LockError, LockHolder};
 
 /// The schema version this code writes.
 pub const SCHEMA_VERSION: i64 = 1;
@@ -39,6 +40,17 @@ pub enum StoreError {
     TooNew { found: i64 },
     #[error("cannot create {path}: {message}")]
     Io { path: String, message: String },
+    /// Another open store (another `corral up`) holds the data directory.
+    #[error(
+        "data directory {} is in use by {holder}; stop it first or use another --data-dir",
+        dir.display()
+    )]
+    InUse { dir: PathBuf, holder: LockHolder },
+    #[error("cannot lock {}: {error}", path.display())]
+    Lock {
+        path: PathBuf,
+        error: std::io::Error,
+    },
 }
 
 /// A job as stored.
@@ -118,6 +130,8 @@ pub struct StoredEvent {
 /// The SQLite store. Single connection, owned by the cluster.
 pub struct Store {
     conn: Connection,
+    /// The data directory's lock, held for the life of the store (none in memory).
+    lock: Option<DirLock>,
 }
 
 fn to_i64(v: u64) -> i64 {
@@ -194,21 +208,46 @@ CREATE INDEX events_by_job ON events (namespace, job);
 
 impl Store {
     /// Opens (or creates) `data_dir/corral.db`, in WAL mode, migrating the schema.
+    ///
+    /// Takes the data directory's lock first (see [`crate::lock`]) and holds it until the
+    /// store is dropped: while another store has the directory open, in this process or
+    /// another, this fails at once with [`StoreError::InUse`], before the database is touched.
     pub fn open(data_dir: &Path) -> Result<Store, StoreError> {
         std::fs::create_dir_all(data_dir).map_err(|e| StoreError::Io {
             path: data_dir.display().to_string(),
             message: e.to_string(),
         })?;
+        let lock = DirLock::acquire(data_dir).map_err(|e| match e {
+            LockError::Held { holder } => StoreError::InUse {
+                dir: data_dir.to_path_buf(),
+                holder,
+            },
+            LockError::Io { path, error } => StoreError::Lock { path, error },
+        })?;
         let conn = Connection::open(data_dir.join(DB_FILE))?;
-        Self::init(conn)
+        Self::init(conn, Some(lock))
     }
 
     /// A store in memory (tests).
     pub fn open_in_memory() -> Result<Store, StoreError> {
-        Self::init(Connection::open_in_memory()?)
+        Self::init(Connection::open_in_memory()?, None)
     }
 
-    fn init(conn: Connection) -> Result<Store, StoreError> {
+    /// Records the API address in the data directory's lock file, so that a refused second
+    /// open can say where the running server is. A no-op in memory.
+    pub fn announce_address(&self, addr: &str) -> Result<(), StoreError> {
+        match &self.lock {
+            Some(lock) => lock
+                .announce_address(addr)
+                .map_err(|error| StoreError::Lock {
+                    path: lock.path().to_path_buf(),
+                    error,
+                }),
+            None => Ok(()),
+        }
+    }
+
+    fn init(conn: Connection, lock: Option<DirLock>) -> Result<Store, StoreError> {
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         // Every statement this store runs stays prepared (about 30 of them).
         conn.set_prepared_statement_cache_capacity(64);
@@ -247,7 +286,7 @@ impl Store {
              CREATE INDEX IF NOT EXISTS jobs_by_seq ON jobs (seq);\n\
              CREATE INDEX IF NOT EXISTS replicas_by_state ON replicas (state);",
         )?;
-        Ok(Store { conn })
+        Ok(Store { conn, lock })
     }
 
     /// The schema version of the open store.

@@ -941,6 +941,12 @@ impl Cluster {
         &self.config
     }
 
+    /// Records the API address with the data directory's lock, for the message that a
+    /// second `corral up` on the same directory gets.
+    pub fn announce_address(&self, addr: &str) -> Result<(), ClusterError> {
+        Ok(self.store.announce_address(addr)?)
+    }
+
     /// Records an event; a failure to record it is not worth failing the operation for.
     fn event(
         &self,
