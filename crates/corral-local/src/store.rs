@@ -8,6 +8,33 @@
 //! Writes that belong together are one transaction: a submit of several jobs is all or
 //! nothing, an admission is stored with its ports, a job's removal takes its admission,
 //! replicas and ports with it.
+//!
+//! # What each JSON column holds, and why an existing data directory keeps opening
+//!
+//! The store owns its format: what it writes must read back after the types in memory
+//! change, in this release and the next (and, for added fields, in the previous one).
+//!
+//! - `jobs.spec`: [`corral_api::TrainingJob`] without its status; `jobs.status`:
+//!   [`corral_api::TrainingJobStatus`]. The public resource types, versioned by their
+//!   `apiVersion` and kept compatible as an API (fields are only added, with defaults). They
+//!   have no `deny_unknown_fields` (unknown fields in user input are reported by
+//!   `corral_api::document`, not by serde), so a field added by a newer release is ignored.
+//! - `admissions.admission`: `record::AdmissionRecord`, the store's own versioned record
+//!   (`"v": 1`), converted explicitly from and to the scheduler's `RunningJob`, whose types
+//!   are internal and strict (`deny_unknown_fields`) and may change at any time. Reads the
+//!   unversioned layout corral 0.1.0 wrote. See the `record` module.
+//! - `replicas.record`: [`ProcessRecord`], this crate's executor's own re-adoption record:
+//!   no `deny_unknown_fields`; every field added after 0.1.0 must carry `#[serde(default)]`
+//!   (`tests/store_fixture.rs` reads rows written by 0.1.0). `cgroup` is a [`CgroupRef`]
+//!   tagged by `version` (`v1`/`v2`).
+//! - `replicas.state`: [`ProcessState`] as serde writes an enum (`"Running"`,
+//!   `{"Exited":{"code":1}}`, ...). The text `"Running"` is also a query key
+//!   ([`Store::running_replicas`]), so its encoding must never change; a variant added later
+//!   is unreadable by an older release (a `Corrupt` error naming the replica), which is the
+//!   honest answer for a state it cannot act on.
+//! - `ports`, `events`, and the other columns of `jobs` and `replicas`: plain SQL values.
+//!
+//! [`CgroupRef`]: crate::cgroup::CgroupRef
 
 use std::path::{Path, PathBuf};
 
@@ -18,6 +45,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::executor::{ProcessRecord, ProcessState};
 use crate::lock::{DirLock, LockError, LockHolder};
+
+mod record;
 
 /// The schema version this code writes.
 pub const SCHEMA_VERSION: i64 = 1;
@@ -87,9 +116,9 @@ pub struct NewJob {
     pub job: TrainingJob,
 }
 
-/// The scheduler's placement of an admitted job.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+/// The scheduler's placement of an admitted job. Stored as a versioned record of the
+/// store's own (`store::record`), never as the scheduler's types directly.
+#[derive(Clone, Debug, PartialEq)]
 pub struct StoredAdmission {
     pub pool: String,
     pub gpu_type: Option<String>,
@@ -444,7 +473,13 @@ impl Store {
         tx.prepare_cached(
             "INSERT OR REPLACE INTO admissions (job_uid, admission) VALUES (?1, ?2)",
         )?
-        .execute(params![uid, json(admission)?])?;
+        .execute(params![
+            uid,
+            record::encode(admission).map_err(|e| StoreError::Corrupt {
+                what: format!("admission of {uid}"),
+                message: e.to_string(),
+            })?
+        ])?;
         tx.prepare_cached("DELETE FROM ports WHERE job_uid = ?1")?
             .execute(params![uid])?;
         for (replica, port) in ports {
@@ -485,7 +520,13 @@ impl Store {
             .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?
             .collect::<Result<Vec<_>, _>>()?;
         rows.into_iter()
-            .map(|(uid, a)| Ok((uid.clone(), parse(&format!("admission of {uid}"), &a)?)))
+            .map(|(uid, text)| match record::decode(&text) {
+                Ok(a) => Ok((uid, a)),
+                Err(message) => Err(StoreError::Corrupt {
+                    what: format!("admission of {uid}"),
+                    message,
+                }),
+            })
             .collect()
     }
 

@@ -105,3 +105,29 @@ fn a_store_written_by_0_1_0_reads_back() {
         ["Submitted", "Admitted", "Started", "Started", "Running"]
     );
 }
+
+#[test]
+fn a_0_1_0_admission_is_rewritten_as_a_versioned_record() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut store = open_copy(dir.path());
+    let (uid, a) = store.admissions().expect("admissions").remove(0);
+    let ports = [
+        ("worker-0".to_string(), 29500),
+        ("worker-1".to_string(), 29501),
+    ];
+    store.admit(&uid, &a, &ports).expect("admit");
+    assert_eq!(store.admissions().expect("admissions"), [(uid.clone(), a)]);
+    drop(store);
+    let conn = rusqlite::Connection::open(dir.path().join(DB_FILE)).expect("sqlite");
+    let text: String = conn
+        .query_row(
+            "SELECT admission FROM admissions WHERE job_uid = ?1",
+            [&uid],
+            |r| r.get(0),
+        )
+        .expect("row");
+    assert!(
+        text.starts_with(r#"{"v":1,"pool":"cpu","gpuType":null,"admittedAt":1795428480570,"#),
+        "{text}"
+    );
+}
