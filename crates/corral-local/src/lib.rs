@@ -4,6 +4,7 @@
 
 pub mod cluster;
 pub mod config;
+pub mod lock;
 pub mod store;
 
 pub use cluster::{Cluster, ClusterConfig, ClusterError};

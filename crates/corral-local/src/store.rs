@@ -8,8 +8,35 @@
 //! Writes that belong together are one transaction: a submit of several jobs is all or
 //! nothing, an admission is stored with its ports, a job's removal takes its admission,
 //! replicas and ports with it.
+//!
+//! # What each JSON column holds, and why an existing data directory keeps opening
+//!
+//! The store owns its format: what it writes must read back after the types in memory
+//! change, in this release and the next (and, for added fields, in the previous one).
+//!
+//! - `jobs.spec`: [`corral_api::TrainingJob`] without its status; `jobs.status`:
+//!   [`corral_api::TrainingJobStatus`]. The public resource types, versioned by their
+//!   `apiVersion` and kept compatible as an API (fields are only added, with defaults). They
+//!   have no `deny_unknown_fields` (unknown fields in user input are reported by
+//!   `corral_api::document`, not by serde), so a field added by a newer release is ignored.
+//! - `admissions.admission`: `record::AdmissionRecord`, the store's own versioned record
+//!   (`"v": 1`), converted explicitly from and to the scheduler's `RunningJob`, whose types
+//!   are internal and strict (`deny_unknown_fields`) and may change at any time. Reads the
+//!   unversioned layout corral 0.1.0 wrote. See the `record` module.
+//! - `replicas.record`: [`ProcessRecord`], this crate's executor's own re-adoption record:
+//!   no `deny_unknown_fields`; every field added after 0.1.0 must carry `#[serde(default)]`
+//!   (`tests/store_fixture.rs` reads rows written by 0.1.0). `cgroup` is a [`CgroupRef`]
+//!   tagged by `version` (`v1`/`v2`).
+//! - `replicas.state`: [`ProcessState`] as serde writes an enum (`"Running"`,
+//!   `{"Exited":{"code":1}}`, ...). The text `"Running"` is also a query key
+//!   ([`Store::running_replicas`]), so its encoding must never change; a variant added later
+//!   is unreadable by an older release (a `Corrupt` error naming the replica), which is the
+//!   honest answer for a state it cannot act on.
+//! - `ports`, `events`, and the other columns of `jobs` and `replicas`: plain SQL values.
+//!
+//! [`CgroupRef`]: crate::cgroup::CgroupRef
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use corral_api::{TrainingJob, TrainingJobStatus};
 use corral_core::sched::RunningJob;
@@ -17,6 +44,9 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 
 use crate::executor::{ProcessRecord, ProcessState};
+use crate::lock::{DirLock, LockError, LockHolder};
+
+mod record;
 
 /// The schema version this code writes.
 pub const SCHEMA_VERSION: i64 = 1;
@@ -39,6 +69,17 @@ pub enum StoreError {
     TooNew { found: i64 },
     #[error("cannot create {path}: {message}")]
     Io { path: String, message: String },
+    /// Another open store (another `corral up`) holds the data directory.
+    #[error(
+        "data directory {} is in use by {holder}; stop it first or use another --data-dir",
+        dir.display()
+    )]
+    InUse { dir: PathBuf, holder: LockHolder },
+    #[error("cannot lock {}: {error}", path.display())]
+    Lock {
+        path: PathBuf,
+        error: std::io::Error,
+    },
 }
 
 /// A job as stored.
@@ -75,9 +116,9 @@ pub struct NewJob {
     pub job: TrainingJob,
 }
 
-/// The scheduler's placement of an admitted job.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+/// The scheduler's placement of an admitted job. Stored as a versioned record of the
+/// store's own (`store::record`), never as the scheduler's types directly.
+#[derive(Clone, Debug, PartialEq)]
 pub struct StoredAdmission {
     pub pool: String,
     pub gpu_type: Option<String>,
@@ -118,6 +159,8 @@ pub struct StoredEvent {
 /// The SQLite store. Single connection, owned by the cluster.
 pub struct Store {
     conn: Connection,
+    /// The data directory's lock, held for the life of the store (none in memory).
+    lock: Option<DirLock>,
 }
 
 fn to_i64(v: u64) -> i64 {
@@ -194,21 +237,46 @@ CREATE INDEX events_by_job ON events (namespace, job);
 
 impl Store {
     /// Opens (or creates) `data_dir/corral.db`, in WAL mode, migrating the schema.
+    ///
+    /// Takes the data directory's lock first (see [`crate::lock`]) and holds it until the
+    /// store is dropped: while another store has the directory open, in this process or
+    /// another, this fails at once with [`StoreError::InUse`], before the database is touched.
     pub fn open(data_dir: &Path) -> Result<Store, StoreError> {
         std::fs::create_dir_all(data_dir).map_err(|e| StoreError::Io {
             path: data_dir.display().to_string(),
             message: e.to_string(),
         })?;
+        let lock = DirLock::acquire(data_dir).map_err(|e| match e {
+            LockError::Held { holder } => StoreError::InUse {
+                dir: data_dir.to_path_buf(),
+                holder,
+            },
+            LockError::Io { path, error } => StoreError::Lock { path, error },
+        })?;
         let conn = Connection::open(data_dir.join(DB_FILE))?;
-        Self::init(conn)
+        Self::init(conn, Some(lock))
     }
 
     /// A store in memory (tests).
     pub fn open_in_memory() -> Result<Store, StoreError> {
-        Self::init(Connection::open_in_memory()?)
+        Self::init(Connection::open_in_memory()?, None)
     }
 
-    fn init(conn: Connection) -> Result<Store, StoreError> {
+    /// Records the API address in the data directory's lock file, so that a refused second
+    /// open can say where the running server is. A no-op in memory.
+    pub fn announce_address(&self, addr: &str) -> Result<(), StoreError> {
+        match &self.lock {
+            Some(lock) => lock
+                .announce_address(addr)
+                .map_err(|error| StoreError::Lock {
+                    path: lock.path().to_path_buf(),
+                    error,
+                }),
+            None => Ok(()),
+        }
+    }
+
+    fn init(conn: Connection, lock: Option<DirLock>) -> Result<Store, StoreError> {
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         // Every statement this store runs stays prepared (about 30 of them).
         conn.set_prepared_statement_cache_capacity(64);
@@ -247,7 +315,7 @@ impl Store {
              CREATE INDEX IF NOT EXISTS jobs_by_seq ON jobs (seq);\n\
              CREATE INDEX IF NOT EXISTS replicas_by_state ON replicas (state);",
         )?;
-        Ok(Store { conn })
+        Ok(Store { conn, lock })
     }
 
     /// The schema version of the open store.
@@ -405,7 +473,13 @@ impl Store {
         tx.prepare_cached(
             "INSERT OR REPLACE INTO admissions (job_uid, admission) VALUES (?1, ?2)",
         )?
-        .execute(params![uid, json(admission)?])?;
+        .execute(params![
+            uid,
+            record::encode(admission).map_err(|e| StoreError::Corrupt {
+                what: format!("admission of {uid}"),
+                message: e.to_string(),
+            })?
+        ])?;
         tx.prepare_cached("DELETE FROM ports WHERE job_uid = ?1")?
             .execute(params![uid])?;
         for (replica, port) in ports {
@@ -446,7 +520,13 @@ impl Store {
             .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?
             .collect::<Result<Vec<_>, _>>()?;
         rows.into_iter()
-            .map(|(uid, a)| Ok((uid.clone(), parse(&format!("admission of {uid}"), &a)?)))
+            .map(|(uid, text)| match record::decode(&text) {
+                Ok(a) => Ok((uid, a)),
+                Err(message) => Err(StoreError::Corrupt {
+                    what: format!("admission of {uid}"),
+                    message,
+                }),
+            })
             .collect()
     }
 

@@ -111,8 +111,8 @@ impl AppState {
 /// Opens the cluster in `options.cluster.data_dir` and binds the listener. Returns the
 /// pieces [`serve`] runs, and the cluster's warnings.
 pub fn prepare(options: &ServerOptions) -> Result<(AppState, TcpListener, Vec<String>), String> {
-    let (cluster, warnings) =
-        Cluster::open(options.cluster.clone(), Timestamp::now()).map_err(|e| {
+    let (cluster, mut warnings) = Cluster::open(options.cluster.clone(), Timestamp::now())
+        .map_err(|e| {
             format!(
                 "cannot open the cluster in {}: {e}",
                 options.cluster.data_dir.display()
@@ -123,6 +123,20 @@ pub fn prepare(options: &ServerOptions) -> Result<(AppState, TcpListener, Vec<St
     listener
         .set_nonblocking(true)
         .map_err(|e| format!("cannot listen on {}: {e}", options.listen))?;
+    // The data directory's lock names this server's address to a second `corral up`.
+    if let Err(e) = listener
+        .local_addr()
+        .map_err(|e| e.to_string())
+        .and_then(|addr| {
+            cluster
+                .announce_address(&addr.to_string())
+                .map_err(|e| e.to_string())
+        })
+    {
+        warnings.push(format!(
+            "cannot record the API address in the data directory: {e}"
+        ));
+    }
     Ok((
         AppState::new(cluster, options.body_limit),
         listener,

@@ -178,6 +178,12 @@ impl Cluster {
         &self.config
     }
 
+    /// Records the API address with the data directory's lock, for the message that a
+    /// second `corral up` on the same directory gets.
+    pub fn announce_address(&self, addr: &str) -> Result<(), ClusterError> {
+        Ok(self.store.announce_address(addr)?)
+    }
+
     /// Re-reads a job's row into the cache after a write to it.
     pub(super) fn refresh_job(&mut self, namespace: &str, name: &str) -> Result<(), ClusterError> {
         if let Some(j) = self.store.job(namespace, name)? {
