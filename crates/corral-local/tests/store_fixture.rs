@@ -131,3 +131,30 @@ fn a_0_1_0_admission_is_rewritten_as_a_versioned_record() {
         "{text}"
     );
 }
+
+/// The embedded cluster opens the 0.1.0 directory through the control plane: on the same
+/// node the stored admission is kept; on a machine without that node it is dropped with a
+/// warning naming the job, and the job stays, queued again.
+#[test]
+fn the_cluster_opens_a_0_1_0_directory_through_the_control_plane() {
+    use corral_local::config::ClusterFileConfig;
+    use corral_local::{Cluster, ClusterConfig};
+    for (node, kept) in [("vm", true), ("another-node", false)] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        drop(open_copy(dir.path()));
+        let mut config = ClusterConfig::new(dir.path());
+        let text = format!("kind: CorralConfig\nnode: {{name: {node}, cpu: '8', memory: 16Gi}}\n");
+        config.file = ClusterFileConfig::parse(&text).expect("config");
+        let now = jiff::Timestamp::from_second(1_800_000_000).expect("time");
+        let (cluster, warnings) = Cluster::open(config, now).expect("open");
+        let d = cluster
+            .describe("default", "fixture-sleep")
+            .expect("describe")
+            .expect("the job is still there");
+        assert_eq!(d.admission.is_some(), kept, "{node}: {warnings:?}");
+        let lost = warnings
+            .iter()
+            .any(|w| w.contains("default/fixture-sleep") && w.contains("no longer holds"));
+        assert_eq!(lost, !kept, "{node}: {warnings:?}");
+    }
+}
