@@ -176,6 +176,11 @@ async fn control_loop(
     // a few passes, not one each, and requests always get at least half of the time.
     let max_gap = interval.clamp(Duration::from_millis(1), Duration::from_millis(10));
     let follow_up = interval.min(Duration::from_millis(5));
+    // A replica's shim is this process's child: its exit (SIGCHLD) wakes the loop at once,
+    // so that the next job gets the GPUs in the same wake-up rather than at the next tick.
+    // (Shims adopted after a restart are not children; the interval covers them.)
+    let mut child_exits =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child()).ok();
     loop {
         let started = tokio::time::Instant::now();
         let report = state.with_cluster(|c| c.tick(Timestamp::now())).await;
@@ -204,8 +209,20 @@ async fn control_loop(
             Ok(Err(e)) => eprintln!("corral: control loop: {e}"),
             Err(e) => eprintln!("corral: control loop: {}", e.body.message),
         }
+        let child_exit = async {
+            match child_exits.as_mut() {
+                Some(s) => s.recv().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
+            _ = child_exit => {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(started + min_gap) => {}
+                    _ = stop.changed() => return,
+                }
+            }
             _ = state.wake.notified() => {
                 tokio::select! {
                     _ = tokio::time::sleep_until(started + min_gap) => {}
