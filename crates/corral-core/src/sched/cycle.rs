@@ -58,6 +58,12 @@ impl JobEntry {
     }
 }
 
+/// A pending job's reason names protected victims found among this many lower-priority
+/// running jobs of each of its first few pools: enough for the message, cheap for a cycle
+/// of 100,000 pending jobs.
+const PROTECTED_VICTIMS_EXAMINED: usize = 16;
+const PROTECTED_POOLS_EXAMINED: usize = 2;
+
 /// Replicas one job may have in all (the API allows far fewer per role).
 pub const MAX_REPLICAS_PER_JOB: u64 = 1_000_000;
 /// The scheduler core. It holds the cluster's free capacity, queue usage, running and
@@ -703,7 +709,7 @@ impl Scheduler {
                 }
             }
         }
-        for &(pool, _) in &candidates {
+        for &(pool, _) in candidates.iter().take(PROTECTED_POOLS_EXAMINED) {
             if let Some((jobs, until)) = self.protected_victims(slot, pool, now) {
                 let pool = self.index.pools[pool as usize].name.clone();
                 blockers.push(Blocker::Protected { pool, jobs, until });
@@ -746,15 +752,18 @@ impl Scheduler {
     }
 
     /// Lower-priority jobs in `pool` that preemption may not stop yet only because they
-    /// were admitted recently: how many (of the first 64 looked at), and when the first
+    /// were admitted recently: how many (among the first few looked at), and when the first
     /// protection ends. A reason that names them says what the job waits for, and until when.
     fn protected_victims(&self, slot: u32, pool: u16, now: Millis) -> Option<(u32, Millis)> {
+        if self.config.preemption_protection_ms == 0 {
+            return None;
+        }
         let priority = self.entry(slot).req.priority;
         let mut jobs = 0u32;
         let mut until: Option<Millis> = None;
         for &(_, _, v) in self.running_by_pool[pool as usize]
             .range(..(priority, 0, 0))
-            .take(64)
+            .take(PROTECTED_VICTIMS_EXAMINED)
         {
             let ve = self.entry(v);
             let Some(r) = &ve.running else { continue };
