@@ -134,9 +134,7 @@ impl Applier {
         // 1. The admission: the decision is durable before anything acts on it.
         let annotation = match &jp.admission {
             AdmissionChange::Keep => None,
-            AdmissionChange::Set(a) => Some(Value::String(
-                serde_json::to_string(a).map_err(Error::SerdeError)?,
-            )),
+            AdmissionChange::Set(a) => Some(Value::String(a.to_text().map_err(Error::SerdeError)?)),
             AdmissionChange::Clear => Some(Value::Null),
         };
         if let Some(value) = annotation {

@@ -8,8 +8,8 @@ pub const ROLE_LABEL: &str = "corral.dev/role";
 pub const INDEX_LABEL: &str = "corral.dev/index";
 /// The replica's incarnation, `<attempt>.<retry>` (see `corral_core::lifecycle::Incarnation`).
 pub const INCARNATION_LABEL: &str = "corral.dev/incarnation";
-/// On a TrainingJob: the scheduler's admission (pool, GPU type, placement of every replica)
-/// as JSON. Written before any pod is created; removed when the job returns to its queue or
+/// On a TrainingJob: the admission it holds (pool, GPU type, placement of every replica) as
+/// JSON, in the operator's versioned record (`crate::record::AdmissionRecord`). Written before any pod is created; removed when the job returns to its queue or
 /// finishes. It is what survives a restart of the operator in the middle of a gang.
 pub const ADMISSION_ANNOTATION: &str = "corral.dev/admission";
 /// On a pod: the node Corral chose for it (before the Binding is made).

@@ -4,12 +4,14 @@
 //! An explicit pipeline (Stackable / linkerd style); only the first and last steps touch
 //! the API server:
 //! 1. **observe** ([`observe`]): TrainingJobs, Pods of every scheduler, Nodes, Queues,
-//!    NodePools and PriorityClasses become a [`World`]; [`observe::snapshot`] turns it into
-//!    the scheduler's `ClusterSnapshot` (allocatable minus the requests of every non-terminal
-//!    pod, GPU type from `nvidia.com/gpu.product`).
-//! 2. **plan** ([`plan::plan`], pure): one scheduler cycle, then the lifecycle of every job;
-//!    the outcome is a [`plan::JobPlan`] per job (admission to record, status, objects to
-//!    create, pods to bind and delete, events).
+//!    NodePools and PriorityClasses become a [`World`], read by pure functions (a node's
+//!    allocatable and what is in use on it, replica states from pods, a job's node selector
+//!    and tolerations; GPU type from `nvidia.com/gpu.product`).
+//! 2. **plan** ([`plan::plan`], pure): the core's control plane
+//!    (`corral_core::control::ControlPlane`, the same as embedded) is restored from the
+//!    world and stepped once; its step becomes a [`plan::JobPlan`] per job (admission to
+//!    record, status, objects to create, pods to bind and delete, events). See [`plan`] for
+//!    its stages.
 //! 3. **build** ([`build`], pure): TrainingJob + placement + launch contract -> headless
 //!    Service and Pods (k8s-openapi types), golden-tested from YAML fixtures.
 //! 4. **apply** ([`apply`]): admission annotation, status (server-side apply with field
@@ -19,8 +21,9 @@
 //!    period and a UID precondition, Events.
 //!
 //! Durable state lives in the API server only: the admission (with its placements) in the
-//! job's `corral.dev/admission` annotation, counts and conditions in its status, and the
-//! incarnation of every replica in its pod's labels. An operator that restarts anywhere in
+//! job's `corral.dev/admission` annotation (the operator's versioned record, [`record`]),
+//! counts and conditions in its status, and the incarnation of every replica in its pod's
+//! labels. An operator that restarts anywhere in
 //! the pipeline re-reads them and repeats only idempotent steps.
 
 pub mod apply;
@@ -33,6 +36,7 @@ pub mod metrics;
 pub mod observe;
 pub mod operator;
 pub mod plan;
+pub mod record;
 
 pub use observe::World;
 pub use operator::{OperatorArgs, run_operator};

@@ -20,6 +20,9 @@ use crate::consts::*;
 #[derive(Clone, Debug, Default)]
 pub struct World {
     pub jobs: Vec<TrainingJob>,
+    /// Jobs (`namespace/name`) with a deletionTimestamp: deleted, waiting on a finalizer
+    /// (foreground deletion) while their pods stop.
+    pub deleting_jobs: BTreeSet<String>,
     /// Every pod of the cluster (all schedulers): their requests occupy nodes.
     pub pods: Vec<Pod>,
     pub nodes: Vec<Node>,

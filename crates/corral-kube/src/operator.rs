@@ -69,6 +69,11 @@ pub struct OperatorArgs {
     /// Node label whose value is the node's topology domain (rack, NVLink/IB island).
     #[arg(long)]
     pub topology_label: Option<String>,
+    /// Seconds a job's replicas get between SIGTERM and SIGKILL when stopped (preemption,
+    /// suspend, restart, delete), for jobs whose pod templates set no
+    /// terminationGracePeriodSeconds (default: 30).
+    #[arg(long)]
+    pub grace_period_secs: Option<u64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -141,6 +146,18 @@ fn decode_into(
 ) {
     let mut w = Vec::new();
     world.jobs = decode_all::<TrainingJob>(jobs, &mut w);
+    // corral-api's ObjectMeta has no deletionTimestamp: read it from the object as served.
+    world.deleting_jobs = jobs
+        .iter()
+        .filter(|o| o.metadata.deletion_timestamp.is_some())
+        .map(|o| {
+            format!(
+                "{}/{}",
+                o.metadata.namespace.as_deref().unwrap_or("default"),
+                o.metadata.name.as_deref().unwrap_or("")
+            )
+        })
+        .collect();
     world.queues = decode_all::<Queue>(queues, &mut w);
     world.pools = decode_all::<NodePool>(pools, &mut w);
     world.classes = decode_all::<PriorityClass>(classes, &mut w);
@@ -445,6 +462,7 @@ async fn lead(
         },
         scheduler: Default::default(),
         topology_label: args.topology_label.clone(),
+        grace_period: args.grace_period_secs.map(Duration::from_secs),
     };
     tokio::select! {
         ok = stores.ready() => if !ok { return; },

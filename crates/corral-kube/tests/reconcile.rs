@@ -374,3 +374,124 @@ async fn a_stale_status_is_rejected_and_nothing_else_is_done_for_that_job() {
     let (_, report) = pass(&fake, t(1)).await;
     assert_eq!(report.pods_created, 1);
 }
+
+async fn pass_with(fake: &FakeApi, cfg: &PlanConfig, now: Timestamp) -> (Plan, ApplyReport) {
+    let applier = Applier::new(fake.client(), None, RateLimiter::unlimited());
+    let out = reconcile_once(&applier, cfg, now).await.expect("observe");
+    assert!(out.1.errors.is_empty(), "apply errors: {:?}", out.1.errors);
+    out
+}
+
+fn condition_message(fake: &FakeApi, name: &str, ty: &str) -> String {
+    job_status(fake, name)["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == json!(ty)))
+        .and_then(|c| c["message"].as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_job_naming_no_queue_is_admitted_on_a_cluster_that_declares_no_default_queue() {
+    // As embedded: the implicit `default` queue (unlimited in every pool) takes jobs that
+    // name no queue. Before the control plane, the operator left them pending.
+    let fake = FakeApi::new();
+    fake.insert("api/v1/nodes", node("n1"));
+    fake.insert(JOBS, job("noq", 1, 4, json!({})));
+    let (plan, report) = pass(&fake, t(0)).await;
+    assert!(event_reasons(&plan).contains(&"Admitted".to_string()));
+    assert_eq!(report.pods_created, 2);
+    assert_eq!(report.pods_bound, 2);
+    assert_eq!(condition(&fake, "noq", "Admitted").as_deref(), Some("True"));
+}
+
+#[tokio::test]
+async fn the_configured_grace_period_reaches_the_pod_deletions_of_a_suspend() {
+    let fake = cluster(&["n1"]);
+    fake.state.lock().expect("lock").graceful_deletes = true;
+    let cfg = PlanConfig {
+        grace_period: Some(std::time::Duration::from_secs(45)),
+        ..PlanConfig::default()
+    };
+    fake.insert(JOBS, job("s", 1, 1, json!({})));
+    pass_with(&fake, &cfg, t(0)).await;
+    assert_eq!(pods_of(&fake, "s").len(), 2);
+    fake.update(JOBS, "ml", "s", |j| {
+        j["spec"]["runPolicy"] = json!({"suspend": true})
+    });
+    let (plan, report) = pass_with(&fake, &cfg, t(5)).await;
+    assert_eq!(report.pods_deleted, 2);
+    assert!(event_reasons(&plan).contains(&"Suspended".to_string()));
+    for p in pods_of(&fake, "s") {
+        assert_eq!(p["metadata"]["deletionGracePeriodSeconds"], json!(45));
+    }
+    assert_eq!(condition(&fake, "s", "Suspended").as_deref(), Some("True"));
+    // Once the pods are gone the job gives its admission back.
+    fake.finish_terminating();
+    pass_with(&fake, &cfg, t(10)).await;
+    let s = fake.get(JOBS, "ml", "s").expect("job");
+    assert!(s["metadata"]["annotations"]["corral.dev/admission"].is_null());
+}
+
+#[tokio::test]
+async fn a_pod_templates_termination_grace_period_reaches_the_pod_deletions_of_a_delete() {
+    let fake = cluster(&["n1"]);
+    fake.state.lock().expect("lock").graceful_deletes = true;
+    let mut j = job("d", 1, 1, json!({}));
+    j["spec"]["replicas"]["worker"]["template"]["podTemplate"] =
+        json!({"spec": {"terminationGracePeriodSeconds": 120}});
+    fake.insert(JOBS, j);
+    // The cluster's setting yields to the job's own.
+    let cfg = PlanConfig {
+        grace_period: Some(std::time::Duration::from_secs(45)),
+        ..PlanConfig::default()
+    };
+    pass_with(&fake, &cfg, t(0)).await;
+    assert_eq!(pods_of(&fake, "d").len(), 2);
+    // A foreground deletion: the job stays, with a deletionTimestamp, while its pods stop.
+    fake.update(JOBS, "ml", "d", |j| {
+        j["metadata"]["deletionTimestamp"] = json!("2025-01-01T00:00:05Z");
+        j["metadata"]["finalizers"] = json!(["foregroundDeletion"]);
+    });
+    let (_, report) = pass_with(&fake, &cfg, t(5)).await;
+    assert_eq!(report.pods_deleted, 2);
+    for p in pods_of(&fake, "d") {
+        assert_eq!(p["metadata"]["deletionGracePeriodSeconds"], json!(120));
+    }
+    // Terminating pods are not deleted again; nothing new starts.
+    fake.clear_log();
+    let (_, report) = pass_with(&fake, &cfg, t(6)).await;
+    assert_eq!(report.pods_created, 0);
+    assert!(!fake.log().iter().any(|l| l.starts_with("DELETE")));
+}
+
+#[tokio::test]
+async fn a_job_that_can_never_fit_says_why_in_queued_and_is_unschedulable() {
+    let fake = cluster(&["n1"]);
+    // 16 GPUs in one replica; nodes have 8.
+    fake.insert(JOBS, job("big", 0, 16, json!({})));
+    let (plan, report) = pass(&fake, t(0)).await;
+    assert_eq!(report.pods_created, 0);
+    assert_eq!(condition(&fake, "big", "Queued").as_deref(), Some("True"));
+    assert_eq!(
+        condition(&fake, "big", "Unschedulable").as_deref(),
+        Some("True")
+    );
+    let why = condition_message(&fake, "big", "Queued");
+    assert!(
+        why.contains("16"),
+        "the pending reason names the need: {why}"
+    );
+    let big = plan.jobs.iter().find(|j| j.name == "big").expect("plan");
+    assert!(
+        big.events
+            .iter()
+            .any(|e| e.warning && e.reason == "Unschedulable"),
+        "{:?}",
+        big.events
+    );
+    assert_eq!(plan.pending, 1);
+    // The next pass changes nothing and says nothing again.
+    let (plan, _) = pass(&fake, t(5)).await;
+    let big = plan.jobs.iter().find(|j| j.name == "big").expect("plan");
+    assert!(big.is_empty(), "{big:?}");
+}

@@ -1,0 +1,248 @@
+//! Plan: the whole decision of one operator pass, pure. The operator keeps no state between
+//! passes; each pass rebuilds the core's control plane from what the API server holds, steps
+//! it once, and turns the step into Kubernetes work. Nothing here decides about a job: who is
+//! offered to the scheduler, why a job waits, which events it gets and how long its replicas
+//! get to stop are the control plane's (`corral_core::control`), the same as embedded.
+//!
+//! ```text
+//!   World ─▶ observe_jobs ─▶ snapshot ─▶ ControlPlane::restore + step ─▶ translate ─▶ bindings ─▶ metrics
+//!            jobs, their     nodes with   (corral-core: scheduler,        Step ->       bind a       counts for
+//!            pods and the    foreign      lifecycle, reasons, events,     JobPlans:     whole gang   /metrics
+//!            stored          pods' usage, grace periods, default queue)   status,       where it     (by state,
+//!            admission       pools,                                       annotation,   was placed,  by queue)
+//!            (RestoredJob)   queues                                       pods, events  if it fits
+//! ```
+//!
+//! - [`observe_jobs`]: every TrainingJob with the pods it owns, its stored admission
+//!   ([`crate::record`]) and its node selector and tolerations, as a `RestoredJob`.
+//! - [`snapshot`]: the cluster for the scheduler (every node, with the requests of pods that
+//!   are not replicas of jobs holding an admission allocated) and the plane's settings.
+//! - [`translate`]: the plane's `Step` as one [`JobPlan`] per job: the status, the admission
+//!   annotation, the Service, launch ConfigMap and pods to create, the pods to delete (with
+//!   the plane's grace period), the job to delete after its TTL, the events.
+//! - [`bindings`]: the Bindings of a gang: all of them once every replica exists and fits on
+//!   its node now, or none.
+//! - [`metrics`]: jobs by queue and state, GPUs in use per queue, pending and running jobs.
+//!
+//! [`crate::apply`] carries the plan out.
+
+mod bindings;
+mod metrics;
+mod observe_jobs;
+mod snapshot;
+mod translate;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+
+use corral_api::TrainingJobStatus;
+use corral_api::training_job::TrainingJob;
+use corral_core::control::{ControlConfig, ControlPlane, RestoredJob, Step};
+use corral_core::sched::{ClusterSnapshot, CycleCounters, SchedError, SchedulerConfig};
+
+use crate::build::BuildOptions;
+use crate::observe::World;
+use crate::record::AdmissionRecord;
+
+/// Settings of the plan.
+#[derive(Clone, Debug, Default)]
+pub struct PlanConfig {
+    pub build: BuildOptions,
+    pub scheduler: SchedulerConfig,
+    /// Node label whose value is a node's topology domain (rack, NVLink/IB island).
+    pub topology_label: Option<String>,
+    /// The grace period of jobs whose pod templates set no `terminationGracePeriodSeconds`
+    /// (`None`: the control plane's default, 30 s).
+    pub grace_period: Option<Duration>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum AdmissionChange {
+    Keep,
+    Set(AdmissionRecord),
+    Clear,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodDeletion {
+    pub name: String,
+    /// Precondition: only this pod, never a newer one of the same name.
+    pub uid: Option<String>,
+    pub grace: Duration,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodBinding {
+    pub pod: String,
+    pub node: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedEvent {
+    pub warning: bool,
+    pub reason: String,
+    pub note: String,
+}
+
+/// Everything to do for one job, in the order [`crate::apply`] does it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobPlan {
+    pub namespace: String,
+    pub name: String,
+    pub uid: Option<String>,
+    /// The job's resourceVersion as observed: the status is applied only on top of it.
+    pub resource_version: Option<String>,
+    pub admission: AdmissionChange,
+    /// The new status, when it changed.
+    pub status: Option<TrainingJobStatus>,
+    pub config_map: Option<ConfigMap>,
+    pub service: Option<Service>,
+    pub create: Vec<Pod>,
+    /// Bindings of one gang: all of them, or none.
+    pub bind: Vec<PodBinding>,
+    pub delete: Vec<PodDeletion>,
+    pub delete_job: bool,
+    pub events: Vec<PlannedEvent>,
+}
+
+impl JobPlan {
+    fn new(job: &TrainingJob) -> Self {
+        JobPlan {
+            namespace: job.metadata.namespace_or_default().to_string(),
+            name: job.metadata.name.clone(),
+            uid: job.metadata.uid.clone(),
+            resource_version: job.metadata.resource_version.clone(),
+            admission: AdmissionChange::Keep,
+            status: None,
+            config_map: None,
+            service: None,
+            create: Vec::new(),
+            bind: Vec::new(),
+            delete: Vec::new(),
+            delete_job: false,
+            events: Vec::new(),
+        }
+    }
+
+    /// An event only the operator can see (a pod template it cannot build, no room on a
+    /// node yet); the control plane's events come through [`translate`].
+    fn event(&mut self, warning: bool, reason: &str, note: String) {
+        self.events.push(PlannedEvent {
+            warning,
+            reason: reason.to_string(),
+            note,
+        });
+    }
+
+    /// Whether anything is to be done.
+    pub fn is_empty(&self) -> bool {
+        self.admission == AdmissionChange::Keep
+            && self.status.is_none()
+            && self.create.is_empty()
+            && self.bind.is_empty()
+            && self.delete.is_empty()
+            && !self.delete_job
+            && self.events.is_empty()
+            && self.service.is_none()
+    }
+}
+
+/// The outcome of one pass.
+#[derive(Clone, Debug, Default)]
+pub struct Plan {
+    pub jobs: Vec<JobPlan>,
+    pub counters: CycleCounters,
+    /// Jobs waiting for admission and jobs holding one, after this pass.
+    pub pending: u64,
+    pub running: u64,
+    /// Jobs by queue and state (the values of `corral_api::metric_names::JOB_STATES`),
+    /// after this pass.
+    pub jobs_by_state: BTreeMap<String, BTreeMap<&'static str, u64>>,
+    /// GPUs held by the admitted jobs of each queue, after this pass.
+    pub queue_gpus_in_use: BTreeMap<String, u64>,
+    /// Pass again within this long even if nothing changes (back-off, deadlines, TTL).
+    pub wake_in: Option<Duration>,
+    pub warnings: Vec<String>,
+}
+
+impl Plan {
+    /// The soonest the control plane asked to be stepped again.
+    pub fn requeue_after(&self) -> Option<Duration> {
+        self.wake_in
+    }
+}
+
+/// Restores the plane from what the API server holds and steps it once: the restore's
+/// step (admissions that no longer fit) and the pass's step, as one.
+fn control_step(
+    cluster: ClusterSnapshot,
+    config: ControlConfig,
+    jobs: Vec<RestoredJob>,
+    now: Timestamp,
+) -> Result<(ControlPlane, Step), SchedError> {
+    let (mut plane, mut step) = ControlPlane::restore(cluster, config, jobs, now)?;
+    let main = plane.step(now);
+    step.changes.extend(main.changes);
+    step.actions.extend(main.actions);
+    step.events.extend(main.events);
+    step.counters = main.counters;
+    step.wake_in = match (step.wake_in, main.wake_in) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    Ok((plane, step))
+}
+
+/// One pass: rebuild the control plane from the world, step it once, and say what to do.
+pub fn plan(world: &World, cfg: &PlanConfig, now: Timestamp) -> Plan {
+    let mut out = Plan {
+        warnings: world.warnings.clone(),
+        ..Plan::default()
+    };
+
+    // 1. Jobs as the plane restores them (and a plan for each, in key order).
+    let observed = observe_jobs::observe_jobs(world);
+    let mut plans: BTreeMap<String, JobPlan> = BTreeMap::new();
+    let mut restored = Vec::new();
+    for o in &observed {
+        let mut jp = JobPlan::new(o.job);
+        for (reason, note) in &o.problems {
+            jp.event(true, reason, note.clone());
+        }
+        if let Some(r) = o.restored(now) {
+            restored.push(r);
+        }
+        plans.insert(o.key.clone(), jp);
+    }
+
+    // 2. The cluster and the plane's settings.
+    let cluster = snapshot::cluster(world, &observed, cfg.topology_label.as_deref());
+    out.warnings.extend(cluster.warnings);
+    let config = snapshot::control_config(world, cfg);
+
+    // 3. The control plane decides.
+    let (plane, step) = match control_step(cluster.snapshot, config, restored, now) {
+        Ok(decided) => decided,
+        Err(e) => {
+            out.warnings.push(format!("cluster snapshot: {e}"));
+            out.jobs = plans.into_values().collect();
+            return out;
+        }
+    };
+    out.counters = step.counters;
+    out.wake_in = step.wake_in;
+
+    // 4. The step as Kubernetes work.
+    let created = translate::translate(&step, &plane, &observed, world, &mut plans, &cfg.build);
+
+    // 5. Bindings of the gangs that hold an admission.
+    bindings::bind_admitted(&mut plans, &observed, &plane, &created, world);
+
+    // 6. Numbers for /metrics.
+    metrics::tally(&mut out, &observed, &plane);
+    out.jobs = plans.into_values().collect();
+    out
+}

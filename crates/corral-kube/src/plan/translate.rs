@@ -1,0 +1,181 @@
+//! Stage 4: the control plane's [`Step`] as Kubernetes work, one [`JobPlan`] per job:
+//! - `Change::Status` -> the status to apply (the last one of the step);
+//! - `Change::Admission` -> the `corral.dev/admission` annotation to set or remove;
+//! - `Change::Deleting` -> delete the TrainingJob (its TTL after finishing passed);
+//!   `Change::Removed` -> nothing (every replica has stopped; the job is going);
+//! - `Action::Start` -> a pod (and the job's headless Service and launch ConfigMap);
+//! - `Action::Stop` -> a pod deletion with the plane's grace period and a UID precondition;
+//! - events -> Kubernetes Events, as the plane words them.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use corral_core::control::{Change, ControlPlane, EventType, HeldAdmission, Step};
+use corral_core::lifecycle::{Action, Incarnation, ReplicaId, conditions};
+
+use super::observe_jobs::ObservedJob;
+use super::{AdmissionChange, JobPlan, PlannedEvent, PodDeletion};
+use crate::build::{self, BuildOptions};
+use crate::observe::{self, Amounts, World};
+use crate::record::AdmissionRecord;
+
+/// The pods a job's plan creates, by replica, with what each requests (for the bindings).
+#[derive(Default)]
+pub(super) struct Creating {
+    pub requests: BTreeMap<ReplicaId, Amounts>,
+}
+
+/// Fills `plans` from the step; returns the pods created per job.
+pub(super) fn translate(
+    step: &Step,
+    plane: &ControlPlane,
+    jobs: &[ObservedJob<'_>],
+    world: &World,
+    plans: &mut BTreeMap<String, JobPlan>,
+    build_options: &BuildOptions,
+) -> BTreeMap<String, Creating> {
+    let by_key: BTreeMap<&str, &ObservedJob<'_>> =
+        jobs.iter().map(|o| (o.key.as_str(), o)).collect();
+
+    // Changes: the last status and the last admission of each job win.
+    let mut admissions: BTreeMap<&str, Option<&HeldAdmission>> = BTreeMap::new();
+    for change in &step.changes {
+        match change {
+            Change::Status { job, status } => {
+                if let Some(jp) = plans.get_mut(job) {
+                    jp.status = Some(status.clone());
+                }
+            }
+            Change::Admission { job, admission } => {
+                admissions.insert(job, admission.as_ref());
+            }
+            Change::Deleting { job } => {
+                if let Some(jp) = plans.get_mut(job) {
+                    jp.delete_job = true;
+                }
+            }
+            Change::Removed { .. } => {}
+        }
+    }
+    for (key, admission) in admissions {
+        let (Some(jp), Some(o)) = (plans.get_mut(key), by_key.get(key)) else {
+            continue;
+        };
+        jp.admission = match admission {
+            Some(held) => AdmissionChange::Set(AdmissionRecord::from_held(held)),
+            None if o.annotated => AdmissionChange::Clear,
+            None => AdmissionChange::Keep,
+        };
+    }
+
+    // Actions: pods to create and to delete. The plane reconciles a job before and after
+    // its scheduler cycle, and asks again for what it has not yet seen happen: one pod per
+    // (replica, incarnation), one deletion per pod.
+    let mut creating: BTreeMap<String, Creating> = BTreeMap::new();
+    let mut started: BTreeSet<(&str, ReplicaId, Incarnation)> = BTreeSet::new();
+    for a in &step.actions {
+        let (Some(jp), Some(o)) = (plans.get_mut(&a.job), by_key.get(a.job.as_str())) else {
+            continue;
+        };
+        let job = o.job;
+        match &a.action {
+            Action::Start {
+                replica,
+                incarnation,
+                placement,
+            } if !started.insert((a.job.as_str(), *replica, *incarnation)) => {}
+            Action::Start {
+                replica,
+                incarnation,
+                placement,
+            } => match build::build_pod(job, *replica, *incarnation, placement, build_options) {
+                Ok(pod) => {
+                    creating
+                        .entry(a.job.clone())
+                        .or_default()
+                        .requests
+                        .insert(*replica, observe::pod_requests(&pod));
+                    jp.create.push(pod);
+                }
+                Err(e) => jp.event(true, "InvalidPodTemplate", e.to_string()),
+            },
+            Action::Stop {
+                replica,
+                incarnation,
+                grace_period,
+                delete,
+                ..
+            } => {
+                let name = replica.name(&job.metadata.name);
+                for p in &o.pods {
+                    let same = p.metadata.name.as_deref() == Some(name.as_str())
+                        && observe::replica_of(p).map(|(_, inc)| inc) == Some(*incarnation);
+                    // A terminating pod is never deleted again (that would cut its grace
+                    // short).
+                    if !same || p.metadata.deletion_timestamp.is_some() {
+                        continue;
+                    }
+                    // On Kubernetes a pod stops only by being deleted; a finished pod's
+                    // record stays unless the plane asks to delete it.
+                    if (!delete && observe::is_terminal(p))
+                        || jp
+                            .delete
+                            .iter()
+                            .any(|d| d.uid == p.metadata.uid && d.name == name)
+                    {
+                        continue;
+                    }
+                    jp.delete.push(PodDeletion {
+                        name: name.clone(),
+                        uid: p.metadata.uid.clone(),
+                        grace: *grace_period,
+                    });
+                }
+            }
+            // The plane carries out the other lifecycle actions itself.
+            Action::Requeue | Action::Release | Action::DeleteJob => {}
+        }
+    }
+
+    // The headless Service (and the launch ConfigMap with new pods) of every job that holds
+    // an admission and has not finished.
+    for (key, jp) in plans.iter_mut() {
+        let (Some(o), Some(_), Some(job)) = (
+            by_key.get(key.as_str()),
+            plane.admission(key),
+            plane.job(key),
+        ) else {
+            continue;
+        };
+        if job.status.as_ref().is_some_and(conditions::is_terminal) {
+            continue;
+        }
+        let has_service = world.services.iter().any(|s| {
+            s.metadata.name.as_deref() == Some(o.job.metadata.name.as_str())
+                && s.metadata.namespace.as_deref() == Some(jp.namespace.as_str())
+        });
+        if !has_service || !jp.create.is_empty() {
+            match build::build_service(o.job) {
+                Ok(s) => jp.service = Some(s),
+                Err(e) => jp.event(true, "InvalidName", e.to_string()),
+            }
+        }
+        if !jp.create.is_empty() {
+            match build::build_config_map(o.job, build_options) {
+                Ok(c) => jp.config_map = c,
+                Err(e) => jp.event(true, "InvalidLaunch", e.to_string()),
+            }
+        }
+    }
+
+    // Events, as the plane words them.
+    for e in &step.events {
+        if let Some(jp) = plans.get_mut(&e.job) {
+            jp.events.push(PlannedEvent {
+                warning: e.type_ == EventType::Warning,
+                reason: e.reason.to_string(),
+                note: e.message.clone(),
+            });
+        }
+    }
+    creating
+}

@@ -1,0 +1,173 @@
+//! What the operator stores on a TrainingJob: the `corral.dev/admission` annotation.
+//!
+//! The annotation is the operator's own versioned record ([`AdmissionRecord`]), converted
+//! explicitly to and from the core's [`HeldAdmission`], so that the scheduler's types can
+//! change without breaking a running cluster. Reading is lenient on purpose:
+//! - unknown fields are ignored, so an operator rolled back to an older version keeps the
+//!   admissions a newer one wrote (and does not stop their gangs);
+//! - a record without `v` is the format written before the record was versioned
+//!   (`{"admittedAt", "job", "pool", "gpuType", "placements"}`), which this one reads as is.
+//!
+//! Writing keeps `job` and the placement fields of that older format, so that an operator
+//! of the older format (which requires `job` and refuses unknown placement fields) still
+//! reads what this one writes.
+
+use serde::{Deserialize, Serialize};
+
+use corral_core::control::HeldAdmission;
+use corral_core::sched::{Admission, ReplicaPlacement};
+
+/// The version this operator writes.
+pub const ADMISSION_RECORD_VERSION: u32 = 1;
+
+/// The `corral.dev/admission` annotation: the admission a job holds, with the placement of
+/// every replica.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AdmissionRecord {
+    /// Version of the record; absent (0) in the format written before it was versioned.
+    #[serde(default)]
+    pub v: u32,
+    /// When the job was admitted (ms since the epoch): recently admitted jobs are protected
+    /// from preemption.
+    pub admitted_at: u64,
+    /// The job's `namespace/name`, as written; ignored when read (the record sits on the job).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
+    pub pool: String,
+    #[serde(default)]
+    pub gpu_type: Option<String>,
+    #[serde(default)]
+    pub placements: Vec<PlacementRecord>,
+}
+
+/// Where one replica runs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacementRecord {
+    pub role: String,
+    pub index: u32,
+    pub node: String,
+    #[serde(default)]
+    pub gpu_indices: Vec<u32>,
+}
+
+impl AdmissionRecord {
+    /// The record of an admission the plane holds for a job.
+    pub fn from_held(held: &HeldAdmission) -> Self {
+        let a = &held.admission;
+        AdmissionRecord {
+            v: ADMISSION_RECORD_VERSION,
+            admitted_at: held.admitted_at,
+            job: Some(a.job.clone()),
+            pool: a.pool.clone(),
+            gpu_type: a.gpu_type.clone(),
+            placements: a
+                .placements
+                .iter()
+                .map(|p| PlacementRecord {
+                    role: p.role.clone(),
+                    index: p.index,
+                    node: p.node.clone(),
+                    gpu_indices: p.gpu_indices.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    /// The admission for the plane, of the job `key` (`namespace/name`) the record sits on.
+    pub fn to_held(&self, key: &str) -> HeldAdmission {
+        HeldAdmission {
+            admitted_at: self.admitted_at,
+            admission: Admission {
+                job: key.to_string(),
+                pool: self.pool.clone(),
+                gpu_type: self.gpu_type.clone(),
+                placements: self
+                    .placements
+                    .iter()
+                    .map(|p| ReplicaPlacement {
+                        role: p.role.clone(),
+                        index: p.index,
+                        node: p.node.clone(),
+                        gpu_indices: p.gpu_indices.clone(),
+                    })
+                    .collect(),
+            },
+        }
+    }
+
+    /// Reads the annotation's text.
+    pub fn parse(text: &str) -> Result<Self, serde_json::Error> {
+        serde_json::from_str(text)
+    }
+
+    /// The annotation's text.
+    pub fn to_text(&self) -> Result<String, serde_json::Error> {
+        serde_json::to_string(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The annotation as operators before the versioned record wrote it
+    /// (`StoredAdmission { admitted_at, #[serde(flatten)] admission: Admission }`).
+    const UNVERSIONED: &str = r#"{"admittedAt":1735689600000,"job":"ml/llm","pool":"NVIDIA-H100-80GB-HBM3","gpuType":"NVIDIA-H100-80GB-HBM3","placements":[{"role":"master","index":0,"node":"n1","gpuIndices":[0,1,2,3,4,5,6,7]},{"role":"worker","index":0,"node":"n2","gpuIndices":[0,1,2,3,4,5,6,7]}]}"#;
+
+    #[test]
+    fn reads_the_unversioned_annotation_of_earlier_operators() {
+        let r = AdmissionRecord::parse(UNVERSIONED).expect("earlier format reads");
+        assert_eq!(r.v, 0);
+        let held = r.to_held("ml/llm");
+        assert_eq!(held.admitted_at, 1_735_689_600_000);
+        assert_eq!(held.admission.job, "ml/llm");
+        assert_eq!(held.admission.pool, "NVIDIA-H100-80GB-HBM3");
+        assert_eq!(
+            held.admission.gpu_type.as_deref(),
+            Some("NVIDIA-H100-80GB-HBM3")
+        );
+        assert_eq!(held.admission.placements.len(), 2);
+        assert_eq!(held.admission.placements[1].role, "worker");
+        assert_eq!(held.admission.placements[1].node, "n2");
+        assert_eq!(
+            held.admission.placements[1].gpu_indices,
+            (0..8).collect::<Vec<u32>>()
+        );
+    }
+
+    #[test]
+    fn ignores_fields_a_newer_operator_added() {
+        let text = r#"{"v":7,"admittedAt":5,"pool":"p","gpuType":null,"reservedFor":"x","placements":[{"role":"worker","index":1,"node":"n","gpuIndices":[3],"numa":0}]}"#;
+        let r = AdmissionRecord::parse(text).expect("unknown fields are ignored");
+        assert_eq!(r.v, 7);
+        let held = r.to_held("ns/j");
+        assert_eq!(held.admission.job, "ns/j");
+        assert_eq!(held.admission.placements[0].index, 1);
+        assert_eq!(held.admission.placements[0].gpu_indices, vec![3]);
+    }
+
+    #[test]
+    fn round_trips_and_stays_readable_by_the_unversioned_format() {
+        let held = AdmissionRecord::parse(UNVERSIONED)
+            .expect("parses")
+            .to_held("ml/llm");
+        let text = AdmissionRecord::from_held(&held).to_text().expect("writes");
+        let back = AdmissionRecord::parse(&text).expect("reads back");
+        assert_eq!(back.v, ADMISSION_RECORD_VERSION);
+        assert_eq!(back.to_held("ml/llm"), held);
+        // What an operator of the unversioned format decodes: the core's `Admission`,
+        // flattened, next to `admittedAt` (`job` required, placements strict).
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Unversioned {
+            admitted_at: u64,
+            #[serde(flatten)]
+            admission: Admission,
+        }
+        let old: Unversioned = serde_json::from_str(&text).expect("older operators read it");
+        assert_eq!(old.admitted_at, held.admitted_at);
+        assert_eq!(old.admission, held.admission);
+    }
+}
