@@ -591,3 +591,61 @@ fn the_conformance_story_through_the_bare_plane() {
     }
     assert_eq!(trace.len(), expected.len());
 }
+
+#[test]
+fn a_step_asks_for_each_start_once_and_a_restored_move_keeps_its_new_placement() {
+    let plane = ControlPlane::new(cluster(4), config()).expect("plane");
+    let mut shell = FakeShell::new(plane);
+    shell
+        .plane
+        .submit(record(job("gang", 4, 1, None), 1))
+        .expect("submit");
+    let step = shell.plane.step(shell.ts());
+    let starts = step
+        .actions
+        .iter()
+        .filter(|a| matches!(a.action, Action::Start { .. }))
+        .count();
+    assert_eq!(starts, 4, "{:?}", step.actions);
+    // A job stopping (Admitted and Queued) with an admission stored is moving: restored, it
+    // holds that admission rather than giving it back.
+    let mut moving = job("mover", 1, 1, None);
+    let mut status = corral_api::TrainingJobStatus::default();
+    let at = Timestamp::from_second(5).expect("time");
+    for t in [ConditionType::Admitted, ConditionType::Queued] {
+        conditions::set(
+            &mut status,
+            t,
+            corral_api::training_job::ConditionStatus::True,
+            "Moving",
+            "moving to a faster pool".into(),
+            at,
+        );
+    }
+    moving.status = Some(status);
+    let to = HeldAdmission {
+        admission: corral_core::sched::Admission {
+            job: "team/mover".into(),
+            pool: "H100".into(),
+            gpu_type: Some("H100".into()),
+            placements: vec![corral_core::sched::ReplicaPlacement {
+                role: "worker".into(),
+                index: 0,
+                node: "node-a".into(),
+                gpu_indices: vec![2],
+            }],
+        },
+        admitted_at: 5,
+    };
+    let restored = RestoredJob {
+        record: record(moving, 1),
+        admission: Some(to.clone()),
+        replicas: Vec::new(),
+        deleting: false,
+        service: None,
+    };
+    let (plane, step) =
+        ControlPlane::restore(cluster(4), config(), vec![restored], at).expect("restore");
+    assert!(step.changes.is_empty(), "{:?}", step.changes);
+    assert_eq!(plane.admission("team/mover"), Some(&to));
+}

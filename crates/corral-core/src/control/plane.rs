@@ -297,6 +297,7 @@ impl ControlPlane {
         let mut entries: BTreeMap<String, Entry> = BTreeMap::new();
         let mut ledger = Ledger::default();
         let mut held: BTreeMap<String, HeldAdmission> = BTreeMap::new();
+        let mut moving: BTreeMap<String, (String, HeldAdmission)> = BTreeMap::new();
         for r in jobs {
             let key = r.record.key();
             let mut entry = Self::entry(&config, r.record);
@@ -311,19 +312,29 @@ impl ControlPlane {
             let preempting = conditions::is_true(&status, ConditionType::Admitted)
                 && conditions::is_true(&status, ConditionType::Queued);
             if preempting {
-                // Its room was given to the preemptor: the admission is not taken back.
                 let message = conditions::get(&status, ConditionType::Queued)
                     .map(|c| c.message.clone())
                     .unwrap_or_default();
-                entry.standing = Standing::Preempting {
-                    grace: entry.grace,
-                    message,
-                };
-                if r.admission.is_some() {
-                    step.changes.push(Change::Admission {
-                        job: key.clone(),
-                        admission: None,
-                    });
+                match r.admission {
+                    // A preemption gives the admission back when it is decided, so a job
+                    // stopping with one stored is moving: it holds its new placement.
+                    Some(to) if entry.request.is_ok() => {
+                        held.insert(key.clone(), to.clone());
+                        moving.insert(key.clone(), (message, to));
+                    }
+                    // Its room was given to the preemptor: the admission is not taken back.
+                    other => {
+                        entry.standing = Standing::Preempting {
+                            grace: entry.grace,
+                            message,
+                        };
+                        if other.is_some() {
+                            step.changes.push(Change::Admission {
+                                job: key.clone(),
+                                admission: None,
+                            });
+                        }
+                    }
                 }
             } else if let Some(a) = r.admission {
                 if entry.request.is_ok() {
@@ -386,8 +397,25 @@ impl ControlPlane {
         };
         for (key, a) in held {
             if let Some(e) = plane.jobs.get_mut(&key) {
-                e.standing = Standing::Admitted(a);
+                e.standing = match moving.remove(&key) {
+                    Some((message, to)) => Standing::Moving {
+                        grace: e.grace,
+                        message,
+                        to,
+                    },
+                    None => Standing::Admitted(a),
+                };
                 plane.holding.insert(key);
+            }
+        }
+        // A moving job whose new placement no longer fits was dropped above: it stops and
+        // requeues like a preempted job.
+        for (key, (message, _)) in moving {
+            if let Some(e) = plane.jobs.get_mut(&key) {
+                e.standing = Standing::Preempting {
+                    grace: e.grace,
+                    message,
+                };
             }
         }
         let keys: Vec<String> = plane.jobs.keys().cloned().collect();
@@ -564,6 +592,7 @@ impl ControlPlane {
         let outcome = self.scheduler.cycle(millis(now));
         self.apply_outcome(outcome, now, &mut step);
         self.reconcile_unsettled(now, &mut step);
+        dedup_actions(&mut step.actions);
         step
     }
 
@@ -572,6 +601,7 @@ impl ControlPlane {
     pub fn settle(&mut self, now: Timestamp) -> Step {
         let mut step = Step::default();
         self.reconcile_unsettled(now, &mut step);
+        dedup_actions(&mut step.actions);
         step
     }
 
@@ -1078,6 +1108,25 @@ fn merge_phase(
             }
         }
     }
+}
+
+/// A job reconciled before and after the scheduler's cycle in one step may ask for the
+/// same start or stop twice (the shell has not applied the first yet); each goes out once.
+fn dedup_actions(actions: &mut Vec<JobAction>) {
+    let mut seen: BTreeSet<(String, ReplicaId, Incarnation, bool)> = BTreeSet::new();
+    actions.retain(|a| match &a.action {
+        Action::Start {
+            replica,
+            incarnation,
+            ..
+        } => seen.insert((a.job.clone(), *replica, *incarnation, true)),
+        Action::Stop {
+            replica,
+            incarnation,
+            ..
+        } => seen.insert((a.job.clone(), *replica, *incarnation, false)),
+        _ => true,
+    });
 }
 
 fn admitted_message(a: &Admission) -> String {
