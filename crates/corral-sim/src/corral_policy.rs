@@ -15,13 +15,16 @@
 //! The executor runs replicas on the simulated clock: a start takes effect at once, a stop
 //! too (the grace period is part of the engine's restart cost), and a replica exits with
 //! success when the engine says the job's work is done. Each round it reports what
-//! finished, steps the plane and applies its actions until the plane asks for nothing more
-//! (bounded), the way a production shell observes and steps again: a preempted job
-//! re-enters its queue once its replicas have stopped, and a moved job starts on its new
-//! placement, within the same round. A job runs in a round when it holds an admission and
-//! every replica of it runs where that admission placed it; the engine charges restart cost
-//! and checkpoint loss when that changes. The executor never feeds the scheduler anything a
-//! production shell does not: attained service comes from the plane's own ledger.
+//! finished, steps the plane once (one scheduler cycle: the round is the scheduling
+//! interval, as in Gavel's mechanism) and then applies the plane's actions, reports the
+//! replicas' new phases and settles the plane until it asks for nothing more (bounded), the
+//! way a production shell applies and observes between ticks: a preempted job is back in
+//! its queue for the next round's cycle, and a moved job starts on its new placement within
+//! the same round. Finished jobs are deleted once the plane has released them. A job runs
+//! in a round when it holds an admission and every replica of it runs where that admission
+//! placed it; the engine charges restart cost and checkpoint loss when that changes. The
+//! executor never feeds the scheduler anything a production shell does not: attained
+//! service comes from the plane's own ledger.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -29,8 +32,9 @@ use corral_api::TrainingJob;
 use corral_api::training_job::{
     Framework, ReplicaSpec, ReplicaTemplate, Resources, RestartPolicy, Role, TrainingJobSpec,
 };
-use corral_core::control::SchedulingHints;
-use corral_core::control::{Change, ControlConfig, ControlPlane, HeldAdmission, JobRecord, Step};
+use corral_core::control::{
+    Change, ControlConfig, ControlPlane, HeldAdmission, JobRecord, SchedulingHints, Step,
+};
 use corral_core::lifecycle::{
     Action, FailureReason, Incarnation, ObservedReplica, ReplicaId, ReplicaPhase,
 };
@@ -46,9 +50,10 @@ use crate::round::{Assignment, EngineConfig, Policy, RoundCtx};
 /// The namespace of every simulated job.
 const NAMESPACE: &str = "sim";
 
-/// Steps per round at most: a round's decisions settle in two or three (preempt, requeue
-/// and admit elsewhere; move: stop, start on the new placement).
-const MAX_STEPS_PER_ROUND: usize = 10;
+/// Settles after a step at most: a step's decisions are carried out in two or three
+/// (a preempted job's replicas stop, then it is requeued; a moved job's replicas stop,
+/// then start on the new placement).
+const MAX_SETTLES_PER_CYCLE: usize = 10;
 
 /// What the executor runs of one job: replica incarnations that run, with their placement.
 type Live = BTreeMap<(ReplicaId, Incarnation), ReplicaPlacement>;
@@ -74,9 +79,16 @@ pub struct CorralPolicy {
     pub rejected: Vec<(usize, String)>,
     /// Events the plane reported, counted by reason (`Admitted`, `Preempted`, ...).
     pub events: BTreeMap<&'static str, u64>,
-    /// Plane steps taken, and rounds that ended with actions still coming (the bound hit).
+    /// Plane steps and settles taken, and cycles after which the plane had still not
+    /// settled (the bound hit).
     pub steps: u64,
-    pub unsettled_rounds: u64,
+    pub unsettled_cycles: u64,
+    /// Scheduler cycles per round (`ControlPlane::step`), 0 counting as 1. One, the
+    /// default: the plane decides once per round, as in Gavel's round-based mechanism.
+    /// More: further cycles at the same instant while the previous one acted, as a shell
+    /// that ticks much faster than the round would run them (a preempted job is then
+    /// re-admitted elsewhere, or preempts in turn, within the round).
+    pub cycles_per_round: u32,
     /// The control plane's settings: the defaults, as a cluster with no configuration runs
     /// (the plane always moves jobs in place).
     pub config: ControlConfig,
@@ -176,6 +188,20 @@ impl CorralPolicy {
         for e in &step.events {
             *self.events.entry(e.reason).or_default() += 1;
         }
+    }
+
+    /// Records a step and carries out its actions. Returns whether there were any.
+    fn carry_out(&mut self, plane: &mut ControlPlane, step: Step) -> bool {
+        self.steps += 1;
+        self.record(&step);
+        let acted = !step.actions.is_empty();
+        for a in step.actions {
+            if let Some(j) = parse_key(&a.job) {
+                self.touched.insert(j);
+            }
+            Self::apply(plane, &mut self.live, &a.job, a.action);
+        }
+        acted
     }
 
     /// Carries out one start or stop at once and reports the replica's new phase.
@@ -367,24 +393,27 @@ impl Policy for CorralPolicy {
             return Vec::new();
         };
         let now = timestamp(ctx.now);
-        let mut settled = false;
-        for _ in 0..MAX_STEPS_PER_ROUND {
+        for _ in 0..self.cycles_per_round.max(1) {
             let step = plane.step(now);
-            self.steps += 1;
-            self.record(&step);
-            if step.actions.is_empty() {
-                settled = true;
+            let mut acted = !step.actions.is_empty();
+            let mut last = self.carry_out(&mut plane, step);
+            // Apply, report, settle, until the plane asks nothing more: stopped replicas
+            // hand a preempted job back to its queue, a moved job starts on its new
+            // placement.
+            let mut settles = 0;
+            while last || plane.unsettled() > 0 {
+                if settles == MAX_SETTLES_PER_CYCLE {
+                    self.unsettled_cycles += 1;
+                    break;
+                }
+                settles += 1;
+                let step = plane.settle(now);
+                acted |= !step.actions.is_empty();
+                last = self.carry_out(&mut plane, step);
+            }
+            if !acted {
                 break;
             }
-            for a in step.actions {
-                if let Some(j) = parse_key(&a.job) {
-                    self.touched.insert(j);
-                }
-                Self::apply(&mut plane, &mut self.live, &a.job, a.action);
-            }
-        }
-        if !settled {
-            self.unsettled_rounds += 1;
         }
         // Finished jobs the plane has released are deleted (removed in the next step).
         let admissions = &self.admissions;

@@ -216,7 +216,7 @@ fn corral_preempts_and_requeues_through_the_control_plane() {
     assert_eq!(p.events.get("Preempted"), Some(&1), "{:?}", p.events);
     assert_eq!(p.events.get("Requeued"), Some(&1), "{:?}", p.events);
     assert!(p.rejected.is_empty());
-    assert_eq!(p.unsettled_rounds, 0);
+    assert_eq!(p.unsettled_cycles, 0);
     let plane = p.plane().expect("the plane");
     let a = plane.job("sim/job-0").expect("A is still known");
     assert_eq!(a.status.as_ref().map(|s| s.preemption_count), Some(1));
@@ -226,4 +226,18 @@ fn corral_preempts_and_requeues_through_the_control_plane() {
     // 3700..4200.
     let held: f64 = plane.ledger().queues()["default"].values().sum();
     assert!((held - 10_600.0).abs() < 1e-6, "{held}");
+}
+
+#[test]
+fn corral_more_cycles_per_round_change_nothing_when_nothing_else_fits() {
+    // With one GPU a preempted job has nowhere else to go: further cycles in the same round
+    // (as a shell that ticks faster than the round) admit nothing more.
+    use corral_sim::corral_policy::CorralPolicy;
+    let jobs = vec![job(0, 0.0, 10_000.0), job(1, 3650.0, 500.0)];
+    let mut p = CorralPolicy::default();
+    p.cycles_per_round = 3;
+    let (r, m) = run_policy(&jobs, &one_gpu(), &mut p, &cfg(100.0), &mut |_| {}).unwrap();
+    assert!((r.states[0].finished_at.unwrap() - 10_630.0).abs() < 1e-6);
+    assert_eq!((m.preemptions, m.restarts, m.migrations), (1, 1, 0));
+    assert_eq!(p.events.get("Admitted"), Some(&3), "{:?}", p.events);
 }
