@@ -1,69 +1,270 @@
-//! The one adapter between the simulator and corral-core's scheduler. Every call into
-//! `corral_core::sched` is in this file, so that changes to the core's API touch only it.
+//! Corral's policy in the simulator: the production control plane
+//! ([`corral_core::control::ControlPlane`]: scheduler, lifecycle, ledger of attained service,
+//! pending reasons, events) driven by a simulated executor, the simulator's third shell
+//! beside the embedded cluster and the Kubernetes operator. Every call into corral-core is
+//! in this file.
 //!
 //! The simulated cluster becomes a `ClusterSnapshot` (one node per simulated node, a pool
 //! per GPU type, one queue per team with unlimited quota in every pool, so that ordering is
-//! the core's: priority, then the queue with the lowest dominant share, then submit time).
-//! A job is a gang of `gpus` one-GPU replicas with its measured throughput per GPU type
-//! (the core scores pools by it). At each round boundary the adapter reports every active
-//! job's attained service (GPU-seconds held per type, weighted by the job's throughput
-//! there relative to its fastest type) and calls `cycle(now)`; it applies admissions,
-//! preemptions and moves (rebalancing, which the engine charges as migrations) exactly as
-//! the core decides, and calls `finish` when a job completes.
+//! the core's: priority, then the queue with the lowest dominant share, then least attained
+//! service, then submit time). A job becomes a `TrainingJob` in namespace `sim`: one
+//! `worker` role of `gpus` one-GPU replicas restricted to the GPU types where it makes
+//! progress, in its team's queue, submitted with its measured throughput per GPU type as a
+//! scheduling hint (the core scores pools by it and weighs attained service by it).
+//!
+//! The executor runs replicas on the simulated clock: a start takes effect at once, a stop
+//! too (the grace period is part of the engine's restart cost), and a replica exits with
+//! success when the engine says the job's work is done. Each round it reports what
+//! finished, steps the plane once (one scheduler cycle: the round is the scheduling
+//! interval, as in Gavel's mechanism) and then applies the plane's actions, reports the
+//! replicas' new phases and settles the plane until it asks for nothing more (bounded), the
+//! way a production shell applies and observes between ticks: a preempted job is back in
+//! its queue for the next round's cycle, and a moved job starts on its new placement within
+//! the same round. Finished jobs are deleted once the plane has released them. A job runs
+//! in a round when it holds an admission and every replica of it runs where that admission
+//! placed it; the engine charges restart cost and checkpoint loss when that changes. The
+//! executor never feeds the scheduler anything a production shell does not: attained
+//! service comes from the plane's own ledger.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use corral_core::sched::{
-    ClusterSnapshot, JobRequest, Node, PoolQuota, QueueConfig, ReplicaGroup, ResourceAmount,
-    Scheduler, SchedulerConfig,
+use corral_api::TrainingJob;
+use corral_api::training_job::{
+    Framework, ReplicaSpec, ReplicaTemplate, Resources, RestartPolicy, Role, TrainingJobSpec,
 };
+use corral_core::control::{
+    Change, ControlConfig, ControlPlane, HeldAdmission, JobRecord, SchedulingHints, Step,
+};
+use corral_core::lifecycle::{
+    Action, FailureReason, Incarnation, ObservedReplica, ReplicaId, ReplicaPhase,
+};
+use corral_core::sched::{
+    ClusterSnapshot, Node, PoolQuota, QueueConfig, ReplicaPlacement, ResourceAmount,
+};
+use jiff::Timestamp;
 
 use crate::cluster::Cluster;
-use crate::engine::EngineConfig;
 use crate::job::SimJob;
-use crate::policy::{Assignment, Policy, RoundCtx};
+use crate::round::{Assignment, EngineConfig, Policy, RoundCtx};
 
+/// The namespace of every simulated job.
+const NAMESPACE: &str = "sim";
+
+/// Settles after a step at most: a step's decisions are carried out in two or three
+/// (a preempted job's replicas stop, then it is requeued; a moved job's replicas stop,
+/// then start on the new placement).
+const MAX_SETTLES_PER_CYCLE: usize = 10;
+
+/// What the executor runs of one job: replica incarnations that run, with their placement.
+type Live = BTreeMap<(ReplicaId, Incarnation), ReplicaPlacement>;
+
+#[derive(Default)]
 pub struct CorralPolicy {
-    sched: Option<Scheduler>,
+    plane: Option<ControlPlane>,
     node_index: HashMap<String, usize>,
     type_index: HashMap<String, usize>,
     types: Vec<String>,
-    /// Running jobs: job -> (type, (node, GPUs)).
+    /// Admissions as the plane announced them ([`Change::Admission`]), by job.
+    admissions: HashMap<usize, HeldAdmission>,
+    /// Running replicas by job.
+    live: HashMap<usize, Live>,
+    /// Jobs whose work is done, until the plane has released their admission (then they
+    /// are deleted, so that finished jobs cost the plane nothing).
+    finished: Vec<usize>,
+    /// Jobs whose admission or replicas changed this round.
+    touched: BTreeSet<usize>,
+    /// What runs: job -> (GPU type, (node, GPUs)).
     running: BTreeMap<usize, (usize, Vec<(usize, u32)>)>,
-    /// Submissions the core refused (they never run).
+    /// Submissions the plane refused (they never run).
     pub rejected: Vec<(usize, String)>,
-    /// The core's settings: by default the core's defaults with in-place moves (the
-    /// engine restarts a moved job on its new GPUs and charges it as a migration).
-    pub config: SchedulerConfig,
+    /// Events the plane reported, counted by reason (`Admitted`, `Preempted`, ...).
+    pub events: BTreeMap<&'static str, u64>,
+    /// Plane steps and settles taken, and cycles after which the plane had still not
+    /// settled (the bound hit).
+    pub steps: u64,
+    pub unsettled_cycles: u64,
+    /// Scheduler cycles per round (`ControlPlane::step`), 0 counting as 1. One, the
+    /// default: the plane decides once per round, as in Gavel's round-based mechanism.
+    /// More: further cycles at the same instant while the previous one acted, as a shell
+    /// that ticks much faster than the round would run them (a preempted job is then
+    /// re-admitted elsewhere, or preempts in turn, within the round).
+    pub cycles_per_round: u32,
+    /// The control plane's settings: the defaults, as a cluster with no configuration runs
+    /// (the plane always moves jobs in place).
+    pub config: ControlConfig,
 }
 
-impl Default for CorralPolicy {
-    fn default() -> Self {
-        CorralPolicy {
-            sched: None,
-            node_index: HashMap::new(),
-            type_index: HashMap::new(),
-            types: Vec::new(),
-            running: BTreeMap::new(),
-            rejected: Vec::new(),
-            config: SchedulerConfig {
-                move_in_place: true,
-                ..SchedulerConfig::default()
-            },
-        }
-    }
+fn job_name(job: usize) -> String {
+    format!("job-{job}")
 }
 
 fn key(job: usize) -> String {
-    format!("sim/{job}")
+    format!("{NAMESPACE}/{}", job_name(job))
 }
 
 fn parse_key(k: &str) -> Option<usize> {
-    k.strip_prefix("sim/")?.parse().ok()
+    k.strip_prefix(NAMESPACE)?
+        .strip_prefix("/job-")?
+        .parse()
+        .ok()
 }
 
 fn ms(s: f64) -> u64 {
     (s.max(0.0) * 1000.0).round() as u64
+}
+
+/// The simulated clock as the plane sees it: `s` seconds since the start of the trace are
+/// `s` seconds since the Unix epoch.
+fn timestamp(s: f64) -> Timestamp {
+    i64::try_from(ms(s))
+        .ok()
+        .and_then(|m| Timestamp::from_millisecond(m).ok())
+        .unwrap_or(Timestamp::MAX)
+}
+
+/// The TrainingJob a trace's job becomes: `gpus` one-GPU workers on the types in `types`.
+fn training_job(job: usize, spec: &SimJob, types: Vec<String>) -> TrainingJob {
+    let worker = ReplicaSpec {
+        count: spec.gpus,
+        resources: Resources {
+            gpu: 1,
+            gpu_types: types,
+            ..Resources::default()
+        },
+        template: ReplicaTemplate {
+            command: vec!["train".to_string()],
+            ..ReplicaTemplate::default()
+        },
+        // A simulated replica exits only when the job's work is done or Corral stops it.
+        restart_policy: Some(RestartPolicy::Never),
+    };
+    let mut tj = TrainingJob::new(
+        &job_name(job),
+        TrainingJobSpec {
+            framework: Framework::Generic,
+            replicas: BTreeMap::from([(Role::Worker, worker)]),
+            run_policy: Default::default(),
+            success_policy: None,
+            queue: Some(spec.queue.clone()),
+            priority_class: None,
+            elastic: None,
+            nproc_per_node: None,
+            mpi: None,
+            port: None,
+        },
+    );
+    tj.metadata.namespace = Some(NAMESPACE.to_string());
+    tj
+}
+
+impl CorralPolicy {
+    /// The plane, once [`Policy::init`] has built it.
+    pub fn plane(&self) -> Option<&ControlPlane> {
+        self.plane.as_ref()
+    }
+
+    /// Records what a step asks to persist and counts its events.
+    fn record(&mut self, step: &Step) {
+        for c in &step.changes {
+            match c {
+                Change::Admission { job, admission } => {
+                    let Some(j) = parse_key(job) else { continue };
+                    match admission {
+                        Some(a) => self.admissions.insert(j, a.clone()),
+                        None => self.admissions.remove(&j),
+                    };
+                    self.touched.insert(j);
+                }
+                Change::Removed { job } => {
+                    if let Some(j) = parse_key(job) {
+                        self.admissions.remove(&j);
+                        self.live.remove(&j);
+                        self.touched.insert(j);
+                    }
+                }
+                Change::Status { .. } | Change::Deleting { .. } => {}
+            }
+        }
+        for e in &step.events {
+            *self.events.entry(e.reason).or_default() += 1;
+        }
+    }
+
+    /// Records a step and carries out its actions. Returns whether there were any.
+    fn carry_out(&mut self, plane: &mut ControlPlane, step: Step) -> bool {
+        self.steps += 1;
+        self.record(&step);
+        let acted = !step.actions.is_empty();
+        for a in step.actions {
+            if let Some(j) = parse_key(&a.job) {
+                self.touched.insert(j);
+            }
+            Self::apply(plane, &mut self.live, &a.job, a.action);
+        }
+        acted
+    }
+
+    /// Carries out one start or stop at once and reports the replica's new phase.
+    fn apply(plane: &mut ControlPlane, live: &mut HashMap<usize, Live>, job: &str, action: Action) {
+        let Some(j) = parse_key(job) else { return };
+        match action {
+            Action::Start {
+                replica,
+                incarnation,
+                placement,
+            } => {
+                live.entry(j)
+                    .or_default()
+                    .insert((replica, incarnation), placement);
+                plane.observe(
+                    job,
+                    ObservedReplica::new(replica, incarnation, ReplicaPhase::Running),
+                );
+            }
+            Action::Stop {
+                replica,
+                incarnation,
+                delete,
+                ..
+            } => {
+                if let Some(l) = live.get_mut(&j) {
+                    l.remove(&(replica, incarnation));
+                }
+                if delete {
+                    plane.forget_replica(job, replica, incarnation);
+                } else {
+                    // SIGTERM: the replica checkpoints within its grace period and exits.
+                    let phase = ReplicaPhase::Failed {
+                        exit_code: 143,
+                        reason: FailureReason::Error,
+                    };
+                    plane.observe(job, ObservedReplica::new(replica, incarnation, phase));
+                }
+            }
+            // The plane handles requeue, release and deletion itself.
+            Action::Requeue | Action::Release | Action::DeleteJob => {}
+        }
+    }
+
+    /// Where a job runs now: it holds an admission and every replica runs where the
+    /// admission placed it.
+    fn runs(&self, j: usize) -> Option<(usize, Vec<(usize, u32)>)> {
+        let a = &self.admissions.get(&j)?.admission;
+        let live = self.live.get(&j)?;
+        if live.len() != a.placements.len() || !live.values().all(|p| a.placements.contains(p)) {
+            return None;
+        }
+        let mut per_node: BTreeMap<usize, u32> = BTreeMap::new();
+        for p in &a.placements {
+            let n = *self.node_index.get(&p.node)?;
+            *per_node.entry(n).or_default() += p.gpu_indices.len() as u32;
+        }
+        let ty = match a.gpu_type.as_ref() {
+            Some(t) => *self.type_index.get(t)?,
+            None => return None,
+        };
+        Some((ty, per_node.into_iter().collect()))
+    }
 }
 
 impl Policy for CorralPolicy {
@@ -123,9 +324,9 @@ impl Policy for CorralPolicy {
             queues,
             running: Vec::new(),
         };
-        let sched = Scheduler::new(&snapshot, self.config.clone())
-            .map_err(|e| format!("corral scheduler: {e}"))?;
-        self.sched = Some(sched);
+        let plane = ControlPlane::new(snapshot, self.config.clone())
+            .map_err(|e| format!("corral control plane: {e}"))?;
+        self.plane = Some(plane);
         self.node_index = cluster
             .nodes
             .iter()
@@ -143,96 +344,93 @@ impl Policy for CorralPolicy {
     }
 
     fn on_arrival(&mut self, job: usize, spec: &SimJob, tput: &[f64]) {
-        let Some(sched) = self.sched.as_mut() else {
+        let Some(plane) = self.plane.as_mut() else {
             return;
         };
-        let allowed: Vec<String> = self
-            .types
-            .iter()
-            .zip(tput)
-            .filter(|(_, v)| **v > 0.0)
-            .map(|(t, _)| t.clone())
-            .collect();
-        let throughput = self
+        let throughput: BTreeMap<String, f64> = self
             .types
             .iter()
             .zip(tput)
             .filter(|(_, v)| **v > 0.0)
             .map(|(t, v)| (t.clone(), *v))
             .collect();
-        let req = JobRequest {
-            key: key(job),
-            queue: spec.queue.clone(),
-            priority: 0,
-            submit_time: ms(spec.arrival_s),
-            groups: vec![ReplicaGroup {
-                role: "worker".into(),
-                count: spec.gpus,
-                cpu_milli: 0,
-                memory_bytes: 0,
-                gpu: 1,
-                allowed_gpu_types: allowed,
-                extended: BTreeMap::new(),
-            }],
-            throughput,
-            preemptible: true,
-            node_selector: BTreeMap::new(),
-            tolerations: Vec::new(),
+        let allowed = throughput.keys().cloned().collect();
+        let record = JobRecord {
+            job: training_job(job, spec, allowed),
+            uid: format!("sim-{job}"),
+            submitted: ms(spec.arrival_s),
+            hints: SchedulingHints {
+                throughput,
+                ..SchedulingHints::default()
+            },
         };
-        if let Err(e) = sched.submit(req) {
+        if let Err(e) = plane.submit(record) {
             self.rejected.push((job, e.to_string()));
         }
     }
 
     fn on_finish(&mut self, job: usize) {
-        self.running.remove(&job);
-        if let Some(s) = self.sched.as_mut() {
-            s.finish(&key(job));
+        let Some(plane) = self.plane.as_mut() else {
+            return;
+        };
+        // Every replica exits 0: the job's work is done.
+        let k = key(job);
+        if let Some(live) = self.live.remove(&job) {
+            for (replica, incarnation) in live.into_keys() {
+                plane.observe(
+                    &k,
+                    ObservedReplica::new(replica, incarnation, ReplicaPhase::Succeeded),
+                );
+            }
         }
+        self.running.remove(&job);
+        self.finished.push(job);
+        self.touched.insert(job);
     }
 
     fn schedule(&mut self, ctx: &RoundCtx) -> Vec<Assignment> {
-        let Some(sched) = self.sched.as_mut() else {
+        let Some(mut plane) = self.plane.take() else {
             return Vec::new();
         };
-        for &j in ctx.active {
-            let best = ctx.tput[j].iter().copied().fold(0.0f64, f64::max);
-            if best <= 0.0 {
-                continue;
-            }
-            let st = &ctx.state[j];
-            let weighted: f64 = st
-                .held_s_on
-                .iter()
-                .zip(&ctx.tput[j])
-                .map(|(s, v)| s * v / best)
-                .sum();
-            sched.set_attained_service(&key(j), weighted * f64::from(ctx.jobs[j].gpus));
-        }
-        let out = sched.cycle(ms(ctx.now));
-        for p in &out.preempted {
-            if let Some(j) = parse_key(&p.job) {
-                self.running.remove(&j);
-            }
-        }
-        for a in out.admitted.iter().chain(&out.moved) {
-            let Some(j) = parse_key(&a.job) else { continue };
-            let mut per_node: BTreeMap<usize, u32> = BTreeMap::new();
-            let mut ty = a
-                .gpu_type
-                .as_ref()
-                .and_then(|t| self.type_index.get(t).copied());
-            for r in &a.placements {
-                if let Some(&n) = self.node_index.get(&r.node) {
-                    *per_node.entry(n).or_default() += r.gpu_indices.len() as u32;
-                    if ty.is_none() {
-                        ty = Some(ctx.cluster.nodes[n].gpu_type);
-                    }
+        let now = timestamp(ctx.now);
+        for _ in 0..self.cycles_per_round.max(1) {
+            let step = plane.step(now);
+            let mut acted = !step.actions.is_empty();
+            let mut last = self.carry_out(&mut plane, step);
+            // Apply, report, settle, until the plane asks nothing more: stopped replicas
+            // hand a preempted job back to its queue, a moved job starts on its new
+            // placement.
+            let mut settles = 0;
+            while last || plane.unsettled() > 0 {
+                if settles == MAX_SETTLES_PER_CYCLE {
+                    self.unsettled_cycles += 1;
+                    break;
                 }
+                settles += 1;
+                let step = plane.settle(now);
+                acted |= !step.actions.is_empty();
+                last = self.carry_out(&mut plane, step);
             }
-            if let Some(t) = ty {
-                self.running.insert(j, (t, per_node.into_iter().collect()));
+            if !acted {
+                break;
             }
+        }
+        // Finished jobs the plane has released are deleted (removed in the next step).
+        let admissions = &self.admissions;
+        self.finished.retain(|&j| {
+            if admissions.contains_key(&j) {
+                return true;
+            }
+            // A job the plane no longer knows is gone already.
+            let _ = plane.delete(&key(j));
+            false
+        });
+        self.plane = Some(plane);
+        for j in std::mem::take(&mut self.touched) {
+            match self.runs(j) {
+                Some(r) => self.running.insert(j, r),
+                None => self.running.remove(&j),
+            };
         }
         self.running
             .iter()

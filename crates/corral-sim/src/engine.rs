@@ -15,64 +15,8 @@
 
 use crate::cluster::Cluster;
 use crate::job::SimJob;
-use crate::policy::{Assignment, Policy, RoundCtx};
-
-/// Simulation settings.
-#[derive(Clone, Debug, PartialEq)]
-pub struct EngineConfig {
-    pub round_s: f64,
-    /// Seconds of no progress when a preempted or migrated job starts again.
-    pub restart_s: f64,
-    /// Productive seconds between checkpoints; 0 (default) = the job checkpoints when it is
-    /// stopped (Corral's SIGTERM grace period, part of `restart_s`) and loses nothing.
-    pub checkpoint_s: f64,
-    /// Seed for policies that draw random numbers.
-    pub seed: u64,
-}
-
-impl Default for EngineConfig {
-    fn default() -> Self {
-        EngineConfig {
-            round_s: 360.0,
-            restart_s: 30.0,
-            checkpoint_s: 0.0,
-            seed: 0,
-        }
-    }
-}
-
-/// Where a job runs: its GPU type and `(node index, GPUs)` per node.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Placement {
-    pub gpu_type: usize,
-    pub nodes: Vec<(usize, u32)>,
-}
-
-/// What the engine tracks for one job; policies read it.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct JobState {
-    pub done_steps: f64,
-    /// GPU-seconds held so far (attained service, for LAS).
-    pub attained_gpu_s: f64,
-    /// Seconds held per GPU type (parallel to [`Cluster::types`]).
-    pub held_s_on: Vec<f64>,
-    /// Placement in the last round (None: not running).
-    pub current: Option<Placement>,
-    pub started_at: Option<f64>,
-    pub finished_at: Option<f64>,
-    /// Productive seconds since the job last (re)started, for checkpoint loss.
-    seg_run_s: f64,
-    restart_pending: bool,
-    pub preemptions: u32,
-    pub migrations: u32,
-    pub restarts: u32,
-    /// Sum over rounds the job was active of the number of active jobs, and that count
-    /// (for finish-time fairness).
-    pub contention_sum: f64,
-    pub active_rounds: u32,
-    /// The job can run on no GPU type of the cluster (too many GPUs, no throughput).
-    pub unschedulable: bool,
-}
+use crate::round::{Assignment, Policy, RoundCtx};
+pub use crate::round::{EngineConfig, JobState, Placement};
 
 /// One sample per round.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]

@@ -1,5 +1,5 @@
 //! `corral-sim`: replays real GPU-cluster traces through scheduling policies - Corral's own
-//! scheduler core and faithful baselines - on a simulated clock and cluster.
+//! control plane and faithful baselines - on a simulated clock and cluster.
 //!
 //! Deterministic: no wall clock, no threads, no hash-map iteration order in decisions; the
 //! only randomness is a seeded RNG (Gavel's FIFO picks a random GPU type). Timing and
@@ -7,8 +7,11 @@
 //!
 //! Layout: [`trace`] parses traces into [`SimJob`]s, [`cluster`] builds the simulated
 //! cluster, [`engine`] advances a round-based clock (job progress in steps, restart cost and
-//! checkpoint loss on preemption), [`policy`] holds the policies ([`corral_policy`] is the
-//! one adapter to corral-core's scheduler), [`metrics`] and [`report`] summarise.
+//! checkpoint loss on preemption), [`round`] is what the engine and a policy exchange at a
+//! round boundary, [`policy`] holds the policies ([`corral_policy`] is the simulated
+//! executor around corral-core's control plane), [`metrics`] and [`report`] summarise.
+//! Dependencies form a tree: `engine`, `policy` and `corral_policy` depend on `round`,
+//! never on each other (`policy` names `corral_policy` only to build it).
 
 pub mod cluster;
 pub mod corral_policy;
@@ -18,13 +21,15 @@ pub mod job;
 pub mod metrics;
 pub mod policy;
 pub mod report;
+pub mod round;
 pub mod trace;
 
 pub use cluster::{Cluster, ClusterSpec};
-pub use engine::{EngineConfig, SimResult, simulate};
+pub use engine::{SimResult, simulate};
 pub use job::{SimJob, Throughput};
 pub use metrics::PolicyMetrics;
-pub use policy::{Policy, PolicyKind};
+pub use policy::PolicyKind;
+pub use round::{EngineConfig, Policy};
 
 /// Runs one policy and summarises it.
 pub fn run_policy(

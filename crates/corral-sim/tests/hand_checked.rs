@@ -192,3 +192,52 @@ fn gandiva_migrates_a_job_to_make_room_for_a_two_gpu_job() {
     assert_eq!((m.preemptions, m.migrations), (0, 1));
     assert_eq!(r.states[1].migrations, 1);
 }
+
+#[test]
+fn corral_preempts_and_requeues_through_the_control_plane() {
+    // The LAS trace above, run by the production control plane. At 3700 A has held 3700
+    // GPU-s by the plane's ledger (least-attained-service level 1), B none: B preempts A.
+    // A's replica stops, A re-enters its queue in the same round and waits; B runs
+    // 3700..4200; A restarts at 4200, pays 30 s, has 6400 s left (checkpoint at 3600): done
+    // at 10630.
+    use corral_sim::corral_policy::CorralPolicy;
+    let jobs = vec![job(0, 0.0, 10_000.0), job(1, 3650.0, 500.0)];
+    let mut p = CorralPolicy::default();
+    let (r, m) = run_policy(&jobs, &one_gpu(), &mut p, &cfg(100.0), &mut |_| {}).unwrap();
+    assert!((r.states[1].finished_at.unwrap() - 4200.0).abs() < 1e-6);
+    assert!(
+        (r.states[0].finished_at.unwrap() - 10_630.0).abs() < 1e-6,
+        "{:?}",
+        r.states[0].finished_at
+    );
+    assert_eq!((m.preemptions, m.restarts, m.migrations), (1, 1, 0));
+    // What the plane said: A admitted twice, B once; one preemption, one requeue.
+    assert_eq!(p.events.get("Admitted"), Some(&3), "{:?}", p.events);
+    assert_eq!(p.events.get("Preempted"), Some(&1), "{:?}", p.events);
+    assert_eq!(p.events.get("Requeued"), Some(&1), "{:?}", p.events);
+    assert!(p.rejected.is_empty());
+    assert_eq!(p.unsettled_cycles, 0);
+    let plane = p.plane().expect("the plane");
+    let a = plane.job("sim/job-0").expect("A is still known");
+    assert_eq!(a.status.as_ref().map(|s| s.preemption_count), Some(1));
+    // B finished and was deleted: finished jobs cost the plane nothing.
+    assert!(plane.job("sim/job-1").is_none());
+    // The ledger counted what each held: A 0..3700 and 4200..10600 (the last step), B
+    // 3700..4200.
+    let held: f64 = plane.ledger().queues()["default"].values().sum();
+    assert!((held - 10_600.0).abs() < 1e-6, "{held}");
+}
+
+#[test]
+fn corral_more_cycles_per_round_change_nothing_when_nothing_else_fits() {
+    // With one GPU a preempted job has nowhere else to go: further cycles in the same round
+    // (as a shell that ticks faster than the round) admit nothing more.
+    use corral_sim::corral_policy::CorralPolicy;
+    let jobs = vec![job(0, 0.0, 10_000.0), job(1, 3650.0, 500.0)];
+    let mut p = CorralPolicy::default();
+    p.cycles_per_round = 3;
+    let (r, m) = run_policy(&jobs, &one_gpu(), &mut p, &cfg(100.0), &mut |_| {}).unwrap();
+    assert!((r.states[0].finished_at.unwrap() - 10_630.0).abs() < 1e-6);
+    assert_eq!((m.preemptions, m.restarts, m.migrations), (1, 1, 0));
+    assert_eq!(p.events.get("Admitted"), Some(&3), "{:?}", p.events);
+}

@@ -33,8 +33,8 @@ use std::collections::BTreeMap;
 
 use super::{Assignment, Policy, RoundCtx};
 use crate::cluster::Cluster;
-use crate::engine::EngineConfig;
 use crate::job::SimJob;
+use crate::round::EngineConfig;
 
 /// How good a placement is (smaller is better): nodes, GPUs left free on them, the type's
 /// free GPUs (more first), the type.

@@ -17,8 +17,8 @@ use microlp::{ComparisonOp, OptimizationDirection, Problem};
 
 use super::{Assignment, Policy, RoundCtx};
 use crate::cluster::Cluster;
-use crate::engine::EngineConfig;
 use crate::job::SimJob;
+use crate::round::EngineConfig;
 use corral_core::sched::workload::Rng;
 
 pub struct MaxMin {

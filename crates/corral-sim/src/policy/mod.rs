@@ -8,65 +8,13 @@ pub mod las;
 pub mod sjf;
 
 use crate::cluster::Cluster;
-use crate::engine::{EngineConfig, JobState};
-use crate::job::SimJob;
-
-/// What a policy sees at a round boundary.
-pub struct RoundCtx<'a> {
-    /// Seconds since the start of the trace.
-    pub now: f64,
-    pub round_s: f64,
-    pub jobs: &'a [SimJob],
-    pub state: &'a [JobState],
-    /// Jobs that arrived and are not done, in arrival order.
-    pub active: &'a [usize],
-    pub cluster: &'a Cluster,
-    /// `tput[job][type]` in steps/s, 0 where the job cannot run.
-    pub tput: &'a [Vec<f64>],
-    /// A job arrived or finished since the last round.
-    pub changed: bool,
-}
-
-/// Run `job` on `gpu_type` this round; `placement` gives `(node index, GPUs)` or leaves
-/// the choice of nodes to the engine.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Assignment {
-    pub job: usize,
-    pub gpu_type: usize,
-    pub placement: Option<Vec<(usize, u32)>>,
-}
-
-impl Assignment {
-    pub fn on(job: usize, gpu_type: usize) -> Self {
-        Assignment {
-            job,
-            gpu_type,
-            placement: None,
-        }
-    }
-}
-
-/// A scheduling policy.
-pub trait Policy {
-    fn name(&self) -> String;
-    fn init(
-        &mut self,
-        _cluster: &Cluster,
-        _jobs: &[SimJob],
-        _tput: &[Vec<f64>],
-        _cfg: &EngineConfig,
-    ) -> Result<(), String> {
-        Ok(())
-    }
-    fn on_arrival(&mut self, _job: usize, _spec: &SimJob, _tput: &[f64]) {}
-    fn on_finish(&mut self, _job: usize) {}
-    fn schedule(&mut self, ctx: &RoundCtx) -> Vec<Assignment>;
-}
+pub use crate::round::{Assignment, Policy, RoundCtx};
 
 /// Policies by name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum PolicyKind {
-    /// Corral's scheduler core (corral-core `Scheduler`), unchanged.
+    /// Corral's production control plane (corral-core `ControlPlane`: scheduler, lifecycle,
+    /// ledger), driven by a simulated executor.
     Corral,
     /// Gavel's FIFO: arrival order, random GPU type, never preempts.
     Fifo,
