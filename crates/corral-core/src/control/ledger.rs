@@ -18,38 +18,34 @@ pub struct Ledger {
 }
 
 impl Ledger {
-    /// Time passes: every job in `holding` (key, queue, GPU type, GPUs) held its GPUs from
-    /// the last call until `now`. Time never runs backwards here: an earlier `now` counts
-    /// nothing.
-    pub(crate) fn accrue<'a>(
-        &mut self,
-        now: Millis,
-        holding: impl Iterator<Item = (&'a str, &'a str, Option<&'a str>, u64)>,
-    ) {
-        let from = self.counted_to.unwrap_or(now);
-        self.counted_to = Some(now.max(from));
+    /// Time passes: returns the seconds since the last call (`None` when none passed, or
+    /// on the first call, which only starts the count). Time never runs backwards here.
+    pub(crate) fn advance(&mut self, now: Millis) -> Option<f64> {
+        let from = self
+            .counted_to
+            .replace(now.max(self.counted_to.unwrap_or(now)))?;
         let seconds = now.saturating_sub(from) as f64 / 1000.0;
-        if seconds <= 0.0 {
+        (seconds > 0.0).then_some(seconds)
+    }
+
+    /// A job of `queue` held `gpu_s` GPU-seconds of `gpu_type` (allocating only for keys
+    /// it sees for the first time: this runs for every admitted job at every step).
+    pub(crate) fn add(&mut self, job: &str, queue: &str, gpu_type: Option<&str>, gpu_s: f64) {
+        if gpu_s <= 0.0 {
             return;
         }
-        for (job, queue, gpu_type, gpus) in holding {
-            if gpus == 0 {
-                continue;
-            }
-            let gpu_s = gpus as f64 * seconds;
-            let ty = gpu_type.unwrap_or("");
-            *self
-                .jobs
-                .entry(job.to_string())
-                .or_default()
-                .entry(ty.to_string())
-                .or_default() += gpu_s;
-            *self
-                .queues
-                .entry(queue.to_string())
-                .or_default()
-                .entry(ty.to_string())
-                .or_default() += gpu_s;
+        let ty = gpu_type.unwrap_or("");
+        if !self.jobs.contains_key(job) {
+            self.jobs.insert(job.to_string(), ServiceByType::new());
+        }
+        if let Some(by_type) = self.jobs.get_mut(job) {
+            bump(by_type, ty, gpu_s);
+        }
+        if !self.queues.contains_key(queue) {
+            self.queues.insert(queue.to_string(), ServiceByType::new());
+        }
+        if let Some(by_type) = self.queues.get_mut(queue) {
+            bump(by_type, ty, gpu_s);
         }
     }
 
@@ -97,17 +93,16 @@ mod tests {
     #[test]
     fn service_accrues_per_job_queue_and_type() {
         let mut l = Ledger::default();
-        l.accrue(1_000, std::iter::empty());
-        l.accrue(
-            11_000,
-            [("a/j", "a", Some("V100"), 2), ("b/k", "b", None, 1)].into_iter(),
-        );
+        assert_eq!(l.advance(1_000), None);
+        let seconds = l.advance(11_000).expect("ten seconds");
+        l.add("a/j", "a", Some("V100"), 2.0 * seconds);
+        l.add("b/k", "b", None, seconds);
         assert_eq!(l.job("a/j").and_then(|s| s.get("V100")), Some(&20.0));
         assert_eq!(l.job("b/k").and_then(|s| s.get("")), Some(&10.0));
         assert_eq!(l.queues()["a"]["V100"], 20.0);
         // Backwards time counts nothing.
-        l.accrue(5_000, [("a/j", "a", Some("V100"), 2)].into_iter());
-        assert_eq!(l.job("a/j").and_then(|s| s.get("V100")), Some(&20.0));
+        assert_eq!(l.advance(5_000), None);
+        assert_eq!(l.advance(11_000), None);
     }
 
     #[test]
@@ -120,5 +115,14 @@ mod tests {
         let tput = [("K80".to_string(), 1.0), ("V100".to_string(), 3.0)].into();
         assert!((l.weighted("j", &tput) - 200.0).abs() < 1e-9);
         assert_eq!(l.weighted("j", &BTreeMap::new()), 400.0);
+    }
+}
+
+fn bump(by_type: &mut ServiceByType, ty: &str, gpu_s: f64) {
+    match by_type.get_mut(ty) {
+        Some(v) => *v += gpu_s,
+        None => {
+            by_type.insert(ty.to_string(), gpu_s);
+        }
     }
 }

@@ -20,6 +20,9 @@ use crate::sched::{
     ResourceAmount, RunningJob, SchedError, Scheduler, SchedulerConfig, priority_of,
 };
 
+/// How often at most a waiting job's reason is rewritten when only its numbers change.
+const REASON_REFRESH_MS: Millis = 30_000;
+
 /// Settings of the control plane: the same in every shell for the same cluster.
 #[derive(Clone, Debug, Default)]
 pub struct ControlConfig {
@@ -211,6 +214,8 @@ struct Entry {
     pending: Option<PendingReason>,
     /// The kinds of blockers the last `Pending` event named.
     announced: Vec<&'static str>,
+    /// When the reason was last written into the status (in memory only).
+    reason_written: Option<Millis>,
     deleting: bool,
 }
 
@@ -423,7 +428,7 @@ impl ControlPlane {
             plane.enqueue_if_waiting(&key, &mut step);
             plane.unsettled.insert(key);
         }
-        plane.ledger.accrue(millis(now), std::iter::empty());
+        plane.ledger.advance(millis(now));
         Ok((plane, step))
     }
 
@@ -454,6 +459,7 @@ impl ControlPlane {
             standing: Standing::Out,
             pending: None,
             announced: Vec::new(),
+            reason_written: None,
             deleting: false,
         }
     }
@@ -618,26 +624,27 @@ impl ControlPlane {
         }
     }
 
+    /// Counts the GPU-seconds every admitted job held since the last step, and hands each
+    /// its attained service; one pass over the admitted jobs, nothing when no time passed.
     fn accrue(&mut self, now: Millis) {
-        let jobs = &self.jobs;
-        let holding = self.holding.iter().filter_map(|key| {
-            let e = jobs.get(key)?;
-            let a = match &e.standing {
-                Standing::Admitted(a) | Standing::Moving { to: a, .. } => a,
-                _ => return None,
-            };
-            Some((
-                key.as_str(),
-                e.job.spec.queue_name(),
-                a.admission.gpu_type.as_deref(),
-                a.gpus(),
-            ))
-        });
-        self.ledger.accrue(now, holding);
+        let Some(seconds) = self.ledger.advance(now) else {
+            return;
+        };
         for key in &self.holding {
             let Some(e) = self.jobs.get(key) else {
                 continue;
             };
+            let a = match &e.standing {
+                Standing::Admitted(a) | Standing::Moving { to: a, .. } => a,
+                _ => continue,
+            };
+            let gpu_s = a.gpus() as f64 * seconds;
+            self.ledger.add(
+                key,
+                e.job.spec.queue_name(),
+                a.admission.gpu_type.as_deref(),
+                gpu_s,
+            );
             if let (Standing::Admitted(_), Ok(r)) = (&e.standing, &e.request) {
                 let service = self.ledger.weighted(key, &r.throughput);
                 self.scheduler.set_attained_service(key, service);
@@ -871,14 +878,20 @@ impl ControlPlane {
         {
             let text = reason.to_string();
             let old_text = conditions::get(old, ConditionType::Queued).map(|c| c.message.as_str());
-            if old_text != Some(text.as_str()) {
-                // An event when what blocks the job changes, not each time a number in
-                // the reason does (free GPUs move all the time).
-                let kinds = blocker_kinds(reason);
-                if e.announced != kinds {
+            let kinds = blocker_kinds(reason);
+            let news = e.announced != kinds;
+            // Free GPUs and quota use move all the time: a reason whose numbers changed is
+            // written at most every REASON_REFRESH (a status write each, for every waiting
+            // job), one that names another blocker at once.
+            let due = e
+                .reason_written
+                .is_none_or(|t| millis(now).saturating_sub(t) >= REASON_REFRESH_MS);
+            if old_text != Some(text.as_str()) && (news || due) {
+                if news {
                     step.event(key, EventType::Normal, event_reason::PENDING, text.clone());
                     e.announced = kinds;
                 }
+                e.reason_written = Some(millis(now));
                 let c_reason = conditions::get(status, ConditionType::Queued)
                     .map(|c| c.reason.clone())
                     .unwrap_or_else(|| conditions::reason::QUEUED.to_string());
