@@ -86,6 +86,15 @@ impl Ledger {
     }
 }
 
+fn bump(by_type: &mut ServiceByType, ty: &str, gpu_s: f64) {
+    match by_type.get_mut(ty) {
+        Some(v) => *v += gpu_s,
+        None => {
+            by_type.insert(ty.to_string(), gpu_s);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,14 +124,5 @@ mod tests {
         let tput = [("K80".to_string(), 1.0), ("V100".to_string(), 3.0)].into();
         assert!((l.weighted("j", &tput) - 200.0).abs() < 1e-9);
         assert_eq!(l.weighted("j", &BTreeMap::new()), 400.0);
-    }
-}
-
-fn bump(by_type: &mut ServiceByType, ty: &str, gpu_s: f64) {
-    match by_type.get_mut(ty) {
-        Some(v) => *v += gpu_s,
-        None => {
-            by_type.insert(ty.to_string(), gpu_s);
-        }
     }
 }
