@@ -1,0 +1,261 @@
+//! The conformance story (`corral_core::control::conformance`) through the operator: the
+//! in-memory API server of the other kube tests, operator passes as `reconcile_once` runs
+//! them (a fresh client and recorder each pass: the operator keeps nothing between passes),
+//! and a fake kubelet. After every step the jobs' states, admissions and events must be
+//! those of the bare control plane.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::FakeApi;
+use corral_core::control::conformance::{self, JobOutcome, ScenarioStep};
+use corral_core::lifecycle::job_state;
+use corral_kube::apply::{Applier, ApplyReport, RateLimiter};
+use corral_kube::consts::{ADMISSION_ANNOTATION, GPU_PRODUCT_LABEL, GPU_RESOURCE};
+use corral_kube::operator::reconcile_once;
+use corral_kube::plan::{Plan, PlanConfig};
+use jiff::Timestamp;
+use kube::api::{Api, DeleteParams, DynamicObject};
+use kube::runtime::events::{Recorder, Reporter};
+use serde_json::{Value, json};
+
+const PODS: &str = "api/v1/pods";
+const JOBS: &str = "apis/corral.dev/v1alpha1/trainingjobs";
+const CLASSES: &str = "apis/corral.dev/v1alpha1/priorityclasses";
+const H100: &str = "NVIDIA-H100-80GB-HBM3";
+/// Seconds the operator's clock advances between passes: more than the grace period, so
+/// that restart back-offs pass within a few passes.
+const PASS_SECONDS: i64 = 3;
+/// Passes in a row that change nothing before a step counts as settled.
+const QUIET_PASSES: usize = 3;
+
+fn t(secs: i64) -> Timestamp {
+    Timestamp::from_second(1_735_689_600 + secs).expect("valid time")
+}
+
+fn config() -> PlanConfig {
+    let mut cfg = PlanConfig {
+        grace_period: Some(Duration::from_secs(conformance::GRACE_SECONDS)),
+        ..PlanConfig::default()
+    };
+    cfg.scheduler.preemption_protection_ms = 0;
+    cfg
+}
+
+/// One operator pass at `now`, with a recorder so that its events reach the API server.
+async fn pass(fake: &FakeApi, cfg: &PlanConfig, now: Timestamp) -> (Plan, ApplyReport) {
+    let client = fake.client();
+    let reporter = Reporter {
+        controller: "corral".into(),
+        instance: Some("conformance".into()),
+    };
+    let applier = Applier::new(
+        client.clone(),
+        Some(Recorder::new(client, reporter)),
+        RateLimiter::unlimited(),
+    );
+    let out = reconcile_once(&applier, cfg, now).await.expect("observe");
+    assert!(out.1.errors.is_empty(), "apply errors: {:?}", out.1.errors);
+    out
+}
+
+fn pods_of(fake: &FakeApi, job: &str) -> Vec<Value> {
+    fake.list(PODS)
+        .into_iter()
+        .filter(|p| p["metadata"]["labels"]["corral.dev/job-name"] == json!(job))
+        .collect()
+}
+
+fn pod_name(p: &Value) -> String {
+    p["metadata"]["name"].as_str().unwrap_or("").to_string()
+}
+
+/// A pod's phase as the kubelet reports it, with its container's exit code.
+fn set_phase(fake: &FakeApi, name: &str, phase: &str, exit: Option<i32>) {
+    fake.update(PODS, conformance::NAMESPACE, name, |p| {
+        p["status"]["phase"] = json!(phase);
+        if let Some(code) = exit {
+            p["status"]["containerStatuses"] = json!([{
+                "name": "pytorch", "ready": false, "restartCount": 0, "image": "x", "imageID": "",
+                "state": {"terminated": {"exitCode": code, "reason": if code == 0 { "Completed" } else { "Error" }}},
+            }]);
+        }
+    });
+}
+
+/// The kubelet: pods being deleted go (their grace period is shorter than a pass), bound
+/// pods that have not started run. Whether it changed anything.
+fn kubelet(fake: &FakeApi) -> bool {
+    let before = fake.list(PODS).len();
+    fake.finish_terminating();
+    let mut changed = fake.list(PODS).len() != before;
+    for p in fake.list(PODS) {
+        let bound = !p["spec"]["nodeName"].is_null();
+        if bound && p["status"]["phase"] == json!("Pending") {
+            set_phase(fake, &pod_name(&p), "Running", None);
+            changed = true;
+        }
+    }
+    changed
+}
+
+fn set_suspend(fake: &FakeApi, name: &str, suspend: bool) {
+    fake.update(JOBS, conformance::NAMESPACE, name, |j| {
+        j["spec"]["runPolicy"]["suspend"] = json!(suspend);
+    });
+}
+
+/// The reasons of the events the operator published about `name`, in order.
+fn events_of(fake: &FakeApi, name: &str) -> Vec<String> {
+    let s = fake.state.lock().expect("lock");
+    s.events
+        .iter()
+        .filter(|e| {
+            e["regarding"]["name"] == json!(name)
+                && e["regarding"]["namespace"] == json!(conformance::NAMESPACE)
+        })
+        .filter_map(|e| e["reason"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// Known difference, in the control plane (corral-core), not in the operator: the plane
+/// announces `Pending` again only when the kinds of what blocks a job change
+/// (`Entry::announced`), but that memory is not part of the job's status and
+/// `ControlPlane::restore` starts it empty. The operator restores the plane every pass, so a
+/// waiting job (bravo) is announced `Pending` again each time the text of its Queued
+/// condition changes (free GPUs, a reservation), in steps 2 to 5. Everything else matches.
+#[tokio::test]
+#[ignore = "the control plane forgets what it announced across ControlPlane::restore: bravo gets extra Pending events in steps 2-5"]
+async fn the_conformance_story_through_the_operator() {
+    let fake = FakeApi::new();
+    fake.state.lock().expect("lock").graceful_deletes = true;
+    fake.insert(
+        "api/v1/nodes",
+        json!({
+            "metadata": {"name": "n1", "labels": {GPU_PRODUCT_LABEL: H100}},
+            "status": {
+                "allocatable": {
+                    "cpu": "64", "memory": "512Gi",
+                    GPU_RESOURCE: conformance::NODE_GPUS.to_string(),
+                },
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        }),
+    );
+    for class in conformance::priority_classes() {
+        fake.insert(CLASSES, serde_json::to_value(&class).expect("class"));
+    }
+    let cfg = config();
+    let ns = conformance::NAMESPACE;
+    let mut now = 0i64;
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    let mut submitted: Vec<&str> = Vec::new();
+    let mut trace = Vec::new();
+    for step in conformance::steps() {
+        match &step {
+            ScenarioStep::Submit(names) => {
+                for name in names {
+                    let job = conformance::job(name, &["train".to_string()]).expect("job");
+                    let mut job = serde_json::to_value(&job).expect("json");
+                    // Kubernetes runs images: the story's command needs one.
+                    job["spec"]["replicas"]["worker"]["template"]["image"] = json!("busybox");
+                    fake.insert(JOBS, job);
+                    submitted.push(name);
+                }
+            }
+            ScenarioStep::FailWorker(name, index) => {
+                let pod = format!("{name}-worker-{index}");
+                let p = fake.get(PODS, ns, &pod).unwrap_or_else(|| {
+                    panic!("a pod {pod}; trace so far {trace:#?}");
+                });
+                assert_eq!(p["status"]["phase"], json!("Running"), "{p}");
+                set_phase(&fake, &pod, "Failed", Some(1));
+            }
+            ScenarioStep::Finish(name) => {
+                for p in pods_of(&fake, name) {
+                    if p["status"]["phase"] == json!("Running") {
+                        set_phase(&fake, &pod_name(&p), "Succeeded", Some(0));
+                    }
+                }
+            }
+            ScenarioStep::Suspend(name) => set_suspend(&fake, name, true),
+            ScenarioStep::Resume(name) => set_suspend(&fake, name, false),
+            ScenarioStep::Delete(name) => {
+                // A background deletion: the garbage collector takes the job's pods with it.
+                let api: Api<DynamicObject> =
+                    Api::namespaced_with(fake.client(), ns, &corral_kube::convert::training_jobs());
+                api.delete(name, &DeleteParams::background())
+                    .await
+                    .expect("delete");
+            }
+        }
+        // Settled: a few passes in a row in which neither the operator nor the kubelet did
+        // anything and nothing is due.
+        let mut quiet = 0;
+        let mut passes = 0;
+        while quiet < QUIET_PASSES {
+            passes += 1;
+            assert!(passes < 200, "step {step:?} did not settle");
+            now += PASS_SECONDS;
+            let (plan, _) = pass(&fake, &cfg, t(now)).await;
+            let operator_busy = plan.jobs.iter().any(|j| !j.is_empty()) || plan.wake_in.is_some();
+            let kubelet_busy = kubelet(&fake);
+            quiet = if operator_busy || kubelet_busy {
+                0
+            } else {
+                quiet + 1
+            };
+        }
+        let mut outcome = BTreeMap::new();
+        for name in &submitted {
+            let (state, admitted) = match fake.get(JOBS, ns, name) {
+                Some(v) => {
+                    let job: corral_api::TrainingJob =
+                        serde_json::from_value(v.clone()).expect("a TrainingJob");
+                    (
+                        Some(job_state(&job.spec, job.status.as_ref())),
+                        !v["metadata"]["annotations"][ADMISSION_ANNOTATION].is_null(),
+                    )
+                }
+                None => (None, false),
+            };
+            let events = events_of(&fake, name);
+            let from = seen.get(*name).copied().unwrap_or(0).min(events.len());
+            let mut reasons: Vec<&'static str> = events[from..]
+                .iter()
+                .filter_map(|r| conformance::plane_reason(r))
+                .collect();
+            reasons.sort_unstable();
+            reasons.dedup();
+            seen.insert(name.to_string(), events.len());
+            outcome.insert(
+                name.to_string(),
+                JobOutcome {
+                    state,
+                    admitted,
+                    events: reasons,
+                },
+            );
+        }
+        trace.push(outcome);
+    }
+    // Every step that differs, each named, rather than only the first.
+    let expected = conformance::expected();
+    let steps = conformance::steps();
+    let differences: Vec<String> = trace
+        .iter()
+        .zip(&expected)
+        .enumerate()
+        .filter(|(_, (got, want))| got != want)
+        .map(|(i, (got, want))| {
+            format!(
+                "after step {i} ({:?}):\n  got:  {got:?}\n  want: {want:?}",
+                steps[i]
+            )
+        })
+        .collect();
+    assert!(differences.is_empty(), "{}", differences.join("\n"));
+    assert_eq!(trace.len(), expected.len());
+}
