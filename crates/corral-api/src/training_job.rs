@@ -447,6 +447,11 @@ pub struct TrainingJobStatus {
     /// GPUs the job holds now (0 while it waits or after it finished).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub gpus: u32,
+    /// What keeps a waiting job from being admitted, by kind (Capacity, Quota, NodeSize,
+    /// PoolSize, NoMatchingPool, NoSuchQueue, NoSuitableNode, Protected, AwaitingCycle):
+    /// the `Queued` condition's message in words, this for programs. Empty unless waiting.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blocked_by: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

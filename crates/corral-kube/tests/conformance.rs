@@ -127,7 +127,6 @@ fn events_of(fake: &FakeApi, name: &str) -> Vec<String> {
 /// waiting job (bravo) is announced `Pending` again each time the text of its Queued
 /// condition changes (free GPUs, a reservation), in steps 2 to 5. Everything else matches.
 #[tokio::test]
-#[ignore = "the control plane forgets what it announced across ControlPlane::restore: bravo gets extra Pending events in steps 2-5"]
 async fn the_conformance_story_through_the_operator() {
     let fake = FakeApi::new();
     fake.state.lock().expect("lock").graceful_deletes = true;

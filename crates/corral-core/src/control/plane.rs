@@ -212,8 +212,6 @@ struct Entry {
     standing: Standing,
     /// The scheduler's last reason, while the job waits.
     pending: Option<PendingReason>,
-    /// The kinds of blockers the last `Pending` event named.
-    announced: Vec<&'static str>,
     /// When the reason was last written into the status (in memory only).
     reason_written: Option<Millis>,
     deleting: bool,
@@ -458,7 +456,6 @@ impl ControlPlane {
             replicas: BTreeMap::new(),
             standing: Standing::Out,
             pending: None,
-            announced: Vec::new(),
             reason_written: None,
             deleting: false,
         }
@@ -735,8 +732,6 @@ impl ControlPlane {
             let key = held.admission.job.clone();
             e.standing = Standing::Admitted(held);
             e.pending = None;
-            // A job that waits again later announces its reason again.
-            e.announced.clear();
             self.sync_holding(&key);
             self.unsettled.insert(key);
         }
@@ -878,8 +873,10 @@ impl ControlPlane {
         {
             let text = reason.to_string();
             let old_text = conditions::get(old, ConditionType::Queued).map(|c| c.message.as_str());
+            // What blocks the job is recorded in its status (`blockedBy`), so that a shell
+            // that rebuilds the plane each pass announces a change once, like the others.
             let kinds = blocker_kinds(reason);
-            let news = e.announced != kinds;
+            let news = old.blocked_by != kinds;
             // Free GPUs and quota use move all the time: a reason whose numbers changed is
             // written at most every REASON_REFRESH (a status write each, for every waiting
             // job), one that names another blocker at once.
@@ -889,8 +886,8 @@ impl ControlPlane {
             if old_text != Some(text.as_str()) && (news || due) {
                 if news {
                     step.event(key, EventType::Normal, event_reason::PENDING, text.clone());
-                    e.announced = kinds;
                 }
+                status.blocked_by = kinds;
                 e.reason_written = Some(millis(now));
                 let c_reason = conditions::get(status, ConditionType::Queued)
                     .map(|c| c.reason.clone())
@@ -904,6 +901,10 @@ impl ControlPlane {
                     now,
                 );
             }
+        }
+        if !waiting {
+            // Admitted, suspended, finished or stopping: nothing blocks it.
+            status.blocked_by.clear();
         }
         if never_fits {
             let text = reason.map(|r| r.to_string()).unwrap_or_default();
@@ -1168,21 +1169,27 @@ fn admitted_message(a: &Admission) -> String {
 }
 
 /// What kinds of blockers a reason names, for deciding whether a change is news.
-fn blocker_kinds(reason: &PendingReason) -> Vec<&'static str> {
+fn blocker_kinds(reason: &PendingReason) -> Vec<String> {
     use crate::sched::Blocker;
-    reason
+    let mut kinds: Vec<String> = reason
         .blockers
         .iter()
-        .map(|b| match b {
-            Blocker::NoSuchQueue { .. } => "queue",
-            Blocker::NoMatchingPool { .. } => "pool",
-            Blocker::TooLargeForNode { .. } => "node-size",
-            Blocker::TooLargeForPool { .. } => "pool-size",
-            Blocker::NoSuitableNode { .. } => "node-match",
-            Blocker::Capacity { .. } => "capacity",
-            Blocker::Quota { .. } => "quota",
-            Blocker::AwaitingCycle => "cycle",
-            Blocker::Protected { .. } => "protected",
+        .map(|b| {
+            match b {
+                Blocker::NoSuchQueue { .. } => "NoSuchQueue",
+                Blocker::NoMatchingPool { .. } => "NoMatchingPool",
+                Blocker::TooLargeForNode { .. } => "NodeSize",
+                Blocker::TooLargeForPool { .. } => "PoolSize",
+                Blocker::NoSuitableNode { .. } => "NoSuitableNode",
+                Blocker::Capacity { .. } => "Capacity",
+                Blocker::Quota { .. } => "Quota",
+                Blocker::AwaitingCycle => "AwaitingCycle",
+                Blocker::Protected { .. } => "Protected",
+            }
+            .to_string()
         })
-        .collect()
+        .collect();
+    kinds.sort();
+    kinds.dedup();
+    kinds
 }
