@@ -79,18 +79,18 @@ done
 deadline=$((SECONDS + 600))
 while :; do
     listed=$("$BIN" list --server "$server" -o json)
-    total=$(echo "$listed" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')
-    done_=$(echo "$listed" | python3 -c 'import json,sys; print(sum(1 for j in json.load(sys.stdin) if j["state"] in ("Succeeded","Failed")))')
+    total=$(echo "$listed" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["items"]))')
+    done_=$(echo "$listed" | python3 -c 'import json,sys; print(sum(1 for j in json.load(sys.stdin)["items"] if j["state"] in ("Succeeded","Failed")))')
     [ "$done_" -ge "$total" ] && break
     [ $SECONDS -gt $deadline ] && break
     sleep 1
 done
-succeeded=$(echo "$listed" | python3 -c 'import json,sys; print(sum(1 for j in json.load(sys.stdin) if j["state"]=="Succeeded"))')
+succeeded=$(echo "$listed" | python3 -c 'import json,sys; print(sum(1 for j in json.load(sys.stdin)["items"] if j["state"]=="Succeeded"))')
 lost=$((JOBS - total))
 twice=$(sort "$marks/starts" | uniq -d | wc -l)
 for i in $(seq 1 "$JOBS"); do "$BIN" delete --server "$server" "chaos-$i" >/dev/null; done
 deadline=$((SECONDS + 120))
-while [ "$("$BIN" list --server "$server" -o json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')" -gt 0 ] && [ $SECONDS -lt $deadline ]; do
+while [ "$("$BIN" list --server "$server" -o json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["items"]))')" -gt 0 ] && [ $SECONDS -lt $deadline ]; do
     sleep 0.5
 done
 sleep 1
