@@ -87,6 +87,10 @@ while :; do
 done
 succeeded=$(echo "$listed" | python3 -c 'import json,sys; print(sum(1 for j in json.load(sys.stdin)["items"] if j["state"]=="Succeeded"))')
 lost=$((JOBS - total))
+# Jobs that did not succeed, described (for a failing run).
+for name in $(echo "$listed" | python3 -c 'import json,sys; print(" ".join(j["name"] for j in json.load(sys.stdin)["items"] if j["state"]!="Succeeded"))'); do
+    "$BIN" describe --server "$server" "$name" >&2 || true
+done
 twice=$(sort "$marks/starts" | uniq -d | wc -l)
 for i in $(seq 1 "$JOBS"); do "$BIN" delete --server "$server" "chaos-$i" >/dev/null; done
 deadline=$((SECONDS + 120))

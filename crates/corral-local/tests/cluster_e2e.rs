@@ -749,8 +749,63 @@ fn the_conformance_story_with_real_processes() {
     assert_eq!(trace.len(), expected.len());
 }
 
+fn a_replica_started_and_ended_but_not_recorded_is_recorded_not_retried() {
+    // The crash came between the start and the store write, and the replica has ended
+    // since: its exit is recorded on open, the job is not stuck retrying a start.
+    let (mut h, mut c) = Harness::new(32300, "");
+    let mark = h.path("finish");
+    let script = format!(
+        "[ \"$CORRAL_REPLICA\" = ended-worker-0 ] && exit 0; while [ ! -e {} ]; do sleep 0.05; done",
+        mark.display()
+    );
+    let text = job("ended", 2, "      restartPolicy: Never\n", &script);
+    c.submit(&text, "default", h.now).expect("submit");
+    h.until(&mut c, "worker-0 ended", |c| {
+        c.describe("default", "ended")
+            .expect("d")
+            .expect("job")
+            .replicas
+            .iter()
+            .any(|r| r.index == 0 && r.phase == "Succeeded")
+    });
+    drop(c);
+    {
+        let store = corral_local::store::Store::open(&h.config.data_dir).expect("store");
+        for r in store.replicas().expect("replicas") {
+            if r.index == 0 {
+                store
+                    .remove_replica(&r.name, r.attempt, r.retry)
+                    .expect("remove");
+            }
+        }
+    }
+    let (mut c, warnings) = Cluster::open(h.config.clone(), h.now).expect("open");
+    assert!(
+        warnings.iter().any(|w| w.contains("found ended")),
+        "{warnings:?}"
+    );
+    for _ in 0..5 {
+        let r = h.tick(&mut c);
+        assert!(r.started.is_empty() && r.errors.is_empty(), "{r:?}");
+    }
+    std::fs::write(&mark, "").expect("mark");
+    h.until(&mut c, "succeeded", |c| {
+        state(c, "ended") == Some(JobState::Succeeded)
+    });
+    let d = c.describe("default", "ended").expect("d").expect("job");
+    assert!(
+        !d.events.iter().any(|e| e.reason == "FailedStart"),
+        "{:?}",
+        d.events
+    );
+}
+
 fn main() -> std::process::ExitCode {
     common::main(vec![
+        (
+            "a_replica_started_and_ended_but_not_recorded_is_recorded_not_retried",
+            a_replica_started_and_ended_but_not_recorded_is_recorded_not_retried,
+        ),
         (
             "the_conformance_story_with_real_processes",
             the_conformance_story_with_real_processes,

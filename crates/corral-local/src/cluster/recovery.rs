@@ -164,16 +164,22 @@ fn adopt_replicas(
         out.push(r);
     }
     for rec in discover(&executor.config().run_dir) {
-        if known_dirs.contains(&rec.dir) || !procfs::is_same_alive(rec.pid, rec.start_time) {
+        if known_dirs.contains(&rec.dir) {
             continue;
         }
+        let alive = procfs::is_same_alive(rec.pid, rec.start_time);
         match orphan_row(store, &rec, jobs)? {
+            // The current incarnation of a live job, started but never recorded: recorded
+            // now, running or with the exit it left (its directory exists, so it cannot be
+            // started again; unrecorded, its job would wait for it forever).
             Some(mut row) => {
-                warnings.push(format!("recorded replica {} found running", rec.name));
+                let how = if alive { "running" } else { "ended" };
+                warnings.push(format!("unrecorded replica {} found {how}", rec.name));
                 row.state = executor.adopt(rec);
                 store.put_replica(&row)?;
                 out.push(row);
             }
+            None if !alive => {}
             None => {
                 warnings.push(format!("killing unrecorded replica process {}", rec.name));
                 let _ = procfs::signal_group(rec.pid, rustix::process::Signal::KILL);
