@@ -32,9 +32,9 @@ use signal_hook::iterator::SignalsInfo;
 use signal_hook::iterator::exfiltrator::WithOrigin;
 
 use crate::executor::files::{
-    self, EXIT_FILE, ExitRecord, LAUNCH_FILE, LOG_FILE, LaunchFile, RotatingLog,
+    self, EXIT_FILE, ExitRecord, LAUNCH_FILE, LOG_FILE, LaunchFile, RECORD_FILE, RotatingLog,
 };
-use crate::executor::procfs;
+use crate::executor::{ProcessRecord, procfs};
 
 /// How long the shim waits for the output pipe to drain after the command exited.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
@@ -121,6 +121,26 @@ fn supervise(dir: &Path) -> Result<i32, String> {
     if let Some(cg) = &launch.cgroup {
         cg.join(me)
             .map_err(|e| format!("joining the replica cgroup: {e}"))?;
+    }
+    // The process record, before the command runs: if the server was killed between the
+    // spawn and its own write, a restart still finds this replica (the executor writes the
+    // same record; whichever rename comes last wins, with the same content).
+    if let Some(draft) = &launch.record
+        && !dir.join(RECORD_FILE).exists()
+        && let Some(stat) = procfs::stat(me)
+    {
+        let record = ProcessRecord {
+            name: draft.name.clone(),
+            job: draft.job.clone(),
+            incarnation: draft.incarnation.clone(),
+            pid: me,
+            start_time: stat.start_time,
+            dir: dir.to_path_buf(),
+            cgroup: launch.cgroup.clone(),
+            gpu_indices: draft.gpu_indices.clone(),
+        };
+        files::write_json_atomic(&dir.join(RECORD_FILE), &record)
+            .map_err(|e| format!("writing {RECORD_FILE}: {e}"))?;
     }
 
     let Some((program, args)) = launch.command.split_first() else {

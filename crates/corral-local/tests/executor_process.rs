@@ -359,6 +359,37 @@ fn executor_leftovers_in_the_cgroup_die_even_outside_the_group() {
     });
 }
 
+fn executor_adopts_an_incarnation_started_by_a_server_that_died_before_recording_it() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (mut ex, _) = executor(tmp.path(), CgroupMode::Disabled);
+    let flag = tmp.path().join("go");
+    let s = spec(
+        "unrecorded-worker-0",
+        &format!(
+            "while [ ! -e {} ]; do sleep 0.05; done; exit 3",
+            flag.display()
+        ),
+    );
+    let first = ex.start(&s).expect("start");
+    // The shim writes its own record before the command runs.
+    wait_for("the shim's record", || {
+        std::fs::read_to_string(first.dir.join("record.json")).is_ok_and(|t| t.contains("pid"))
+    });
+    // The server dies right after the spawn; the next one is asked to start the same
+    // incarnation again and adopts the one that runs instead of starting it twice.
+    drop(ex);
+    let (mut ex, _) = executor(tmp.path(), CgroupMode::Disabled);
+    let again = ex.start_all(std::slice::from_ref(&s));
+    let adopted = again[0].as_ref().expect("adopted, not refused");
+    assert_eq!(adopted.pid, first.pid);
+    assert_eq!(ex.state("unrecorded-worker-0"), Some(ProcessState::Running));
+    std::fs::write(&flag, "").expect("flag");
+    assert_eq!(
+        wait_terminal(&mut ex, "unrecorded-worker-0"),
+        ProcessState::Exited { code: 3 }
+    );
+}
+
 fn executor_adopts_replicas_after_a_crash() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let (mut ex, _) = executor(tmp.path(), CgroupMode::Auto);
@@ -567,6 +598,10 @@ fn main() -> std::process::ExitCode {
         (
             "executor_adopts_replicas_after_a_crash",
             executor_adopts_replicas_after_a_crash,
+        ),
+        (
+            "executor_adopts_an_incarnation_started_by_a_server_that_died_before_recording_it",
+            executor_adopts_an_incarnation_started_by_a_server_that_died_before_recording_it,
         ),
         (
             "executor_does_not_adopt_a_recycled_pid",

@@ -29,6 +29,20 @@ pub struct LaunchFile {
     pub log_limit_bytes: u64,
     /// The cgroup the shim joins before it starts the command.
     pub cgroup: Option<CgroupRef>,
+    /// What the shim needs to write the replica's process record itself, before the
+    /// command runs (so that a server killed between the spawn and its own write still
+    /// finds the replica on restart): name, job, incarnation and GPUs of the replica.
+    #[serde(default)]
+    pub record: Option<RecordDraft>,
+}
+
+/// The parts of a [`super::ProcessRecord`] known before the shim runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordDraft {
+    pub name: String,
+    pub job: String,
+    pub incarnation: String,
+    pub gpu_indices: Vec<u32>,
 }
 
 /// How a replica ended: written atomically by the shim (or by the executor when it had to

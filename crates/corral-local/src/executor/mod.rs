@@ -492,8 +492,36 @@ impl LocalExecutor {
         };
         launched
             .into_iter()
-            .map(|r| r.map(|(record, child)| self.track(record, child)))
+            .map(|r| match r {
+                Ok((record, child)) => Ok(self.track(record, child)),
+                Err(e) => self.adopt_started(e),
+            })
             .collect()
+    }
+
+    /// A start refused because the incarnation was started already (by a server killed
+    /// before it recorded the start): the shim wrote the record itself, so the replica is
+    /// adopted (running, or with the exit it left) rather than started twice or never
+    /// again. Launch files without a record and without a live shim are from a start that
+    /// never ran its command: they are removed, so that the next start goes ahead.
+    fn adopt_started(&mut self, e: ExecutorError) -> Result<ProcessRecord, ExecutorError> {
+        let ExecutorError::AlreadyStarted { dir, .. } = &e else {
+            return Err(e);
+        };
+        if let Ok(Some(record)) = files::read_json::<ProcessRecord>(&dir.join(RECORD_FILE)) {
+            self.adopt(record.clone());
+            return Ok(record);
+        }
+        let shim_alive = procfs::all().iter().any(|p| {
+            std::fs::read(format!("/proc/{}/cmdline", p.pid)).is_ok_and(|c| {
+                c.split(|b| *b == 0)
+                    .any(|arg| arg == dir.as_os_str().as_encoded_bytes())
+            })
+        });
+        if !shim_alive && !dir.join(EXIT_FILE).exists() {
+            let _ = fs::remove_file(dir.join(LAUNCH_FILE));
+        }
+        Err(e)
     }
 
     /// Refuses a spec that is malformed or whose replica runs (tracked or not).
@@ -515,6 +543,15 @@ impl LocalExecutor {
             return Err(ExecutorError::AlreadyRunning(spec.name.clone()));
         }
         if let Some(other) = self.running_untracked_incarnation(&spec.name) {
+            if other.incarnation == spec.incarnation {
+                // This very incarnation runs, started by a server that died before it
+                // recorded the start: the caller adopts it.
+                return Err(ExecutorError::AlreadyStarted {
+                    name: spec.name.clone(),
+                    incarnation: spec.incarnation.clone(),
+                    dir: other.dir,
+                });
+            }
             return Err(ExecutorError::AlreadyRunning(format!(
                 "{} (incarnation {}, pid {}, not adopted yet)",
                 spec.name, other.incarnation, other.pid
@@ -583,6 +620,12 @@ impl LocalExecutor {
             log_path: dir.join(LOG_FILE),
             log_limit_bytes: self.config.log_limit_bytes,
             cgroup: cgroup.clone(),
+            record: Some(files::RecordDraft {
+                name: spec.name.clone(),
+                job: spec.job.clone(),
+                incarnation: spec.incarnation.clone(),
+                gpu_indices: spec.gpu_indices.clone(),
+            }),
         };
         let cleanup = |cg: &Option<CgroupRef>| {
             if let Some(cg) = cg {
