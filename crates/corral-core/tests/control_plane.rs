@@ -563,23 +563,19 @@ fn the_conformance_story_through_the_bare_plane() {
         let mut outcome = BTreeMap::new();
         for name in &submitted {
             let k = key(name);
-            let mut reasons: Vec<&'static str> = events[seen_events..]
-                .iter()
-                .filter(|e| e.job == k)
-                .filter_map(|e| conformance::plane_reason(e.reason))
-                .collect();
-            reasons.sort_unstable();
-            reasons.dedup();
             outcome.insert(
                 name.to_string(),
-                JobOutcome {
-                    state: shell
+                JobOutcome::new(
+                    shell
                         .plane
                         .job(&k)
                         .map(|j| job_state(&j.spec, j.status.as_ref())),
-                    admitted: shell.plane.admission(&k).is_some(),
-                    events: reasons,
-                },
+                    shell.plane.admission(&k).is_some(),
+                    events[seen_events..]
+                        .iter()
+                        .filter(|e| e.job == k)
+                        .map(|e| e.reason),
+                ),
             );
         }
         seen_events = events.len();

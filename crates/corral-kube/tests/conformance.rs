@@ -222,21 +222,10 @@ async fn the_conformance_story_through_the_operator() {
             };
             let events = events_of(&fake, name);
             let from = seen.get(*name).copied().unwrap_or(0).min(events.len());
-            let mut reasons: Vec<&'static str> = events[from..]
-                .iter()
-                .filter_map(|r| conformance::plane_reason(r))
-                .collect();
-            reasons.sort_unstable();
-            reasons.dedup();
+            let recent =
+                JobOutcome::new(state, admitted, events[from..].iter().map(|r| r.as_str()));
             seen.insert(name.to_string(), events.len());
-            outcome.insert(
-                name.to_string(),
-                JobOutcome {
-                    state,
-                    admitted,
-                    events: reasons,
-                },
-            );
+            outcome.insert(name.to_string(), recent);
         }
         trace.push(outcome);
     }

@@ -724,21 +724,13 @@ fn the_conformance_story_with_real_processes() {
                 None => (None, false, Vec::new()),
             };
             let from = seen.get(*name).copied().unwrap_or(0).min(events.len());
-            let mut reasons: Vec<&'static str> = events[from..]
-                .iter()
-                .filter_map(|e| conformance::plane_reason(&e.reason))
-                .collect();
-            reasons.sort_unstable();
-            reasons.dedup();
-            seen.insert(name.to_string(), events.len());
-            outcome.insert(
-                name.to_string(),
-                JobOutcome {
-                    state,
-                    admitted,
-                    events: reasons,
-                },
+            let recent = JobOutcome::new(
+                state,
+                admitted,
+                events[from..].iter().map(|e| e.reason.as_str()),
             );
+            seen.insert(name.to_string(), events.len());
+            outcome.insert(name.to_string(), recent);
         }
         trace.push(outcome);
     }

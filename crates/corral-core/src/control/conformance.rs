@@ -116,6 +116,26 @@ pub struct JobOutcome {
     pub events: Vec<&'static str>,
 }
 
+impl JobOutcome {
+    /// A job's outcome from what a shell shows: its state, whether it holds an admission,
+    /// and the reasons of the events it recorded since the previous step (the control
+    /// plane's, sorted, each once).
+    pub fn new<'a>(
+        state: Option<JobState>,
+        admitted: bool,
+        reasons: impl IntoIterator<Item = &'a str>,
+    ) -> Self {
+        let mut events: Vec<&'static str> = reasons.into_iter().filter_map(plane_reason).collect();
+        events.sort_unstable();
+        events.dedup();
+        JobOutcome {
+            state,
+            admitted,
+            events,
+        }
+    }
+}
+
 /// Every job of the story after each step, by name.
 pub type Trace = Vec<BTreeMap<String, JobOutcome>>;
 
