@@ -1,23 +1,24 @@
-//! The embedded cluster: one owner of the store, the scheduler and the executor.
+//! The embedded cluster: one owner of the store, the executor and the control plane.
 //!
 //! [`Cluster`] is plain synchronous code. The server wraps it (a `Mutex` driven by one task
-//! that calls [`Cluster::tick`] every few hundred milliseconds, and request handlers that
-//! call the other methods). Every method takes `now` where time matters: the cluster never
-//! reads the clock itself, so tests drive it with a clock of their own.
+//! that calls [`Cluster::tick`] every few hundred milliseconds, at once when a replica
+//! exits, and request handlers that call the other methods). Every method takes `now` where
+//! time matters: the cluster never reads the clock itself, so tests drive it with a clock of
+//! their own.
 //!
 //! One [`Cluster::tick`] is one pass of the control loop:
-//! 1. observe: poll the executor for the state of every replica process;
-//! 2. schedule: queued jobs go to the scheduler (`corral_core::sched`), one cycle runs,
-//!    admissions and preemptions are persisted;
-//! 3. reconcile: every job goes through `corral_core::lifecycle::reconcile`; its new status
-//!    is persisted *before* anything is done;
-//! 4. act: replicas start (ports, env contract, files), stop, admissions are given back,
-//!    jobs requeue or are deleted; events record what happened.
+//! 1. observe: poll the executor for replica processes that changed, into the store and
+//!    the control plane (`corral_core::control`);
+//! 2. step: the control plane reconciles, schedules and reconciles again, and says what to
+//!    persist, what to start and stop, and what happened;
+//! 3. persist, then act: statuses, admissions (with ports) and deletions are written
+//!    *before* replicas start (ports, env contract, files) or stop; events are recorded;
+//! 4. settle: starts are observations too, so the plane settles again in the same pass.
 //!
 //! Crash safety: everything a restart needs is in the store (`data_dir/corral.db`): jobs
 //! with their status, admissions, replica process records (pid + start time) and ports.
-//! [`Cluster::open`] re-adopts the replicas that survived, rebuilds the scheduler's running
-//! set from the stored admissions and carries on; no job disappears, no replica runs twice.
+//! [`Cluster::open`] re-adopts the replicas that survived, rebuilds the control plane from
+//! the stored jobs and admissions and carries on; no job disappears, no replica runs twice.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -1035,17 +1035,18 @@ impl ControlPlane {
         self.jobs.get(key).map(|e| &e.job)
     }
 
-    /// Keys of every job, in key order.
-    pub fn keys(&self) -> impl Iterator<Item = &str> {
-        self.jobs.keys().map(String::as_str)
-    }
-
     /// The admission the job holds (a moving job: the one it moves to).
     pub fn admission(&self, key: &str) -> Option<&HeldAdmission> {
         match &self.jobs.get(key)?.standing {
             Standing::Admitted(a) | Standing::Moving { to: a, .. } => Some(a),
             _ => None,
         }
+    }
+
+    /// What the scheduler was asked for the job (its resources, priority, queue), when its
+    /// spec could be read.
+    pub fn request(&self, key: &str) -> Option<&JobRequest> {
+        self.jobs.get(key)?.request.as_ref().ok()
     }
 
     /// Every admission held, in key order.
@@ -1063,11 +1064,6 @@ impl ControlPlane {
             (Standing::Queued, Some(r)) => Some(r.to_string()),
             _ => None,
         }
-    }
-
-    /// Whether the job is being deleted.
-    pub fn is_deleting(&self, key: &str) -> bool {
-        self.jobs.get(key).is_some_and(|e| e.deleting)
     }
 
     /// The grace period the job's replicas get.
@@ -1093,11 +1089,6 @@ impl ControlPlane {
     /// Jobs that will be reconciled in the next step.
     pub fn unsettled(&self) -> usize {
         self.unsettled.len()
-    }
-
-    /// The settings the plane runs with.
-    pub fn config(&self) -> &ControlConfig {
-        &self.config
     }
 }
 

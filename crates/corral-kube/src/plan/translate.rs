@@ -7,10 +7,10 @@
 //! - `Action::Stop` -> a pod deletion with the plane's grace period and a UID precondition;
 //! - events -> Kubernetes Events, as the plane words them.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use corral_core::control::{Change, ControlPlane, EventType, HeldAdmission, Step};
-use corral_core::lifecycle::{Action, Incarnation, ReplicaId, conditions};
+use corral_core::lifecycle::{Action, ReplicaId, conditions};
 
 use super::observe_jobs::ObservedJob;
 use super::{AdmissionChange, JobPlan, PlannedEvent, PodDeletion};
@@ -67,22 +67,14 @@ pub(super) fn translate(
         };
     }
 
-    // Actions: pods to create and to delete. The plane reconciles a job before and after
-    // its scheduler cycle, and asks again for what it has not yet seen happen: one pod per
-    // (replica, incarnation), one deletion per pod.
+    // Actions: pods to create and to delete (the plane asks for each once per step).
     let mut creating: BTreeMap<String, Creating> = BTreeMap::new();
-    let mut started: BTreeSet<(&str, ReplicaId, Incarnation)> = BTreeSet::new();
     for a in &step.actions {
         let (Some(jp), Some(o)) = (plans.get_mut(&a.job), by_key.get(a.job.as_str())) else {
             continue;
         };
         let job = o.job;
         match &a.action {
-            Action::Start {
-                replica,
-                incarnation,
-                placement,
-            } if !started.insert((a.job.as_str(), *replica, *incarnation)) => {}
             Action::Start {
                 replica,
                 incarnation,
@@ -116,12 +108,7 @@ pub(super) fn translate(
                     }
                     // On Kubernetes a pod stops only by being deleted; a finished pod's
                     // record stays unless the plane asks to delete it.
-                    if (!delete && observe::is_terminal(p))
-                        || jp
-                            .delete
-                            .iter()
-                            .any(|d| d.uid == p.metadata.uid && d.name == name)
-                    {
+                    if !delete && observe::is_terminal(p) {
                         continue;
                     }
                     jp.delete.push(PodDeletion {

@@ -10,7 +10,7 @@ use corral_api::TrainingJob;
 use corral_api::training_job::Role;
 use corral_core::control::{Change, EventType, HeldAdmission, JobEvent, Step, event_reason};
 use corral_core::lifecycle::{Action, Incarnation, ObservedReplica, ReplicaId};
-use corral_core::sched::{JobRequest, RunningJob, priority_of};
+use corral_core::sched::RunningJob;
 use jiff::Timestamp;
 
 use super::engine::{Cluster, incarnation_label, millis, phase_of, process_name, replica_slots};
@@ -196,11 +196,10 @@ impl Cluster {
             .zip(&ports)
             .map(|(id, p)| (id.key(), *p))
             .collect();
-        let mut job = stored.job.clone();
-        job.spec.apply_defaults();
-        let priority = priority_of(&job, &self.config.file.priority_classes);
-        let request = JobRequest::from_training_job(&job, priority, stored.submitted_ms)
-            .map_err(|e| ClusterError::Scheduler(e.to_string()))?;
+        // The scheduler's request as the plane made it (an admitted job always has one).
+        let Some(request) = self.plane.request(&stored.key()).cloned() else {
+            return Ok(());
+        };
         let admission = StoredAdmission {
             pool: held.admission.pool.clone(),
             gpu_type: held.admission.gpu_type.clone(),
