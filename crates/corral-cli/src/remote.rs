@@ -877,35 +877,44 @@ pub fn run_top(args: &TopArgs) -> ExitCode {
 
 #[derive(Args, Debug)]
 pub struct BenchApiArgs {
-    /// Jobs for the submit -> all replicas running measurement.
+    /// Jobs for each submit -> all replicas running measurement.
     #[arg(long, default_value_t = 20)]
     pub startup_jobs: usize,
     /// Replicas per startup job.
     #[arg(long, default_value_t = 8)]
     pub startup_replicas: u32,
+    /// Skip the 500-job throughput measurement.
+    #[arg(long)]
+    pub no_throughput: bool,
     /// Target submissions per second.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 6000)]
     pub rate: u64,
     /// Seconds to sustain the rate.
     #[arg(long, default_value_t = 5)]
     pub seconds: u64,
     /// Client threads.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 8)]
     pub clients: usize,
-    /// Jobs in the store when timing `list`.
+    /// Jobs of the namespace whose `list` is timed.
     #[arg(long, default_value_t = 10_000)]
     pub list_jobs: usize,
-    /// Finished jobs (of `--startup-replicas` replicas each) run and kept before the startup
-    /// measurement: a cluster with history.
-    #[arg(long, default_value_t = 0)]
+    /// Finished one-replica jobs run and kept before the second startup measurement and
+    /// the memory with history.
+    #[arg(long, default_value_t = 20_000)]
     pub history_jobs: usize,
 }
 
 /// `corral bench api`: prints JSON.
 pub fn run_bench_api(args: &BenchApiArgs) -> ExitCode {
+    let program = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => return fail(&format!("cannot find this program to start the server: {e}")),
+    };
     let options = corral_server::bench::ApiBenchOptions {
+        server_program: program,
         startup_jobs: args.startup_jobs,
         startup_replicas: args.startup_replicas.max(1),
+        throughput: !args.no_throughput,
         rate: args.rate.max(1),
         duration: Duration::from_secs(args.seconds.max(1)),
         clients: args.clients.max(1),

@@ -9,7 +9,7 @@ use std::time::Duration;
 use corral_api::training_job::ConditionType;
 use corral_api::{PriorityClass, TrainingJob};
 use corral_core::control::{
-    Change, ControlConfig, ControlPlane, HeldAdmission, JobRecord, RestoredJob, Step,
+    Change, ControlConfig, ControlError, ControlPlane, HeldAdmission, JobRecord, RestoredJob, Step,
 };
 use corral_core::lifecycle::{
     Action, FailureReason, Incarnation, JobState, ObservedReplica, ReplicaId, ReplicaPhase,
@@ -89,6 +89,9 @@ struct FakeShell {
     log: Vec<Step>,
     /// Stops sent: (job, grace period).
     stops: Vec<(String, Duration)>,
+    /// Jobs as a shell stores them (spec and the last persisted status): what is left of
+    /// a job the plane retired.
+    stored: BTreeMap<String, TrainingJob>,
 }
 
 impl FakeShell {
@@ -99,6 +102,39 @@ impl FakeShell {
             live: BTreeMap::new(),
             log: Vec::new(),
             stops: Vec::new(),
+            stored: BTreeMap::new(),
+        }
+    }
+
+    /// Persists a step's changes, as a shell's store would.
+    fn persist(&mut self, step: &Step) {
+        for c in &step.changes {
+            match c {
+                Change::Status { job, status } => {
+                    let known = self.plane.job(job).or_else(|| self.stored.get(job)).cloned();
+                    if let Some(mut j) = known {
+                        j.status = Some(status.clone());
+                        self.stored.insert(job.clone(), j);
+                    }
+                }
+                Change::Removed { job } => {
+                    self.stored.remove(job);
+                }
+                Change::Retired { job } => {
+                    assert!(self.plane.job(job).is_none(), "{job} retired yet still held");
+                    assert!(self.stored.contains_key(job), "{job} retired unrecorded");
+                }
+                Change::Admission { .. } | Change::Deleting { .. } => {}
+            }
+        }
+    }
+
+    /// The job: from the plane while it holds it, else as stored (once retired).
+    fn job(&self, key: &str) -> Option<TrainingJob> {
+        match self.plane.job(key) {
+            Some(j) => Some(j.clone()),
+            None if self.plane.is_retired(key) => self.stored.get(key).cloned(),
+            None => None,
         }
     }
 
@@ -111,6 +147,7 @@ impl FakeShell {
         self.now += seconds;
         let mut step = self.plane.step(self.ts());
         for _ in 0..20 {
+            self.persist(&step);
             let actions = step.actions.clone();
             self.log.push(step);
             if actions.is_empty() {
@@ -164,7 +201,7 @@ impl FakeShell {
     }
 
     fn state(&self, key: &str) -> JobState {
-        let job = self.plane.job(key).expect("job exists");
+        let job = self.job(key).expect("job exists");
         job_state(&job.spec, job.status.as_ref())
     }
 
@@ -566,10 +603,7 @@ fn the_conformance_story_through_the_bare_plane() {
             outcome.insert(
                 name.to_string(),
                 JobOutcome::new(
-                    shell
-                        .plane
-                        .job(&k)
-                        .map(|j| job_state(&j.spec, j.status.as_ref())),
+                    shell.job(&k).map(|j| job_state(&j.spec, j.status.as_ref())),
                     shell.plane.admission(&k).is_some(),
                     events[seen_events..]
                         .iter()
@@ -644,4 +678,64 @@ fn a_step_asks_for_each_start_once_and_a_restored_move_keeps_its_new_placement()
         ControlPlane::restore(cluster(4), config(), vec![restored], at).expect("restore");
     assert!(step.changes.is_empty(), "{:?}", step.changes);
     assert_eq!(plane.admission("team/mover"), Some(&to));
+}
+
+/// A finished job leaves the plane but for its name: the plane's memory and every step
+/// cost what the live jobs cost, whatever the history; the name stays taken until the
+/// user deletes the job, which is then removed like any other.
+#[test]
+fn a_finished_job_is_retired_to_its_name_and_can_still_be_deleted() {
+    let plane = ControlPlane::new(cluster(4), config()).expect("plane");
+    let mut shell = FakeShell::new(plane);
+    shell
+        .plane
+        .submit(record(job("done", 2, 1, None), 1))
+        .expect("submit");
+    shell.run(1);
+    assert_eq!(shell.running("team/done"), 2);
+    let live = shell.live.get("team/done").cloned().unwrap_or_default();
+    for (id, inc) in live.keys() {
+        shell.plane.observe(
+            "team/done",
+            ObservedReplica::new(*id, *inc, ReplicaPhase::Succeeded),
+        );
+    }
+    shell.run(1);
+    let retired: Vec<&String> = shell
+        .log
+        .iter()
+        .flat_map(|s| &s.changes)
+        .filter_map(|c| match c {
+            Change::Retired { job } => Some(job),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(retired, ["team/done"], "retired once, after its last status");
+    assert!(shell.plane.is_retired("team/done"));
+    assert!(shell.plane.job("team/done").is_none());
+    assert_eq!(shell.plane.admissions().count(), 0);
+    assert_eq!(shell.state("team/done"), JobState::Succeeded);
+    assert_eq!(shell.plane.unsettled(), 0);
+
+    // The name stays taken; a finished job cannot be resumed.
+    let again = shell.plane.submit(record(job("done", 1, 1, None), 2));
+    assert!(matches!(again, Err(ControlError::AlreadyExists(_))), "{again:?}");
+    let resumed = shell.plane.set_suspend("team/done", false);
+    assert!(
+        matches!(&resumed, Err(ControlError::Conflict(m)) if m.contains("has finished")),
+        "{resumed:?}"
+    );
+
+    // Deleted: removed in the next step, and the name is free again.
+    shell.plane.delete("team/done").expect("delete");
+    shell.run(1);
+    assert!(matches!(
+        shell.log.last().map(|s| s.changes.as_slice()),
+        Some([Change::Removed { job }]) if job == "team/done"
+    ));
+    assert!(!shell.plane.is_retired("team/done"));
+    shell
+        .plane
+        .submit(record(job("done", 1, 1, None), 3))
+        .expect("the name is free after the delete");
 }

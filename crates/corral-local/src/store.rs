@@ -327,12 +327,37 @@ impl Store {
 
     // ---- jobs ----
 
-    /// Inserts every job, or none (one already exists, or any write fails).
-    pub fn insert_jobs(&mut self, jobs: &[NewJob]) -> Result<(), StoreError> {
-        let tx = self.conn.transaction()?;
+    /// Groups the writes that follow into one transaction, until [`Store::commit_batch`]:
+    /// one append to the WAL for a whole step or submission instead of one per write. The
+    /// writes that must be all or nothing (a submission, an admission with its ports, a
+    /// removal) are savepoints inside it.
+    pub fn begin_batch(&self) -> Result<(), StoreError> {
+        self.conn.execute_batch("BEGIN IMMEDIATE")?;
+        Ok(())
+    }
+
+    /// Undoes the writes since [`Store::begin_batch`] (after a failed one).
+    pub fn rollback_batch(&self) -> Result<(), StoreError> {
+        if !self.conn.is_autocommit() {
+            self.conn.execute_batch("ROLLBACK")?;
+        }
+        Ok(())
+    }
+
+    /// Commits the writes since [`Store::begin_batch`].
+    pub fn commit_batch(&self) -> Result<(), StoreError> {
+        self.conn.execute_batch("COMMIT")?;
+        Ok(())
+    }
+
+    /// Inserts every job, or none (one already exists, or any write fails). Returns each
+    /// job's submission order (`seq`).
+    pub fn insert_jobs(&mut self, jobs: &[NewJob]) -> Result<Vec<i64>, StoreError> {
+        let tx = self.conn.savepoint()?;
         let mut seq: i64 = tx
             .prepare_cached("SELECT COALESCE(MAX(seq), 0) FROM jobs")?
             .query_row([], |r| r.get(0))?;
+        let mut seqs = Vec::with_capacity(jobs.len());
         for j in jobs {
             let exists: Option<i64> = tx
                 .prepare_cached("SELECT 1 FROM jobs WHERE namespace = ?1 AND name = ?2")?
@@ -345,6 +370,7 @@ impl Store {
                 });
             }
             seq += 1;
+            seqs.push(seq);
             let mut spec = j.job.clone();
             let status = spec.status.take();
             tx.prepare_cached(
@@ -363,7 +389,7 @@ impl Store {
             ])?;
         }
         tx.commit()?;
-        Ok(())
+        Ok(seqs)
     }
 
     fn job_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawJob> {
@@ -439,7 +465,7 @@ impl Store {
 
     /// Removes a job with its admission, replica records, ports and events.
     pub fn remove_job(&mut self, uid: &str) -> Result<(), StoreError> {
-        let tx = self.conn.transaction()?;
+        let tx = self.conn.savepoint()?;
         let who: Option<(String, String)> = tx
             .prepare_cached("SELECT namespace, name FROM jobs WHERE uid = ?1")?
             .query_row(params![uid], |r| Ok((r.get(0)?, r.get(1)?)))
@@ -469,7 +495,7 @@ impl Store {
         admission: &StoredAdmission,
         ports: &[(String, u16)],
     ) -> Result<(), StoreError> {
-        let tx = self.conn.transaction()?;
+        let tx = self.conn.savepoint()?;
         tx.prepare_cached(
             "INSERT OR REPLACE INTO admissions (job_uid, admission) VALUES (?1, ?2)",
         )?
@@ -502,7 +528,7 @@ impl Store {
 
     /// Forgets an admission and the job's ports.
     pub fn release(&mut self, uid: &str) -> Result<(), StoreError> {
-        let tx = self.conn.transaction()?;
+        let tx = self.conn.savepoint()?;
         tx.prepare_cached("DELETE FROM admissions WHERE job_uid = ?1")?
             .execute(params![uid])?;
         tx.prepare_cached("DELETE FROM ports WHERE job_uid = ?1")?

@@ -182,7 +182,7 @@ impl CorralPolicy {
                         self.touched.insert(j);
                     }
                 }
-                Change::Status { .. } | Change::Deleting { .. } => {}
+                Change::Status { .. } | Change::Deleting { .. } | Change::Retired { .. } => {}
             }
         }
         for e in &step.events {

@@ -114,6 +114,11 @@ pub enum Change {
     Deleting { job: String },
     /// The job is gone: every replica has stopped; remove it and everything it held.
     Removed { job: String },
+    /// The job has finished for good and nothing of it runs: the plane keeps only its name
+    /// (so that it is still found by `delete` and its name stays taken). Its status was
+    /// persisted by an earlier change; a shell may keep a summary of it instead of the
+    /// whole job, so that finished jobs cost little.
+    Retired { job: String },
 }
 
 /// A replica to start or stop, for one job.
@@ -254,6 +259,11 @@ pub struct ControlPlane {
     /// Jobs holding an admission (admitted or moving), for the ledger.
     holding: BTreeSet<String>,
     ledger: Ledger,
+    /// Finished jobs of which the plane keeps only the name ([`Change::Retired`]): the
+    /// cost of a step, a command and the plane's memory do not grow with history.
+    retired: BTreeSet<String>,
+    /// Retired jobs the user deleted: [`Change::Removed`] in the next step.
+    retired_removed: Vec<String>,
 }
 
 fn millis(t: Timestamp) -> Millis {
@@ -397,6 +407,8 @@ impl ControlPlane {
             unsettled: BTreeSet::new(),
             holding: BTreeSet::new(),
             ledger,
+            retired: BTreeSet::new(),
+            retired_removed: Vec::new(),
         };
         for (key, a) in held {
             if let Some(e) = plane.jobs.get_mut(&key) {
@@ -500,7 +512,7 @@ impl ControlPlane {
     /// resources; nothing changes then.
     pub fn submit(&mut self, record: JobRecord) -> Result<(), ControlError> {
         let key = record.key();
-        if self.jobs.contains_key(&key) {
+        if self.jobs.contains_key(&key) || self.retired.contains(&key) {
             return Err(ControlError::AlreadyExists(key));
         }
         let entry = Self::entry(&self.config, record);
@@ -520,6 +532,10 @@ impl ControlPlane {
     /// The user deleted the job: its replicas stop with its grace period, then
     /// [`Change::Removed`] says it is gone. A job waiting in its queue leaves it at once.
     pub fn delete(&mut self, key: &str) -> Result<(), ControlError> {
+        if self.retired.remove(key) {
+            self.retired_removed.push(key.to_string());
+            return Ok(());
+        }
         let e = self
             .jobs
             .get_mut(key)
@@ -536,6 +552,12 @@ impl ControlPlane {
     /// Sets or clears `runPolicy.suspend`. Returns the job as it must be stored. A finished
     /// job cannot be resumed or suspended; a job being deleted neither.
     pub fn set_suspend(&mut self, key: &str, suspend: bool) -> Result<TrainingJob, ControlError> {
+        if self.retired.contains(key) {
+            let what = if suspend { "suspended" } else { "resumed" };
+            return Err(ControlError::Conflict(format!(
+                "TrainingJob {key} has finished and cannot be {what}"
+            )));
+        }
         let e = self
             .jobs
             .get_mut(key)
@@ -749,6 +771,9 @@ impl ControlPlane {
         // A job may become unsettled again while others are visited (a release admits
         // nothing before the next cycle, but a requeue re-enters the scheduler): visit
         // what is unsettled now, in key order.
+        for job in std::mem::take(&mut self.retired_removed) {
+            step.changes.push(Change::Removed { job });
+        }
         let keys: Vec<String> = std::mem::take(&mut self.unsettled).into_iter().collect();
         for key in keys {
             let settled = if self.jobs.get(&key).is_some_and(|e| e.deleting) {
@@ -758,8 +783,33 @@ impl ControlPlane {
             };
             if !settled {
                 self.unsettled.insert(key);
+            } else {
+                self.retire_if_done(&key, step);
             }
         }
+    }
+
+    /// A settled job that finished for good (terminal, out of the scheduler, nothing of
+    /// it active, not being deleted) leaves the plane but for its name. A job with a TTL
+    /// after finishing is not settled until it is deleted, so it stays until then.
+    fn retire_if_done(&mut self, key: &str, step: &mut Step) {
+        let Some(e) = self.jobs.get(key) else {
+            return;
+        };
+        let done = !e.deleting
+            && e.standing == Standing::Out
+            && !e.any_active()
+            && e.job.status.as_ref().is_some_and(conditions::is_terminal);
+        if !done {
+            return;
+        }
+        self.jobs.remove(key);
+        self.holding.remove(key);
+        self.ledger.forget_job(key);
+        self.retired.insert(key.to_string());
+        step.changes.push(Change::Retired {
+            job: key.to_string(),
+        });
     }
 
     /// One job through the lifecycle. Returns whether it is settled: nothing changed,
@@ -1051,10 +1101,19 @@ impl ControlPlane {
 
     /// Every admission held, in key order.
     pub fn admissions(&self) -> impl Iterator<Item = (&str, &HeldAdmission)> {
-        self.jobs.iter().filter_map(|(k, e)| match &e.standing {
-            Standing::Admitted(a) | Standing::Moving { to: a, .. } => Some((k.as_str(), a)),
-            _ => None,
+        self.holding.iter().filter_map(|k| {
+            let (key, e) = self.jobs.get_key_value(k)?;
+            match &e.standing {
+                Standing::Admitted(a) | Standing::Moving { to: a, .. } => Some((key.as_str(), a)),
+                _ => None,
+            }
         })
+    }
+
+    /// Whether the plane knows the job only by name: it finished and was retired
+    /// ([`Change::Retired`]).
+    pub fn is_retired(&self, key: &str) -> bool {
+        self.retired.contains(key)
     }
 
     /// Why the job still waits, in words, while it waits.

@@ -3,6 +3,7 @@
 //! - `Change::Admission` -> the `corral.dev/admission` annotation to set or remove;
 //! - `Change::Deleting` -> delete the TrainingJob (its TTL after finishing passed);
 //!   `Change::Removed` -> nothing (every replica has stopped; the job is going);
+//!   `Change::Retired` -> nothing (the job finished; its object stays as it is);
 //! - `Action::Start` -> a pod (and the job's headless Service and launch ConfigMap);
 //! - `Action::Stop` -> a pod deletion with the plane's grace period and a UID precondition;
 //! - events -> Kubernetes Events, as the plane words them.
@@ -53,7 +54,8 @@ pub(super) fn translate(
                     jp.delete_job = true;
                 }
             }
-            Change::Removed { .. } => {}
+            // The Kubernetes store keeps the job as it is; the plane is rebuilt each pass.
+            Change::Removed { .. } | Change::Retired { .. } => {}
         }
     }
     for (key, admission) in admissions {

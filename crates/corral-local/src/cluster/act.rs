@@ -51,11 +51,24 @@ impl Cluster {
         if let Some(after) = step.wake_in {
             report.next_tick_in = Some(report.next_tick_in.map_or(after, |n| n.min(after)));
         }
-        for change in step.changes {
-            self.persist(change, report)?;
-        }
-        for e in step.events {
-            self.record_event(&e, now, report);
+        // Changes and events in one transaction, committed before any action.
+        if !step.changes.is_empty() || !step.events.is_empty() {
+            self.store.begin_batch()?;
+            let mut persisted = Ok(());
+            for change in step.changes {
+                persisted = self.persist(change, report);
+                if persisted.is_err() {
+                    break;
+                }
+            }
+            if persisted.is_ok() {
+                for e in step.events {
+                    self.record_event(&e, now, report);
+                }
+            }
+            // What was written stays written, as it would have one write at a time.
+            self.store.commit_batch()?;
+            persisted?;
         }
         let acted = !step.actions.is_empty();
         // Consecutive starts of one job (a gang) go to the executor together, which
@@ -111,11 +124,13 @@ impl Cluster {
     fn persist(&mut self, change: Change, report: &mut TickReport) -> Result<(), ClusterError> {
         match change {
             Change::Status { job, status } => {
-                let Some(stored) = self.stored(&job).cloned() else {
+                // The row changes in the store and in the cache alike, without reading it back.
+                let Some(stored) = self.live.get_mut(&job) else {
                     return Ok(());
                 };
                 self.store.save_status(&stored.uid, &status)?;
-                self.refresh_job(&stored.namespace, &stored.name)?;
+                stored.job.status = Some(status);
+                self.resummarize(&job);
             }
             Change::Admission {
                 job,
@@ -132,25 +147,43 @@ impl Cluster {
                 job,
                 admission: None,
             } => {
-                let Some(uid) = self.uid_of.get(&job).cloned() else {
+                let Some(uid) = self.uid_of(&job).map(str::to_string) else {
                     return Ok(());
                 };
                 // Its replicas may still stop: the ports go once none runs.
                 self.store.drop_admission(&uid)?;
-                self.ports_to_release.insert(uid);
+                self.ports_to_release.insert(uid, job);
             }
             Change::Deleting { job } => {
-                let Some(stored) = self.stored(&job).cloned() else {
+                let Some(stored) = self.live.get_mut(&job) else {
                     return Ok(());
                 };
                 self.store.mark_deleting(&stored.uid)?;
-                self.refresh_job(&stored.namespace, &stored.name)?;
+                stored.deleting = true;
+                self.resummarize(&job);
+            }
+            Change::Retired { job } => {
+                // Its last status is stored already; the summary is all the views need.
+                // The executor stops tracking its ended replicas (their records and logs
+                // stay in the store and on disk), so a pass does not grow with history.
+                if let Some(stored) = self.live.remove(&job) {
+                    for r in self.store.replicas_of(&stored.uid)? {
+                        if self
+                            .executor
+                            .record(&r.name)
+                            .is_some_and(|rec| rec.incarnation == r.record.incarnation)
+                        {
+                            self.executor.forget(&r.name);
+                        }
+                    }
+                }
             }
             Change::Removed { job } => {
-                let Some(stored) = self.stored(&job).cloned() else {
+                // A retired job is known by its summary only.
+                let Some(uid) = self.uid_of(&job).map(str::to_string) else {
                     return Ok(());
                 };
-                for r in self.store.replicas_of(&stored.uid)? {
+                for r in self.store.replicas_of(&uid)? {
                     self.stopping
                         .remove(&(r.name.clone(), r.record.incarnation.clone()));
                     if self
@@ -161,10 +194,10 @@ impl Cluster {
                         self.executor.forget(&r.name);
                     }
                 }
-                self.executor.ports_mut().release(&stored.uid);
-                self.ports_to_release.remove(&stored.uid);
-                self.store.remove_job(&stored.uid)?;
-                self.forget_job(&stored.uid);
+                self.executor.ports_mut().release(&uid);
+                self.ports_to_release.remove(&uid);
+                self.store.remove_job(&uid)?;
+                self.forget_job(&job);
                 report.deleted.push(job);
             }
         }
@@ -216,26 +249,24 @@ impl Cluster {
     /// Ports of jobs that gave their admission back are released once none of their
     /// replicas runs.
     pub(super) fn release_idle_ports(&mut self) -> Result<(), ClusterError> {
-        let uids: Vec<String> = self.ports_to_release.iter().cloned().collect();
-        for uid in uids {
+        let held: Vec<(String, String)> = self
+            .ports_to_release
+            .iter()
+            .map(|(u, k)| (u.clone(), k.clone()))
+            .collect();
+        for (uid, key) in held {
             let running = self
                 .store
                 .replicas_of(&uid)?
                 .iter()
                 .any(|r| r.state == ProcessState::Running);
-            if !running && self.plane_admission_of_uid(&uid).is_none() {
+            if !running && self.plane.admission(&key).is_none() {
                 self.store.release(&uid)?;
                 self.executor.ports_mut().release(&uid);
                 self.ports_to_release.remove(&uid);
             }
         }
         Ok(())
-    }
-
-    fn plane_admission_of_uid(&self, uid: &str) -> Option<&HeldAdmission> {
-        let seq = self.seq_of.get(uid)?;
-        let key = self.jobs.get(seq)?.key();
-        self.plane.admission(&key)
     }
 
     /// Records an event of the plane (or the shell's own) and counts it for `/metrics`.
@@ -400,6 +431,9 @@ impl Cluster {
         let specs: Vec<ReplicaProcessSpec> = pending.iter().map(|p| p.process.clone()).collect();
         let results = self.executor.start_all(&specs);
         let mut first_error = None;
+        // The gang's records in one transaction (each replica also wrote its own record
+        // file before its command ran, so a crash before the commit loses none).
+        self.store.begin_batch()?;
         for (p, result) in pending.into_iter().zip(results) {
             if let Err(e) = self.record_start(&stored, p, result, now, report)
                 && first_error.is_none()
@@ -407,6 +441,7 @@ impl Cluster {
                 first_error = Some(e);
             }
         }
+        self.store.commit_batch()?;
         first_error.map_or(Ok(()), Err)
     }
 

@@ -133,32 +133,52 @@ impl Cluster {
                 });
             }
         }
-        if let Err(e) = self.store.insert_jobs(&new_jobs) {
+        // The jobs and their Submitted events: one transaction.
+        let inserted = self.store.begin_batch().map_err(ClusterError::from).and_then(|()| {
+            let seqs = self.store.insert_jobs(&new_jobs)?;
             for j in &new_jobs {
-                let _ = self.plane.delete(&format!("{}/{}", j.namespace, j.name));
+                self.event(
+                    &j.namespace,
+                    &j.name,
+                    now,
+                    EventType::Normal,
+                    "Submitted",
+                    format!("queued in {}", j.job.spec.queue_name()),
+                );
             }
-            let _ = self.plane.settle(now);
-            return Err(e.into());
-        }
-        for j in &new_jobs {
-            self.refresh_job(&j.namespace, &j.name)?;
-        }
+            self.store.commit_batch()?;
+            Ok(seqs)
+        });
+        let seqs = match inserted {
+            Ok(seqs) => seqs,
+            Err(e) => {
+                let _ = self.store.rollback_batch();
+                for j in &new_jobs {
+                    let _ = self.plane.delete(&format!("{}/{}", j.namespace, j.name));
+                }
+                let _ = self.plane.settle(now);
+                return Err(e);
+            }
+        };
         let mut out = Vec::with_capacity(new_jobs.len());
-        for j in new_jobs {
+        for (j, seq) in new_jobs.into_iter().zip(seqs) {
             self.counters.jobs_submitted += 1;
-            self.event(
-                &j.namespace,
-                &j.name,
-                now,
-                EventType::Normal,
-                "Submitted",
-                format!("queued in {}", j.job.spec.queue_name()),
-            );
             out.push(SubmitResult {
+                namespace: j.namespace.clone(),
+                name: j.name.clone(),
+                uid: j.uid.clone(),
+                converted_from: j.converted_from.clone(),
+            });
+            // Cached as stored, without reading it back.
+            self.cache(StoredJob {
                 namespace: j.namespace,
                 name: j.name,
                 uid: j.uid,
+                seq,
+                submitted_ms: j.submitted_ms,
                 converted_from: j.converted_from,
+                job: j.job,
+                deleting: false,
             });
         }
         Ok(out)

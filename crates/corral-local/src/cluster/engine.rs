@@ -14,7 +14,7 @@ use corral_core::lifecycle::{self, FailureReason, Incarnation, ReplicaId, Replic
 use corral_core::sched::{Millis, Node, NodePoolConfig, QueueConfig};
 use jiff::Timestamp;
 
-use super::{ClusterConfig, ClusterError, JobState, TickReport};
+use super::{ClusterConfig, ClusterError, JobState, JobSummary, TickReport};
 use crate::executor::{LocalExecutor, ProcessState};
 use crate::inventory::NodeInventory;
 use crate::store::{Store, StoreError, StoredJob};
@@ -102,6 +102,37 @@ pub(super) fn state_of(stored: &StoredJob) -> JobState {
     lifecycle::job_state(&stored.job.spec, stored.job.status.as_ref())
 }
 
+/// A job as `list` shows it, from its stored record alone.
+pub(super) fn summary(j: &StoredJob) -> JobSummary {
+    // Defaults change none of the fields read here (counts, GPUs, queue, framework), so
+    // the spec is read as stored rather than cloned and defaulted.
+    let spec = &j.job.spec;
+    let status = j.job.status.as_ref();
+    JobSummary {
+        namespace: j.namespace.clone(),
+        name: j.name.clone(),
+        uid: j.uid.clone(),
+        framework: spec.framework.as_str().to_string(),
+        queue: spec.queue_name().to_string(),
+        state: state_of(j),
+        replicas_ready: status.map_or(0, ready_replicas),
+        replicas_total: u32::try_from(spec.total_replicas()).unwrap_or(u32::MAX),
+        gpus: spec.total_gpus(),
+        created: timestamp(j.submitted_ms),
+        restarts: status.map_or(0, |s| s.restart_count),
+        preemptions: status.map_or(0, |s| s.preemption_count),
+    }
+}
+
+/// Replicas of the current incarnation running or done, as the status counts them
+/// (`replicaStatuses`, Kubeflow's per-role active and succeeded counts).
+pub(super) fn ready_replicas(status: &corral_api::TrainingJobStatus) -> u32 {
+    status
+        .replica_statuses
+        .values()
+        .fold(0u32, |n, r| n.saturating_add(r.active).saturating_add(r.succeeded))
+}
+
 /// Counters kept in memory (reset when the process restarts, as Prometheus expects).
 #[derive(Default)]
 pub(super) struct Counters {
@@ -133,13 +164,15 @@ pub struct Cluster {
     pub(super) stopping: BTreeSet<(String, String)>,
     /// Jobs that gave their admission back while replicas may still run: their ports are
     /// released once none runs (a port is never given to two replicas at once).
-    pub(super) ports_to_release: BTreeSet<String>,
-    /// Every stored job, by seq (submission order): the store's rows, decoded once and
-    /// re-read after each write to a job's row, for the views.
-    pub(super) jobs: BTreeMap<i64, StoredJob>,
-    /// uid -> seq and key -> uid, for `jobs`.
-    pub(super) seq_of: HashMap<String, i64>,
-    pub(super) uid_of: HashMap<String, String>,
+    /// uid -> key.
+    pub(super) ports_to_release: BTreeMap<String, String>,
+    /// Every stored job as the views show it, by (namespace, name), finished ones too: a
+    /// namespace's jobs are one range, whatever the history of the others.
+    pub(super) summaries: BTreeMap<(String, String), JobSummary>,
+    /// The whole stored record of every job the control plane holds (not retired), by
+    /// key; kept in step with the store by each write. A finished job leaves it when the
+    /// plane retires it, so that memory and the hot paths do not grow with history.
+    pub(super) live: HashMap<String, StoredJob>,
     pub(super) counters: Counters,
     pub(super) uid_counter: u64,
 }
@@ -187,30 +220,52 @@ impl Cluster {
     /// Re-reads a job's row into the cache after a write to it.
     pub(super) fn refresh_job(&mut self, namespace: &str, name: &str) -> Result<(), ClusterError> {
         if let Some(j) = self.store.job(namespace, name)? {
-            if let Some(old) = self.seq_of.insert(j.uid.clone(), j.seq)
-                && old != j.seq
-            {
-                self.jobs.remove(&old);
-            }
-            self.uid_of.insert(j.key(), j.uid.clone());
-            self.jobs.insert(j.seq, j);
+            self.cache(j);
         }
         Ok(())
     }
 
-    /// Drops a job removed from the store from the cache.
-    pub(super) fn forget_job(&mut self, uid: &str) {
-        if let Some(seq) = self.seq_of.remove(uid)
-            && let Some(j) = self.jobs.remove(&seq)
-        {
-            self.uid_of.remove(&j.key());
+    /// Puts a job's row (as stored) into the cache: its summary, and the whole record
+    /// while the plane holds the job.
+    pub(super) fn cache(&mut self, j: StoredJob) {
+        self.summaries
+            .insert((j.namespace.clone(), j.name.clone()), summary(&j));
+        let key = j.key();
+        if self.plane.is_retired(&key) {
+            self.live.remove(&key);
+        } else {
+            self.live.insert(key, j);
         }
     }
 
-    /// The cached row of a job, by key (`namespace/name`).
+    /// Updates the cached summary of a live job after a change made to it in place.
+    pub(super) fn resummarize(&mut self, key: &str) {
+        if let Some(j) = self.live.get(key) {
+            self.summaries
+                .insert((j.namespace.clone(), j.name.clone()), summary(j));
+        }
+    }
+
+    /// Drops a job removed from the store from the cache.
+    pub(super) fn forget_job(&mut self, key: &str) {
+        self.live.remove(key);
+        if let Some((namespace, name)) = key.split_once('/') {
+            self.summaries
+                .remove(&(namespace.to_string(), name.to_string()));
+        }
+    }
+
+    /// The cached row of a job the plane holds, by key (`namespace/name`).
     pub(super) fn stored(&self, key: &str) -> Option<&StoredJob> {
-        let uid = self.uid_of.get(key)?;
-        self.jobs.get(self.seq_of.get(uid)?)
+        self.live.get(key)
+    }
+
+    /// The uid of any stored job, retired ones included, by key.
+    pub(super) fn uid_of(&self, key: &str) -> Option<&str> {
+        let (namespace, name) = key.split_once('/')?;
+        self.summaries
+            .get(&(namespace.to_string(), name.to_string()))
+            .map(|s| s.uid.as_str())
     }
 
     /// One pass of the control loop: observe what the executor saw, step the control plane,

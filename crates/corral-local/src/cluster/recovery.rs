@@ -3,7 +3,7 @@
 //! jobs, admissions and replica records. Whatever the plane drops (an admission this machine
 //! can no longer hold) is persisted like any other step.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
 use corral_api::training_job::Role;
@@ -42,11 +42,12 @@ pub(super) fn open(
 
     let jobs = store.jobs()?;
     let replicas = adopt_replicas(&mut store, &mut executor, &jobs, &mut warnings)?;
+    let key_of: HashMap<&str, String> = jobs.iter().map(|j| (j.uid.as_str(), j.key())).collect();
     let admissions: BTreeMap<String, HeldAdmission> = store
         .admissions()?
         .into_iter()
         .filter_map(|(uid, a)| {
-            let key = jobs.iter().find(|j| j.uid == uid)?.key();
+            let key = key_of.get(uid.as_str())?.clone();
             Some((
                 uid,
                 HeldAdmission {
@@ -63,7 +64,7 @@ pub(super) fn open(
         .collect();
     // Admissions of jobs that are gone.
     for (uid, _) in store.admissions()? {
-        if !jobs.iter().any(|j| j.uid == uid) {
+        if !key_of.contains_key(uid.as_str()) {
             store.release(&uid)?;
         }
     }
@@ -114,17 +115,14 @@ pub(super) fn open(
         pools,
         queues,
         stopping: BTreeSet::new(),
-        ports_to_release: BTreeSet::new(),
-        jobs: BTreeMap::new(),
-        seq_of: HashMap::new(),
-        uid_of: HashMap::new(),
+        ports_to_release: BTreeMap::new(),
+        summaries: BTreeMap::new(),
+        live: HashMap::new(),
         counters: Counters::default(),
         uid_counter: 0,
     };
     for j in jobs {
-        cluster.seq_of.insert(j.uid.clone(), j.seq);
-        cluster.uid_of.insert(j.key(), j.uid.clone());
-        cluster.jobs.insert(j.seq, j);
+        cluster.cache(j);
     }
     for e in &step.events {
         if e.reason == corral_core::control::event_reason::ADMISSION_LOST {
@@ -148,6 +146,7 @@ fn adopt_replicas(
 ) -> Result<Vec<StoredReplica>, ClusterError> {
     let mut known_dirs = BTreeSet::new();
     let mut out = Vec::new();
+    let uids: HashSet<&str> = jobs.iter().map(|j| j.uid.as_str()).collect();
     for mut r in store.replicas()? {
         known_dirs.insert(r.record.dir.clone());
         let state = executor.adopt(r.record.clone());
@@ -155,7 +154,7 @@ fn adopt_replicas(
             store.set_replica_state(&r.name, r.attempt, r.retry, state)?;
             r.state = state;
         }
-        if !jobs.iter().any(|j| j.uid == r.job_uid) {
+        if !uids.contains(r.job_uid.as_str()) {
             // A replica of a job that is gone: it must not run.
             let _ = executor.stop(&r.name, Duration::ZERO);
             store.remove_replica(&r.name, r.attempt, r.retry)?;

@@ -1,7 +1,7 @@
 //! What users look at: jobs, their details and events, queues, this machine's node, the
 //! resource use of replicas, log files and metrics. Reads only.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use corral_api::TrainingJob;
@@ -9,13 +9,13 @@ use corral_core::control::EventType;
 use corral_core::lifecycle::ReplicaPhase;
 use corral_core::sched::ResourceAmount;
 
-use super::engine::{Cluster, phase_of, state_of, timestamp};
+use super::engine::{Cluster, phase_of, state_of, summary, timestamp};
 use super::{
     AdmissionInfo, ClusterError, Event, GpuDevice, JobDetails, JobState, JobSummary,
     MetricsSnapshot, NodeInfo, QueueInfo, QueuePoolUsage, ReplicaInfo, ReplicaUsageRow,
 };
 use crate::executor::ProcessState;
-use crate::store::{StoredJob, StoredReplica};
+
 
 impl Cluster {
     /// The job with its recorded status.
@@ -24,19 +24,18 @@ impl Cluster {
     }
 
     /// Jobs of one namespace (or all), ordered by namespace then name.
+    /// Reads the cached summaries only: one namespace is one range of them, whatever the
+    /// history of the others.
     pub fn list(&self, namespace: Option<&str>) -> Result<Vec<JobSummary>, ClusterError> {
-        let replicas = self.store.replicas()?;
-        let listed = || {
-            self.jobs
-                .values()
-                .filter(|j| namespace.is_none_or(|n| n == j.namespace))
-        };
-        let ready = ready_replicas(listed(), &replicas);
-        let mut out: Vec<JobSummary> = listed()
-            .map(|j| summary(j, ready.get(&j.uid).copied().unwrap_or(0)))
-            .collect();
-        out.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-        Ok(out)
+        Ok(match namespace {
+            None => self.summaries.values().cloned().collect(),
+            Some(ns) => self
+                .summaries
+                .range((ns.to_string(), String::new())..)
+                .take_while(|((n, _), _)| n == ns)
+                .map(|(_, s)| s.clone())
+                .collect(),
+        })
     }
 
     /// Job, conditions, events, replicas and why it waits.
@@ -119,13 +118,7 @@ impl Cluster {
             })
             .collect();
         Ok(Some(JobDetails {
-            summary: summary(
-                &stored,
-                ready_replicas(std::iter::once(&stored), &replicas)
-                    .get(&stored.uid)
-                    .copied()
-                    .unwrap_or(0),
-            ),
+            summary: summary(&stored),
             pending_reason: self.plane.pending_reason(&stored.key()),
             job: stored.job,
             admission,
@@ -138,9 +131,10 @@ impl Cluster {
     pub fn queues(&self) -> Vec<QueueInfo> {
         let mut admitted: BTreeMap<&str, u32> = BTreeMap::new();
         let mut pending: BTreeMap<&str, u32> = BTreeMap::new();
-        for j in self.jobs.values() {
+        // Finished jobs are neither: the live ones suffice.
+        for (key, j) in &self.live {
             let queue = j.job.spec.queue_name();
-            if self.plane.admission(&j.key()).is_some() {
+            if self.plane.admission(key).is_some() {
                 *admitted.entry(queue).or_default() += 1;
             } else if state_of(j) == JobState::Queued {
                 *pending.entry(queue).or_default() += 1;
@@ -298,11 +292,11 @@ impl Cluster {
             gpus_total: u64::from(self.node.gpus),
             ..MetricsSnapshot::default()
         };
-        for j in self.jobs.values() {
+        for j in self.summaries.values() {
             *m.jobs
-                .entry(j.job.spec.queue_name().to_string())
+                .entry(j.queue.clone())
                 .or_default()
-                .entry(state_of(j).as_str().to_string())
+                .entry(j.state.as_str().to_string())
                 .or_default() += 1;
         }
         for (key, held) in self.plane.admissions() {
@@ -341,50 +335,3 @@ fn phase_name(p: ReplicaPhase) -> &'static str {
     }
 }
 
-fn summary(j: &StoredJob, ready: u32) -> JobSummary {
-    // Defaults change none of the fields read here (counts, GPUs, queue, framework), so
-    // the spec is read as stored rather than cloned and defaulted: `list` of 10,000 jobs.
-    let spec = &j.job.spec;
-    let status = j.job.status.as_ref();
-    JobSummary {
-        namespace: j.namespace.clone(),
-        name: j.name.clone(),
-        uid: j.uid.clone(),
-        framework: spec.framework.as_str().to_string(),
-        queue: spec.queue_name().to_string(),
-        state: state_of(j),
-        replicas_ready: ready,
-        replicas_total: u32::try_from(spec.total_replicas()).unwrap_or(u32::MAX),
-        gpus: spec.total_gpus(),
-        created: timestamp(j.submitted_ms),
-        restarts: status.map_or(0, |s| s.restart_count),
-        preemptions: status.map_or(0, |s| s.preemption_count),
-    }
-}
-
-/// Replicas of the job's current attempt that are running or exited cleanly, by job uid.
-fn ready_replicas<'a>(
-    jobs: impl Iterator<Item = &'a StoredJob>,
-    replicas: &[StoredReplica],
-) -> HashMap<String, u32> {
-    let attempt: HashMap<&str, u32> = jobs
-        .map(|j| {
-            (
-                j.uid.as_str(),
-                j.job.status.as_ref().map_or(0, |s| s.attempt),
-            )
-        })
-        .collect();
-    let mut ready = HashMap::new();
-    for r in replicas {
-        if attempt.get(r.job_uid.as_str()) == Some(&r.attempt)
-            && matches!(
-                r.state,
-                ProcessState::Running | ProcessState::Exited { code: 0 }
-            )
-        {
-            *ready.entry(r.job_uid.clone()).or_insert(0) += 1;
-        }
-    }
-    ready
-}
