@@ -350,4 +350,5 @@ pub struct MetricsSnapshot {
     pub last_tick_seconds: f64,
 }
 
+pub use commands::CheckedSubmission;
 pub use engine::Cluster;

@@ -102,6 +102,11 @@ impl AppState {
         .map_err(|e| ApiError::internal(format!("the request handler failed: {e}")))
     }
 
+    /// The cluster's configuration file as opened, without the lock.
+    pub fn file(&self) -> Arc<ClusterFileConfig> {
+        Arc::clone(&self.file)
+    }
+
     /// Asks the control loop to run now.
     pub fn wake(&self) {
         self.wake.notify_one();

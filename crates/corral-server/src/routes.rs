@@ -14,7 +14,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use corral_api::training_job::Role;
-use corral_local::cluster::{JobState, NodeInfo};
+use corral_local::cluster::{Cluster, JobState, NodeInfo};
 use jiff::Timestamp;
 use serde::Deserialize;
 use serde_json::json;
@@ -137,9 +137,15 @@ async fn submit(
              documents as YAML or JSON",
         ));
     }
+    // Parsing and validation need no lock: requests check their documents in parallel
+    // and hold the cluster only to store them.
+    let file = state.file();
     let ns = namespace.clone();
+    let checked = tokio::task::spawn_blocking(move || Cluster::check_submission(&file, &text, &ns))
+        .await
+        .map_err(|e| ApiError::internal(format!("the request handler failed: {e}")))??;
     let submitted = state
-        .with_cluster(move |c| c.submit(&text, &ns, Timestamp::now()))
+        .with_cluster(move |c| c.submit_checked(checked, Timestamp::now()))
         .await??;
     state.wake();
     Ok((StatusCode::CREATED, Json(json!({ "items": submitted }))).into_response())
@@ -152,16 +158,16 @@ async fn list_namespace(
 ) -> ApiResult {
     caller.check(&namespace)?;
     let jobs = state
-        .with_cluster(move |c| c.list(Some(&namespace)))
-        .await??;
+        .with_cluster(move |c| c.list_shared(Some(&namespace)))
+        .await?;
     Ok(items(jobs))
 }
 
 async fn list_all(State(state): State<AppState>, caller: Caller) -> ApiResult {
     let only = caller.namespace().map(str::to_string);
     let jobs = state
-        .with_cluster(move |c| c.list(only.as_deref()))
-        .await??;
+        .with_cluster(move |c| c.list_shared(only.as_deref()))
+        .await?;
     Ok(items(jobs))
 }
 

@@ -10,7 +10,16 @@ use jiff::Timestamp;
 
 use super::engine::{Cluster, millis, new_uid};
 use super::{ClusterError, DocumentProblem, FieldProblem, SubmitResult};
+use crate::config::ClusterFileConfig;
 use crate::store::{NewJob, StoredJob};
+
+/// Documents of a submission, parsed and checked ([`Cluster::check_submission`]).
+#[derive(Debug)]
+pub struct CheckedSubmission {
+    namespace: String,
+    /// Each job, with the kind it was converted from.
+    jobs: Vec<(TrainingJob, Option<String>)>,
+}
 
 impl Cluster {
     /// Submits TrainingJobs (or Kubeflow job kinds, converted) in YAML or JSON, several
@@ -23,7 +32,18 @@ impl Cluster {
         namespace: &str,
         now: Timestamp,
     ) -> Result<Vec<SubmitResult>, ClusterError> {
-        let ctx = self.config.file.validation_context();
+        let checked = Self::check_submission(&self.config.file, text, namespace)?;
+        self.submit_checked(checked, now)
+    }
+
+    /// The part of [`Cluster::submit`] that needs no cluster: parse, validate against the
+    /// configuration, check names. A server runs it before it takes the cluster's lock.
+    pub fn check_submission(
+        file: &ClusterFileConfig,
+        text: &str,
+        namespace: &str,
+    ) -> Result<CheckedSubmission, ClusterError> {
+        let ctx = file.validation_context();
         let mut problems = Vec::new();
         let mut accepted = Vec::new();
         for r in parse_documents(text, &ctx) {
@@ -90,6 +110,23 @@ impl Cluster {
         if !problems.is_empty() {
             return Err(ClusterError::Invalid(problems));
         }
+        Ok(CheckedSubmission {
+            namespace: namespace.to_string(),
+            jobs: accepted,
+        })
+    }
+
+    /// Stores checked documents and hands them to the control plane (all or nothing).
+    pub fn submit_checked(
+        &mut self,
+        checked: CheckedSubmission,
+        now: Timestamp,
+    ) -> Result<Vec<SubmitResult>, ClusterError> {
+        let CheckedSubmission {
+            namespace,
+            jobs: accepted,
+        } = checked;
+        let namespace = namespace.as_str();
         let submitted_ms = millis(now);
         let mut new_jobs = Vec::with_capacity(accepted.len());
         for (mut job, converted_from) in accepted {

@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{BuildHasher, Hasher};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use corral_api::TrainingJob;
@@ -168,7 +169,7 @@ pub struct Cluster {
     pub(super) ports_to_release: BTreeMap<String, String>,
     /// Every stored job as the views show it, by (namespace, name), finished ones too: a
     /// namespace's jobs are one range, whatever the history of the others.
-    pub(super) summaries: BTreeMap<(String, String), JobSummary>,
+    pub(super) summaries: BTreeMap<(String, String), Arc<JobSummary>>,
     /// The whole stored record of every job the control plane holds (not retired), by
     /// key; kept in step with the store by each write. A finished job leaves it when the
     /// plane retires it, so that memory and the hot paths do not grow with history.
@@ -229,7 +230,7 @@ impl Cluster {
     /// while the plane holds the job.
     pub(super) fn cache(&mut self, j: StoredJob) {
         self.summaries
-            .insert((j.namespace.clone(), j.name.clone()), summary(&j));
+            .insert((j.namespace.clone(), j.name.clone()), Arc::new(summary(&j)));
         let key = j.key();
         if self.plane.is_retired(&key) {
             self.live.remove(&key);
@@ -242,7 +243,7 @@ impl Cluster {
     pub(super) fn resummarize(&mut self, key: &str) {
         if let Some(j) = self.live.get(key) {
             self.summaries
-                .insert((j.namespace.clone(), j.name.clone()), summary(j));
+                .insert((j.namespace.clone(), j.name.clone()), Arc::new(summary(j)));
         }
     }
 

@@ -2,6 +2,7 @@
 //! resource use of replicas, log files and metrics. Reads only.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::path::PathBuf;
 
 use corral_api::TrainingJob;
@@ -27,15 +28,25 @@ impl Cluster {
     /// Reads the cached summaries only: one namespace is one range of them, whatever the
     /// history of the others.
     pub fn list(&self, namespace: Option<&str>) -> Result<Vec<JobSummary>, ClusterError> {
-        Ok(match namespace {
+        Ok(self
+            .list_shared(namespace)
+            .into_iter()
+            .map(Arc::unwrap_or_clone)
+            .collect())
+    }
+
+    /// [`Cluster::list`] without copying the summaries: a server serializes them after it
+    /// has let go of the cluster.
+    pub fn list_shared(&self, namespace: Option<&str>) -> Vec<Arc<JobSummary>> {
+        match namespace {
             None => self.summaries.values().cloned().collect(),
             Some(ns) => self
                 .summaries
                 .range((ns.to_string(), String::new())..)
                 .take_while(|((n, _), _)| n == ns)
-                .map(|(_, s)| s.clone())
+                .map(|(_, s)| Arc::clone(s))
                 .collect(),
-        })
+        }
     }
 
     /// Job, conditions, events, replicas and why it waits.

@@ -88,8 +88,10 @@ pub fn write_json_atomic<T: Serialize>(path: &Path, value: &T) -> io::Result<()>
             .truncate(true)
             .mode_0600()
             .open(&tmp)?;
-        serde_json::to_writer_pretty(&mut f, value).map_err(io::Error::other)?;
-        f.write_all(b"\n")?;
+        // One write: serde_json writes token by token, a system call each on a bare file.
+        let mut bytes = serde_json::to_vec_pretty(value).map_err(io::Error::other)?;
+        bytes.push(b'\n');
+        f.write_all(&bytes)?;
     }
     fs::rename(&tmp, path)?;
     Ok(())
