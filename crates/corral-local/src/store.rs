@@ -421,6 +421,23 @@ impl Store {
         raws.into_iter().map(RawJob::decode).collect()
     }
 
+    /// Every job, in submission order, one at a time (a long history is never all in
+    /// memory at once).
+    pub fn for_each_job(
+        &self,
+        mut f: impl FnMut(StoredJob) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {} FROM jobs ORDER BY seq",
+            Self::JOB_COLUMNS
+        ))?;
+        let mut rows = stmt.query([])?;
+        while let Some(row) = rows.next()? {
+            f(Self::job_from_row(row)?.decode()?)?;
+        }
+        Ok(())
+    }
+
     /// One job.
     pub fn job(&self, namespace: &str, name: &str) -> Result<Option<StoredJob>, StoreError> {
         let raw = self

@@ -51,4 +51,4 @@ pub use plane::{
     Change, ControlConfig, ControlError, ControlPlane, HeldAdmission, JobAction, JobRecord,
     RestoredJob, SchedulingHints, Step,
 };
-pub use rules::{CPU_POOL, grace_period, with_default_queue};
+pub use rules::{CPU_POOL, finished_for_good, grace_period, with_default_queue};

@@ -442,6 +442,19 @@ impl ControlPlane {
         Ok((plane, step))
     }
 
+    /// Jobs a shell restores by name only: each finished for good
+    /// ([`rules::finished_for_good`]), with no replica active, no admission, and not being
+    /// deleted (the shell checks these from its records; a job it is unsure of goes through
+    /// [`ControlPlane::restore`] and is retired by the plane itself). They are known as
+    /// [`Change::Retired`] jobs are: their names are taken, `delete` removes them.
+    pub fn restore_retired(&mut self, keys: impl IntoIterator<Item = String>) {
+        for key in keys {
+            if !self.jobs.contains_key(&key) {
+                self.retired.insert(key);
+            }
+        }
+    }
+
     fn entry(config: &ControlConfig, record: JobRecord) -> Entry {
         let JobRecord {
             job,
@@ -799,7 +812,7 @@ impl ControlPlane {
         let done = !e.deleting
             && e.standing == Standing::Out
             && !e.any_active()
-            && e.job.status.as_ref().is_some_and(conditions::is_terminal);
+            && rules::finished_for_good(&e.job);
         if !done {
             return;
         }

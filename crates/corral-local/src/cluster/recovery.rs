@@ -40,8 +40,47 @@ pub(super) fn open(
     let inventory = inventory();
     let (node, pools, queues) = super::node::build_cluster(&config, &inventory)?;
 
-    let jobs = store.jobs()?;
-    let replicas = adopt_replicas(&mut store, &mut executor, &jobs, &mut warnings)?;
+    // Jobs finished for good, with nothing running and no admission, are handed to the
+    // plane by name and kept as summaries; only the others are decoded into the plane, so
+    // opening a long history costs little memory (the rows are read one at a time).
+    let admitted: HashSet<String> = store.admissions()?.into_iter().map(|(u, _)| u).collect();
+    let running: HashSet<String> = store
+        .running_replicas()?
+        .into_iter()
+        .map(|r| r.job_uid)
+        .collect();
+    let mut jobs: Vec<StoredJob> = Vec::new();
+    let mut retired: Vec<StoredJob> = Vec::new();
+    let mut all_uids: HashSet<String> = HashSet::new();
+    store.for_each_job(|j| {
+        all_uids.insert(j.uid.clone());
+        let at_rest = !j.deleting
+            && !admitted.contains(&j.uid)
+            && !running.contains(&j.uid)
+            && corral_core::control::finished_for_good(&j.job);
+        if at_rest {
+            retired.push(j);
+        } else {
+            jobs.push(j);
+        }
+        Ok(())
+    })?;
+    let retired: Vec<(String, (String, String), std::sync::Arc<super::JobSummary>)> = retired
+        .into_iter()
+        .map(|j| {
+            let summary = std::sync::Arc::new(super::engine::summary(&j));
+            (j.uid, (j.namespace, j.name), summary)
+        })
+        .collect();
+    let retired_uids: HashSet<&str> = retired.iter().map(|(u, _, _)| u.as_str()).collect();
+    let replicas = adopt_replicas(
+        &mut store,
+        &mut executor,
+        &jobs,
+        &all_uids,
+        &retired_uids,
+        &mut warnings,
+    )?;
     let key_of: HashMap<&str, String> = jobs.iter().map(|j| (j.uid.as_str(), j.key())).collect();
     let admissions: BTreeMap<String, HeldAdmission> = store
         .admissions()?
@@ -64,7 +103,7 @@ pub(super) fn open(
         .collect();
     // Admissions of jobs that are gone.
     for (uid, _) in store.admissions()? {
-        if !key_of.contains_key(uid.as_str()) {
+        if !all_uids.contains(&uid) {
             store.release(&uid)?;
         }
     }
@@ -103,8 +142,13 @@ pub(super) fn open(
         running: Vec::new(),
     };
     let control = Cluster::control_config(&config, &node);
-    let (plane, step) = ControlPlane::restore(snapshot, control, restored, now)
+    let (mut plane, step) = ControlPlane::restore(snapshot, control, restored, now)
         .map_err(|e| ClusterError::Scheduler(e.to_string()))?;
+    plane.restore_retired(
+        retired
+            .iter()
+            .map(|(_, (namespace, name), _)| format!("{namespace}/{name}")),
+    );
     let mut cluster = Cluster {
         config,
         store,
@@ -124,6 +168,7 @@ pub(super) fn open(
     for j in jobs {
         cluster.cache(j);
     }
+    cluster.summaries.extend(retired.into_iter().map(|(_, k, s)| (k, s)));
     for e in &step.events {
         if e.reason == corral_core::control::event_reason::ADMISSION_LOST {
             warnings.push(format!("{}: {}", e.job, e.message));
@@ -142,19 +187,24 @@ fn adopt_replicas(
     store: &mut Store,
     executor: &mut LocalExecutor,
     jobs: &[StoredJob],
+    all_uids: &HashSet<String>,
+    retired_uids: &HashSet<&str>,
     warnings: &mut Vec<String>,
 ) -> Result<Vec<StoredReplica>, ClusterError> {
     let mut known_dirs = BTreeSet::new();
     let mut out = Vec::new();
-    let uids: HashSet<&str> = jobs.iter().map(|j| j.uid.as_str()).collect();
     for mut r in store.replicas()? {
         known_dirs.insert(r.record.dir.clone());
+        // A retired job's replicas all ended (none is recorded running): nothing to watch.
+        if retired_uids.contains(r.job_uid.as_str()) {
+            continue;
+        }
         let state = executor.adopt(r.record.clone());
         if state != r.state {
             store.set_replica_state(&r.name, r.attempt, r.retry, state)?;
             r.state = state;
         }
-        if !uids.contains(r.job_uid.as_str()) {
+        if !all_uids.contains(&r.job_uid) {
             // A replica of a job that is gone: it must not run.
             let _ = executor.stop(&r.name, Duration::ZERO);
             store.remove_replica(&r.name, r.attempt, r.retry)?;
