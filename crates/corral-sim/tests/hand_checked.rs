@@ -15,6 +15,8 @@ fn job(id: usize, arrival: f64, secs: f64) -> SimJob {
         job_type: "t".into(),
         queue: "default".into(),
         allowed_types: Vec::new(),
+        restart_s: None,
+        start_s: 0.0,
     }
 }
 

@@ -1,7 +1,10 @@
-//! Gavel's max-min fairness policies, reimplemented: `max_min_fairness` (LAS: maximise the
-//! minimum scale-factor-weighted share of GPU time, all GPU types equal) and
+//! Gavel's LP policies, reimplemented: `max_min_fairness` (LAS: maximise the
+//! minimum scale-factor-weighted share of GPU time, all GPU types equal),
 //! `max_min_fairness_perf` (maximise the minimum effective throughput, normalised by the
-//! job's throughput under the heterogeneity-agnostic allocation). The allocation
+//! job's throughput under the heterogeneity-agnostic allocation) and
+//! `max_sum_throughput_perf` (maximise the sum of the jobs' throughputs, in steps per
+//! second; Gavel's policies/max_sum_throughput.py, and what Sia's simulator runs as its
+//! `gavel` baseline: sia-simulator/simulator_config.py `gavel_default_policy`). The allocation
 //! `x[job][type]` (fraction of time) is an LP solved with `microlp` (pure Rust); it is
 //! recomputed when jobs arrived or finished, at most every 1920 s (Gavel's default).
 //!
@@ -21,8 +24,26 @@ use crate::job::SimJob;
 use crate::round::EngineConfig;
 use corral_core::sched::workload::Rng;
 
+/// What the LP optimises.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Objective {
+    /// `max_min_fairness`: heterogeneity-agnostic max-min share.
+    MaxMin,
+    /// `max_min_fairness_perf`: max-min normalised effective throughput.
+    MaxMinPerf,
+    /// `max_sum_throughput_perf`: total throughput.
+    MaxSumThroughput,
+    /// `gandiva` as Gavel implements it (policies/gandiva.py `_get_allocation`): the
+    /// cluster's time split equally among the jobs, each type in proportion to its size,
+    /// heterogeneity-agnostic. Gavel's version also pairs jobs of equal scale factor on one
+    /// GPU when the jobs ask for more GPUs than exist, using measured co-location
+    /// throughputs; this engine gives a GPU to one job at a time, so that packing is not
+    /// modelled.
+    EqualShare,
+}
+
 pub struct MaxMin {
-    perf: bool,
+    objective: Objective,
     rng: Rng,
     alloc: BTreeMap<usize, Vec<f64>>,
     /// `held_s_on` of each job at the last reset.
@@ -37,8 +58,19 @@ pub struct MaxMin {
 
 impl MaxMin {
     pub fn new(perf: bool, seed: u64) -> Self {
+        Self::with(
+            if perf {
+                Objective::MaxMinPerf
+            } else {
+                Objective::MaxMin
+            },
+            seed,
+        )
+    }
+
+    pub fn with(objective: Objective, seed: u64) -> Self {
         MaxMin {
-            perf,
+            objective,
             rng: Rng::new(seed),
             alloc: BTreeMap::new(),
             base: BTreeMap::new(),
@@ -91,12 +123,77 @@ pub fn max_min_lp(coef: &[Vec<f64>], gpus: &[u32], capacity: &[u32]) -> Option<V
     )
 }
 
+/// Solves `max sum_j sum_w coef[j][w] x[j][w]` s.t. `sum_j gpus_j x[j][w] <= n_w`,
+/// `sum_w x[j][w] <= 1`, `0 <= x <= 1` (Gavel's `ThroughputSumWithPerf` without SLOs).
+pub fn max_sum_lp(coef: &[Vec<f64>], gpus: &[u32], capacity: &[u32]) -> Option<Vec<Vec<f64>>> {
+    let m = coef.len();
+    let n = capacity.len();
+    if m == 0 {
+        return Some(Vec::new());
+    }
+    let mut p = Problem::new(OptimizationDirection::Maximize);
+    let x: Vec<Vec<_>> = (0..m)
+        .map(|j| {
+            (0..n)
+                .map(|w| {
+                    // A type where the job cannot run gets no time.
+                    let hi = if coef[j][w] > 0.0 { 1.0 } else { 0.0 };
+                    p.add_var(coef[j][w].max(0.0), (0.0, hi))
+                })
+                .collect()
+        })
+        .collect();
+    for row in &x {
+        let r: Vec<_> = row.iter().map(|&v| (v, 1.0)).collect();
+        p.add_constraint(r.as_slice(), ComparisonOp::Le, 1.0);
+    }
+    for w in 0..n {
+        let col: Vec<_> = (0..m).map(|j| (x[j][w], f64::from(gpus[j]))).collect();
+        p.add_constraint(col.as_slice(), ComparisonOp::Le, f64::from(capacity[w]));
+    }
+    let sol = p.solve().ok()?.into_solution().ok()?;
+    Some(
+        x.iter()
+            .map(|r| {
+                r.iter()
+                    .map(|&v| sol.var_value(v).clamp(0.0, 1.0))
+                    .collect()
+            })
+            .collect(),
+    )
+}
+
 impl MaxMin {
     fn reallocate(&mut self, ctx: &RoundCtx) {
         let cap = ctx.cluster.gpus_per_type();
         let n = cap.len();
         let jobs = ctx.active;
         let gpus: Vec<u32> = jobs.iter().map(|&j| ctx.jobs[j].gpus).collect();
+        if self.objective == Objective::EqualShare {
+            // x[i][w] = n_w / m / scale_factor_i, each row scaled down to sum to at most 1.
+            let m = jobs.len() as f64;
+            let x = gpus
+                .iter()
+                .map(|&g| {
+                    let row: Vec<f64> = cap
+                        .iter()
+                        .map(|&c| f64::from(c) / m / f64::from(g.max(1)))
+                        .collect();
+                    let sum: f64 = row.iter().sum::<f64>().max(1.0);
+                    row.into_iter().map(|v| v / sum).collect()
+                })
+                .collect();
+            self.set_alloc(ctx, x);
+            return;
+        }
+        if self.objective == Objective::MaxSumThroughput {
+            let coef: Vec<Vec<f64>> = jobs.iter().map(|&j| ctx.tput[j].clone()).collect();
+            match max_sum_lp(&coef, &gpus, &cap) {
+                Some(x) => self.set_alloc(ctx, x),
+                None => self.solver_failures += 1,
+            }
+            return;
+        }
         // Heterogeneity-agnostic: every type has throughput 1 (as in Gavel, even where the
         // job cannot run).
         let coef: Vec<Vec<f64>> = gpus.iter().map(|&g| vec![f64::from(g); n]).collect();
@@ -104,7 +201,7 @@ impl MaxMin {
             self.solver_failures += 1;
             return;
         };
-        let x = if self.perf {
+        let x = if self.objective == Objective::MaxMinPerf {
             let coef: Vec<Vec<f64>> = jobs
                 .iter()
                 .enumerate()
@@ -125,8 +222,13 @@ impl MaxMin {
         } else {
             iso
         };
-        self.alloc = jobs.iter().copied().zip(x).collect();
-        self.base = jobs
+        self.set_alloc(ctx, x);
+    }
+
+    fn set_alloc(&mut self, ctx: &RoundCtx, x: Vec<Vec<f64>>) {
+        self.alloc = ctx.active.iter().copied().zip(x).collect();
+        self.base = ctx
+            .active
             .iter()
             .map(|&j| (j, ctx.state[j].held_s_on.clone()))
             .collect();
@@ -135,11 +237,13 @@ impl MaxMin {
 
 impl Policy for MaxMin {
     fn name(&self) -> String {
-        if self.perf {
-            "max_min_fairness_perf".into()
-        } else {
-            "max_min_fairness".into()
+        match self.objective {
+            Objective::MaxMin => "max_min_fairness",
+            Objective::MaxMinPerf => "max_min_fairness_perf",
+            Objective::MaxSumThroughput => "max_sum_throughput_perf",
+            Objective::EqualShare => "gandiva",
         }
+        .into()
     }
 
     fn init(
@@ -184,7 +288,7 @@ impl Policy for MaxMin {
         }
         let n = ctx.cluster.types.len();
         let mut order = self.type_order.clone();
-        if !self.perf {
+        if matches!(self.objective, Objective::MaxMin | Objective::EqualShare) {
             self.rng.shuffle(&mut order);
         }
         let since = self.last_reset.map_or(0.0, |t| ctx.now - t);
@@ -245,6 +349,23 @@ impl Policy for MaxMin {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn max_sum_gives_each_type_to_the_job_fastest_there_relative_to_capacity() {
+        // One k80 and one v100 (1 GPU each). Job A: 1 step/s on k80, 4 on v100; job B: 2
+        // and 3. Sum of throughputs: A on v100 + B on k80 = 4 + 2 = 6 beats A on k80 + B on
+        // v100 = 1 + 3 = 4 and any split of time.
+        let x = max_sum_lp(&[vec![1.0, 4.0], vec![2.0, 3.0]], &[1, 1], &[1, 1]).unwrap();
+        let want = [[0.0, 1.0], [1.0, 0.0]];
+        for j in 0..2 {
+            for w in 0..2 {
+                assert!((x[j][w] - want[j][w]).abs() < 1e-6, "{x:?}");
+            }
+        }
+        // A type where a job cannot run (throughput 0) gets it no time.
+        let x = max_sum_lp(&[vec![0.0, 1.0]], &[1], &[1, 1]).unwrap();
+        assert!(x[0][0].abs() < 1e-9, "{x:?}");
+    }
 
     #[test]
     fn lp_splits_evenly() {

@@ -3,20 +3,39 @@
 //! (thresholds in GPU-seconds); the lowest queue goes first, FIFO within a queue, and
 //! running jobs are preempted when higher-priority jobs need their GPUs. Like Tiresias it
 //! ignores GPU heterogeneity: a running job keeps its type, a new one takes the type with
-//! the most free GPUs. Not modelled: Tiresias' starvation guard (promotion after a long
-//! wait).
+//! the most free GPUs.
+//!
+//! Starvation guard (Tiresias, NSDI 2019, section 4.2): a waiting job that has waited at
+//! least [`Las::promote_knob`] times the time it has run goes back to the highest-priority
+//! queue (its attained service counts from the promotion). Without it LAS starves long
+//! jobs without bound: on Gavel's dev trace a job waited until hour 2,172.
+
+use std::collections::BTreeMap;
 
 use super::{Assignment, Policy, RoundCtx, free_per_type};
 
 pub struct Las {
     /// Queue thresholds in GPU-seconds of attained service.
     pub thresholds: Vec<f64>,
+    /// Promote a waiting job once it has waited this many times the seconds it has run
+    /// (Tiresias' PROMOTEKNOB); `f64::INFINITY` turns the guard off.
+    pub promote_knob: f64,
+    /// Attained service at the last promotion, per job.
+    base: BTreeMap<usize, f64>,
+    /// When each job last ran (or arrived), for its waiting time.
+    last_ran: BTreeMap<usize, f64>,
+    /// Jobs promoted so far.
+    pub promotions: u64,
 }
 
 impl Default for Las {
     fn default() -> Self {
         Las {
             thresholds: vec![3600.0, 36_000.0],
+            promote_knob: 1.0,
+            base: BTreeMap::new(),
+            last_ran: BTreeMap::new(),
+            promotions: 0,
         }
     }
 }
@@ -26,15 +45,35 @@ impl Policy for Las {
         "las".into()
     }
 
+    fn on_finish(&mut self, job: usize) {
+        self.base.remove(&job);
+        self.last_ran.remove(&job);
+    }
+
     fn schedule(&mut self, ctx: &RoundCtx) -> Vec<Assignment> {
-        let mut order: Vec<(usize, usize)> = ctx
-            .active
-            .iter()
-            .map(|&j| {
-                let a = ctx.state[j].attained_gpu_s;
-                (self.thresholds.iter().filter(|&&t| a >= t).count(), j)
-            })
-            .collect();
+        let mut order: Vec<(usize, usize)> = Vec::with_capacity(ctx.active.len());
+        for &j in ctx.active {
+            let st = &ctx.state[j];
+            let attained = st.attained_gpu_s;
+            let last = *self
+                .last_ran
+                .entry(j)
+                .or_insert(ctx.jobs[j].arrival_s.max(0.0));
+            if st.current.is_some() {
+                self.last_ran.insert(j, ctx.now);
+            } else {
+                // Seconds run since the last promotion (GPU-seconds / GPUs).
+                let base = self.base.get(&j).copied().unwrap_or(0.0);
+                let run_s = (attained - base) / f64::from(ctx.jobs[j].gpus.max(1));
+                if run_s > 0.0 && ctx.now - last >= self.promote_knob * run_s {
+                    self.base.insert(j, attained);
+                    self.last_ran.insert(j, ctx.now);
+                    self.promotions += 1;
+                }
+            }
+            let a = attained - self.base.get(&j).copied().unwrap_or(0.0);
+            order.push((self.thresholds.iter().filter(|&&t| a >= t).count(), j));
+        }
         order.sort_unstable();
         let mut free = free_per_type(ctx.cluster);
         let mut out = Vec::new();
