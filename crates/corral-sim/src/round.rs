@@ -72,6 +72,14 @@ pub struct JobState {
     pub unschedulable: bool,
 }
 
+impl JobState {
+    /// The job is running and still paying its restart or start-up cost (it made no
+    /// progress yet since it was placed).
+    pub fn restoring(&self) -> bool {
+        self.current.is_some() && self.cost_left_s > 0.0
+    }
+}
+
 /// What a policy sees at a round boundary.
 pub struct RoundCtx<'a> {
     /// Seconds since the start of the trace.

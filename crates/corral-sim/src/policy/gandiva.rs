@@ -264,7 +264,7 @@ impl Gandiva {
 
 impl Policy for Gandiva {
     fn name(&self) -> String {
-        "gandiva".into()
+        "gandiva_nodes".into()
     }
 
     fn init(

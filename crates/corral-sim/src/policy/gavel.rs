@@ -187,7 +187,21 @@ impl MaxMin {
             return;
         }
         if self.objective == Objective::MaxSumThroughput {
-            let coef: Vec<Vec<f64>> = jobs.iter().map(|&j| ctx.tput[j].clone()).collect();
+            // The LP has many optimal allocations whenever jobs tie; among them, prefer the
+            // one that leaves running jobs where they are (a 0.1% bonus on a job's current
+            // type), so that a re-solve after an arrival does not move jobs between types
+            // for nothing (every move costs a restart).
+            let coef: Vec<Vec<f64>> = jobs
+                .iter()
+                .map(|&j| {
+                    let cur = ctx.state[j].current.as_ref().map(|p| p.gpu_type);
+                    ctx.tput[j]
+                        .iter()
+                        .enumerate()
+                        .map(|(w, &v)| if Some(w) == cur { v * 1.001 } else { v })
+                        .collect()
+                })
+                .collect();
             match max_sum_lp(&coef, &gpus, &cap) {
                 Some(x) => self.set_alloc(ctx, x),
                 None => self.solver_failures += 1,
@@ -306,6 +320,20 @@ impl Policy for MaxMin {
         let mut left = ctx.cluster.gpus_per_type();
         let mut scheduled = vec![false; ctx.jobs.len()];
         let mut out = Vec::new();
+        // A job still restoring from a checkpoint keeps its GPUs (Sia's simulator:
+        // simulator_config.preserve_ckpt_allocs). Otherwise a restore longer than a round
+        // (Sia's imagenet: 250 s; rounds of 60 s) is cut off by the next round's
+        // time-slicing every time, and the job never progresses.
+        for &j in ctx.active {
+            if let Some(p) = ctx.state[j].current.as_ref().filter(|_| ctx.state[j].restoring()) {
+                let g = ctx.jobs[j].gpus;
+                if left[p.gpu_type] >= g {
+                    left[p.gpu_type] -= g;
+                    scheduled[j] = true;
+                    out.push(Assignment::on(j, p.gpu_type));
+                }
+            }
+        }
         for &w in &order {
             let mut entries: Vec<(f64, f64, f64, usize)> = ctx
                 .active

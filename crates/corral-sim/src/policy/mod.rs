@@ -119,7 +119,7 @@ impl PolicyKind {
             PolicyKind::Corral => Box::new(crate::corral_policy::CorralPolicy::default()),
             PolicyKind::Fifo => Box::new(fifo),
             PolicyKind::Sjf => Box::new(sjf::Sjf),
-            PolicyKind::Las => Box::new(las::Las::default()),
+            PolicyKind::Las => Box::new(las::Las::new(seed)),
             PolicyKind::Gandiva => gavel(gavel::Objective::EqualShare),
             PolicyKind::GandivaNodes => Box::new(gandiva::Gandiva::default()),
             PolicyKind::MaxMinFairness => gavel(gavel::Objective::MaxMin),
