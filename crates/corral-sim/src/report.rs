@@ -88,7 +88,9 @@ fn svg_chart(
         if lo.is_finite() && hi > 0.0 {
             (
                 10f64.powf(lo.log10().floor()),
-                10f64.powf(hi.log10().ceil()).max(10f64.powf(lo.log10().floor() + 1.0)),
+                10f64
+                    .powf(hi.log10().ceil())
+                    .max(10f64.powf(lo.log10().floor() + 1.0)),
             )
         } else {
             (0.01, 1.0)
@@ -142,7 +144,9 @@ fn svg_chart(
         let (a, b) = (xmin.log10().round() as i32, xmax.log10().round() as i32);
         (a..=b).map(|e| 10f64.powi(e)).collect()
     } else {
-        (0..=4).map(|i| xmin + f64::from(i) / 4.0 * (xmax - xmin)).collect()
+        (0..=4)
+            .map(|i| xmin + f64::from(i) / 4.0 * (xmax - xmin))
+            .collect()
     };
     for v in xticks {
         let x = l + fx(v) * pw;
@@ -224,6 +228,9 @@ pub struct Reference {
     pub source: String,
     /// Why the two differ, where they do by design.
     pub note: String,
+    /// Corral's average JCT for the policy under the reference's cost model (no restart
+    /// cost), when the run itself charged one.
+    pub ours_at_their_costs_s: Option<f64>,
 }
 
 /// One column of the metrics table: header, unit, one-line meaning, value, whether lower
@@ -384,11 +391,14 @@ pub fn html(
             if metrics.len() < 2 {
                 return None;
             }
-            Some(if lower {
-                vals.fold(f64::INFINITY, f64::min)
-            } else {
-                vals.fold(f64::NEG_INFINITY, f64::max)
-            })
+            let (lo, hi) = vals.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| {
+                (a.min(v), b.max(v))
+            });
+            // All equal: nothing to mark.
+            if format!("{lo:.*}", c.digits) == format!("{hi:.*}", c.digits) {
+                return None;
+            }
+            Some(if lower { lo } else { hi })
         })
         .collect();
     let mut head = String::from("<tr><th>policy</th>");
@@ -431,11 +441,7 @@ pub fn html(
     glossary.push_str("</ul>");
     let mut inputs_html = String::from("<table class=\"inputs\">");
     for (k, v) in &inputs.lines {
-        inputs_html.push_str(&format!(
-            "<tr><th>{}</th><td>{}</td></tr>",
-            esc(k),
-            esc(v)
-        ));
+        inputs_html.push_str(&format!("<tr><th>{}</th><td>{}</td></tr>", esc(k), esc(v)));
     }
     inputs_html.push_str("</table>");
     if !inputs.notes.is_empty() {
@@ -453,6 +459,7 @@ pub fn html(
              published simulator, policy by policy. Differences of more than 10% are \
              explained in the last column.</p><table><tr><th>policy</th><th>source</th>\
              <th>their avg JCT (h)</th><th>Corral sim avg JCT (h)</th><th>difference</th>\
+             <th>Corral sim avg JCT, no restart cost (h)</th><th>difference</th>\
              <th>their makespan (h)</th><th>Corral sim makespan (h)</th><th>why they differ</th></tr>",
         );
         for x in references {
@@ -465,8 +472,15 @@ pub fn html(
                 ),
                 None => ("not run".into(), String::new(), String::new()),
             };
+            let (zj, zdiff) = match x.ours_at_their_costs_s {
+                Some(v) => (
+                    format!("{:.2}", v / 3600.0),
+                    format!("{:+.1}%", (v / x.avg_jct_s - 1.0) * 100.0),
+                ),
+                None => ("(same run)".into(), String::new()),
+            };
             r.push_str(&format!(
-                "<tr><td>{}</td><td>{}</td><td>{:.2}</td><td>{oj}</td><td>{diff}</td><td>{}</td><td>{om}</td><td class=\"why\">{}</td></tr>",
+                "<tr><td>{}</td><td>{}</td><td>{:.2}</td><td>{oj}</td><td>{diff}</td><td>{zj}</td><td>{zdiff}</td><td>{}</td><td>{om}</td><td class=\"why\">{}</td></tr>",
                 esc(&x.policy),
                 esc(&x.source),
                 x.avg_jct_s / 3600.0,
@@ -481,8 +495,8 @@ pub fn html(
     format!(
         "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>{t}</title>\
 <style>body{{font-family:sans-serif;margin:2em;max-width:1300px}}table{{border-collapse:collapse;margin:0.5em 0}}\
-td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}td:first-child,th:first-child{{text-align:left}}\
-td.best{{font-weight:bold;background:#e6f4e6}}td.why{{text-align:left;max-width:520px;font-size:90%}}\
+td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right;white-space:nowrap}}th{{white-space:normal}}td:first-child,th:first-child{{text-align:left}}\
+td.best{{font-weight:bold;background:#e6f4e6}}td.why{{text-align:left;min-width:360px;max-width:520px;font-size:90%;white-space:normal}}\
 .inputs th{{text-align:left;background:#f4f4f4}}.inputs td{{text-align:left}}\
 .gloss,.notes{{font-size:90%;color:#333}}p.cap{{font-size:90%;color:#333;max-width:820px}}</style></head><body>\
 <h1>{t}</h1><h2>Inputs</h2>{inputs_html}\

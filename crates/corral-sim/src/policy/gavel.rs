@@ -40,6 +40,15 @@ pub enum Objective {
     /// throughputs; this engine gives a GPU to one job at a time, so that packing is not
     /// modelled.
     EqualShare,
+    /// `fifo` exactly as Gavel's code runs it (policy `fifo_gavel`, for comparison with
+    /// Gavel's published numbers): scheduler/policies/fifo.py `FIFOPolicy.get_allocation`
+    /// in its default mode draws a random index among the GPU types with room for the job
+    /// but then allocates the job to `worker_type`, which still holds the last value of the
+    /// loop over the types with any free GPU (the random index only decides which type is
+    /// dropped from that list when one fills up). The last type (by name: v100 in Gavel's
+    /// cluster) is over-committed, and the round mechanism time-slices the jobs allocated
+    /// there; jobs without an allocation on a type never run there.
+    FifoGavel,
 }
 
 pub struct MaxMin {
@@ -54,6 +63,10 @@ pub struct MaxMin {
     pub realloc_min_s: f64,
     /// LP solves that failed (the previous allocation was kept).
     pub solver_failures: u32,
+    /// `FifoGavel`: job -> its one GPU type, kept until the job is done and the next
+    /// recomputation has seen it done (Gavel's `_allocation`).
+    fifo_alloc: BTreeMap<usize, usize>,
+    fifo_done: std::collections::BTreeSet<usize>,
 }
 
 impl MaxMin {
@@ -79,6 +92,8 @@ impl MaxMin {
             type_order: Vec::new(),
             realloc_min_s: 1920.0,
             solver_failures: 0,
+            fifo_alloc: BTreeMap::new(),
+            fifo_done: std::collections::BTreeSet::new(),
         }
     }
 }
@@ -164,7 +179,77 @@ pub fn max_sum_lp(coef: &[Vec<f64>], gpus: &[u32], capacity: &[u32]) -> Option<V
 }
 
 impl MaxMin {
+    /// Gavel's `FIFOPolicy.get_allocation` (mode `base`), line by line, quirk included.
+    fn reallocate_fifo(&mut self, ctx: &RoundCtx) {
+        let cap = ctx.cluster.gpus_per_type();
+        let mut available: Vec<i64> = cap.iter().map(|&c| i64::from(c)).collect();
+        let sf = |j: usize| i64::from(ctx.jobs[j].gpus);
+        let mut queue: std::collections::VecDeque<usize> = ctx
+            .active
+            .iter()
+            .copied()
+            .filter(|j| !self.fifo_alloc.contains_key(j))
+            .collect();
+        let held: Vec<(usize, usize)> = self.fifo_alloc.iter().map(|(&j, &t)| (j, t)).collect();
+        for (j, t) in held {
+            if self.fifo_done.contains(&j) {
+                // A finished job's GPUs go to the head of the queue if it fits there.
+                if let Some(&head) = queue.front()
+                    && sf(head) <= available[t]
+                    && ctx.tput[head][t] > 0.0
+                {
+                    queue.pop_front();
+                    self.fifo_alloc.insert(head, t);
+                    available[t] -= sf(head);
+                }
+                self.fifo_alloc.remove(&j);
+            } else {
+                available[t] -= sf(j);
+            }
+        }
+        self.fifo_done.clear();
+        // Types with free GPUs, sorted by name (Python's sorted() of the type names).
+        let mut types: Vec<usize> = (0..cap.len()).filter(|&t| available[t] > 0).collect();
+        types.sort_by(|&a, &b| ctx.cluster.types[a].cmp(&ctx.cluster.types[b]));
+        while !types.is_empty() {
+            let Some(j) = queue.pop_front() else { break };
+            let with_sf: Vec<usize> = (0..types.len())
+                .filter(|&i| available[types[i]] >= sf(j))
+                .collect();
+            if with_sf.is_empty() {
+                break;
+            }
+            let idx = self.rng.index(with_sf.len());
+            // Gavel's `worker_type` here is the loop variable's last value.
+            let Some(&t) = types.last() else { break };
+            if ctx.tput[j][t] > 0.0 {
+                self.fifo_alloc.insert(j, t);
+                available[t] -= sf(j);
+                if available[t] == 0 {
+                    types.remove(with_sf[idx]);
+                }
+            }
+        }
+        let n = cap.len();
+        let x: Vec<Vec<f64>> = ctx
+            .active
+            .iter()
+            .map(|j| {
+                let mut row = vec![0.0; n];
+                if let Some(&t) = self.fifo_alloc.get(j) {
+                    row[t] = 1.0;
+                }
+                row
+            })
+            .collect();
+        self.set_alloc(ctx, x);
+    }
+
     fn reallocate(&mut self, ctx: &RoundCtx) {
+        if self.objective == Objective::FifoGavel {
+            self.reallocate_fifo(ctx);
+            return;
+        }
         let cap = ctx.cluster.gpus_per_type();
         let n = cap.len();
         let jobs = ctx.active;
@@ -256,6 +341,7 @@ impl Policy for MaxMin {
             Objective::MaxMinPerf => "max_min_fairness_perf",
             Objective::MaxSumThroughput => "max_sum_throughput_perf",
             Objective::EqualShare => "gandiva",
+            Objective::FifoGavel => "fifo_gavel",
         }
         .into()
     }
@@ -288,6 +374,9 @@ impl Policy for MaxMin {
     fn on_finish(&mut self, job: usize) {
         self.alloc.remove(&job);
         self.base.remove(&job);
+        if self.fifo_alloc.contains_key(&job) {
+            self.fifo_done.insert(job);
+        }
     }
 
     fn schedule(&mut self, ctx: &RoundCtx) -> Vec<Assignment> {
@@ -302,7 +391,10 @@ impl Policy for MaxMin {
         }
         let n = ctx.cluster.types.len();
         let mut order = self.type_order.clone();
-        if matches!(self.objective, Objective::MaxMin | Objective::EqualShare) {
+        if matches!(
+            self.objective,
+            Objective::MaxMin | Objective::EqualShare | Objective::FifoGavel
+        ) {
             self.rng.shuffle(&mut order);
         }
         let since = self.last_reset.map_or(0.0, |t| ctx.now - t);
@@ -325,7 +417,11 @@ impl Policy for MaxMin {
         // (Sia's imagenet: 250 s; rounds of 60 s) is cut off by the next round's
         // time-slicing every time, and the job never progresses.
         for &j in ctx.active {
-            if let Some(p) = ctx.state[j].current.as_ref().filter(|_| ctx.state[j].restoring()) {
+            if let Some(p) = ctx.state[j]
+                .current
+                .as_ref()
+                .filter(|_| ctx.state[j].restoring())
+            {
                 let g = ctx.jobs[j].gpus;
                 if left[p.gpu_type] >= g {
                     left[p.gpu_type] -= g;
@@ -363,6 +459,12 @@ impl Policy for MaxMin {
                 }
                 let g = ctx.jobs[j].gpus;
                 if scheduled[j] || ctx.tput[j][w] <= 0.0 || g > left[w] {
+                    continue;
+                }
+                // Gavel: "For FIFO jobs, don't schedule jobs with 0 priority".
+                if self.objective == Objective::FifoGavel
+                    && self.alloc.get(&j).is_none_or(|a| a[w] <= 0.0)
+                {
                     continue;
                 }
                 left[w] -= g;

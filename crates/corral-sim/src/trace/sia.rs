@@ -407,7 +407,11 @@ impl Validation {
     /// Gradient statistics of `epoch` at global batch `batch`, linear between validated
     /// batch sizes (Sia's `get_grad_stats`).
     fn grad_stats(&self, batch: f64, epoch: usize) -> Option<(f64, f64)> {
-        let lo = self.epochs.iter().rev().find(|(b, _)| f64::from(**b) <= batch)?;
+        let lo = self
+            .epochs
+            .iter()
+            .rev()
+            .find(|(b, _)| f64::from(**b) <= batch)?;
         let hi = self.epochs.iter().find(|(b, _)| f64::from(**b) >= batch)?;
         let (l, h) = (lo.1.get(epoch)?, hi.1.get(epoch)?);
         if lo.0 == hi.0 {
@@ -769,22 +773,20 @@ pub fn build_jobs(
         // Work in iterations at the requested batch; a machine where the job really trains
         // with another global batch (rounding of the local batch) gets its speed scaled by
         // the ratio of the iterations the two batches need.
-        let steps = v
-            .iterations_at(f64::from(r.batch_size))
-            .ok_or_else(|| {
-                at(
-                    file,
-                    r.line,
-                    r.batch_col,
-                    format_args!(
-                        "batch_size {} is outside the batch sizes validated for {} ({}): \
+        let steps = v.iterations_at(f64::from(r.batch_size)).ok_or_else(|| {
+            at(
+                file,
+                r.line,
+                r.batch_col,
+                format_args!(
+                    "batch_size {} is outside the batch sizes validated for {} ({}): \
                      the run's length cannot be derived",
-                        r.batch_size,
-                        r.application,
-                        model.validation.range()
-                    ),
-                )
-            })?;
+                    r.batch_size,
+                    r.application,
+                    model.validation.range()
+                ),
+            )
+        })?;
         let slow = slowdown(&r.application).unwrap_or_else(|| {
             let n = format!(
                 "{}: no slowdown factor in Sia's simulator_config.SLOWDOWNS; profiles used as measured",
@@ -1099,7 +1101,8 @@ mod tests {
         let e = jobs(
             &format!("{h}a,10,cifar10,4,128\nb,11,nope,4,128\n"),
             &["t4"],
-        ).unwrap_err();
+        )
+        .unwrap_err();
         assert!(
             e.starts_with("w.csv:3:6: application `nope` has no profiles in traces"),
             "{e}"
