@@ -539,3 +539,92 @@ and work lost to preemption), over simulated time (hours).</p>\
         t = esc(&inputs.title)
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn metrics(policy: &str, avg_jct_s: f64) -> PolicyMetrics {
+        PolicyMetrics {
+            policy: policy.into(),
+            jobs: 2,
+            jobs_completed: 2,
+            jobs_unschedulable: 0,
+            avg_jct_s,
+            median_jct_s: avg_jct_s,
+            p95_jct_s: avg_jct_s,
+            p99_jct_s: avg_jct_s,
+            max_jct_s: avg_jct_s,
+            makespan_s: 7200.0,
+            avg_queueing_delay_s: 0.0,
+            utilization: 0.5,
+            effective_utilization: 0.5,
+            rho_mean: 1.0,
+            rho_p95: 1.0,
+            rho_max: 1.0,
+            preemptions: 0,
+            migrations: 0,
+            restarts: 0,
+            rounds: 1,
+        }
+    }
+
+    #[test]
+    fn html_shows_inputs_explains_metrics_marks_the_best_and_uses_a_log_jct_axis() {
+        let inputs = Inputs {
+            title: "t".into(),
+            lines: vec![
+                ("trace".into(), "dev-seed1.trace".into()),
+                ("Corral version".into(), "9.9.9".into()),
+            ],
+            notes: vec!["a note".into()],
+        };
+        let ms = [metrics("a", 3600.0), metrics("b", 7200.0)];
+        let refs = [Reference {
+            policy: "b".into(),
+            avg_jct_s: 3600.0,
+            makespan_s: None,
+            source: "Gavel's simulator".into(),
+            note: "why".into(),
+            ours_at_their_costs_s: Some(5400.0),
+        }];
+        let page = html(&inputs, &ms, &[], &[], &refs);
+        assert!(page.contains("<th>Corral version</th><td>9.9.9</td>"));
+        assert!(page.contains("<li>a note</li>"));
+        // Policy a has the best average JCT (1.00 h); b is not marked; equal columns are not.
+        assert!(
+            page.contains("<td class=\"best\">1.00 &#9733;</td>"),
+            "{page}"
+        );
+        assert!(!page.contains("2.00 &#9733;"));
+        assert!(!page.contains("<td class=\"best\">2 &#9733;</td>"));
+        // Every metric is explained, with its unit.
+        for c in &COLUMNS {
+            assert!(
+                page.contains(&format!("<li><b>{}</b>", esc(c.header))),
+                "{}",
+                c.header
+            );
+        }
+        assert!(page.contains("hours, log scale"));
+        // The reference row: theirs 1.00 h, ours 2.00 h (+100%), at their costs 1.50 h.
+        assert!(
+            page.contains("<td>1.00</td><td>2.00</td><td>+100.0%</td><td>1.50</td><td>+50.0%</td>"),
+            "{page}"
+        );
+    }
+
+    #[test]
+    fn log_axis_has_decade_ticks() {
+        let s = svg_chart(
+            "c",
+            "x",
+            "y",
+            &[("p".into(), vec![(0.5, 0.1), (30.0, 1.0)])],
+            true,
+        );
+        for tick in [">0.10<", ">1.0<", ">10.0<", ">100<"] {
+            assert!(s.contains(tick), "{tick}: {s}");
+        }
+    }
+}
