@@ -377,10 +377,8 @@ pub fn run(args: SimArgs) -> Result<String, String> {
     let mut timing = Vec::new();
     let mut failures: Vec<(&str, String)> = Vec::new();
     for kind in kinds {
-        // Sia's simulator recomputes its gavel allocation every round; Gavel's own waits
-        // at least 1920 s between recomputations.
-        let realloc = (format == Format::Sia).then_some(round_s);
-        let mut policy = kind.build_with(args.seed, realloc);
+        // Sia workloads: the Gavel-style policies as Sia's simulator runs its gavel.
+        let mut policy = kind.build_with(args.seed, format == Format::Sia);
         let bar = if args.quiet {
             indicatif::ProgressBar::hidden()
         } else {

@@ -67,6 +67,9 @@ pub struct MaxMin {
     /// recomputation has seen it done (Gavel's `_allocation`).
     fifo_alloc: BTreeMap<usize, usize>,
     fifo_done: std::collections::BTreeSet<usize>,
+    /// One priority queue over all GPU types instead of one per type in turn (Sia's
+    /// simulator's Gavel).
+    pub global_queue: bool,
 }
 
 impl MaxMin {
@@ -94,6 +97,7 @@ impl MaxMin {
             solver_failures: 0,
             fifo_alloc: BTreeMap::new(),
             fifo_done: std::collections::BTreeSet::new(),
+            global_queue: false,
         }
     }
 }
@@ -430,8 +434,13 @@ impl Policy for MaxMin {
                 }
             }
         }
+        // Entries (priority, deficit, allocation, job, type): per type, in the type order,
+        // each type's jobs by priority (Gavel); or, with `global_queue`, one queue over all
+        // types (Sia's simulator's Gavel, gavel.py schedule_jobs_on_workers_helper), so that
+        // a job's own allocated type comes before GPUs left over elsewhere.
+        let mut queue: Vec<(f64, f64, f64, usize, usize)> = Vec::new();
         for &w in &order {
-            let mut entries: Vec<(f64, f64, f64, usize)> = ctx
+            let mut entries: Vec<(f64, f64, f64, usize, usize)> = ctx
                 .active
                 .iter()
                 .map(|&j| {
@@ -444,33 +453,40 @@ impl Policy for MaxMin {
                     };
                     let prio = if frac > 0.0 { x / frac } else { x * 1e9 };
                     let deficit = x * since - r;
-                    (prio, deficit, x, j)
+                    (prio, deficit, x, j, w)
                 })
                 .collect();
-            entries.sort_by(|a, b| {
+            let by_priority = |a: &(f64, f64, f64, usize, usize),
+                               b: &(f64, f64, f64, usize, usize)| {
                 b.0.total_cmp(&a.0)
                     .then(b.1.total_cmp(&a.1))
                     .then(b.2.total_cmp(&a.2))
                     .then(a.3.cmp(&b.3))
-            });
-            for (_, _, _, j) in entries {
-                if left[w] == 0 {
-                    break;
-                }
-                let g = ctx.jobs[j].gpus;
-                if scheduled[j] || ctx.tput[j][w] <= 0.0 || g > left[w] {
-                    continue;
-                }
-                // Gavel: "For FIFO jobs, don't schedule jobs with 0 priority".
-                if self.objective == Objective::FifoGavel
-                    && self.alloc.get(&j).is_none_or(|a| a[w] <= 0.0)
-                {
-                    continue;
-                }
-                left[w] -= g;
-                scheduled[j] = true;
-                out.push(Assignment::on(j, w));
+            };
+            entries.sort_by(by_priority);
+            queue.extend(entries);
+            if self.global_queue {
+                // Stable: ties keep the type order.
+                queue.sort_by(by_priority);
             }
+        }
+        for (_, _, _, j, w) in queue {
+            if left[w] == 0 {
+                continue;
+            }
+            let g = ctx.jobs[j].gpus;
+            if scheduled[j] || ctx.tput[j][w] <= 0.0 || g > left[w] {
+                continue;
+            }
+            // Gavel: "For FIFO jobs, don't schedule jobs with 0 priority".
+            if self.objective == Objective::FifoGavel
+                && self.alloc.get(&j).is_none_or(|a| a[w] <= 0.0)
+            {
+                continue;
+            }
+            left[w] -= g;
+            scheduled[j] = true;
+            out.push(Assignment::on(j, w));
         }
         out
     }

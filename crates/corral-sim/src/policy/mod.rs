@@ -103,18 +103,21 @@ impl PolicyKind {
     }
 
     pub fn build(self, seed: u64) -> Box<dyn Policy> {
-        self.build_with(seed, None)
+        self.build_with(seed, false)
     }
 
-    /// As [`PolicyKind::build`]; `realloc_min_s` replaces Gavel's 1920 s minimum between
-    /// allocation recomputations for the Gavel-style policies (Sia's simulator recomputes
-    /// its `gavel` allocation every round).
-    pub fn build_with(self, seed: u64, realloc_min_s: Option<f64>) -> Box<dyn Policy> {
+    /// As [`PolicyKind::build`]; `sia` builds the Gavel-style policies as Sia's simulator
+    /// runs its `gavel` baseline (sia-simulator/gavel.py): the allocation recomputed at the
+    /// first round boundary after a change (not at most every 1920 s) and one priority
+    /// queue over all GPU types.
+    pub fn build_with(self, seed: u64, sia: bool) -> Box<dyn Policy> {
+        let realloc_min_s = sia.then_some(0.0);
         let gavel = |objective| {
             let mut p = gavel::MaxMin::with(objective, seed);
             if let Some(r) = realloc_min_s {
                 p.realloc_min_s = r;
             }
+            p.global_queue = sia;
             Box::new(p) as Box<dyn Policy>
         };
         let mut fifo = fifo::Fifo::new(seed);
