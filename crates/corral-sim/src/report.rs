@@ -480,7 +480,7 @@ pub fn html(
                 None => ("(same run)".into(), String::new()),
             };
             r.push_str(&format!(
-                "<tr><td>{}</td><td>{}</td><td>{:.2}</td><td>{oj}</td><td>{diff}</td><td>{zj}</td><td>{zdiff}</td><td>{}</td><td>{om}</td><td class=\"why\">{}</td></tr>",
+                "<tr><td>{}</td><td class=\"src\">{}</td><td>{:.2}</td><td>{oj}</td><td>{diff}</td><td>{zj}</td><td>{zdiff}</td><td>{}</td><td>{om}</td><td class=\"why\">{}</td></tr>",
                 esc(&x.policy),
                 esc(&x.source),
                 x.avg_jct_s / 3600.0,
@@ -496,7 +496,7 @@ pub fn html(
         "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>{t}</title>\
 <style>body{{font-family:sans-serif;margin:2em;max-width:1300px}}table{{border-collapse:collapse;margin:0.5em 0}}\
 td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right;white-space:nowrap}}th{{white-space:normal}}td:first-child,th:first-child{{text-align:left}}\
-td.best{{font-weight:bold;background:#e6f4e6}}td.why{{text-align:left;min-width:360px;max-width:520px;font-size:90%;white-space:normal}}\
+td.best{{font-weight:bold;background:#e6f4e6}}td.src{{white-space:normal;text-align:left;max-width:160px}}td.why{{text-align:left;min-width:300px;max-width:520px;font-size:90%;white-space:normal}}\
 .inputs th{{text-align:left;background:#f4f4f4}}.inputs td{{text-align:left}}\
 .gloss,.notes{{font-size:90%;color:#333}}p.cap{{font-size:90%;color:#333;max-width:820px}}</style></head><body>\
 <h1>{t}</h1><h2>Inputs</h2>{inputs_html}\
