@@ -162,7 +162,7 @@ pub fn simulate(
                 .copied()
                 .filter(|v| *v > 0.0)
                 .fold(f64::INFINITY, f64::min);
-            j.steps / slow + cfg.restart_s
+            j.steps / slow + j.restart_s.unwrap_or(cfg.restart_s) + j.start_s
         })
         .sum();
     let deadline = jobs.last().map_or(0.0, |j| j.arrival_s) + 10.0 * serial + 100.0 * cfg.round_s;
@@ -307,6 +307,7 @@ pub fn simulate(
                     productive_round -= lost_s * gpus;
                 }
                 st.seg_run_s = 0.0;
+                st.cost_left_s = 0.0;
                 st.restart_pending = true;
                 if new.is_some() {
                     st.migrations += 1;
@@ -318,22 +319,30 @@ pub fn simulate(
             let Some(pl) = &st.current else { continue };
             let t = pl.gpu_type;
             let thr = tput[j][t];
-            let mut cost = 0.0;
+            // A restart costs the job's own restart time where the trace gives one (Sia's
+            // per-model checkpoint-restore), else the engine's; a first start costs the
+            // job's `start_s` (0 unless the trace models it). Unpaid cost carries over to the
+            // next round it runs (a cost longer than a round spans rounds).
             if st.restart_pending {
                 st.restart_pending = false;
                 if st.started_at.is_some() {
                     st.restarts += 1;
-                    cost = cfg.restart_s.min(cfg.round_s);
+                    st.cost_left_s = jobs[j].restart_s.unwrap_or(cfg.restart_s);
                 }
             }
             if st.started_at.is_none() {
                 st.started_at = Some(now);
+                st.cost_left_s = jobs[j].start_s;
             }
+            let cost = st.cost_left_s.min(cfg.round_s);
+            st.cost_left_s -= cost;
             running += 1;
             allocated += jobs[j].gpus;
             let avail = cfg.round_s - cost;
             let need = (jobs[j].steps - st.done_steps).max(0.0) / thr;
-            let (busy, prod) = if need <= avail {
+            let (busy, prod) = if st.cost_left_s > 0.0 {
+                (cfg.round_s, 0.0)
+            } else if need <= avail {
                 st.finished_at = Some(now + cost + need);
                 finished_now.push(j);
                 (cost + need, need)

@@ -40,6 +40,12 @@ pub struct SimJob {
     pub queue: String,
     /// GPU types the job may use; empty: any.
     pub allowed_types: Vec<String>,
+    /// The job's own restart cost in seconds (Sia's per-model checkpoint-restore time); None:
+    /// the engine's `restart_s`.
+    pub restart_s: Option<f64>,
+    /// Seconds of no progress when the job first starts (Sia's simulator charges the model's
+    /// restore time on the first allocation too); 0 for traces that do not model it.
+    pub start_s: f64,
 }
 
 impl SimJob {

@@ -12,7 +12,8 @@ use crate::job::SimJob;
 #[derive(Clone, Debug, PartialEq)]
 pub struct EngineConfig {
     pub round_s: f64,
-    /// Seconds of no progress when a preempted or migrated job starts again.
+    /// Seconds of no progress when a preempted or migrated job starts again (a job's own
+    /// [`crate::SimJob::restart_s`] replaces it).
     pub restart_s: f64,
     /// Productive seconds between checkpoints; 0 (default) = the job checkpoints when it is
     /// stopped (Corral's SIGTERM grace period, part of `restart_s`) and loses nothing.
@@ -57,6 +58,9 @@ pub struct JobState {
     /// The job was stopped or moved and pays the restart cost when it runs next (engine
     /// bookkeeping).
     pub(crate) restart_pending: bool,
+    /// Restart or start-up seconds still to pay before the job progresses (engine
+    /// bookkeeping).
+    pub(crate) cost_left_s: f64,
     pub preemptions: u32,
     pub migrations: u32,
     pub restarts: u32,
@@ -66,6 +70,14 @@ pub struct JobState {
     pub active_rounds: u32,
     /// The job can run on no GPU type of the cluster (too many GPUs, no throughput).
     pub unschedulable: bool,
+}
+
+impl JobState {
+    /// The job is running and still paying its restart or start-up cost (it made no
+    /// progress yet since it was placed).
+    pub fn restoring(&self) -> bool {
+        self.current.is_some() && self.cost_left_s > 0.0
+    }
 }
 
 /// What a policy sees at a round boundary.

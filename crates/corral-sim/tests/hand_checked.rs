@@ -15,6 +15,8 @@ fn job(id: usize, arrival: f64, secs: f64) -> SimJob {
         job_type: "t".into(),
         queue: "default".into(),
         allowed_types: Vec::new(),
+        restart_s: None,
+        start_s: 0.0,
     }
 }
 
@@ -240,4 +242,100 @@ fn corral_more_cycles_per_round_change_nothing_when_nothing_else_fits() {
     assert!((r.states[0].finished_at.unwrap() - 10_630.0).abs() < 1e-6);
     assert_eq!((m.preemptions, m.restarts, m.migrations), (1, 1, 0));
     assert_eq!(p.events.get("Admitted"), Some(&3), "{:?}", p.events);
+}
+
+#[test]
+fn las_starvation_guard_promotes_a_starved_job() {
+    // One GPU, 100 s rounds, no restart cost; one LAS threshold at 100 GPU-s. X (5000 s)
+    // and A (1000 s) arrive at 0. X runs 0..100 and drops to the second queue; A runs
+    // 100..200 and drops too; from 200 X wins the tie (earlier job) every time.
+    // Without the guard X runs to the end (5100) and A after it (6000). With the guard
+    // (promote after waiting as long as it ran since its last promotion) a job that waited
+    // one round after running one goes back to the first queue: X at 200, A at 300, X at
+    // 400, ..., A at 1900 (19 promotions): they alternate, A is done at 2000 and X, alone
+    // from then, at 6000.
+    let jobs = vec![job(0, 0.0, 5000.0), job(1, 0.0, 1000.0)];
+    let cfg = EngineConfig {
+        round_s: 100.0,
+        restart_s: 0.0,
+        checkpoint_s: 0.0,
+        seed: 0,
+    };
+    let run = |knob: f64| {
+        let mut las = Las::default();
+        las.thresholds = vec![100.0];
+        las.promote_knob = knob;
+        let (r, _) = run_policy(&jobs, &one_gpu(), &mut las, &cfg, &mut |_| {}).unwrap();
+        let done: Vec<f64> = r.states.iter().map(|s| s.finished_at.unwrap()).collect();
+        (done, las.promotions)
+    };
+    assert_eq!(run(f64::INFINITY), (vec![5100.0, 6000.0], 0));
+    assert_eq!(run(1.0), (vec![6000.0, 2000.0], 19));
+}
+
+#[test]
+fn max_sum_throughput_puts_each_job_where_the_sum_is_largest() {
+    // One k80 and one v100. A: 1000 steps, 1 step/s on k80, 4 on v100; B: 1000 steps, 2 on
+    // k80, 3 on v100. Total throughput is largest with A on v100 and B on k80 (4 + 2 = 6,
+    // against 1 + 3 = 4): A is done at 250 s (100 s rounds, no restarts). Then the v100
+    // idles, and Gavel's round mechanism gives GPUs left over to jobs without allocation
+    // there: B moves to it at 300 with 600 steps done and does the 400 left at 3 steps/s:
+    // done at 433.3 s, after one migration.
+    let per = |k80: f64, v100: f64| {
+        let mut m = std::collections::BTreeMap::new();
+        m.insert("k80".to_string(), k80);
+        m.insert("v100".to_string(), v100);
+        Throughput::PerType(m)
+    };
+    let mut a = job(0, 0.0, 1000.0);
+    a.throughput = per(1.0, 4.0);
+    let mut b = job(1, 0.0, 1000.0);
+    b.throughput = per(2.0, 3.0);
+    let c = ClusterSpec::parse_flag("k80:1,v100:1", 1)
+        .unwrap()
+        .build()
+        .unwrap();
+    let cfg = EngineConfig {
+        round_s: 100.0,
+        restart_s: 0.0,
+        checkpoint_s: 0.0,
+        seed: 0,
+    };
+    let mut p = PolicyKind::MaxSumThroughput.build(0);
+    let (r, m) = run_policy(&[a, b], &c, p.as_mut(), &cfg, &mut |_| {}).unwrap();
+    let done: Vec<f64> = r.states.iter().map(|s| s.finished_at.unwrap()).collect();
+    assert_eq!(done[0], 250.0);
+    assert!((done[1] - 433.333_333).abs() < 1e-3, "{done:?}");
+    assert_eq!((m.preemptions, m.migrations), (0, 1));
+    assert_eq!(m.policy, "max_sum_throughput_perf");
+}
+
+#[test]
+fn a_job_restart_cost_replaces_the_engines_and_first_starts_pay_start_s() {
+    // One GPU, 100 s rounds. A (1000 s, start cost 50 s) runs from 0: done at 1050.
+    let mut a = job(0, 0.0, 1000.0);
+    a.start_s = 50.0;
+    let (r, _) = run_policy(&[a], &one_gpu(), &mut Sjf, &cfg(100.0), &mut |_| {}).unwrap();
+    assert_eq!(r.states[0].finished_at, Some(1050.0));
+    // The LAS preemption above, with A's own restart cost of 250 s (longer than a round):
+    // A restarts at 4200 and pays 4200..4450 across three rounds, then has 6400 s left:
+    // done at 10850 (not 10630 with the engine's 30 s).
+    let mut a = job(0, 0.0, 10_000.0);
+    a.restart_s = Some(250.0);
+    let jobs = vec![a, job(1, 3650.0, 500.0)];
+    let (r, m) = run_policy(
+        &jobs,
+        &one_gpu(),
+        &mut Las::default(),
+        &cfg(100.0),
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!(r.states[1].finished_at, Some(4200.0));
+    assert!(
+        (r.states[0].finished_at.unwrap() - 10_850.0).abs() < 1e-6,
+        "{:?}",
+        r.states[0].finished_at
+    );
+    assert_eq!((m.preemptions, m.restarts), (1, 1));
 }

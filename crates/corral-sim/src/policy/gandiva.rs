@@ -1,5 +1,7 @@
 //! Gandiva (Xiao et al., "Gandiva: Introspective Cluster Scheduling for Deep Learning",
-//! OSDI 2018), as far as a round-based simulator allows.
+//! OSDI 2018), as far as a round-based simulator allows: policy `gandiva_nodes`. (Policy
+//! `gandiva` is Gavel's rendering of Gandiva, an equal time-share of the cluster; see
+//! [`super::gavel::Objective::EqualShare`].)
 //!
 //! - **Heterogeneity-agnostic**: a job may run on any GPU type where it runs at all; the type
 //!   is chosen for packing, never for speed.
@@ -262,7 +264,7 @@ impl Gandiva {
 
 impl Policy for Gandiva {
     fn name(&self) -> String {
-        "gandiva".into()
+        "gandiva_nodes".into()
     }
 
     fn init(

@@ -22,24 +22,37 @@ pub enum PolicyKind {
     Sjf,
     /// Tiresias-style discretized 2D least-attained-service (GPUs x time).
     Las,
-    /// Gandiva: node packing with locality, migration to defragment, time-slicing when
-    /// oversubscribed; heterogeneity-agnostic.
+    /// Gandiva as Gavel's simulator runs it (`gandiva`): the cluster time-shared equally
+    /// among the jobs, heterogeneity-agnostic (Gavel's pairing of jobs on one GPU is not
+    /// modelled).
     Gandiva,
+    /// Gandiva as its paper describes its mechanisms (`gandiva_nodes`): node packing with
+    /// locality, migration to defragment, suspend-resume time-slicing of at most two jobs
+    /// per set of GPUs when oversubscribed; heterogeneity-agnostic.
+    GandivaNodes,
     /// Gavel's `max_min_fairness`: LAS by LP, heterogeneity-agnostic.
     MaxMinFairness,
     /// Gavel's `max_min_fairness_perf`: heterogeneity-aware max-min fairness by LP.
     Gavel,
+    /// Gavel's `max_sum_throughput_perf`: total throughput by LP (Sia's `gavel` baseline).
+    MaxSumThroughput,
+    /// Gavel's `fifo` as its code behaves (`fifo_gavel`; not in `all`): it over-commits the
+    /// last GPU type and time-slices there, so it is not first-in-first-out (see
+    /// [`gavel::Objective::FifoGavel`]). For comparison with Gavel's published numbers.
+    FifoGavel,
 }
 
 impl PolicyKind {
-    pub const ALL: [PolicyKind; 7] = [
+    pub const ALL: [PolicyKind; 9] = [
         PolicyKind::Corral,
         PolicyKind::Fifo,
         PolicyKind::Sjf,
         PolicyKind::Las,
         PolicyKind::Gandiva,
+        PolicyKind::GandivaNodes,
         PolicyKind::MaxMinFairness,
         PolicyKind::Gavel,
+        PolicyKind::MaxSumThroughput,
     ];
 
     pub fn name(self) -> &'static str {
@@ -49,8 +62,11 @@ impl PolicyKind {
             PolicyKind::Sjf => "sjf",
             PolicyKind::Las => "las",
             PolicyKind::Gandiva => "gandiva",
+            PolicyKind::GandivaNodes => "gandiva_nodes",
             PolicyKind::MaxMinFairness => "max_min_fairness",
             PolicyKind::Gavel => "max_min_fairness_perf",
+            PolicyKind::MaxSumThroughput => "max_sum_throughput_perf",
+            PolicyKind::FifoGavel => "fifo_gavel",
         }
     }
 
@@ -67,9 +83,14 @@ impl PolicyKind {
                 "max_min_fairness" | "gavel-las" => out.push(PolicyKind::MaxMinFairness),
                 "max_min_fairness_perf" | "gavel" => out.push(PolicyKind::Gavel),
                 "gandiva" => out.push(PolicyKind::Gandiva),
+                "gandiva_nodes" => out.push(PolicyKind::GandivaNodes),
+                "fifo_gavel" => out.push(PolicyKind::FifoGavel),
+                "max_sum_throughput_perf" | "max_sum_throughput" => {
+                    out.push(PolicyKind::MaxSumThroughput)
+                }
                 _ => {
                     return Err(format!(
-                        "unknown policy `{p}`: expected all, corral, fifo, sjf, las, gandiva, max_min_fairness or max_min_fairness_perf (gavel)"
+                        "unknown policy `{p}`: expected all, corral, fifo, sjf, las, gandiva, gandiva_nodes, max_min_fairness, max_min_fairness_perf (gavel), max_sum_throughput_perf or fifo_gavel"
                     ));
                 }
             }
@@ -82,14 +103,38 @@ impl PolicyKind {
     }
 
     pub fn build(self, seed: u64) -> Box<dyn Policy> {
+        self.build_with(seed, false)
+    }
+
+    /// As [`PolicyKind::build`]; `sia` builds the Gavel-style policies as Sia's simulator
+    /// runs its `gavel` baseline (sia-simulator/gavel.py): the allocation recomputed at the
+    /// first round boundary after a change (not at most every 1920 s) and one priority
+    /// queue over all GPU types.
+    pub fn build_with(self, seed: u64, sia: bool) -> Box<dyn Policy> {
+        let realloc_min_s = sia.then_some(0.0);
+        let gavel = |objective| {
+            let mut p = gavel::MaxMin::with(objective, seed);
+            if let Some(r) = realloc_min_s {
+                p.realloc_min_s = r;
+            }
+            p.global_queue = sia;
+            Box::new(p) as Box<dyn Policy>
+        };
+        let mut fifo = fifo::Fifo::new(seed);
+        if let Some(r) = realloc_min_s {
+            fifo.realloc_min_s = r;
+        }
         match self {
             PolicyKind::Corral => Box::new(crate::corral_policy::CorralPolicy::default()),
-            PolicyKind::Fifo => Box::new(fifo::Fifo::new(seed)),
+            PolicyKind::Fifo => Box::new(fifo),
             PolicyKind::Sjf => Box::new(sjf::Sjf),
-            PolicyKind::Las => Box::new(las::Las::default()),
-            PolicyKind::Gandiva => Box::new(gandiva::Gandiva::default()),
-            PolicyKind::MaxMinFairness => Box::new(gavel::MaxMin::new(false, seed)),
-            PolicyKind::Gavel => Box::new(gavel::MaxMin::new(true, seed)),
+            PolicyKind::Las => Box::new(las::Las::new(seed)),
+            PolicyKind::Gandiva => gavel(gavel::Objective::EqualShare),
+            PolicyKind::GandivaNodes => Box::new(gandiva::Gandiva::default()),
+            PolicyKind::MaxMinFairness => gavel(gavel::Objective::MaxMin),
+            PolicyKind::Gavel => gavel(gavel::Objective::MaxMinPerf),
+            PolicyKind::MaxSumThroughput => gavel(gavel::Objective::MaxSumThroughput),
+            PolicyKind::FifoGavel => gavel(gavel::Objective::FifoGavel),
         }
     }
 }

@@ -168,6 +168,8 @@ pub fn parse_trace(text: &str, file: &str, tput: &Throughputs) -> Result<Vec<Sim
             job_type,
             queue: "default".into(),
             allowed_types: Vec::new(),
+            restart_s: None,
+            start_s: 0.0,
         });
     }
     Ok(finish(jobs))

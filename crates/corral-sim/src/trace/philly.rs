@@ -113,6 +113,8 @@ pub fn parse(text: &str, file: &str, limit: Option<usize>) -> Result<Vec<SimJob>
             job_type: "philly".into(),
             queue: team,
             allowed_types: Vec::new(),
+            restart_s: None,
+            start_s: 0.0,
         })
         .collect();
     Ok(finish(jobs))

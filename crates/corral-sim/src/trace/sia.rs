@@ -8,15 +8,20 @@
 //! profiles, as Sia's own simulator does for a job that keeps its requested GPUs and batch
 //! size (no adaptation):
 //!
-//! - **Work** (steps): the iterations the model needs, at the job's global batch size, to
-//!   finish its training run: the `iteration` column of the last row of
-//!   `validation-<batch>.csv` (one row per epoch; the row count is the model's epoch budget,
-//!   Pollux's and Sia's `max_epochs`: cifar10 100, imagenet 90, deepspeech2 80, yolov3 50,
-//!   ncf 10, bert and gpt_pmp 2). Between two validated batch sizes the count is
-//!   interpolated linearly (Sia's `get_iteration`); a batch size outside them is an error.
-//!   These counts include the statistical-efficiency cost of large batches (cifar10 needs
-//!   3178 iterations at batch 2048 but 39062 at 128, not 16x fewer).
-//! - **Speed** on a GPU type (steps/s): 1 / iteration time of the job's placement on that
+//! - **Work** (steps): the iterations Sia's simulator makes the job run, at the job's
+//!   global batch size (its `Job.step`, sia-simulator/job.py lines 414-511 of
+//!   siasosp23/artifacts at aaf7a0de): each epoch `e` of the model's budget (the rows of
+//!   `validation-<batch>.csv`: cifar10 100, imagenet 90, deepspeech2 80, yolov3 50, ncf 10,
+//!   bert and gpt_pmp 2) needs `progress(e+1) - progress(e)` of progress (the least over the
+//!   batch sizes, in iterations at the smallest validated batch), made at
+//!   `gain = (var + sqr) / (var / scale + sqr)` per iteration, `scale` = batch / smallest
+//!   batch, with the epoch's gradient statistics linear between validated batch sizes; see
+//!   [`Validation::iterations_at`]. A batch size outside the validated ones is an error.
+//! - **Calibration**: Sia divides every throughput by a per-model slowdown fitted to real
+//!   runs ([`slowdown`]: cifar10 1.8, ncf 1.5, the others 1.2), and charges each model its
+//!   own checkpoint-restore time on every allocation, the first included ([`restart_s`]:
+//!   15 s for ncf to 250 s for imagenet), which the jobs carry as their restart cost.
+//! - **Speed** on a GPU type (steps/s): 1 / (iteration time x slowdown) of the job's placement on that
 //!   machine, from `placements-<machine>.csv` and `scalability-<machine>.csv`. The
 //!   placement is the compact one (full nodes, then the remainder:
 //!   6 GPUs on 4-GPU nodes = `42`, normalised like Sia to its smallest rotation, `24`).
@@ -134,10 +139,22 @@ pub struct MachineProfile {
     pub scalability: BTreeMap<(u32, u32), Vec<ProfileRow>>,
 }
 
-/// Iterations to the end of training, per validated global batch size.
+/// One epoch of a validation profile.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct EpochRow {
+    /// Training progress at the end of the epoch, in iterations at the model's smallest
+    /// validated batch (Sia's `progress` column).
+    pub progress: f64,
+    /// Gradient square norm and variance during the epoch (the statistical-efficiency
+    /// model's inputs).
+    pub grad_sqr: f64,
+    pub grad_var: f64,
+}
+
+/// The validation profiles of a model: per validated global batch size, one row per epoch.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Validation {
-    pub iterations: BTreeMap<u32, f64>,
+    pub epochs: BTreeMap<u32, Vec<EpochRow>>,
 }
 
 /// The profiles of one model.
@@ -295,8 +312,8 @@ pub fn parse_scalability(
     Ok(out)
 }
 
-/// Parses one `validation-<batch>.csv` and returns `(epochs, iterations after the last)`.
-pub fn parse_validation(text: &str, file: &str) -> Result<(usize, f64), String> {
+/// Parses one `validation-<batch>.csv`: one row per epoch.
+pub fn parse_validation(text: &str, file: &str) -> Result<Vec<EpochRow>, String> {
     let header = text.lines().next().ok_or_else(|| {
         at(
             file,
@@ -305,47 +322,164 @@ pub fn parse_validation(text: &str, file: &str) -> Result<(usize, f64), String> 
             "empty file: expected progress,iteration,metric,grad_sqr,grad_var",
         )
     })?;
-    let ([it], names) = columns(header, file, ["iteration"])?;
-    let mut last = None;
-    let mut epochs = 0;
+    let ([p, sq, var], names) = columns(header, file, ["progress", "grad_sqr", "grad_var"])?;
+    let mut out = Vec::new();
+    let mut last = 0.0;
     for (ln, f) in rows(text, file, names.len())? {
-        let v: f64 = num(
+        let progress: f64 = num(
             &f,
-            it,
+            p,
             file,
             ln,
-            "iteration",
-            |v: &f64| v.is_finite() && *v > 0.0,
-            "a number > 0",
+            "progress",
+            |v: &f64| v.is_finite() && *v > last,
+            "a number greater than the previous epoch's",
         )?;
-        last = Some(v);
-        epochs += 1;
+        last = progress;
+        let grad_sqr: f64 = num(
+            &f,
+            sq,
+            file,
+            ln,
+            "grad_sqr",
+            |v: &f64| v.is_finite() && *v >= 0.0,
+            "a number >= 0",
+        )?;
+        let grad_var: f64 = num(
+            &f,
+            var,
+            file,
+            ln,
+            "grad_var",
+            |v: &f64| v.is_finite() && *v >= 0.0,
+            "a number >= 0",
+        )?;
+        if grad_sqr + grad_var <= 0.0 {
+            return Err(at(
+                file,
+                ln,
+                1,
+                "grad_sqr and grad_var are both 0: the statistical efficiency is undefined",
+            ));
+        }
+        out.push(EpochRow {
+            progress,
+            grad_sqr,
+            grad_var,
+        });
     }
-    let last = last.ok_or_else(|| at(file, 2, 1, "no epochs: expected one row per epoch"))?;
-    Ok((epochs, last))
+    if out.is_empty() {
+        return Err(at(file, 2, 1, "no epochs: expected one row per epoch"));
+    }
+    Ok(out)
 }
 
 impl Validation {
-    /// Iterations to the end of training at global batch `batch` (linear between validated
-    /// batch sizes, Sia's `get_iteration`).
-    pub fn iterations_at(&self, batch: u32) -> Option<f64> {
-        if let Some(&v) = self.iterations.get(&batch) {
-            return Some(v);
+    /// Sia's `init_batch_size`: the smallest validated batch.
+    pub fn init_batch(&self) -> Option<u32> {
+        self.epochs.keys().next().copied()
+    }
+
+    /// Sia's `max_batch_size`: the largest validated batch.
+    pub fn max_batch(&self) -> Option<u32> {
+        self.epochs.keys().next_back().copied()
+    }
+
+    /// Sia's `max_epochs`: the shortest validation file (the explicit budgets in Sia's
+    /// `APPLICATIONS` table equal it for every model of the profiles).
+    pub fn max_epochs(&self) -> usize {
+        self.epochs.values().map(Vec::len).min().unwrap_or(0)
+    }
+
+    /// Progress at the start of `epoch` (Sia's `get_progress`: the least over the batch
+    /// sizes of the progress after epoch `epoch - 1`).
+    fn progress(&self, epoch: usize) -> f64 {
+        if epoch == 0 {
+            return 0.0;
         }
-        let (&lo, &lv) = self.iterations.range(..batch).next_back()?;
-        let (&hi, &hv) = self.iterations.range(batch..).next()?;
-        let (b, lo, hi) = (f64::from(batch), f64::from(lo), f64::from(hi));
-        Some(((b - lo) * hv + (hi - b) * lv) / (hi - lo))
+        self.epochs
+            .values()
+            .filter_map(|v| v.get(epoch - 1))
+            .map(|r| r.progress)
+            .fold(f64::INFINITY, f64::min)
+    }
+
+    /// Gradient statistics of `epoch` at global batch `batch`, linear between validated
+    /// batch sizes (Sia's `get_grad_stats`).
+    fn grad_stats(&self, batch: f64, epoch: usize) -> Option<(f64, f64)> {
+        let lo = self
+            .epochs
+            .iter()
+            .rev()
+            .find(|(b, _)| f64::from(**b) <= batch)?;
+        let hi = self.epochs.iter().find(|(b, _)| f64::from(**b) >= batch)?;
+        let (l, h) = (lo.1.get(epoch)?, hi.1.get(epoch)?);
+        if lo.0 == hi.0 {
+            return Some((l.grad_sqr, l.grad_var));
+        }
+        let (a, b) = (f64::from(*lo.0), f64::from(*hi.0));
+        let w = |x: f64, y: f64| ((batch - a) * y + (b - batch) * x) / (b - a);
+        Some((w(l.grad_sqr, h.grad_sqr), w(l.grad_var, h.grad_var)))
+    }
+
+    /// Iterations a run at global batch `batch` needs to finish training, as Sia's simulator
+    /// counts them (siasosp23/artifacts at aaf7a0de, sia-simulator/job.py, `Job.step`, lines
+    /// 414-511): epoch `e` needs `progress(e + 1) - progress(e)` of progress, made at `gain`
+    /// per iteration, where `gain = (var + sqr) / (var / scale + sqr)` with `scale = batch /
+    /// init_batch` and the epoch's gradient statistics; the run ends after the last epoch
+    /// of the budget (`get_completion_epoch` without a target metric: `max_epochs - 1`).
+    /// None when `batch` is outside the validated batch sizes.
+    pub fn iterations_at(&self, batch: f64) -> Option<f64> {
+        let init = f64::from(self.init_batch()?);
+        if batch < init || batch > f64::from(self.max_batch()?) {
+            return None;
+        }
+        let scale = batch / init;
+        let mut total = 0.0;
+        for e in 0..self.max_epochs() {
+            let (sqr, var) = self.grad_stats(batch, e)?;
+            let gain = (var + sqr) / (var / scale + sqr);
+            if !(gain.is_finite() && gain > 0.0) {
+                return None;
+            }
+            total += (self.progress(e + 1) - self.progress(e)) / gain;
+        }
+        (total.is_finite() && total > 0.0).then_some(total)
     }
 
     fn range(&self) -> String {
-        match (
-            self.iterations.keys().next(),
-            self.iterations.keys().next_back(),
-        ) {
+        match (self.init_batch(), self.max_batch()) {
             (Some(a), Some(b)) => format!("{a}..={b}"),
             _ => "none".into(),
         }
+    }
+}
+
+/// Sia's calibration of its simulator to real runs (sia-simulator/simulator_config.py,
+/// `SLOWDOWNS`, line 31; applied as `1 / slowdown` to every throughput in job.py line 105):
+/// real runs were this many times slower than the profiles say.
+pub fn slowdown(model: &str) -> Option<f64> {
+    Some(match model {
+        "cifar10" => 1.8,
+        "imagenet" | "yolov3" | "bert" | "deepspeech2" => 1.2,
+        "ncf" => 1.5,
+        "gpt_pmp" => 1.0,
+        _ => return None,
+    })
+}
+
+/// Seconds a model's job spends checkpointing and restoring on each (re)allocation, first
+/// start included (sia-simulator/applications.py, `Application.__init__`, lines 56-69:
+/// `rescale_time`; job.py `reallocate` line 536 charges it on every new placement).
+pub fn restart_s(model: &str) -> f64 {
+    match model {
+        "cifar10" => 50.0,
+        "deepspeech2" => 25.0,
+        "bert" => 120.0,
+        "yolov3" => 80.0,
+        "imagenet" => 250.0,
+        "ncf" => 15.0,
+        _ => 30.0,
     }
 }
 
@@ -405,7 +539,21 @@ pub enum Source {
 impl MachineProfile {
     /// Seconds per iteration of a job with `gpus` GPUs and global batch `batch` on nodes of
     /// `per_node` GPUs, and where the numbers came from.
-    pub fn iteration_s(&self, gpus: u32, batch: u32, per_node: u32) -> Option<(f64, Source)> {
+    ///
+    /// The local batch follows Sia's `Job.update_local_bsz` (sia-simulator/job.py lines
+    /// 317-385): `ceil(batch / GPUs)`, accumulated when above the placement's largest
+    /// profiled local batch, at least one accumulation step for a single-GPU job above the
+    /// smallest validated batch, and the atomic batch capped so that the whole batch stays
+    /// within `max_batch`. Also returns the global batch that results (what the job really
+    /// trains with, for its statistical efficiency).
+    pub fn iteration_s(
+        &self,
+        gpus: u32,
+        batch: u32,
+        per_node: u32,
+        init_batch: u32,
+        max_batch: u32,
+    ) -> Option<(f64, f64, Source)> {
         let placement = compact_placement(gpus, per_node);
         let nodes = placement.len() as u32;
         let (rows, source, max_local) = if let Some(r) = self.placements.get(&placement) {
@@ -451,12 +599,20 @@ impl MachineProfile {
             };
             (rows.as_slice(), source, max)
         };
-        let local = (f64::from(batch) / f64::from(gpus) - 1e-8).ceil().max(1.0);
-        let accum = ((local / max_local - 1e-8).ceil() - 1.0).max(0.0);
-        let atomic = (local / (accum + 1.0) - 1e-8).ceil();
+        let n = f64::from(gpus);
+        let local = (f64::from(batch) / n - 1e-8).ceil().max(1.0);
+        let mut accum = ((local / max_local - 1e-8).ceil() - 1.0).max(0.0);
+        if gpus == 1 && batch > init_batch {
+            accum = accum.max(1.0);
+        }
+        let atomic = (local / (accum + 1.0) - 1e-8)
+            .ceil()
+            .min((f64::from(max_batch) / (n * (accum + 1.0))).floor())
+            .max(1.0);
         let (step, sync) = interpolate(rows, atomic)?;
         let t = step + (step - sync).max(0.0) * accum;
-        (t.is_finite() && t > 0.0).then_some((t, source))
+        let effective = n * atomic * (accum + 1.0);
+        (t.is_finite() && t > 0.0).then_some((t, effective, source))
     }
 }
 
@@ -605,31 +761,57 @@ pub fn build_jobs(
                 ),
             ));
         };
-        let steps = model
-            .validation
-            .iterations_at(r.batch_size)
-            .ok_or_else(|| {
-                at(
-                    file,
-                    r.line,
-                    r.batch_col,
-                    format_args!(
-                        "batch_size {} is outside the batch sizes validated for {} ({}): \
+        let v = &model.validation;
+        let (Some(init_batch), Some(max_batch)) = (v.init_batch(), v.max_batch()) else {
+            return Err(at(
+                file,
+                r.line,
+                r.application_col,
+                format_args!("{} has no validation profiles", r.application),
+            ));
+        };
+        // Work in iterations at the requested batch; a machine where the job really trains
+        // with another global batch (rounding of the local batch) gets its speed scaled by
+        // the ratio of the iterations the two batches need.
+        let steps = v.iterations_at(f64::from(r.batch_size)).ok_or_else(|| {
+            at(
+                file,
+                r.line,
+                r.batch_col,
+                format_args!(
+                    "batch_size {} is outside the batch sizes validated for {} ({}): \
                      the run's length cannot be derived",
-                        r.batch_size,
-                        r.application,
-                        model.validation.range()
-                    ),
-                )
-            })?;
+                    r.batch_size,
+                    r.application,
+                    model.validation.range()
+                ),
+            )
+        })?;
+        let slow = slowdown(&r.application).unwrap_or_else(|| {
+            let n = format!(
+                "{}: no slowdown factor in Sia's simulator_config.SLOWDOWNS; profiles used as measured",
+                r.application
+            );
+            if !notes.contains(&n) {
+                notes.push(n);
+            }
+            1.0
+        });
         let mut per_type = BTreeMap::new();
         for (t, m) in gpu_types.iter().zip(&machines) {
             let Some(mp) = model.machines.get(m.name) else {
                 continue;
             };
-            let Some((secs, source)) =
-                mp.iteration_s(r.num_replicas, r.batch_size, m.gpus_per_node)
-            else {
+            let Some((secs, effective, source)) = mp.iteration_s(
+                r.num_replicas,
+                r.batch_size,
+                m.gpus_per_node,
+                init_batch,
+                max_batch,
+            ) else {
+                continue;
+            };
+            let Some(work) = v.iterations_at(effective) else {
                 continue;
             };
             let note = match source {
@@ -648,7 +830,7 @@ pub fn build_jobs(
             {
                 notes.push(n);
             }
-            per_type.insert(t.clone(), 1.0 / secs);
+            per_type.insert(t.clone(), steps / work / (secs * slow));
         }
         jobs.push(SimJob {
             id: 0,
@@ -664,6 +846,8 @@ pub fn build_jobs(
             job_type: format!("{} (batch size {})", r.application, r.batch_size),
             queue: "default".into(),
             allowed_types: Vec::new(),
+            restart_s: Some(restart_s(&r.application)),
+            start_s: restart_s(&r.application),
         });
     }
     Ok((finish(jobs), notes))
@@ -742,41 +926,14 @@ impl Profiles {
                     mdir.display()
                 ));
             }
-            // Sia's epoch budget: the shortest validation file.
-            let mut parsed = Vec::new();
             for (b, p) in &files {
-                let text = read(p)?;
-                let (epochs, _) = parse_validation(&text, &p.display().to_string())?;
-                parsed.push((*b, text, p.display().to_string(), epochs));
-            }
-            let epochs = parsed.iter().map(|p| p.3).min().unwrap_or(0);
-            for (b, text, name, _) in &parsed {
-                let it = iterations_after(text, name, epochs)?;
-                mp.validation.iterations.insert(*b, it);
+                let rows = parse_validation(&read(p)?, &p.display().to_string())?;
+                mp.validation.epochs.insert(*b, rows);
             }
             out.models.insert(model.clone(), mp);
         }
         Ok(out)
     }
-}
-
-/// The `iteration` value of epoch `epochs` (1-based) of a validation file.
-fn iterations_after(text: &str, file: &str, epochs: usize) -> Result<f64, String> {
-    let header = text.lines().next().unwrap_or("");
-    let ([it], names) = columns(header, file, ["iteration"])?;
-    let rows = rows(text, file, names.len())?;
-    let (ln, f) = rows
-        .get(epochs.saturating_sub(1))
-        .ok_or_else(|| at(file, 2, 1, "no epochs"))?;
-    num(
-        f,
-        it,
-        file,
-        *ln,
-        "iteration",
-        |v: &f64| v.is_finite() && *v > 0.0,
-        "a number > 0",
-    )
 }
 
 /// Reads a workload and the profiles it needs: `profiles_dir` defaults to
@@ -837,14 +994,23 @@ mod tests {
                 scalability: parse_scalability(SCALABILITY, "s.csv").unwrap(),
             },
         );
-        mp.validation.iterations.insert(128, 1000.0);
-        mp.validation.iterations.insert(512, 400.0);
+        let row = |progress, grad_sqr, grad_var| EpochRow {
+            progress,
+            grad_sqr,
+            grad_var,
+        };
+        mp.validation
+            .epochs
+            .insert(128, vec![row(500.0, 1.0, 1.0), row(1000.0, 1.0, 3.0)]);
+        mp.validation
+            .epochs
+            .insert(512, vec![row(400.0, 1.0, 1.0), row(1000.0, 1.0, 3.0)]);
         let mut p = Profiles {
             dir: "traces".into(),
-            available: vec!["m".into(), "only_rtx".into()],
+            available: vec!["cifar10".into(), "only_rtx".into()],
             ..Profiles::default()
         };
-        p.models.insert("m".into(), mp);
+        p.models.insert("cifar10".into(), mp);
         let mut rtx_only = ModelProfile::default();
         rtx_only.machines.insert(
             "rtx".into(),
@@ -857,7 +1023,14 @@ mod tests {
                 scalability: BTreeMap::new(),
             },
         );
-        rtx_only.validation.iterations.insert(32, 100.0);
+        rtx_only.validation.epochs.insert(
+            32,
+            vec![EpochRow {
+                progress: 100.0,
+                grad_sqr: 1.0,
+                grad_var: 1.0,
+            }],
+        );
         p.models.insert("only_rtx".into(), rtx_only);
         p
     }
@@ -880,22 +1053,31 @@ mod tests {
     #[test]
     fn durations_from_profiles() {
         let h = format!("{WORKLOAD_HEADER}\n");
-        // 4 GPUs, batch 128: local 32 on placement `4`: 0.1 s per iteration; 1000 iterations.
-        let (j, notes) = jobs(&format!("{h}a,10,m,4,128\n"), &["t4"]).unwrap();
-        assert_eq!(j[0].steps, 1000.0);
-        assert!((j[0].throughput.on("t4") - 10.0).abs() < 1e-9);
-        assert!(notes.is_empty());
-        // Batch 320: iterations interpolated (700); local 80 > max 64: accumulate once,
-        // atomic 40: step 0.125, iteration 0.125 + 0.125 = 0.25 s.
-        let (j, _) = jobs(&format!("{h}a,10,m,4,320\n"), &["t4"]).unwrap();
-        assert!((j[0].steps - 700.0).abs() < 1e-9);
-        assert!((1.0 / j[0].throughput.on("t4") - 0.25).abs() < 1e-9);
+        // cifar10 runs 1.8x slower than profiled (Sia's calibration) and restarts in 50 s.
+        // 4 GPUs, batch 128 (the smallest: scale 1, gain 1): work = progress(2) = 1000
+        // iterations; local 32 on placement `4`: 0.1 s per iteration.
+        let (j, notes) = jobs(&format!("{h}a,10,cifar10,4,128\n"), &["t4"]).unwrap();
+        assert!((j[0].steps - 1000.0).abs() < 1e-9, "{}", j[0].steps);
+        assert!((j[0].throughput.on("t4") - 1.0 / (0.1 * 1.8)).abs() < 1e-9);
+        assert_eq!((j[0].restart_s, j[0].start_s), (Some(50.0), 50.0));
+        assert!(notes.is_empty(), "{notes:?}");
+        // Batch 512, scale 4: epoch 0 needs progress 400 (the least of 500 and 400) at gain
+        // (1 + 1) / (1/4 + 1) = 1.6 -> 250 iterations; epoch 1 needs 600 at gain
+        // (3 + 1) / (3/4 + 1) = 16/7 -> 262.5. Together 512.5.
+        let (j, _) = jobs(&format!("{h}a,10,cifar10,4,512\n"), &["t4"]).unwrap();
+        assert!((j[0].steps - 512.5).abs() < 1e-9, "{}", j[0].steps);
+        // Batch 320 (scale 2.5; the statistics are the same at both batch sizes):
+        // 400 / (2 / 1.4) + 600 / (4 / 2.2) = 280 + 330 = 610. Local 80 > max 64:
+        // accumulate once, atomic 40: step 0.125, iteration 0.125 + 0.125 = 0.25 s.
+        let (j, _) = jobs(&format!("{h}a,10,cifar10,4,320\n"), &["t4"]).unwrap();
+        assert!((j[0].steps - 610.0).abs() < 1e-9, "{}", j[0].steps);
+        assert!((1.0 / j[0].throughput.on("t4") - 0.25 * 1.8).abs() < 1e-9);
         // 12 GPUs = placement 444, not profiled: the scalability group (3, 12); local 32.
-        let (j, notes) = jobs(&format!("{h}a,10,m,12,384\n"), &["aws"]).unwrap();
-        assert!((1.0 / j[0].throughput.on("aws") - 1.0).abs() < 1e-9);
+        let (j, notes) = jobs(&format!("{h}a,10,cifar10,12,384\n"), &["aws"]).unwrap();
+        assert!((1.0 / j[0].throughput.on("aws") - 1.8).abs() < 1e-9);
         assert_eq!(notes.len(), 1, "{notes:?}");
         // 2 GPUs: nearest group is `4` (1 node, 4 GPUs), reported.
-        let (_, notes) = jobs(&format!("{h}a,10,m,2,128\n"), &["t4"]).unwrap();
+        let (_, notes) = jobs(&format!("{h}a,10,cifar10,2,128\n"), &["t4"]).unwrap();
         assert!(notes[0].contains("nearest"), "{notes:?}");
     }
 
@@ -916,22 +1098,26 @@ mod tests {
             e,
             format!("w.csv:1:1: expected the header {WORKLOAD_HEADER}")
         );
-        let e = jobs(&format!("{h}a,10,m,4,128\nb,11,nope,4,128\n"), &["t4"]).unwrap_err();
+        let e = jobs(
+            &format!("{h}a,10,cifar10,4,128\nb,11,nope,4,128\n"),
+            &["t4"],
+        )
+        .unwrap_err();
         assert!(
             e.starts_with("w.csv:3:6: application `nope` has no profiles in traces"),
             "{e}"
         );
-        assert!(e.contains("models there: m, only_rtx"), "{e}");
-        let e = jobs(&format!("{h}a,x,m,4,128\n"), &["t4"]).unwrap_err();
+        assert!(e.contains("models there: cifar10, only_rtx"), "{e}");
+        let e = jobs(&format!("{h}a,x,cifar10,4,128\n"), &["t4"]).unwrap_err();
         assert_eq!(e, "w.csv:2:3: time `x` is not a number of seconds >= 0");
-        let e = jobs(&format!("{h}a,1,m,0,128\n"), &["t4"]).unwrap_err();
-        assert_eq!(e, "w.csv:2:7: num_replicas `0` is not in 1..=4096");
-        let e = jobs(&format!("{h}a,1,m,4,64\n"), &["t4"]).unwrap_err();
-        assert!(e.starts_with("w.csv:2:9: batch_size 64 is outside"), "{e}");
+        let e = jobs(&format!("{h}a,1,cifar10,0,128\n"), &["t4"]).unwrap_err();
+        assert_eq!(e, "w.csv:2:13: num_replicas `0` is not in 1..=4096");
+        let e = jobs(&format!("{h}a,1,cifar10,4,64\n"), &["t4"]).unwrap_err();
+        assert!(e.starts_with("w.csv:2:15: batch_size 64 is outside"), "{e}");
         assert!(e.contains("128..=512"), "{e}");
-        let e = jobs(&format!("{h}a,1,m,4\n"), &["t4"]).unwrap_err();
+        let e = jobs(&format!("{h}a,1,cifar10,4\n"), &["t4"]).unwrap_err();
         assert!(e.starts_with("w.csv:2:1: expected 5"), "{e}");
-        let e = jobs(&format!("{h}a,1,m,4,128\n"), &["k80"]).unwrap_err();
+        let e = jobs(&format!("{h}a,1,cifar10,4,128\n"), &["k80"]).unwrap_err();
         assert!(e.contains("GPU type `k80` has no Sia profiles"), "{e}");
         let e = parse_placements(
             "placement,local_bsz,step_time,sync_time\n4,32,fast,0\n",
