@@ -792,8 +792,67 @@ fn a_replica_started_and_ended_but_not_recorded_is_recorded_not_retried() {
     );
 }
 
+/// Finished jobs cost little and stay what they were: a finished job is kept as a summary
+/// (listed, described, its name taken, deletable), across a restart too, where it is
+/// handed to the control plane by name only.
+fn finished_jobs_are_kept_as_summaries_across_a_restart() {
+    let (mut h, mut c) = Harness::new(32400, "");
+    for name in ["done-a", "done-b"] {
+        c.submit(&job(name, 2, "", "echo hi"), "default", h.now)
+            .expect("submit");
+    }
+    c.submit(&job("live", 1, "", "sleep 30"), "default", h.now)
+        .expect("submit live");
+    h.until(&mut c, "two jobs done, one running", |c| {
+        state(c, "done-a") == Some(JobState::Succeeded)
+            && state(c, "done-b") == Some(JobState::Succeeded)
+            && state(c, "live") == Some(JobState::Running)
+    });
+    let before = c.list(Some("default")).expect("list");
+    let done = before.iter().find(|j| j.name == "done-a").expect("listed");
+    assert_eq!((done.replicas_ready, done.replicas_total), (2, 2));
+
+    // A crash and a reopen: the finished jobs are the same summaries, the running one is
+    // re-adopted.
+    drop(c);
+    let mut c = h.open();
+    h.tick(&mut c);
+    assert_eq!(c.list(Some("default")).expect("list"), before);
+    let details = c
+        .describe("default", "done-a")
+        .expect("describe")
+        .expect("found");
+    assert_eq!(details.summary.state, JobState::Succeeded);
+    assert_eq!(details.replicas.len(), 2);
+    // Its name stays taken; it cannot be suspended.
+    let again = c.submit(&job("done-a", 1, "", "true"), "default", h.now);
+    assert!(
+        matches!(again, Err(ClusterError::AlreadyExists { .. })),
+        "{again:?}"
+    );
+    assert!(c.suspend("default", "done-a", h.now).is_err());
+
+    // Deleted: removed with its records, and the name is free again.
+    c.delete("default", "done-a", h.now).expect("delete");
+    h.until(&mut c, "done-a removed", |c| state(c, "done-a").is_none());
+    assert!(c.get("default", "done-a").expect("get").is_none());
+    c.submit(&job("done-a", 1, "", "true"), "default", h.now)
+        .expect("the name is free");
+    h.until(&mut c, "the new done-a succeeded", |c| {
+        state(c, "done-a") == Some(JobState::Succeeded)
+    });
+    assert_eq!(state(&c, "done-b"), Some(JobState::Succeeded));
+    assert_eq!(state(&c, "live"), Some(JobState::Running));
+    c.delete("default", "live", h.now).expect("delete live");
+    h.until(&mut c, "live removed", |c| state(c, "live").is_none());
+}
+
 fn main() -> std::process::ExitCode {
     common::main(vec![
+        (
+            "finished_jobs_are_kept_as_summaries_across_a_restart",
+            finished_jobs_are_kept_as_summaries_across_a_restart,
+        ),
         (
             "a_replica_started_and_ended_but_not_recorded_is_recorded_not_retried",
             a_replica_started_and_ended_but_not_recorded_is_recorded_not_retried,
