@@ -99,9 +99,42 @@ pub struct ValidationContext {
     pub node_pools: Vec<NodePool>,
     pub priority_classes: Vec<PriorityClass>,
     pub queues: Vec<Queue>,
+    /// The nodes of the cluster the job goes to, when validation runs against one (a submit,
+    /// `corral validate` with a reachable server). With them, what the cluster does not
+    /// declare does not exist: a job that names a missing priority class or queue, or asks
+    /// for GPUs that no node has, is refused instead of waiting forever (as Kubernetes
+    /// refuses a pod naming a missing priority class at admission). Without them (files
+    /// alone), those checks only apply to what the files declare.
+    pub nodes: Option<Vec<NodeFacts>>,
+}
+
+/// One node of a cluster, as validation sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeFacts {
+    /// Product name of its GPUs; `None` without GPUs.
+    pub gpu_type: Option<String>,
+    pub gpus: u32,
 }
 
 impl ValidationContext {
+    /// The checks that need the cluster, named for a user told they did not run offline.
+    pub const CLUSTER_CHECKS: &'static str = "that the priority class and queue exist, and that the cluster has the GPUs (type and count per node) each replica asks for";
+
+    /// The queues a job may name: the declared ones, and `default` unless one is declared
+    /// (the control plane's implicit unlimited queue).
+    fn queue_names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self
+            .queues
+            .iter()
+            .map(|q| q.metadata.name.as_str())
+            .collect();
+        if !names.contains(&crate::DEFAULT_QUEUE) {
+            names.push(crate::DEFAULT_QUEUE);
+        }
+        names.sort_unstable();
+        names
+    }
+
     /// The most GPUs any node of an allowed type holds, and the pool that holds them.
     fn largest_gpu_node(&self, allowed: &[String]) -> Option<(u32, String)> {
         self.node_pools
@@ -121,6 +154,13 @@ impl ValidationContext {
         self.node_pools
             .iter()
             .filter_map(|p| p.spec.gpu_type.as_deref())
+            .chain(
+                self.nodes
+                    .iter()
+                    .flatten()
+                    .filter(|n| n.gpus > 0)
+                    .filter_map(|n| n.gpu_type.as_deref()),
+            )
             .collect()
     }
 }
@@ -360,22 +400,19 @@ pub fn validate_training_job(
             format!("`AllWorkers` applies to tensorflow jobs only; {fw} jobs use `Default`"),
         );
     }
+    let on_cluster = ctx.nodes.is_some();
     if let Some(q) = &spec.queue {
         if let Err(e) = check_dns1123_label(q) {
             errs.push("spec.queue", e);
-        } else if !ctx.queues.is_empty() && !ctx.queues.iter().any(|x| x.metadata.name == *q) {
-            let names: Vec<&str> = ctx
-                .queues
-                .iter()
-                .map(|x| x.metadata.name.as_str())
-                .collect();
-            errs.push("spec.queue", unknown_name("queue", q, &names));
+        } else if (on_cluster || !ctx.queues.is_empty()) && !ctx.queue_names().contains(&q.as_str())
+        {
+            errs.push("spec.queue", unknown_name("queue", q, &ctx.queue_names()));
         }
     }
     if let Some(pc) = &spec.priority_class {
         if let Err(e) = check_dns1123_label(pc) {
             errs.push("spec.priorityClass", e);
-        } else if !ctx.priority_classes.is_empty()
+        } else if (on_cluster || !ctx.priority_classes.is_empty())
             && !ctx.priority_classes.iter().any(|x| x.metadata.name == *pc)
         {
             let names: Vec<&str> = ctx
@@ -383,10 +420,14 @@ pub fn validate_training_job(
                 .iter()
                 .map(|x| x.metadata.name.as_str())
                 .collect();
-            errs.push(
-                "spec.priorityClass",
-                unknown_name("priority class", pc, &names),
-            );
+            let message = if names.is_empty() {
+                format!(
+                    "there is no priority class `{pc}`: this cluster declares none; remove `priorityClass` or declare a PriorityClass in the cluster's configuration"
+                )
+            } else {
+                unknown_name("priority class", pc, &names)
+            };
+            errs.push("spec.priorityClass", message);
         }
     }
     if spec.port == Some(0) {
@@ -473,6 +514,15 @@ fn role_list(roles: &[Role]) -> String {
         0 => String::new(),
         1 => format!("one role, {}", names[0]),
         _ => format!("roles {}", names.join(", ")),
+    }
+}
+
+/// `1 GPU`, `2 GPUs`.
+fn plural(n: u32, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
     }
 }
 
@@ -568,7 +618,46 @@ fn check_replica(
             "names GPU types but `gpu` is 0; set `gpu` or remove `gpuTypes`",
         );
     }
-    if res.gpu > 0 {
+    let cluster_gpus = ctx.nodes.as_ref().map(|nodes| {
+        nodes
+            .iter()
+            .filter(|n| {
+                res.gpu_types.is_empty()
+                    || n.gpu_type
+                        .as_ref()
+                        .is_some_and(|t| res.gpu_types.contains(t))
+            })
+            .map(|n| n.gpus)
+            .max()
+            .unwrap_or(0)
+    });
+    if res.gpu > 0
+        && let Some(most) = cluster_gpus
+        && res.gpu > most
+    {
+        let message = match (most, res.gpu_types.is_empty()) {
+            (0, true) => format!(
+                "asks for {} but this cluster has no GPUs, so the job would wait forever; remove `gpu` to run on CPUs",
+                plural(res.gpu, "GPU")
+            ),
+            (0, false) => format!(
+                "asks for {} of type {} but no node of this cluster has GPUs of that type",
+                plural(res.gpu, "GPU"),
+                res.gpu_types.join(" or ")
+            ),
+            (n, _) => format!(
+                "asks for {} on one node but the largest node of this cluster{} has {}; use at most {n} per replica and more replicas",
+                plural(res.gpu, "GPU"),
+                if res.gpu_types.is_empty() {
+                    String::new()
+                } else {
+                    format!(" with GPU type {}", res.gpu_types.join(" or "))
+                },
+                plural(n, "GPU")
+            ),
+        };
+        errs.push(format!("{rpath}.gpu"), message);
+    } else if res.gpu > 0 {
         let (limit, where_) = match ctx.largest_gpu_node(&res.gpu_types) {
             Some((n, pool)) => (
                 n,

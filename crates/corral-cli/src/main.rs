@@ -48,14 +48,9 @@ enum Command {
     /// CPU, memory and GPUs of every running replica.
     Top(remote::TopArgs),
     /// Check TrainingJob, Queue, NodePool, PriorityClass and Kubeflow job files; explain
-    /// each valid one. `-` reads standard input. Exits 1 if anything is invalid.
-    Validate {
-        #[arg(required = true, value_name = "FILE")]
-        files: Vec<String>,
-        /// Print only errors.
-        #[arg(short, long)]
-        quiet: bool,
-    },
+    /// each valid one. `-` reads standard input. With a reachable server, jobs are checked
+    /// as `submit` would (priority classes, queues, GPUs); exits 1 if anything is invalid.
+    Validate(manifests::ValidateArgs),
     /// Print a file's jobs as Corral TrainingJobs (Kubeflow kinds are converted).
     Convert {
         #[arg(value_name = "FILE")]
@@ -165,7 +160,7 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Validate { files, quiet } => manifests::validate(&files, quiet),
+        Command::Validate(args) => manifests::validate(&args),
         Command::Convert {
             file,
             output,

@@ -15,6 +15,8 @@ use jiff::Timestamp;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::output::plural;
+
 /// Where the server is and who is asking.
 #[derive(Args, Clone, Debug, Default)]
 pub struct ConnArgs {
@@ -157,25 +159,54 @@ pub struct DescribeArgs {
 
 #[derive(Args, Debug)]
 pub struct LogsArgs {
+    /// The job, or `JOB/REPLICA` (e.g. `mnist/worker-1`).
     #[arg(value_name = "JOB")]
     pub name: String,
-    /// The replica: `<role>-<index>` (e.g. `worker-1`) or its full name. Default: the first
-    /// replica (chief, master or launcher, else worker 0).
-    #[arg(long, short = 'r', value_name = "REPLICA")]
+    /// The replica: `<role>-<index>` (e.g. `worker-1`) or its full name (`mnist-worker-1`).
+    /// Default: the first replica (chief, master or launcher, else worker 0).
+    #[arg(value_name = "REPLICA")]
+    pub replica_arg: Option<String>,
+    /// The replica, as the second argument.
+    #[arg(
+        long,
+        short = 'r',
+        value_name = "REPLICA",
+        conflicts_with = "replica_arg"
+    )]
     pub replica: Option<String>,
     /// The replica's role (with --index).
-    #[arg(long, value_name = "ROLE", conflicts_with = "replica")]
+    #[arg(long, value_name = "ROLE", conflicts_with_all = ["replica", "replica_arg"])]
     pub role: Option<String>,
     /// The replica's index within its role (default 0).
-    #[arg(long, value_name = "N", conflicts_with = "replica")]
+    #[arg(long, value_name = "N", conflicts_with_all = ["replica", "replica_arg"])]
     pub index: Option<u32>,
-    /// Keep printing as the replica writes, until the job ends.
+    /// Keep printing as the replica writes, into each new incarnation after a restart
+    /// (each introduced by a `==> ... <==` line), until the job ends.
     #[arg(short, long)]
     pub follow: bool,
+    /// The output of the incarnation before the current one (the run that failed).
+    #[arg(short, long, conflicts_with = "follow")]
+    pub previous: bool,
+    /// Only the last N lines (with -f: of the output so far, then everything new).
+    #[arg(long, value_name = "N")]
+    pub tail: Option<u64>,
     #[command(flatten)]
     pub namespace: NamespaceArgs,
     #[command(flatten)]
     pub conn: ConnArgs,
+}
+
+impl LogsArgs {
+    /// The job and the replica, from `JOB REPLICA`, `JOB/REPLICA`, `--replica` or none.
+    pub fn job_and_replica(&self) -> (String, Option<String>) {
+        let named = self.replica_arg.clone().or_else(|| self.replica.clone());
+        match self.name.split_once('/') {
+            Some((job, replica)) if named.is_none() && !replica.is_empty() => {
+                (job.to_string(), Some(replica.to_string()))
+            }
+            _ => (self.name.clone(), named),
+        }
+    }
 }
 
 #[derive(Args, Debug)]
@@ -634,14 +665,17 @@ pub fn run_describe(args: &DescribeArgs) -> ExitCode {
 /// `corral logs JOB`
 pub fn run_logs(args: &LogsArgs) -> ExitCode {
     let client = args.conn.client();
+    let (job, replica) = args.job_and_replica();
     let request = LogRequest {
-        replica: args.replica.clone(),
+        replica,
         role: args.role.clone(),
         index: args.index,
         follow: args.follow,
+        previous: args.previous,
+        tail: args.tail,
     };
     let mut stdout = std::io::stdout();
-    match client.logs(&args.namespace.get(), &args.name, &request, &mut stdout) {
+    match client.logs(&args.namespace.get(), &job, &request, &mut stdout) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(&e),
     }
@@ -690,12 +724,14 @@ pub fn queues_table(queues: &[QueueInfo]) -> String {
                 .usage
                 .iter()
                 .map(|u| {
-                    let quota = match &u.nominal {
-                        Some(n) if n.gpu == u64::MAX => "unlimited".to_string(),
-                        Some(n) => format!("{} GPUs", n.gpu),
-                        None => "no quota".to_string(),
-                    };
-                    format!("{}: {} GPUs used of {quota}", u.pool, u.used.gpu)
+                    let used = u.used.gpu;
+                    match u.nominal.map(|n| n.gpu) {
+                        Some(Some(n)) => format!("{}: {used} of {} used", u.pool, plural(n, "GPU")),
+                        Some(None) => {
+                            format!("{}: {} used, unlimited", u.pool, plural(used, "GPU"))
+                        }
+                        None => format!("{}: {} used, no quota", u.pool, plural(used, "GPU")),
+                    }
                 })
                 .collect();
             vec![

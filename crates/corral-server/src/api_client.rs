@@ -95,6 +95,10 @@ pub struct LogRequest {
     pub role: Option<String>,
     pub index: Option<u32>,
     pub follow: bool,
+    /// The incarnation before the current one.
+    pub previous: bool,
+    /// Only the last N lines.
+    pub tail: Option<u64>,
 }
 
 fn encode(segment: &str) -> String {
@@ -205,13 +209,36 @@ impl Client {
 
     /// Submits YAML or JSON text (TrainingJobs or Kubeflow jobs) into `namespace`.
     pub fn submit(&self, namespace: &str, text: &str) -> Result<Vec<SubmitResult>, ClientError> {
+        self.submit_with(namespace, text, false)
+    }
+
+    /// What `submit` would say of `text`, storing nothing (`?dryRun=All`): the same checks,
+    /// against the server's priority classes, queues and nodes. The `uid`s are empty.
+    pub fn submit_dry_run(
+        &self,
+        namespace: &str,
+        text: &str,
+    ) -> Result<Vec<SubmitResult>, ClientError> {
+        self.submit_with(namespace, text, true)
+    }
+
+    fn submit_with(
+        &self,
+        namespace: &str,
+        text: &str,
+        dry_run: bool,
+    ) -> Result<Vec<SubmitResult>, ClientError> {
+        let mut path = Self::jobs_path(namespace);
+        if dry_run {
+            path.push_str("?dryRun=All");
+        }
         let content_type = if text.trim_start().starts_with('{') {
             "application/json"
         } else {
             "application/yaml"
         };
         let mut req = self
-            .auth(self.agent.post(self.url(&Self::jobs_path(namespace))))
+            .auth(self.agent.post(self.url(&path)))
             .header("Content-Type", content_type);
         if text.len() > 64 * 1024 {
             // Lets the server refuse a body that is too large before it is sent (413), instead
@@ -311,6 +338,12 @@ impl Client {
         }
         if request.follow {
             query.push("follow=true".into());
+        }
+        if request.previous {
+            query.push("previous=true".into());
+        }
+        if let Some(n) = request.tail {
+            query.push(format!("tail={n}"));
         }
         let mut path = format!("{}/logs", Self::job_path(namespace, name));
         if !query.is_empty() {

@@ -11,7 +11,7 @@
 //! - [`auth`]: API tokens per namespace (from the cluster's `CorralConfig`).
 //! - [`error`]: the error body every route answers with.
 //! - [`openapi`]: the OpenAPI 3 document of the routes.
-//! - [`metrics`]: Prometheus text exposition (prometheus-client).
+//! - [`metrics`]: Prometheus exposition, text 0.0.4 or OpenMetrics by `Accept`.
 //! - [`api_client`]: a small blocking HTTP client of the API (what the CLI and `bench` call).
 
 pub mod api_client;

@@ -23,73 +23,7 @@ impl Cluster {
         namespace: &str,
         now: Timestamp,
     ) -> Result<Vec<SubmitResult>, ClusterError> {
-        let ctx = self.config.file.validation_context();
-        let mut problems = Vec::new();
-        let mut accepted = Vec::new();
-        for r in parse_documents(text, &ctx) {
-            match r {
-                Err(e) => problems.push(DocumentProblem {
-                    index: e.index,
-                    what: e.what.clone(),
-                    errors: e
-                        .errors
-                        .iter()
-                        .map(|f| FieldProblem {
-                            path: f.path.clone(),
-                            message: f.message.clone(),
-                        })
-                        .collect(),
-                }),
-                Ok(p) => {
-                    let what = Some(match &p.converted_from {
-                        Some(k) => format!("{k} {} as TrainingJob", p.document.name()),
-                        None => format!("{} {}", p.document.kind(), p.document.name()),
-                    });
-                    let mut errors = Vec::new();
-                    match p.document {
-                        Document::TrainingJob(job) => {
-                            let mut job = *job;
-                            check_local(&job, namespace, &mut errors);
-                            job.metadata.namespace = Some(namespace.to_string());
-                            if errors.is_empty() {
-                                accepted.push((job, p.converted_from.clone()));
-                            }
-                        }
-                        other => errors.push(FieldProblem {
-                            path: "kind".into(),
-                            message: format!(
-                                "{} cannot be submitted; declare it in the cluster's \
-                                 configuration file (corral.yaml)",
-                                other.kind()
-                            ),
-                        }),
-                    }
-                    if !errors.is_empty() {
-                        problems.push(DocumentProblem {
-                            index: p.index,
-                            what,
-                            errors,
-                        });
-                    }
-                }
-            }
-        }
-        let mut names = BTreeSet::new();
-        for (i, (job, _)) in accepted.iter().enumerate() {
-            if !names.insert(job.metadata.name.clone()) {
-                problems.push(DocumentProblem {
-                    index: i + 1,
-                    what: Some(format!("TrainingJob {}", job.metadata.name)),
-                    errors: vec![FieldProblem {
-                        path: "metadata.name".into(),
-                        message: "appears twice in this submission".into(),
-                    }],
-                });
-            }
-        }
-        if !problems.is_empty() {
-            return Err(ClusterError::Invalid(problems));
-        }
+        let accepted = self.check_submission(text, namespace)?;
         let submitted_ms = millis(now);
         let mut new_jobs = Vec::with_capacity(accepted.len());
         for (mut job, converted_from) in accepted {
@@ -162,6 +96,89 @@ impl Cluster {
             });
         }
         Ok(out)
+    }
+
+    /// What `submit` would accept of `text`, or every problem of every document at once;
+    /// stores nothing. A dry run (`corral validate` against a server) calls this too, so
+    /// the two report the same errors. The cluster's node counts as context: a job naming a
+    /// priority class or queue that does not exist, or GPUs no node has, is refused.
+    pub fn check_submission(
+        &self,
+        text: &str,
+        namespace: &str,
+    ) -> Result<Vec<(TrainingJob, Option<String>)>, ClusterError> {
+        let mut ctx = self.config.file.validation_context();
+        ctx.nodes = Some(vec![corral_api::validate::NodeFacts {
+            gpu_type: self.node.gpu_type.clone(),
+            gpus: self.node.gpus,
+        }]);
+        let mut problems = Vec::new();
+        let mut accepted = Vec::new();
+        for r in parse_documents(text, &ctx) {
+            match r {
+                Err(e) => problems.push(DocumentProblem {
+                    index: e.index,
+                    what: e.what.clone(),
+                    errors: e
+                        .errors
+                        .iter()
+                        .map(|f| FieldProblem {
+                            path: f.path.clone(),
+                            message: f.message.clone(),
+                        })
+                        .collect(),
+                }),
+                Ok(p) => {
+                    let what = Some(match &p.converted_from {
+                        Some(k) => format!("{k} {} as TrainingJob", p.document.name()),
+                        None => format!("{} {}", p.document.kind(), p.document.name()),
+                    });
+                    let mut errors = Vec::new();
+                    match p.document {
+                        Document::TrainingJob(job) => {
+                            let mut job = *job;
+                            check_local(&job, namespace, &mut errors);
+                            job.metadata.namespace = Some(namespace.to_string());
+                            if errors.is_empty() {
+                                accepted.push((job, p.converted_from.clone()));
+                            }
+                        }
+                        other => errors.push(FieldProblem {
+                            path: "kind".into(),
+                            message: format!(
+                                "{} cannot be submitted; declare it in the cluster's \
+                                 configuration file (corral.yaml)",
+                                other.kind()
+                            ),
+                        }),
+                    }
+                    if !errors.is_empty() {
+                        problems.push(DocumentProblem {
+                            index: p.index,
+                            what,
+                            errors,
+                        });
+                    }
+                }
+            }
+        }
+        let mut names = BTreeSet::new();
+        for (i, (job, _)) in accepted.iter().enumerate() {
+            if !names.insert(job.metadata.name.clone()) {
+                problems.push(DocumentProblem {
+                    index: i + 1,
+                    what: Some(format!("TrainingJob {}", job.metadata.name)),
+                    errors: vec![FieldProblem {
+                        path: "metadata.name".into(),
+                        message: "appears twice in this submission".into(),
+                    }],
+                });
+            }
+        }
+        if !problems.is_empty() {
+            return Err(ClusterError::Invalid(problems));
+        }
+        Ok(accepted)
     }
 
     pub(super) fn require(&self, namespace: &str, name: &str) -> Result<StoredJob, ClusterError> {
