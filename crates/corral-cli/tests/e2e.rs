@@ -47,6 +47,10 @@ fn main() -> ExitCode {
         ),
         Trial::test("openapi_lists_every_route", openapi_lists_every_route),
         Trial::test(
+            "logs_follow_every_incarnation",
+            logs_follow_every_incarnation,
+        ),
+        Trial::test(
             "suspend_resume_delete_and_views",
             suspend_resume_delete_and_views,
         ),
@@ -771,6 +775,88 @@ spec:
     check(
         code == 0,
         format!("promtool check metrics exited {code}: {said}\n{text}"),
+    )?;
+    Ok(())
+}
+
+/// A replica that fails twice and succeeds on its third run: `logs -f` started at submit
+/// shows all three runs in order, each introduced by its mark; `--previous` shows the
+/// second; `--tail 1` the last line of the third.
+fn logs_follow_every_incarnation() -> TestResult {
+    let c = TestCluster::start("")?;
+    let client = c.client(None);
+    let dir = tempfile::tempdir()?;
+    let job = format!(
+        "apiVersion: corral.dev/v1alpha1
+kind: TrainingJob
+metadata: {{name: thrice}}
+spec:
+  framework: generic
+  runPolicy: {{backoffLimit: 2}}
+  replicas:
+    worker:
+      count: 1
+      restartPolicy: OnFailure
+      resources: {{cpu: 100m, memory: 64Mi}}
+      template:
+        workingDir: {dir:?}
+        command: [sh, -c, 'n=$(( $(cat n 2>/dev/null || echo 0) + 1 )); echo $n > n; echo \"run $n starts\"; sleep 1; echo \"run $n ends\"; test $n -ge 3']
+",
+        dir = dir.path().display().to_string()
+    );
+    client.submit("default", &job)?;
+    let mut followed = Vec::new();
+    let follow = LogRequest {
+        replica: Some("thrice-worker-0".into()),
+        follow: true,
+        ..LogRequest::default()
+    };
+    client.logs("default", "thrice", &follow, &mut followed)?;
+    let followed = String::from_utf8_lossy(&followed).into_owned();
+    let state = wait_for_state(&client, "default", "thrice", Duration::from_secs(60), |s| {
+        s.is_finished()
+    })?;
+    check(
+        state == JobState::Succeeded,
+        format!("{state}:\n{followed}"),
+    )?;
+    let mut at = 0;
+    for needle in [
+        "==> thrice-worker-0: incarnation 1 (first run",
+        "run 1 starts\nrun 1 ends\n",
+        "==> thrice-worker-0: incarnation 2 (after 1 restart",
+        "run 2 starts\nrun 2 ends\n",
+        "==> thrice-worker-0: incarnation 3 (after 2 restarts",
+        "run 3 starts\nrun 3 ends\n",
+    ] {
+        let Some(i) = followed[at..].find(needle) else {
+            return Err(
+                format!("no `{needle}` after byte {at} of the followed log:\n{followed}").into(),
+            );
+        };
+        at += i + needle.len();
+    }
+
+    let mut previous = Vec::new();
+    let request = LogRequest {
+        previous: true,
+        ..LogRequest::default()
+    };
+    client.logs("default", "thrice", &request, &mut previous)?;
+    check(
+        previous == b"run 2 starts\nrun 2 ends\n",
+        format!("--previous: {:?}", String::from_utf8_lossy(&previous)),
+    )?;
+    let mut tail = Vec::new();
+    let request = LogRequest {
+        replica: Some("worker-0".into()),
+        tail: Some(1),
+        ..LogRequest::default()
+    };
+    client.logs("default", "thrice", &request, &mut tail)?;
+    check(
+        tail == b"run 3 ends\n",
+        format!("--tail 1: {:?}", String::from_utf8_lossy(&tail)),
     )?;
     Ok(())
 }
