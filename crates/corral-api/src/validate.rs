@@ -604,7 +604,9 @@ fn check_replica(
     for (i, t) in res.gpu_types.iter().enumerate() {
         if t.trim().is_empty() {
             errs.push(format!("{rpath}.gpuTypes[{i}]"), "must not be empty");
-        } else if !known_types.is_empty() && !known_types.contains(t.as_str()) {
+        } else if (ctx.nodes.is_some() || !known_types.is_empty())
+            && !known_types.contains(t.as_str())
+        {
             let names: Vec<&str> = known_types.iter().copied().collect();
             errs.push(
                 format!("{rpath}.gpuTypes[{i}]"),

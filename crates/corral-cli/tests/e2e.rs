@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use corral_cli::{quickstart, remote, up};
+use corral_cli::{manifests, quickstart, remote, up};
 use corral_local::cluster::JobState;
 use corral_local::{ClusterConfig, ClusterFileConfig};
 use corral_server::api_client::{Client, LogRequest};
@@ -49,6 +49,10 @@ fn main() -> ExitCode {
         Trial::test(
             "logs_follow_every_incarnation",
             logs_follow_every_incarnation,
+        ),
+        Trial::test(
+            "validate_and_submit_agree_on_bad_manifests",
+            validate_and_submit_agree_on_bad_manifests,
         ),
         Trial::test(
             "suspend_resume_delete_and_views",
@@ -857,6 +861,78 @@ spec:
     check(
         tail == b"run 3 ends\n",
         format!("--tail 1: {:?}", String::from_utf8_lossy(&tail)),
+    )?;
+    Ok(())
+}
+
+/// Every manifest of the shared table: `submit` refuses it with every problem at once, each
+/// with its field path; `validate` against the same server prints exactly what `submit`
+/// prints; neither stores anything. Offline, `validate` says which checks it could not run.
+fn validate_and_submit_agree_on_bad_manifests() -> TestResult {
+    use common::bad_manifests::{CASES, CLUSTER};
+    use corral_server::api_client::ClientError;
+    let c = TestCluster::start(CLUSTER)?;
+    let client = c.client(None);
+    let dir = tempfile::tempdir()?;
+    let ns = remote::NamespaceArgs::default();
+    let mut messages = String::new();
+    for case in CASES {
+        let file = dir
+            .path()
+            .join(format!("{}.yaml", case.name.replace(' ', "-")));
+        std::fs::write(&file, case.yaml)?;
+        let file = file.display().to_string();
+
+        let err = match client.submit("default", case.yaml) {
+            Ok(r) => return Err(format!("{}: submit accepted it: {r:?}", case.name).into()),
+            Err(e) => e,
+        };
+        let ClientError::Api { status, error } = &err else {
+            return Err(format!("{}: {err}", case.name).into());
+        };
+        check(*status == 400, format!("{}: status {status}", case.name))?;
+        messages.push_str(&format!("## {}\n{err}\n\n", case.name));
+        let mut got: Vec<String> = error
+            .fields
+            .iter()
+            .map(|f| match f.document {
+                Some(d) if case.paths.iter().any(|p| p.contains(':')) => format!("{d}:{}", f.path),
+                _ => f.path.clone(),
+            })
+            .collect();
+        got.sort();
+        let mut want: Vec<String> = case.paths.iter().map(|p| p.to_string()).collect();
+        want.sort();
+        check(
+            got == want,
+            format!("{}: submit named {got:?}, not {want:?}:\n{err}", case.name),
+        )?;
+
+        let report =
+            manifests::validate_report(std::slice::from_ref(&file), true, Some(&client), &ns);
+        check(report.failed, format!("{}: validate passed it", case.name))?;
+        check(
+            report.err == format!("{file}: {err}\n"),
+            format!(
+                "{}: validate and submit differ:\nvalidate: {}\nsubmit:   {file}: {err}",
+                case.name, report.err
+            ),
+        )?;
+    }
+    check(
+        client.list(Some("default"))?.is_empty(),
+        "a refused submission stored nothing",
+    )?;
+    insta::assert_snapshot!("bad_manifests", messages);
+
+    // Offline: what the files alone show, and a note on what could not be checked.
+    let file = dir.path().join("offline.yaml");
+    std::fs::write(&file, CASES[0].yaml)?;
+    let report = manifests::validate_report(&[file.display().to_string()], false, None, &ns);
+    check(!report.failed, format!("offline: {report:?}"))?;
+    check(
+        report.err.contains("note: checked offline (--offline), so these checks did not run: that the priority class and queue exist"),
+        format!("offline note: {}", report.err),
     )?;
     Ok(())
 }
