@@ -824,6 +824,14 @@ spec:
         state == JobState::Succeeded,
         format!("{state}:\n{followed}"),
     )?;
+    let d = client.describe("default", "thrice")?;
+    check(
+        d.replicas.iter().map(|r| r.restarts).collect::<Vec<_>>() == [2],
+        format!(
+            "RESTARTS after two restarts:\n{}",
+            remote::describe_text(&d)
+        ),
+    )?;
     let mut at = 0;
     for needle in [
         "==> thrice-worker-0: incarnation 1 (first run",

@@ -49,12 +49,6 @@ impl Cluster {
             return Ok(None);
         };
         let replicas = self.store.replicas_of(&stored.uid)?;
-        let retries = stored
-            .job
-            .status
-            .as_ref()
-            .map(|s| s.replica_retries.clone())
-            .unwrap_or_default();
         let mut infos = Vec::new();
         for r in &replicas {
             let phase = phase_of(r.state);
@@ -82,10 +76,9 @@ impl Cluster {
                 pid: (r.state == ProcessState::Running).then_some(r.record.pid),
                 gpus: r.record.gpu_indices.clone(),
                 port: r.port,
-                restarts: retries
-                    .get(&format!("{}-{}", r.role, r.index))
-                    .copied()
-                    .unwrap_or(0),
+                // Every earlier incarnation was a restart of this replica: the gang's
+                // (attempt) and its own (retry), as kubectl counts a container's restarts.
+                restarts: r.attempt + r.retry,
                 started: Some(timestamp(r.started_ms)),
                 log_path: Some(r.record.log_path()),
             });
