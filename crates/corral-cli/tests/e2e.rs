@@ -997,6 +997,73 @@ fn openapi_lists_every_route() -> TestResult {
             format!("dangling $ref {target}"),
         )?;
     }
+    // Every integer has a documented range.
+    fn unranged(v: &Value, at: &str, out: &mut Vec<String>) {
+        match v {
+            Value::Object(m) => {
+                if m.get("type").and_then(Value::as_str) == Some("integer")
+                    && !(m.contains_key("minimum") && m.contains_key("maximum"))
+                {
+                    out.push(at.to_string());
+                }
+                for (k, c) in m {
+                    unranged(c, &format!("{at}/{k}"), out);
+                }
+            }
+            Value::Array(a) => {
+                for (i, c) in a.iter().enumerate() {
+                    unranged(c, &format!("{at}/{i}"), out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut missing = Vec::new();
+    unranged(&doc, "", &mut missing);
+    check(
+        missing.is_empty(),
+        format!("integers without minimum and maximum: {missing:?}"),
+    )?;
+    let quota = doc.pointer("/components/schemas/QuotaLimits/description");
+    check(
+        quota
+            .and_then(Value::as_str)
+            .is_some_and(|d| d.contains("absent is unlimited")),
+        "unlimited quotas are absent values",
+    )?;
+    // A schema linter: openapi-spec-validator (pip), as CI installs it.
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("openapi.json");
+    std::fs::write(&path, &body)?;
+    let lint = std::process::Command::new("python3")
+        .args(["-m", "openapi_spec_validator"])
+        .arg(&path)
+        .output();
+    let lint = match lint {
+        Ok(o) if String::from_utf8_lossy(&o.stderr).contains("No module named") => None,
+        Ok(o) => Some(o),
+        Err(_) => None,
+    };
+    let Some(lint) = lint else {
+        let required = std::env::var("CORRAL_REQUIRE_OPENAPI_LINT").as_deref() == Ok("1");
+        check(
+            !required,
+            "openapi-spec-validator is not installed (pip install openapi-spec-validator)",
+        )?;
+        common::prerequisite(
+            false,
+            "openapi-spec-validator is not installed (pip install openapi-spec-validator)",
+        );
+        return Ok(());
+    };
+    check(
+        lint.status.success(),
+        format!(
+            "openapi-spec-validator: {}{}",
+            String::from_utf8_lossy(&lint.stdout),
+            String::from_utf8_lossy(&lint.stderr)
+        ),
+    )?;
     Ok(())
 }
 
