@@ -222,10 +222,38 @@ pub struct LogsArgs {
     /// Only the last N lines (with -f: of the output so far, then everything new).
     #[arg(long, value_name = "N")]
     pub tail: Option<u64>,
+    /// Only output of the last DURATION: `30s`, `5m`, `2h`, `1d`.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_secs)]
+    pub since: Option<u64>,
+    /// Prefix each line with the time it arrived (RFC 3339, UTC).
+    #[arg(long)]
+    pub timestamps: bool,
     #[command(flatten)]
     pub namespace: NamespaceArgs,
     #[command(flatten)]
     pub conn: ConnArgs,
+}
+
+/// `30s`, `5m`, `2h`, `1d` (or a bare number of seconds) in seconds.
+pub fn parse_duration_secs(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let (digits, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration; use e.g. 30s, 5m, 2h or 1d"))?;
+    let scale = match unit {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => {
+            return Err(format!(
+                "`{unit}` is not a unit of `{text}`; use s, m, h or d (e.g. 5m)"
+            ));
+        }
+    };
+    n.checked_mul(scale)
+        .ok_or_else(|| format!("`{text}` is too long a duration"))
 }
 
 impl LogsArgs {
@@ -823,6 +851,8 @@ pub fn run_logs(args: &LogsArgs) -> ExitCode {
         follow: args.follow,
         previous: args.previous,
         tail: args.tail,
+        timestamps: args.timestamps,
+        since_seconds: args.since,
     };
     let mut stdout = std::io::stdout();
     match client.logs(&args.namespace.get(), &job, &request, &mut stdout) {

@@ -870,6 +870,35 @@ spec:
         tail == b"run 3 ends\n",
         format!("--tail 1: {:?}", String::from_utf8_lossy(&tail)),
     )?;
+    let mut stamped = Vec::new();
+    let request = LogRequest {
+        timestamps: true,
+        ..LogRequest::default()
+    };
+    client.logs("default", "thrice", &request, &mut stamped)?;
+    let stamped = String::from_utf8_lossy(&stamped).into_owned();
+    let lines: Vec<&str> = stamped.lines().collect();
+    check(
+        lines.len() == 2
+            && lines.iter().all(|l| {
+                l.split_once(' ')
+                    .is_some_and(|(t, _)| t.parse::<jiff::Timestamp>().is_ok())
+            })
+            && lines[1].ends_with(" run 3 ends"),
+        format!("--timestamps: {stamped:?}"),
+    )?;
+    // Nothing arrived in the last second of a job that ended before it.
+    std::thread::sleep(Duration::from_millis(1100));
+    let mut recent = Vec::new();
+    let request = LogRequest {
+        since_seconds: Some(1),
+        ..LogRequest::default()
+    };
+    client.logs("default", "thrice", &request, &mut recent)?;
+    check(
+        recent.is_empty(),
+        format!("--since 1s: {:?}", String::from_utf8_lossy(&recent)),
+    )?;
     Ok(())
 }
 

@@ -99,6 +99,10 @@ pub struct LogRequest {
     pub previous: bool,
     /// Only the last N lines.
     pub tail: Option<u64>,
+    /// Each line with the time it arrived.
+    pub timestamps: bool,
+    /// Only lines that arrived in the last N seconds.
+    pub since_seconds: Option<u64>,
 }
 
 fn encode(segment: &str) -> String {
@@ -344,6 +348,12 @@ impl Client {
         }
         if let Some(n) = request.tail {
             query.push(format!("tail={n}"));
+        }
+        if request.timestamps {
+            query.push("timestamps=true".into());
+        }
+        if let Some(s) = request.since_seconds {
+            query.push(format!("sinceSeconds={s}"));
         }
         let mut path = format!("{}/logs", Self::job_path(namespace, name));
         if !query.is_empty() {

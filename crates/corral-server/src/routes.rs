@@ -340,7 +340,8 @@ async fn openapi() -> Response {
 
 /// `?replica=<job>-<role>-<i>|<role>-<i>`, or `?role=&index=`; `follow=true` streams until
 /// the job ends, into each new incarnation of the replica; `previous=true`: the incarnation
-/// before the current one; `tail=N`: only the last N lines.
+/// before the current one; `tail=N`: only the last N lines; `sinceSeconds=N`: only those
+/// that arrived in the last N seconds; `timestamps=true`: each line with its time.
 #[derive(Debug, Default, Deserialize)]
 pub struct LogQuery {
     pub replica: Option<String>,
@@ -351,6 +352,12 @@ pub struct LogQuery {
     #[serde(default)]
     pub previous: bool,
     pub tail: Option<u64>,
+    /// Prefix each line with the time it arrived (RFC 3339, UTC).
+    #[serde(default)]
+    pub timestamps: bool,
+    /// Only lines that arrived in the last N seconds.
+    #[serde(rename = "sinceSeconds")]
+    pub since_seconds: Option<u64>,
 }
 
 /// The replica a log request means, as `<role>-<index>`, checked against the job's roles.
@@ -441,6 +448,8 @@ async fn logs(
         replica: replica.clone(),
         follow: query.follow,
         tail: query.tail,
+        view: LogView::of(&query),
+        at_line_start: true,
         shown: None,
         file: None,
         queued: Vec::new(),
@@ -471,7 +480,8 @@ async fn logs(
             log
         };
         let path = picked.path.clone();
-        let text = tokio::task::spawn_blocking(move || read_whole_log(&path))
+        let view = LogView::of(&query);
+        let text = tokio::task::spawn_blocking(move || view.read(&path))
             .await
             .map_err(|e| ApiError::internal(format!("reading the log: {e}")))?
             .map_err(|e| ApiError::internal(format!("reading the log of {full}: {e}")))?;
@@ -488,19 +498,77 @@ async fn logs(
     Ok(response)
 }
 
-/// A whole incarnation's log: the rotated segment, then the current one.
-fn read_whole_log(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
-    let mut rotated = path.as_os_str().to_owned();
-    rotated.push(".1");
-    let mut out = Vec::new();
-    for p in [PathBuf::from(rotated), path.to_path_buf()] {
-        match std::fs::read(&p) {
-            Ok(bytes) => out.extend(bytes),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
+/// How lines are shown: with their times, and from when on.
+#[derive(Clone, Copy, Debug)]
+struct LogView {
+    timestamps: bool,
+    /// Unix milliseconds: lines that arrived earlier are left out.
+    since_ms: Option<i64>,
+}
+
+impl LogView {
+    fn of(q: &LogQuery) -> Self {
+        LogView {
+            timestamps: q.timestamps,
+            since_ms: q.since_seconds.map(|s| {
+                Timestamp::now()
+                    .as_millisecond()
+                    .saturating_sub(i64::try_from(s).unwrap_or(i64::MAX).saturating_mul(1000))
+            }),
         }
     }
-    Ok(out)
+
+    /// A whole incarnation's log (the rotated segment, then the current one), as shown.
+    fn read(self, path: &std::path::Path) -> std::io::Result<Vec<u8>> {
+        self.read_counted(path).map(|(text, _)| text)
+    }
+
+    /// `read`, and how many bytes of the log it went through.
+    fn read_counted(self, path: &std::path::Path) -> std::io::Result<(Vec<u8>, u64)> {
+        let mut out = Vec::new();
+        let mut read = 0u64;
+        for line in corral_local::executor::log_times::timed_lines(path)? {
+            read += line.text.len() as u64;
+            let ms = line.unix_ms.and_then(|m| i64::try_from(m).ok());
+            // A line of unknown time is kept: it may be recent.
+            if let (Some(since), Some(ms)) = (self.since_ms, ms)
+                && ms < since
+            {
+                continue;
+            }
+            if self.timestamps {
+                out.extend(stamp(ms).as_bytes());
+            }
+            out.extend(line.text);
+        }
+        Ok((out, read))
+    }
+
+    /// Output read live: each line that starts in `chunk` gets the time of reading (within
+    /// one poll of its arrival).
+    fn live(self, chunk: &[u8], at_line_start: &mut bool) -> Vec<u8> {
+        if !self.timestamps {
+            return chunk.to_vec();
+        }
+        let now = stamp(Some(Timestamp::now().as_millisecond()));
+        let mut out = Vec::with_capacity(chunk.len() + 32);
+        for b in chunk {
+            if *at_line_start {
+                out.extend(now.as_bytes());
+            }
+            out.push(*b);
+            *at_line_start = *b == b'\n';
+        }
+        out
+    }
+}
+
+/// `2026-11-23T13:00:00.123Z ` (kubectl's form); `-` when the time is unknown.
+fn stamp(ms: Option<i64>) -> String {
+    match ms.and_then(|m| Timestamp::from_millisecond(m).ok()) {
+        Some(t) => format!("{} ", t.strftime("%Y-%m-%dT%H:%M:%S%.3fZ")),
+        None => "- ".to_string(),
+    }
 }
 
 /// The last `n` lines of `text` (a last line without its newline counts), or all of it.
@@ -549,6 +617,9 @@ struct LogTail {
     follow: bool,
     /// Lines of the first incarnation shown to start from the end of (`--tail`).
     tail: Option<u64>,
+    view: LogView,
+    /// Whether the next byte read live starts a line (for timestamps).
+    at_line_start: bool,
     /// 0-based position of the incarnation being read, among the replica's incarnations.
     shown: Option<usize>,
     file: Option<tokio::fs::File>,
@@ -597,20 +668,43 @@ impl LogTail {
             .push(Bytes::from(incarnation_mark(&full, i + 1, log)));
         let mut rotated = log.path.as_os_str().to_owned();
         rotated.push(".1");
-        let mut text = match tokio::fs::read(PathBuf::from(rotated)).await {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(e),
-        };
-        match tokio::fs::File::open(&log.path).await {
-            Ok(mut f) => {
-                f.read_to_end(&mut text).await?;
-                self.file = Some(f);
+        let rotated = PathBuf::from(rotated);
+        let text = if self.view.timestamps || self.view.since_ms.is_some() {
+            let (path, view) = (log.path.clone(), self.view);
+            let (text, read) = tokio::task::spawn_blocking(move || view.read_counted(&path))
+                .await
+                .map_err(std::io::Error::other)??;
+            // Live reading goes on after what the history covered of the current segment.
+            let before = tokio::fs::metadata(&rotated).await.map_or(0, |m| m.len());
+            match tokio::fs::File::open(&log.path).await {
+                Ok(mut f) => {
+                    use tokio::io::AsyncSeekExt;
+                    f.seek(std::io::SeekFrom::Start(read.saturating_sub(before)))
+                        .await?;
+                    self.file = Some(f);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => self.file = None,
+                Err(e) => return Err(e),
             }
-            // Launched, not yet writing.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => self.file = None,
-            Err(e) => return Err(e),
-        }
+            text
+        } else {
+            let mut text = match tokio::fs::read(&rotated).await {
+                Ok(b) => b,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+                Err(e) => return Err(e),
+            };
+            match tokio::fs::File::open(&log.path).await {
+                Ok(mut f) => {
+                    f.read_to_end(&mut text).await?;
+                    self.file = Some(f);
+                }
+                // Launched, not yet writing.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => self.file = None,
+                Err(e) => return Err(e),
+            }
+            text
+        };
+        self.at_line_start = text.last().is_none_or(|b| *b == b'\n');
         let text = if self.shown.is_none() {
             last_lines(text, self.tail)
         } else {
@@ -634,7 +728,8 @@ impl LogTail {
                     Ok(0) => {}
                     Ok(n) => {
                         buf.truncate(n);
-                        return Some(Ok(Bytes::from(buf)));
+                        let shown = self.view.live(&buf, &mut self.at_line_start);
+                        return Some(Ok(Bytes::from(shown)));
                     }
                     Err(e) => return Some(Err(e)),
                 }
