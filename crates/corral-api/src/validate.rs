@@ -633,30 +633,21 @@ fn check_replica(
             .max()
             .unwrap_or(0)
     });
-    if res.gpu > 0
-        && let Some(most) = cluster_gpus
-        && res.gpu > most
-    {
-        let message = match (most, res.gpu_types.is_empty()) {
-            (0, true) => format!(
+    // No node has such GPUs at all: the job could never start. (One that asks for more per
+    // replica than the largest node holds is accepted and reported Unschedulable, as every
+    // shell does, since nodes may still be added; see control/conformance.rs.)
+    if res.gpu > 0 && cluster_gpus == Some(0) {
+        let message = if res.gpu_types.is_empty() {
+            format!(
                 "asks for {} but this cluster has no GPUs, so the job would wait forever; remove `gpu` to run on CPUs",
                 plural(res.gpu, "GPU")
-            ),
-            (0, false) => format!(
-                "asks for {} of type {} but no node of this cluster has GPUs of that type",
+            )
+        } else {
+            format!(
+                "asks for {} of type {} but no node of this cluster has GPUs of that type, so the job would wait forever",
                 plural(res.gpu, "GPU"),
                 res.gpu_types.join(" or ")
-            ),
-            (n, _) => format!(
-                "asks for {} on one node but the largest node of this cluster{} has {}; use at most {n} per replica and more replicas",
-                plural(res.gpu, "GPU"),
-                if res.gpu_types.is_empty() {
-                    String::new()
-                } else {
-                    format!(" with GPU type {}", res.gpu_types.join(" or "))
-                },
-                plural(n, "GPU")
-            ),
+            )
         };
         errs.push(format!("{rpath}.gpu"), message);
     } else if res.gpu > 0 {
@@ -890,6 +881,45 @@ pub fn validate_priority_class(p: &PriorityClass) -> Result<(), ValidationErrors
 
 #[cfg(test)]
 mod tests {
+    use crate::document::parse_documents;
+
+    /// Against a cluster (nodes known), what is not declared does not exist; from files
+    /// alone, nothing is assumed about what the cluster declares.
+    #[test]
+    fn a_cluster_context_refuses_what_it_lacks() {
+        let job = "apiVersion: corral.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: j}
+spec:
+  framework: generic
+  priorityClass: urgent
+  replicas:
+    worker:
+      resources: {gpu: 1}
+      template: {command: [sleep, '1']}
+";
+        let offline = ValidationContext::default();
+        assert!(parse_documents(job, &offline).iter().all(Result::is_ok));
+        let cluster = ValidationContext {
+            nodes: Some(vec![NodeFacts {
+                gpu_type: None,
+                gpus: 0,
+            }]),
+            ..ValidationContext::default()
+        };
+        let errs = parse_documents(job, &cluster)
+            .into_iter()
+            .filter_map(Result::err)
+            .flat_map(|e| e.errors.iter().map(|f| f.to_string()).collect::<Vec<_>>())
+            .collect::<Vec<_>>();
+        assert_eq!(errs.len(), 2, "{errs:?}");
+        assert!(errs[0].contains("spec.priorityClass") || errs[1].contains("spec.priorityClass"));
+        assert!(
+            errs.iter().any(|e| e.contains("this cluster has no GPUs")),
+            "{errs:?}"
+        );
+    }
+
     use super::*;
 
     #[test]

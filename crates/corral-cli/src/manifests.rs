@@ -94,6 +94,7 @@ pub fn validate_report(
             let ns = namespace
                 .given()
                 .or_else(|| remote::declared_namespace(text))
+                .or_else(|| client.token_namespace().ok().flatten())
                 .unwrap_or_else(|| "default".to_string());
             match client.submit_dry_run(&ns, text) {
                 Ok(_) => checked_by_server = true,

@@ -70,6 +70,14 @@ impl NamespaceArgs {
     pub fn get(&self) -> String {
         self.given().unwrap_or_else(|| "default".to_string())
     }
+
+    /// `-n`, else $CORRAL_NAMESPACE, else the namespace of the client's token (as kubectl
+    /// uses its context's), else `default`.
+    pub fn resolve(&self, client: &Client) -> String {
+        self.given()
+            .or_else(|| client.token_namespace().ok().flatten())
+            .unwrap_or_else(|| "default".to_string())
+    }
 }
 
 /// The one namespace that every document of `text` names, if they all name the same one (as
@@ -461,6 +469,7 @@ pub fn run_submit(args: &SubmitArgs) -> ExitCode {
         let namespace = given
             .clone()
             .or_else(|| declared_namespace(&text))
+            .or_else(|| client.token_namespace().ok().flatten())
             .unwrap_or_else(|| "default".to_string());
         match client.submit(&namespace, &text) {
             Ok(results) => {
@@ -495,7 +504,7 @@ pub fn run_submit(args: &SubmitArgs) -> ExitCode {
 /// `corral list`
 pub fn run_list(args: &ListArgs) -> ExitCode {
     let client = args.conn.client();
-    let ns = (!args.all_namespaces).then(|| args.namespace.get());
+    let ns = (!args.all_namespaces).then(|| args.namespace.resolve(&client));
     let jobs = match client.list(ns.as_deref()) {
         Ok(jobs) => jobs,
         Err(e) => return fail(&e),
@@ -606,7 +615,7 @@ pub fn run_get(args: &GetArgs) -> ExitCode {
         });
     }
     let client = args.conn.client();
-    let ns = args.namespace.get();
+    let ns = args.namespace.resolve(&client);
     let mut code = ExitCode::SUCCESS;
     match args.output {
         o if o.is_table() || o == Output::Name => {
@@ -813,7 +822,7 @@ fn indent(text: &str) -> String {
 /// `corral describe NAME...`
 pub fn run_describe(args: &DescribeArgs) -> ExitCode {
     let client = args.conn.client();
-    let ns = args.namespace.get();
+    let ns = args.namespace.resolve(&client);
     let mut code = ExitCode::SUCCESS;
     for (i, name) in args.names.iter().enumerate() {
         let printed = match args.output {
@@ -855,7 +864,12 @@ pub fn run_logs(args: &LogsArgs) -> ExitCode {
         since_seconds: args.since,
     };
     let mut stdout = std::io::stdout();
-    match client.logs(&args.namespace.get(), &job, &request, &mut stdout) {
+    match client.logs(
+        &args.namespace.resolve(&client),
+        &job,
+        &request,
+        &mut stdout,
+    ) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(&e),
     }
@@ -964,7 +978,7 @@ fn each_job(
     f: impl Fn(&Client, &str, &str) -> Result<(), ClientError>,
 ) -> ExitCode {
     let client = args.conn.client();
-    let ns = args.namespace.get();
+    let ns = args.namespace.resolve(&client);
     let names = match targets(args, &client, &ns, verb_base(verb)) {
         Ok(n) => n,
         Err(e) => return fail(&e),

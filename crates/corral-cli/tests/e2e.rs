@@ -343,6 +343,12 @@ fn tokens_keep_namespaces_apart() -> TestResult {
     b.submit("team-b", &parked_job("secret"))?;
     let a = c.client(Some("token-a"));
     a.submit("team-a", &parked_job("mine"))?;
+    // With no -n, the CLI works in the token's namespace.
+    let given = remote::NamespaceArgs::default();
+    check(
+        given.given().is_some() || given.resolve(&a) == "team-a",
+        "the token's namespace is the default one",
+    )?;
 
     // Team A cannot read, list, describe, log, suspend or delete team B's jobs, and cannot tell
     // an existing job from a missing one.

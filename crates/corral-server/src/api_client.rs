@@ -255,6 +255,18 @@ impl Client {
         serde_json::from_value(items).map_err(|e| ClientError::Protocol(e.to_string()))
     }
 
+    /// The namespace this client's token acts in; `None` without a token, or for a token of
+    /// every namespace.
+    pub fn token_namespace(&self) -> Result<Option<String>, ClientError> {
+        if self.token.is_none() {
+            return Ok(None);
+        }
+        let v = self.get_value("/api/v1/whoami")?;
+        Ok(v.get("namespace")
+            .and_then(Value::as_str)
+            .map(str::to_string))
+    }
+
     /// Jobs of one namespace, or of every namespace the token may see.
     pub fn list(&self, namespace: Option<&str>) -> Result<Vec<JobSummary>, ClientError> {
         match namespace {

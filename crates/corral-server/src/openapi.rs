@@ -33,6 +33,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/api/v1/queues"),
     ("get", "/api/v1/nodes"),
     ("get", "/api/v1/top"),
+    ("get", "/api/v1/whoami"),
     ("get", "/metrics"),
     ("get", "/healthz"),
     ("get", "/openapi.json"),
@@ -253,6 +254,13 @@ fn unranged_document() -> Value {
                     "operationId": "top",
                     "summary": "CPU time, memory and GPUs of every running replica the token may see",
                     "responses": responses(("200", json_response("Replicas", list_of("ReplicaUsage"))), &[401]),
+                },
+            },
+            "/api/v1/whoami": {
+                "get": {
+                    "operationId": "whoami",
+                    "summary": "The namespace the token acts in (null: every namespace); clients use it when no namespace is given",
+                    "responses": responses(("200", json_response("Caller", json!({"type": "object", "properties": {"namespace": {"type": "string", "nullable": true}}}))), &[401]),
                 },
             },
             "/metrics": {

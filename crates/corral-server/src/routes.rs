@@ -42,6 +42,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/queues", get(queues))
         .route("/api/v1/nodes", get(nodes))
         .route("/api/v1/top", get(top))
+        .route("/api/v1/whoami", get(whoami))
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/openapi.json", get(openapi))
@@ -328,6 +329,12 @@ async fn metrics(
         text,
     )
         .into_response())
+}
+
+/// The namespace the caller's token acts in (none: every namespace), so that a client
+/// defaults to it as kubectl defaults to its context's namespace.
+async fn whoami(caller: Caller) -> Response {
+    Json(json!({ "namespace": caller.namespace() })).into_response()
 }
 
 async fn healthz() -> Response {
