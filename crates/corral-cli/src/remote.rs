@@ -52,7 +52,7 @@ impl ConnArgs {
 /// The namespace a command acts in.
 #[derive(Args, Clone, Debug, Default)]
 pub struct NamespaceArgs {
-    /// Namespace (default: $CORRAL_NAMESPACE, else `default`).
+    /// Namespace (default: $CORRAL_NAMESPACE, else the API token's namespace, else `default`).
     #[arg(short, long, value_name = "NAMESPACE")]
     pub namespace: Option<String>,
 }
@@ -877,7 +877,13 @@ pub fn run_logs(args: &LogsArgs) -> ExitCode {
 
 /// The jobs a command acts on: the names given, or with `--all` / `-l` those of the
 /// namespace that match, confirmed by the user when more than one would go.
-fn targets(args: &JobArgs, client: &Client, ns: &str, verb: &str) -> Result<Vec<String>, String> {
+fn targets(
+    args: &JobArgs,
+    client: &Client,
+    ns: &str,
+    verb: &str,
+    confirm: &Confirm<'_>,
+) -> Result<Vec<String>, String> {
     if !args.all && args.selector.is_none() {
         return Ok(args.names.clone());
     }
@@ -899,27 +905,35 @@ fn targets(args: &JobArgs, client: &Client, ns: &str, verb: &str) -> Result<Vec<
         names.push(j.name);
     }
     if names.len() > 1 && !args.yes {
-        use std::io::IsTerminal;
         let question = format!(
             "{verb} {} in namespace {ns}: {}?",
             plural(names.len() as u64, "job"),
             names.join(", ")
         );
-        if !std::io::stdin().is_terminal() {
-            return Err(format!(
-                "{question} Not asked (no terminal): pass --yes to go ahead"
-            ));
-        }
-        eprint!("{question} [y/N] ");
-        let mut answer = String::new();
-        std::io::stdin()
-            .read_line(&mut answer)
-            .map_err(|e| format!("cannot read the answer: {e}"))?;
-        if !matches!(answer.trim(), "y" | "Y" | "yes") {
-            return Err("nothing done".into());
+        if !confirm(&question)? {
+            return Err("answered no, so nothing changed".into());
         }
     }
     Ok(names)
+}
+
+/// Asks the user a yes/no question; `Err` when nobody can be asked.
+pub type Confirm<'a> = dyn Fn(&str) -> Result<bool, String> + 'a;
+
+/// Asks on the terminal; without one (a script), refuses and names `--yes`.
+pub fn confirm_on_terminal(question: &str) -> Result<bool, String> {
+    use std::io::IsTerminal;
+    if !std::io::stdin().is_terminal() {
+        return Err(format!(
+            "{question} Not asked (no terminal): pass --yes to go ahead"
+        ));
+    }
+    eprint!("{question} [y/N] ");
+    let mut answer = String::new();
+    std::io::stdin()
+        .read_line(&mut answer)
+        .map_err(|e| format!("cannot read the answer: {e}"))?;
+    Ok(matches!(answer.trim(), "y" | "Y" | "yes"))
 }
 
 /// A label selector: `k=v`, `k==v`, `k!=v`, `k` (has it), `!k` (has it not), comma-joined
@@ -975,11 +989,12 @@ impl Selector {
 fn each_job(
     args: &JobArgs,
     verb: &str,
+    confirm: &Confirm<'_>,
     f: impl Fn(&Client, &str, &str) -> Result<(), ClientError>,
 ) -> ExitCode {
     let client = args.conn.client();
     let ns = args.namespace.resolve(&client);
-    let names = match targets(args, &client, &ns, verb_base(verb)) {
+    let names = match targets(args, &client, &ns, verb_base(verb), confirm) {
         Ok(n) => n,
         Err(e) => return fail(&e),
     };
@@ -1012,17 +1027,26 @@ fn verb_base(done: &str) -> &str {
 
 /// `corral delete NAME...`
 pub fn run_delete(args: &JobArgs) -> ExitCode {
-    each_job(args, "deleted", |c, ns, n| c.delete(ns, n))
+    delete_with(args, &confirm_on_terminal)
+}
+
+/// `corral delete`, asking with `confirm` before more than one job goes.
+pub fn delete_with(args: &JobArgs, confirm: &Confirm<'_>) -> ExitCode {
+    each_job(args, "deleted", confirm, |c, ns, n| c.delete(ns, n))
 }
 
 /// `corral suspend NAME...`
 pub fn run_suspend(args: &JobArgs) -> ExitCode {
-    each_job(args, "suspended", |c, ns, n| c.suspend(ns, n))
+    each_job(args, "suspended", &confirm_on_terminal, |c, ns, n| {
+        c.suspend(ns, n)
+    })
 }
 
 /// `corral resume NAME...`
 pub fn run_resume(args: &JobArgs) -> ExitCode {
-    each_job(args, "resumed", |c, ns, n| c.resume(ns, n))
+    each_job(args, "resumed", &confirm_on_terminal, |c, ns, n| {
+        c.resume(ns, n)
+    })
 }
 
 pub fn queues_table(queues: &[QueueInfo]) -> String {

@@ -55,6 +55,10 @@ fn main() -> ExitCode {
             validate_and_submit_agree_on_bad_manifests,
         ),
         Trial::test(
+            "delete_all_and_selector_ask_first",
+            delete_all_and_selector_ask_first,
+        ),
+        Trial::test(
             "suspend_resume_delete_and_views",
             suspend_resume_delete_and_views,
         ),
@@ -977,6 +981,64 @@ fn validate_and_submit_agree_on_bad_manifests() -> TestResult {
         report.err.contains("note: checked offline (--offline), so these checks did not run: that the priority class and queue exist"),
         format!("offline note: {}", report.err),
     )?;
+    Ok(())
+}
+
+/// `delete --all` and `-l` act on what matches, and ask before more than one job goes: with
+/// no terminal to ask on, nothing is deleted unless `--yes` is given.
+fn delete_all_and_selector_ask_first() -> TestResult {
+    let c = TestCluster::start("")?;
+    let client = c.client(None);
+    for (name, team) in [("a1", "nlp"), ("a2", "nlp"), ("b1", "vision")] {
+        let job = parked_job(name).replace(
+            &format!("metadata: {{name: {name}}}"),
+            &format!("metadata: {{name: {name}, labels: {{team: {team}}}}}"),
+        );
+        client.submit("default", &job)?;
+    }
+    let args = |all: bool, selector: Option<&str>, yes: bool| remote::JobArgs {
+        names: Vec::new(),
+        all,
+        selector: selector.map(str::to_string),
+        yes,
+        namespace: remote::NamespaceArgs::default(),
+        conn: remote::ConnArgs {
+            server: Some(c.server.url()),
+            token: None,
+        },
+    };
+    let names = |client: &Client| -> Result<Vec<String>, Failed> {
+        Ok(client
+            .list(Some("default"))?
+            .into_iter()
+            .filter(|j| j.state != JobState::Deleting)
+            .map(|j| j.name)
+            .collect())
+    };
+    let asked = std::cell::RefCell::new(Vec::new());
+    let say = |answer: bool| {
+        let asked = &asked;
+        move |q: &str| {
+            asked.borrow_mut().push(q.to_string());
+            Ok(answer)
+        }
+    };
+    // Two would go: the user is asked, says no, none goes.
+    let code = remote::delete_with(&args(false, Some("team=nlp"), false), &say(false));
+    check(code != ExitCode::SUCCESS, "deleted against the answer")?;
+    check(
+        asked.borrow().as_slice() == ["delete 2 jobs in namespace default: a1, a2?"],
+        format!("asked {:?}", asked.borrow()),
+    )?;
+    check(names(&client)? == ["a1", "a2", "b1"], "nothing was deleted")?;
+    // One matches: no question.
+    let code = remote::delete_with(&args(false, Some("team!=nlp"), false), &say(false));
+    check(code == ExitCode::SUCCESS, "one job needs no confirmation")?;
+    check(asked.borrow().len() == 1, "not asked for one job")?;
+    check(names(&client)? == ["a1", "a2"], "b1 was deleted")?;
+    let code = remote::delete_with(&args(true, None, true), &say(false));
+    check(code == ExitCode::SUCCESS, "--all --yes")?;
+    check(names(&client)?.is_empty(), "all were deleted")?;
     Ok(())
 }
 
