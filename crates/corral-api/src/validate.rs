@@ -99,9 +99,42 @@ pub struct ValidationContext {
     pub node_pools: Vec<NodePool>,
     pub priority_classes: Vec<PriorityClass>,
     pub queues: Vec<Queue>,
+    /// The nodes of the cluster the job goes to, when validation runs against one (a submit,
+    /// `corral validate` with a reachable server). With them, what the cluster does not
+    /// declare does not exist: a job that names a missing priority class or queue, or asks
+    /// for GPUs that no node has, is refused instead of waiting forever (as Kubernetes
+    /// refuses a pod naming a missing priority class at admission). Without them (files
+    /// alone), those checks only apply to what the files declare.
+    pub nodes: Option<Vec<NodeFacts>>,
+}
+
+/// One node of a cluster, as validation sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeFacts {
+    /// Product name of its GPUs; `None` without GPUs.
+    pub gpu_type: Option<String>,
+    pub gpus: u32,
 }
 
 impl ValidationContext {
+    /// The checks that need the cluster, named for a user told they did not run offline.
+    pub const CLUSTER_CHECKS: &'static str = "that the priority class and queue exist, and that the cluster has the GPUs (type and count per node) each replica asks for";
+
+    /// The queues a job may name: the declared ones, and `default` unless one is declared
+    /// (the control plane's implicit unlimited queue).
+    fn queue_names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self
+            .queues
+            .iter()
+            .map(|q| q.metadata.name.as_str())
+            .collect();
+        if !names.contains(&crate::DEFAULT_QUEUE) {
+            names.push(crate::DEFAULT_QUEUE);
+        }
+        names.sort_unstable();
+        names
+    }
+
     /// The most GPUs any node of an allowed type holds, and the pool that holds them.
     fn largest_gpu_node(&self, allowed: &[String]) -> Option<(u32, String)> {
         self.node_pools
@@ -121,6 +154,13 @@ impl ValidationContext {
         self.node_pools
             .iter()
             .filter_map(|p| p.spec.gpu_type.as_deref())
+            .chain(
+                self.nodes
+                    .iter()
+                    .flatten()
+                    .filter(|n| n.gpus > 0)
+                    .filter_map(|n| n.gpu_type.as_deref()),
+            )
             .collect()
     }
 }
@@ -360,22 +400,19 @@ pub fn validate_training_job(
             format!("`AllWorkers` applies to tensorflow jobs only; {fw} jobs use `Default`"),
         );
     }
+    let on_cluster = ctx.nodes.is_some();
     if let Some(q) = &spec.queue {
         if let Err(e) = check_dns1123_label(q) {
             errs.push("spec.queue", e);
-        } else if !ctx.queues.is_empty() && !ctx.queues.iter().any(|x| x.metadata.name == *q) {
-            let names: Vec<&str> = ctx
-                .queues
-                .iter()
-                .map(|x| x.metadata.name.as_str())
-                .collect();
-            errs.push("spec.queue", unknown_name("queue", q, &names));
+        } else if (on_cluster || !ctx.queues.is_empty()) && !ctx.queue_names().contains(&q.as_str())
+        {
+            errs.push("spec.queue", unknown_name("queue", q, &ctx.queue_names()));
         }
     }
     if let Some(pc) = &spec.priority_class {
         if let Err(e) = check_dns1123_label(pc) {
             errs.push("spec.priorityClass", e);
-        } else if !ctx.priority_classes.is_empty()
+        } else if (on_cluster || !ctx.priority_classes.is_empty())
             && !ctx.priority_classes.iter().any(|x| x.metadata.name == *pc)
         {
             let names: Vec<&str> = ctx
@@ -383,10 +420,14 @@ pub fn validate_training_job(
                 .iter()
                 .map(|x| x.metadata.name.as_str())
                 .collect();
-            errs.push(
-                "spec.priorityClass",
-                unknown_name("priority class", pc, &names),
-            );
+            let message = if names.is_empty() {
+                format!(
+                    "there is no priority class `{pc}`: this cluster declares none; remove `priorityClass` or declare a PriorityClass in the cluster's configuration"
+                )
+            } else {
+                unknown_name("priority class", pc, &names)
+            };
+            errs.push("spec.priorityClass", message);
         }
     }
     if spec.port == Some(0) {
@@ -476,6 +517,15 @@ fn role_list(roles: &[Role]) -> String {
     }
 }
 
+/// `1 GPU`, `2 GPUs`.
+fn plural(n: u32, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 fn unknown_name(what: &str, name: &str, known: &[&str]) -> String {
     let hint = did_you_mean(name, known.iter().copied())
         .map(|m| format!("did you mean `{m}`? "))
@@ -554,7 +604,9 @@ fn check_replica(
     for (i, t) in res.gpu_types.iter().enumerate() {
         if t.trim().is_empty() {
             errs.push(format!("{rpath}.gpuTypes[{i}]"), "must not be empty");
-        } else if !known_types.is_empty() && !known_types.contains(t.as_str()) {
+        } else if (ctx.nodes.is_some() || !known_types.is_empty())
+            && !known_types.contains(t.as_str())
+        {
             let names: Vec<&str> = known_types.iter().copied().collect();
             errs.push(
                 format!("{rpath}.gpuTypes[{i}]"),
@@ -568,7 +620,37 @@ fn check_replica(
             "names GPU types but `gpu` is 0; set `gpu` or remove `gpuTypes`",
         );
     }
-    if res.gpu > 0 {
+    let cluster_gpus = ctx.nodes.as_ref().map(|nodes| {
+        nodes
+            .iter()
+            .filter(|n| {
+                res.gpu_types.is_empty()
+                    || n.gpu_type
+                        .as_ref()
+                        .is_some_and(|t| res.gpu_types.contains(t))
+            })
+            .map(|n| n.gpus)
+            .max()
+            .unwrap_or(0)
+    });
+    // No node has such GPUs at all: the job could never start. (One that asks for more per
+    // replica than the largest node holds is accepted and reported Unschedulable, as every
+    // shell does, since nodes may still be added; see control/conformance.rs.)
+    if res.gpu > 0 && cluster_gpus == Some(0) {
+        let message = if res.gpu_types.is_empty() {
+            format!(
+                "asks for {} but this cluster has no GPUs, so the job would wait forever; remove `gpu` to run on CPUs",
+                plural(res.gpu, "GPU")
+            )
+        } else {
+            format!(
+                "asks for {} of type {} but no node of this cluster has GPUs of that type, so the job would wait forever",
+                plural(res.gpu, "GPU"),
+                res.gpu_types.join(" or ")
+            )
+        };
+        errs.push(format!("{rpath}.gpu"), message);
+    } else if res.gpu > 0 {
         let (limit, where_) = match ctx.largest_gpu_node(&res.gpu_types) {
             Some((n, pool)) => (
                 n,
@@ -799,6 +881,45 @@ pub fn validate_priority_class(p: &PriorityClass) -> Result<(), ValidationErrors
 
 #[cfg(test)]
 mod tests {
+    use crate::document::parse_documents;
+
+    /// Against a cluster (nodes known), what is not declared does not exist; from files
+    /// alone, nothing is assumed about what the cluster declares.
+    #[test]
+    fn a_cluster_context_refuses_what_it_lacks() {
+        let job = "apiVersion: corral.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: j}
+spec:
+  framework: generic
+  priorityClass: urgent
+  replicas:
+    worker:
+      resources: {gpu: 1}
+      template: {command: [sleep, '1']}
+";
+        let offline = ValidationContext::default();
+        assert!(parse_documents(job, &offline).iter().all(Result::is_ok));
+        let cluster = ValidationContext {
+            nodes: Some(vec![NodeFacts {
+                gpu_type: None,
+                gpus: 0,
+            }]),
+            ..ValidationContext::default()
+        };
+        let errs = parse_documents(job, &cluster)
+            .into_iter()
+            .filter_map(Result::err)
+            .flat_map(|e| e.errors.iter().map(|f| f.to_string()).collect::<Vec<_>>())
+            .collect::<Vec<_>>();
+        assert_eq!(errs.len(), 2, "{errs:?}");
+        assert!(errs[0].contains("spec.priorityClass") || errs[1].contains("spec.priorityClass"));
+        assert!(
+            errs.iter().any(|e| e.contains("this cluster has no GPUs")),
+            "{errs:?}"
+        );
+    }
+
     use super::*;
 
     #[test]

@@ -1,5 +1,6 @@
 //! One-line explanations of valid documents: what Corral understood from the file.
 
+use crate::output::plural;
 use corral_api::document::{Document, Parsed};
 
 pub fn summary(parsed: &Parsed) -> String {
@@ -46,12 +47,12 @@ pub fn summary(parsed: &Parsed) -> String {
                 .map(|p| format!(", priority {p}"))
                 .unwrap_or_default();
             format!(
-                "TrainingJob {}{from}: valid. {} job, {} replicas ({}), {} GPUs in all, queue {}{prio}",
+                "TrainingJob {}{from}: valid. {} job, {} ({}), {} in all, queue {}{prio}",
                 job.metadata.name,
                 spec.framework,
-                spec.total_replicas(),
+                plural(spec.total_replicas(), "replica"),
                 roles.join("; "),
-                spec.total_gpus(),
+                plural(spec.total_gpus(), "GPU"),
                 spec.queue_name(),
             )
         }

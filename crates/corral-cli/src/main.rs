@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use corral_cli::output::{Format, emit, print_values};
 use corral_cli::{bench, manifests, plan, quickstart, remote, sim, up};
 use serde_json::Value;
@@ -41,6 +41,13 @@ enum Command {
     Suspend(remote::JobArgs),
     /// Resume suspended jobs.
     Resume(remote::JobArgs),
+    /// Print a shell completion script: `source <(corral completion bash)`, or save it
+    /// where the shell loads completions (zsh: a `_corral` file on $fpath; fish:
+    /// ~/.config/fish/completions/corral.fish).
+    Completion {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// Queues: usage per pool, pending and admitted jobs.
     Queues(remote::ClusterViewArgs),
     /// Nodes: GPU inventory and who uses what.
@@ -48,14 +55,9 @@ enum Command {
     /// CPU, memory and GPUs of every running replica.
     Top(remote::TopArgs),
     /// Check TrainingJob, Queue, NodePool, PriorityClass and Kubeflow job files; explain
-    /// each valid one. `-` reads standard input. Exits 1 if anything is invalid.
-    Validate {
-        #[arg(required = true, value_name = "FILE")]
-        files: Vec<String>,
-        /// Print only errors.
-        #[arg(short, long)]
-        quiet: bool,
-    },
+    /// each valid one. `-` reads standard input. With a reachable server, jobs are checked
+    /// as `submit` would (priority classes, queues, GPUs); exits 1 if anything is invalid.
+    Validate(manifests::ValidateArgs),
     /// Print a file's jobs as Corral TrainingJobs (Kubeflow kinds are converted).
     Convert {
         #[arg(value_name = "FILE")]
@@ -145,6 +147,11 @@ fn main() -> ExitCode {
         Command::Delete(a) => remote::run_delete(&a),
         Command::Suspend(a) => remote::run_suspend(&a),
         Command::Resume(a) => remote::run_resume(&a),
+        Command::Completion { shell } => {
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "corral", &mut script);
+            emit(&String::from_utf8_lossy(&script))
+        }
         Command::Queues(a) => remote::run_queues(&a),
         Command::Nodes(a) => remote::run_nodes(&a),
         Command::Top(a) => remote::run_top(&a),
@@ -165,7 +172,7 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Validate { files, quiet } => manifests::validate(&files, quiet),
+        Command::Validate(args) => manifests::validate(&args),
         Command::Convert {
             file,
             output,

@@ -65,3 +65,13 @@ pub fn emit(text: &str) -> ExitCode {
         }
     }
 }
+
+/// `1 GPU`, `2 GPUs`, `0 GPUs`: a count with its noun, in the number it needs.
+pub fn plural(n: impl Into<u64>, noun: &str) -> String {
+    let n = n.into();
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}

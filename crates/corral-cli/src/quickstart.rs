@@ -222,12 +222,12 @@ fn run_in(args: &QuickstartArgs, dir: &Path) -> Result<bool, String> {
     let (_, result) = progress_of(&log);
     let s = &details.summary;
     println!(
-        "trainingjob/{} {} in {:.1}s: {} replicas, {} restarts",
+        "trainingjob/{} {} in {:.1}s: {}, {}",
         s.name,
         s.state,
         started.elapsed().as_secs_f64(),
-        s.replicas_total,
-        s.restarts
+        crate::output::plural(s.replicas_total, "replica"),
+        crate::output::plural(s.restarts, "restart")
     );
     match &result {
         Some(line) => println!("{line}"),

@@ -9,11 +9,15 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
-use corral_local::cluster::{JobDetails, JobSummary, NodeInfo, QueueInfo, ReplicaUsageRow};
+use corral_local::cluster::{
+    JobDetails, JobState, JobSummary, NodeInfo, QueueInfo, ReplicaUsageRow,
+};
 use corral_server::api_client::{Client, ClientError, LogRequest};
 use jiff::Timestamp;
 use serde::Serialize;
 use serde_json::Value;
+
+use crate::output::plural;
 
 /// Where the server is and who is asking.
 #[derive(Args, Clone, Debug, Default)]
@@ -48,7 +52,7 @@ impl ConnArgs {
 /// The namespace a command acts in.
 #[derive(Args, Clone, Debug, Default)]
 pub struct NamespaceArgs {
-    /// Namespace (default: $CORRAL_NAMESPACE, else `default`).
+    /// Namespace (default: $CORRAL_NAMESPACE, else the API token's namespace, else `default`).
     #[arg(short, long, value_name = "NAMESPACE")]
     pub namespace: Option<String>,
 }
@@ -65,6 +69,14 @@ impl NamespaceArgs {
 
     pub fn get(&self) -> String {
         self.given().unwrap_or_else(|| "default".to_string())
+    }
+
+    /// `-n`, else $CORRAL_NAMESPACE, else the namespace of the client's token (as kubectl
+    /// uses its context's), else `default`.
+    pub fn resolve(&self, client: &Client) -> String {
+        self.given()
+            .or_else(|| client.token_namespace().ok().flatten())
+            .unwrap_or_else(|| "default".to_string())
     }
 }
 
@@ -89,8 +101,19 @@ pub enum Output {
     /// Aligned columns.
     #[default]
     Table,
+    /// The table with more columns (jobs: preemptions, creation time, uid).
+    Wide,
     Json,
     Yaml,
+    /// `trainingjob/<name>`, one a line (for scripts: `corral get -o name | xargs ...`).
+    Name,
+}
+
+impl Output {
+    /// Table or wide: columns for people.
+    fn is_table(self) -> bool {
+        matches!(self, Output::Table | Output::Wide)
+    }
 }
 
 #[derive(Args, Debug)]
@@ -112,6 +135,9 @@ pub struct ListArgs {
     pub all_namespaces: bool,
     #[arg(short, long, value_enum, default_value_t = Output::Table)]
     pub output: Output,
+    /// After the table, print each job's line again whenever it changes, until Ctrl-C.
+    #[arg(short, long)]
+    pub watch: bool,
     #[command(flatten)]
     pub namespace: NamespaceArgs,
     #[command(flatten)]
@@ -123,9 +149,15 @@ pub struct GetArgs {
     /// Job names; none lists the namespace's jobs.
     #[arg(value_name = "NAME")]
     pub names: Vec<String>,
+    /// With no names: jobs of every namespace (that the token may see).
+    #[arg(short = 'A', long, conflicts_with = "names")]
+    pub all_namespaces: bool,
     /// `table` shows the job's line; `json`/`yaml` the TrainingJob with its status.
     #[arg(short, long, value_enum, default_value_t = Output::Table)]
     pub output: Output,
+    /// After the table, print each job's line again whenever it changes, until Ctrl-C.
+    #[arg(short, long)]
+    pub watch: bool,
     #[command(flatten)]
     pub namespace: NamespaceArgs,
     #[command(flatten)]
@@ -134,8 +166,18 @@ pub struct GetArgs {
 
 #[derive(Args, Debug)]
 pub struct JobArgs {
-    #[arg(value_name = "NAME", required = true)]
+    #[arg(value_name = "NAME", required_unless_present_any = ["all", "selector"])]
     pub names: Vec<String>,
+    /// Every job of the namespace.
+    #[arg(long, conflicts_with_all = ["names", "selector"])]
+    pub all: bool,
+    /// Jobs whose labels match, e.g. `team=nlp,stage!=prod` (`=`, `==`, `!=`; a bare key:
+    /// has the label).
+    #[arg(short = 'l', long, value_name = "SELECTOR", conflicts_with = "names")]
+    pub selector: Option<String>,
+    /// Do not ask before acting on more than one job.
+    #[arg(short, long)]
+    pub yes: bool,
     #[command(flatten)]
     pub namespace: NamespaceArgs,
     #[command(flatten)]
@@ -144,8 +186,8 @@ pub struct JobArgs {
 
 #[derive(Args, Debug)]
 pub struct DescribeArgs {
-    #[arg(value_name = "NAME")]
-    pub name: String,
+    #[arg(value_name = "NAME", required = true)]
+    pub names: Vec<String>,
     /// `table` is the readable report; `json`/`yaml` the whole record.
     #[arg(short, long, value_enum, default_value_t = Output::Table)]
     pub output: Output,
@@ -157,25 +199,82 @@ pub struct DescribeArgs {
 
 #[derive(Args, Debug)]
 pub struct LogsArgs {
+    /// The job, or `JOB/REPLICA` (e.g. `mnist/worker-1`).
     #[arg(value_name = "JOB")]
     pub name: String,
-    /// The replica: `<role>-<index>` (e.g. `worker-1`) or its full name. Default: the first
-    /// replica (chief, master or launcher, else worker 0).
-    #[arg(long, short = 'r', value_name = "REPLICA")]
+    /// The replica: `<role>-<index>` (e.g. `worker-1`) or its full name (`mnist-worker-1`).
+    /// Default: the first replica (chief, master or launcher, else worker 0).
+    #[arg(value_name = "REPLICA")]
+    pub replica_arg: Option<String>,
+    /// The replica, as the second argument.
+    #[arg(
+        long,
+        short = 'r',
+        value_name = "REPLICA",
+        conflicts_with = "replica_arg"
+    )]
     pub replica: Option<String>,
     /// The replica's role (with --index).
-    #[arg(long, value_name = "ROLE", conflicts_with = "replica")]
+    #[arg(long, value_name = "ROLE", conflicts_with_all = ["replica", "replica_arg"])]
     pub role: Option<String>,
     /// The replica's index within its role (default 0).
-    #[arg(long, value_name = "N", conflicts_with = "replica")]
+    #[arg(long, value_name = "N", conflicts_with_all = ["replica", "replica_arg"])]
     pub index: Option<u32>,
-    /// Keep printing as the replica writes, until the job ends.
+    /// Keep printing as the replica writes, into each new incarnation after a restart
+    /// (each introduced by a `==> ... <==` line), until the job ends.
     #[arg(short, long)]
     pub follow: bool,
+    /// The output of the incarnation before the current one (the run that failed).
+    #[arg(short, long, conflicts_with = "follow")]
+    pub previous: bool,
+    /// Only the last N lines (with -f: of the output so far, then everything new).
+    #[arg(long, value_name = "N")]
+    pub tail: Option<u64>,
+    /// Only output of the last DURATION: `30s`, `5m`, `2h`, `1d`.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_secs)]
+    pub since: Option<u64>,
+    /// Prefix each line with the time it arrived (RFC 3339, UTC).
+    #[arg(long)]
+    pub timestamps: bool,
     #[command(flatten)]
     pub namespace: NamespaceArgs,
     #[command(flatten)]
     pub conn: ConnArgs,
+}
+
+/// `30s`, `5m`, `2h`, `1d` (or a bare number of seconds) in seconds.
+pub fn parse_duration_secs(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let (digits, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration; use e.g. 30s, 5m, 2h or 1d"))?;
+    let scale = match unit {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => {
+            return Err(format!(
+                "`{unit}` is not a unit of `{text}`; use s, m, h or d (e.g. 5m)"
+            ));
+        }
+    };
+    n.checked_mul(scale)
+        .ok_or_else(|| format!("`{text}` is too long a duration"))
+}
+
+impl LogsArgs {
+    /// The job and the replica, from `JOB REPLICA`, `JOB/REPLICA`, `--replica` or none.
+    pub fn job_and_replica(&self) -> (String, Option<String>) {
+        let named = self.replica_arg.clone().or_else(|| self.replica.clone());
+        match self.name.split_once('/') {
+            Some((job, replica)) if named.is_none() && !replica.is_empty() => {
+                (job.to_string(), Some(replica.to_string()))
+            }
+            _ => (self.name.clone(), named),
+        }
+    }
 }
 
 #[derive(Args, Debug)]
@@ -295,8 +394,8 @@ fn cpu(milli: u64) -> String {
     }
 }
 
-fn jobs_table(jobs: &[JobSummary], with_namespace: bool) -> String {
-    let now = Timestamp::now();
+/// The jobs' table, ages as of `now`; `wide` adds preemptions, creation time and uid.
+pub fn jobs_table(jobs: &[JobSummary], with_namespace: bool, wide: bool, now: Timestamp) -> String {
     let mut header = vec![];
     if with_namespace {
         header.push("NAMESPACE");
@@ -311,6 +410,9 @@ fn jobs_table(jobs: &[JobSummary], with_namespace: bool) -> String {
         "RESTARTS",
         "AGE",
     ]);
+    if wide {
+        header.extend(["PREEMPTIONS", "CREATED", "UID"]);
+    }
     let rows: Vec<Vec<String>> = jobs
         .iter()
         .map(|j| {
@@ -328,6 +430,16 @@ fn jobs_table(jobs: &[JobSummary], with_namespace: bool) -> String {
                 j.restarts.to_string(),
                 age(j.created, now),
             ]);
+            if wide {
+                row.extend([
+                    j.preemptions.to_string(),
+                    j.created
+                        .round(jiff::Unit::Second)
+                        .unwrap_or(j.created)
+                        .to_string(),
+                    j.uid.clone(),
+                ]);
+            }
             row
         })
         .collect();
@@ -357,6 +469,7 @@ pub fn run_submit(args: &SubmitArgs) -> ExitCode {
         let namespace = given
             .clone()
             .or_else(|| declared_namespace(&text))
+            .or_else(|| client.token_namespace().ok().flatten())
             .unwrap_or_else(|| "default".to_string());
         match client.submit(&namespace, &text) {
             Ok(results) => {
@@ -391,20 +504,102 @@ pub fn run_submit(args: &SubmitArgs) -> ExitCode {
 /// `corral list`
 pub fn run_list(args: &ListArgs) -> ExitCode {
     let client = args.conn.client();
-    let ns = (!args.all_namespaces).then(|| args.namespace.get());
-    match client.list(ns.as_deref()) {
-        Ok(jobs) => match args.output {
-            Output::Table if jobs.is_empty() => {
-                match &ns {
-                    Some(ns) => eprintln!("No jobs in namespace {ns}."),
-                    None => eprintln!("No jobs."),
-                }
-                ExitCode::SUCCESS
+    let ns = (!args.all_namespaces).then(|| args.namespace.resolve(&client));
+    let jobs = match client.list(ns.as_deref()) {
+        Ok(jobs) => jobs,
+        Err(e) => return fail(&e),
+    };
+    let printed = match args.output {
+        o if o.is_table() && jobs.is_empty() => {
+            match &ns {
+                Some(ns) => eprintln!("No jobs in namespace {ns}."),
+                None => eprintln!("No jobs."),
             }
-            Output::Table => out(&jobs_table(&jobs, args.all_namespaces)),
-            o => print_structured(&serde_json::json!({ "items": jobs }), o),
-        },
-        Err(e) => fail(&e),
+            ExitCode::SUCCESS
+        }
+        o if o.is_table() => out(&jobs_table(
+            &jobs,
+            args.all_namespaces,
+            o == Output::Wide,
+            Timestamp::now(),
+        )),
+        Output::Name => out(&names_text(&jobs)),
+        o => print_structured(&serde_json::json!({ "items": jobs }), o),
+    };
+    if !args.watch || printed != ExitCode::SUCCESS {
+        return printed;
+    }
+    watch(&client, ns.as_deref(), &[], args.output, jobs)
+}
+
+/// `trainingjob/<name>` lines.
+pub fn names_text(jobs: &[JobSummary]) -> String {
+    jobs.iter()
+        .map(|j| format!("trainingjob/{}\n", j.name))
+        .collect()
+}
+
+/// `--watch`: polls the jobs and prints the line of each one that changed (or appeared)
+/// since the last look, as `kubectl get -w` does; a job that went away is printed with
+/// state `Deleted`. Runs until interrupted.
+fn watch(
+    client: &Client,
+    namespace: Option<&str>,
+    names: &[String],
+    output: Output,
+    mut last: Vec<JobSummary>,
+) -> ExitCode {
+    let with_ns = namespace.is_none();
+    loop {
+        std::thread::sleep(Duration::from_secs(1));
+        let now = match client.list(namespace) {
+            Ok(jobs) => jobs,
+            Err(e) => return fail(&e),
+        };
+        let now: Vec<JobSummary> = now
+            .into_iter()
+            .filter(|j| names.is_empty() || names.contains(&j.name))
+            .collect();
+        let mut changed: Vec<JobSummary> = now
+            .iter()
+            .filter(|j| {
+                !last.iter().any(|l| {
+                    l.namespace == j.namespace
+                        && l.name == j.name
+                        && l.state == j.state
+                        && l.replicas_ready == j.replicas_ready
+                        && l.restarts == j.restarts
+                        && l.preemptions == j.preemptions
+                })
+            })
+            .cloned()
+            .collect();
+        for gone in last.iter().filter(|l| {
+            !now.iter()
+                .any(|j| j.namespace == l.namespace && j.name == l.name)
+        }) {
+            let mut gone = gone.clone();
+            gone.state = JobState::Deleting;
+            changed.push(gone);
+        }
+        if !changed.is_empty() {
+            let text = match output {
+                Output::Name => names_text(&changed),
+                Output::Json | Output::Yaml => changed
+                    .iter()
+                    .filter_map(|j| structured(j, output).ok())
+                    .collect(),
+                o => {
+                    let table = jobs_table(&changed, with_ns, o == Output::Wide, Timestamp::now());
+                    // The header was printed once, at the top.
+                    table.lines().skip(1).map(|l| format!("{l}\n")).collect()
+                }
+            };
+            if out(&text) != ExitCode::SUCCESS {
+                return ExitCode::FAILURE;
+            }
+        }
+        last = now;
     }
 }
 
@@ -412,17 +607,18 @@ pub fn run_list(args: &ListArgs) -> ExitCode {
 pub fn run_get(args: &GetArgs) -> ExitCode {
     if args.names.is_empty() {
         return run_list(&ListArgs {
-            all_namespaces: false,
+            all_namespaces: args.all_namespaces,
             output: args.output,
+            watch: args.watch,
             namespace: args.namespace.clone(),
             conn: args.conn.clone(),
         });
     }
     let client = args.conn.client();
-    let ns = args.namespace.get();
+    let ns = args.namespace.resolve(&client);
     let mut code = ExitCode::SUCCESS;
     match args.output {
-        Output::Table => {
+        o if o.is_table() || o == Output::Name => {
             let mut rows = Vec::new();
             for name in &args.names {
                 match client.describe(&ns, name) {
@@ -434,10 +630,18 @@ pub fn run_get(args: &GetArgs) -> ExitCode {
                 }
             }
             if !rows.is_empty() {
-                let printed = out(&jobs_table(&rows, false));
+                let text = if o == Output::Name {
+                    names_text(&rows)
+                } else {
+                    jobs_table(&rows, false, o == Output::Wide, Timestamp::now())
+                };
+                let printed = out(&text);
                 if printed != ExitCode::SUCCESS {
                     return printed;
                 }
+            }
+            if args.watch {
+                return watch(&client, Some(&ns), &args.names, o, rows);
             }
         }
         o => {
@@ -615,47 +819,191 @@ fn indent(text: &str) -> String {
     text.lines().map(|l| format!("  {l}\n")).collect()
 }
 
-/// `corral describe NAME`
+/// `corral describe NAME...`
 pub fn run_describe(args: &DescribeArgs) -> ExitCode {
     let client = args.conn.client();
-    let ns = args.namespace.get();
-    match args.output {
-        Output::Table => match client.describe(&ns, &args.name) {
-            Ok(d) => out(&describe_text(&d)),
-            Err(e) => fail(&e),
-        },
-        o => match client.describe_value(&ns, &args.name) {
-            Ok(v) => print_structured(&v, o),
-            Err(e) => fail(&e),
-        },
+    let ns = args.namespace.resolve(&client);
+    let mut code = ExitCode::SUCCESS;
+    for (i, name) in args.names.iter().enumerate() {
+        let printed = match args.output {
+            o if o.is_table() || o == Output::Name => match client.describe(&ns, name) {
+                Ok(d) if o == Output::Name => out(&format!("trainingjob/{}\n", d.summary.name)),
+                // A blank line between reports, as kubectl separates them.
+                Ok(d) if i > 0 => out(&format!("\n{}", describe_text(&d))),
+                Ok(d) => out(&describe_text(&d)),
+                Err(e) => fail(&e),
+            },
+            o => match client.describe_value(&ns, name) {
+                Ok(v) if i > 0 && o == Output::Yaml => {
+                    out("---\n");
+                    print_structured(&v, o)
+                }
+                Ok(v) => print_structured(&v, o),
+                Err(e) => fail(&e),
+            },
+        };
+        if printed != ExitCode::SUCCESS {
+            code = printed;
+        }
     }
+    code
 }
 
 /// `corral logs JOB`
 pub fn run_logs(args: &LogsArgs) -> ExitCode {
     let client = args.conn.client();
+    let (job, replica) = args.job_and_replica();
     let request = LogRequest {
-        replica: args.replica.clone(),
+        replica,
         role: args.role.clone(),
         index: args.index,
         follow: args.follow,
+        previous: args.previous,
+        tail: args.tail,
+        timestamps: args.timestamps,
+        since_seconds: args.since,
     };
     let mut stdout = std::io::stdout();
-    match client.logs(&args.namespace.get(), &args.name, &request, &mut stdout) {
+    match client.logs(
+        &args.namespace.resolve(&client),
+        &job,
+        &request,
+        &mut stdout,
+    ) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(&e),
+    }
+}
+
+/// The jobs a command acts on: the names given, or with `--all` / `-l` those of the
+/// namespace that match, confirmed by the user when more than one would go.
+fn targets(
+    args: &JobArgs,
+    client: &Client,
+    ns: &str,
+    verb: &str,
+    confirm: &Confirm<'_>,
+) -> Result<Vec<String>, String> {
+    if !args.all && args.selector.is_none() {
+        return Ok(args.names.clone());
+    }
+    let selector = match &args.selector {
+        Some(s) => Some(Selector::parse(s)?),
+        None => None,
+    };
+    let jobs = client.list(Some(ns)).map_err(|e| e.to_string())?;
+    let mut names = Vec::new();
+    for j in jobs {
+        if let Some(sel) = &selector {
+            let job = client.get(ns, &j.name).map_err(|e| e.to_string())?;
+            let labels = job.pointer("/metadata/labels").and_then(Value::as_object);
+            let label = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
+            if !sel.matches(label) {
+                continue;
+            }
+        }
+        names.push(j.name);
+    }
+    if names.len() > 1 && !args.yes {
+        let question = format!(
+            "{verb} {} in namespace {ns}: {}?",
+            plural(names.len() as u64, "job"),
+            names.join(", ")
+        );
+        if !confirm(&question)? {
+            return Err("answered no, so nothing changed".into());
+        }
+    }
+    Ok(names)
+}
+
+/// Asks the user a yes/no question; `Err` when nobody can be asked.
+pub type Confirm<'a> = dyn Fn(&str) -> Result<bool, String> + 'a;
+
+/// Asks on the terminal; without one (a script), refuses and names `--yes`.
+pub fn confirm_on_terminal(question: &str) -> Result<bool, String> {
+    use std::io::IsTerminal;
+    if !std::io::stdin().is_terminal() {
+        return Err(format!(
+            "{question} Not asked (no terminal): pass --yes to go ahead"
+        ));
+    }
+    eprint!("{question} [y/N] ");
+    let mut answer = String::new();
+    std::io::stdin()
+        .read_line(&mut answer)
+        .map_err(|e| format!("cannot read the answer: {e}"))?;
+    Ok(matches!(answer.trim(), "y" | "Y" | "yes"))
+}
+
+/// A label selector: `k=v`, `k==v`, `k!=v`, `k` (has it), `!k` (has it not), comma-joined
+/// (all must hold), as kubectl's equality-based selectors.
+#[derive(Debug, PartialEq)]
+pub struct Selector(Vec<(String, SelectorOp)>);
+
+#[derive(Debug, PartialEq)]
+enum SelectorOp {
+    Is(String),
+    IsNot(String),
+    Exists,
+    Absent,
+}
+
+impl Selector {
+    pub fn parse(text: &str) -> Result<Selector, String> {
+        let mut out = Vec::new();
+        for part in text.split(',').map(str::trim) {
+            let bad = || {
+                format!(
+                    "`{part}` is not a selector term; use `key=value`, `key!=value`, `key` or `!key`"
+                )
+            };
+            let (key, op) = if let Some((k, v)) = part.split_once("!=") {
+                (k, SelectorOp::IsNot(v.trim().to_string()))
+            } else if let Some((k, v)) = part.split_once("==").or_else(|| part.split_once('=')) {
+                (k, SelectorOp::Is(v.trim().to_string()))
+            } else if let Some(k) = part.strip_prefix('!') {
+                (k, SelectorOp::Absent)
+            } else {
+                (part, SelectorOp::Exists)
+            };
+            let key = key.trim();
+            if key.is_empty() || key.contains(['=', '!', ' ']) {
+                return Err(bad());
+            }
+            out.push((key.to_string(), op));
+        }
+        Ok(Selector(out))
+    }
+
+    pub fn matches<'a>(&self, label: impl Fn(&str) -> Option<&'a str>) -> bool {
+        self.0.iter().all(|(k, op)| match op {
+            SelectorOp::Is(v) => label(k) == Some(v.as_str()),
+            SelectorOp::IsNot(v) => label(k) != Some(v.as_str()),
+            SelectorOp::Exists => label(k).is_some(),
+            SelectorOp::Absent => label(k).is_none(),
+        })
     }
 }
 
 fn each_job(
     args: &JobArgs,
     verb: &str,
+    confirm: &Confirm<'_>,
     f: impl Fn(&Client, &str, &str) -> Result<(), ClientError>,
 ) -> ExitCode {
     let client = args.conn.client();
-    let ns = args.namespace.get();
+    let ns = args.namespace.resolve(&client);
+    let names = match targets(args, &client, &ns, verb_base(verb), confirm) {
+        Ok(n) => n,
+        Err(e) => return fail(&e),
+    };
+    if names.is_empty() {
+        eprintln!("No jobs in namespace {ns} match.");
+        return ExitCode::SUCCESS;
+    }
     let mut code = ExitCode::SUCCESS;
-    for name in &args.names {
+    for name in &names {
         match f(&client, &ns, name) {
             Ok(()) => println!("trainingjob/{name} {verb}"),
             Err(e) => {
@@ -667,19 +1015,38 @@ fn each_job(
     code
 }
 
+/// `delete` of `deleted`, for the question before acting.
+fn verb_base(done: &str) -> &str {
+    match done {
+        "deleted" => "delete",
+        "suspended" => "suspend",
+        "resumed" => "resume",
+        other => other,
+    }
+}
+
 /// `corral delete NAME...`
 pub fn run_delete(args: &JobArgs) -> ExitCode {
-    each_job(args, "deleted", |c, ns, n| c.delete(ns, n))
+    delete_with(args, &confirm_on_terminal)
+}
+
+/// `corral delete`, asking with `confirm` before more than one job goes.
+pub fn delete_with(args: &JobArgs, confirm: &Confirm<'_>) -> ExitCode {
+    each_job(args, "deleted", confirm, |c, ns, n| c.delete(ns, n))
 }
 
 /// `corral suspend NAME...`
 pub fn run_suspend(args: &JobArgs) -> ExitCode {
-    each_job(args, "suspended", |c, ns, n| c.suspend(ns, n))
+    each_job(args, "suspended", &confirm_on_terminal, |c, ns, n| {
+        c.suspend(ns, n)
+    })
 }
 
 /// `corral resume NAME...`
 pub fn run_resume(args: &JobArgs) -> ExitCode {
-    each_job(args, "resumed", |c, ns, n| c.resume(ns, n))
+    each_job(args, "resumed", &confirm_on_terminal, |c, ns, n| {
+        c.resume(ns, n)
+    })
 }
 
 pub fn queues_table(queues: &[QueueInfo]) -> String {
@@ -690,12 +1057,14 @@ pub fn queues_table(queues: &[QueueInfo]) -> String {
                 .usage
                 .iter()
                 .map(|u| {
-                    let quota = match &u.nominal {
-                        Some(n) if n.gpu == u64::MAX => "unlimited".to_string(),
-                        Some(n) => format!("{} GPUs", n.gpu),
-                        None => "no quota".to_string(),
-                    };
-                    format!("{}: {} GPUs used of {quota}", u.pool, u.used.gpu)
+                    let used = u.used.gpu;
+                    match u.nominal.map(|n| n.gpu) {
+                        Some(Some(n)) => format!("{}: {used} of {} used", u.pool, plural(n, "GPU")),
+                        Some(None) => {
+                            format!("{}: {} used, unlimited", u.pool, plural(used, "GPU"))
+                        }
+                        None => format!("{}: {} used, no quota", u.pool, plural(used, "GPU")),
+                    }
                 })
                 .collect();
             vec![
@@ -717,7 +1086,7 @@ pub fn queues_table(queues: &[QueueInfo]) -> String {
 /// `corral queues`
 pub fn run_queues(args: &ClusterViewArgs) -> ExitCode {
     match args.conn.client().queues() {
-        Ok(q) if args.output == Output::Table => out(&queues_table(&q)),
+        Ok(q) if args.output.is_table() => out(&queues_table(&q)),
         Ok(q) => print_structured(&serde_json::json!({ "items": q }), args.output),
         Err(e) => fail(&e),
     }
@@ -773,7 +1142,7 @@ pub fn nodes_text(nodes: &[NodeInfo]) -> String {
 /// `corral nodes`
 pub fn run_nodes(args: &ClusterViewArgs) -> ExitCode {
     match args.conn.client().nodes() {
-        Ok(n) if args.output == Output::Table => out(&nodes_text(&n)),
+        Ok(n) if args.output.is_table() => out(&nodes_text(&n)),
         Ok(n) => print_structured(&serde_json::json!({ "items": n }), args.output),
         Err(e) => fail(&e),
     }
@@ -839,7 +1208,7 @@ pub fn top_table(
 /// `corral top`: samples twice, a second apart, to show CPU as a rate.
 pub fn run_top(args: &TopArgs) -> ExitCode {
     let client = args.conn.client();
-    if args.output != Output::Table {
+    if !args.output.is_table() {
         return match client.top() {
             Ok(rows) => print_structured(&serde_json::json!({ "items": rows }), args.output),
             Err(e) => fail(&e),
@@ -908,7 +1277,11 @@ pub struct BenchApiArgs {
 pub fn run_bench_api(args: &BenchApiArgs) -> ExitCode {
     let program = match std::env::current_exe() {
         Ok(p) => p,
-        Err(e) => return fail(&format!("cannot find this program to start the server: {e}")),
+        Err(e) => {
+            return fail(&format!(
+                "cannot find this program to start the server: {e}"
+            ));
+        }
     };
     let options = corral_server::bench::ApiBenchOptions {
         server_program: program,
@@ -924,5 +1297,125 @@ pub fn run_bench_api(args: &BenchApiArgs) -> ExitCode {
     match corral_server::bench::api_bench(&options) {
         Ok(v) => print_structured(&v, Output::Json),
         Err(e) => fail(&e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use corral_core::sched::ResourceAmount;
+    use corral_local::cluster::{QueuePoolUsage, QuotaLimits};
+
+    fn at(s: &str) -> Timestamp {
+        s.parse().expect("timestamp")
+    }
+
+    fn jobs() -> Vec<JobSummary> {
+        let job = |ns: &str, name: &str, state, ready, total, gpus, restarts, created| JobSummary {
+            namespace: ns.into(),
+            name: name.into(),
+            uid: format!("{name}-0001"),
+            framework: "pytorch".into(),
+            queue: "team-a".into(),
+            state,
+            replicas_ready: ready,
+            replicas_total: total,
+            gpus,
+            created: at(created),
+            restarts,
+            preemptions: 0,
+        };
+        vec![
+            job(
+                "vision",
+                "resnet",
+                JobState::Running,
+                4,
+                4,
+                8,
+                2,
+                "2026-11-23T10:00:00Z",
+            ),
+            job(
+                "nlp",
+                "bert",
+                JobState::Queued,
+                0,
+                1,
+                1,
+                0,
+                "2026-11-23T11:59:30Z",
+            ),
+        ]
+    }
+
+    const NOW: &str = "2026-11-23T12:00:00Z";
+
+    #[test]
+    fn jobs_tables() {
+        insta::assert_snapshot!("jobs", jobs_table(&jobs(), false, false, at(NOW)));
+        insta::assert_snapshot!(
+            "jobs_all_namespaces_wide",
+            jobs_table(&jobs(), true, true, at(NOW))
+        );
+        insta::assert_snapshot!("jobs_names", names_text(&jobs()));
+    }
+
+    #[test]
+    fn queues_table_says_of_what() {
+        let usage = |pool: &str, used, nominal: Option<ResourceAmount>| QueuePoolUsage {
+            pool: pool.into(),
+            used: ResourceAmount::gpus(used),
+            nominal: nominal.map(QuotaLimits::from),
+            borrowing_limit: None,
+        };
+        let queues = vec![QueueInfo {
+            name: "team-a".into(),
+            cohort: Some("research".into()),
+            weight: 1,
+            pending: 1,
+            admitted: 1,
+            usage: vec![
+                usage("h100", 12, Some(ResourceAmount::gpus(16))),
+                usage("a100", 1, Some(ResourceAmount::UNLIMITED)),
+                usage("v100", 0, None),
+            ],
+        }];
+        insta::assert_snapshot!("queues", queues_table(&queues));
+    }
+
+    #[test]
+    fn ages_have_units() {
+        let now = at(NOW);
+        assert_eq!(age(at("2026-11-23T11:59:55Z"), now), "5s");
+        assert_eq!(age(at("2026-11-23T11:50:00Z"), now), "10m");
+        assert_eq!(age(at("2026-11-23T07:00:00Z"), now), "5h");
+        assert_eq!(age(at("2026-11-20T12:00:00Z"), now), "3d");
+    }
+
+    #[test]
+    fn selectors() {
+        let labels = |k: &str| match k {
+            "team" => Some("nlp"),
+            "stage" => Some("dev"),
+            _ => None,
+        };
+        for (sel, want) in [
+            ("team=nlp", true),
+            ("team==nlp", true),
+            ("team=vision", false),
+            ("team=nlp,stage!=prod", true),
+            ("team=nlp,stage!=dev", false),
+            ("stage", true),
+            ("owner", false),
+            ("!owner", true),
+        ] {
+            let s = Selector::parse(sel).expect("valid");
+            assert_eq!(s.matches(labels), want, "{sel}");
+        }
+        for bad in ["", "=x", "a b=c"] {
+            let e = Selector::parse(bad).expect_err(bad);
+            assert!(e.contains("is not a selector term"), "{e}");
+        }
     }
 }

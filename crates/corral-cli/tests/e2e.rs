@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use corral_cli::{quickstart, remote, up};
+use corral_cli::{manifests, quickstart, remote, up};
 use corral_local::cluster::JobState;
 use corral_local::{ClusterConfig, ClusterFileConfig};
 use corral_server::api_client::{Client, LogRequest};
@@ -42,10 +42,22 @@ fn main() -> ExitCode {
         ),
         Trial::test("huge_body_is_413_with_json", huge_body_is_413_with_json),
         Trial::test(
-            "metrics_expose_job_and_queue_gauges",
-            metrics_expose_job_and_queue_gauges,
+            "metrics_pass_promtool_in_both_formats",
+            metrics_pass_promtool_in_both_formats,
         ),
         Trial::test("openapi_lists_every_route", openapi_lists_every_route),
+        Trial::test(
+            "logs_follow_every_incarnation",
+            logs_follow_every_incarnation,
+        ),
+        Trial::test(
+            "validate_and_submit_agree_on_bad_manifests",
+            validate_and_submit_agree_on_bad_manifests,
+        ),
+        Trial::test(
+            "delete_all_and_selector_ask_first",
+            delete_all_and_selector_ask_first,
+        ),
         Trial::test(
             "suspend_resume_delete_and_views",
             suspend_resume_delete_and_views,
@@ -335,6 +347,12 @@ fn tokens_keep_namespaces_apart() -> TestResult {
     b.submit("team-b", &parked_job("secret"))?;
     let a = c.client(Some("token-a"));
     a.submit("team-a", &parked_job("mine"))?;
+    // With no -n, the CLI works in the token's namespace.
+    let given = remote::NamespaceArgs::default();
+    check(
+        given.given().is_some() || given.resolve(&a) == "team-a",
+        "the token's namespace is the default one",
+    )?;
 
     // Team A cannot read, list, describe, log, suspend or delete team B's jobs, and cannot tell
     // an existing job from a missing one.
@@ -572,32 +590,455 @@ fn huge_body_is_413_with_json() -> TestResult {
     Ok(())
 }
 
-fn metrics_expose_job_and_queue_gauges() -> TestResult {
-    let c = TestCluster::start("")?;
+/// A GET with an `Accept` header: the response's content type and body.
+fn scrape(url: &str, accept: &str) -> Result<(String, String), Failed> {
+    let mut response = ureq::get(url).header("Accept", accept).call()?;
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let mut text = String::new();
+    response.body_mut().as_reader().read_to_string(&mut text)?;
+    Ok((content_type, text))
+}
+
+/// The series of an exposition without their values: what must come in the same order on
+/// every scrape.
+fn series_order(text: &str) -> Vec<String> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.rsplit_once(' ').map(|(series, _)| series.to_string()))
+        .collect()
+}
+
+/// `promtool check metrics` (Debian package `prometheus`) on `text`: its exit status and
+/// what it said. `None` when promtool is not installed.
+fn promtool_check(text: &str) -> Result<Option<(i32, String)>, Failed> {
+    use std::io::Write;
+    let child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin.write_all(text.as_bytes())?;
+    }
+    let out = child.wait_with_output()?;
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(Some((out.status.code().unwrap_or(-1), said)))
+}
+
+const METRICS_CLUSTER: &str = "apiVersion: corral.dev/v1alpha1
+kind: CorralConfig
+node: {gpus: 2, gpuType: FAKE-GPU}
+---
+apiVersion: corral.dev/v1alpha1
+kind: NodePool
+metadata: {name: fake}
+spec: {gpuType: FAKE-GPU}
+---
+apiVersion: corral.dev/v1alpha1
+kind: Queue
+metadata: {name: default}
+spec:
+  cohort: research
+  quotas:
+    - {nodePool: fake, gpu: 2, cpu: '4', borrowingLimit: {gpu: 1}}
+---
+apiVersion: corral.dev/v1alpha1
+kind: Queue
+metadata: {name: team-b}
+spec:
+  cohort: research
+  namespaces: [team-b]
+  quotas:
+    - {nodePool: fake, gpu: 0}
+";
+
+/// A live server with queues, a node with GPUs, a running and a suspended job: its
+/// /metrics in both formats, checked by promtool, in the same order on every scrape.
+fn metrics_pass_promtool_in_both_formats() -> TestResult {
+    let c = TestCluster::start(METRICS_CLUSTER)?;
     let client = c.client(None);
     client.submit("default", &parked_job("parked"))?;
+    client.submit(
+        "default",
+        "apiVersion: corral.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: sleeper}
+spec:
+  framework: generic
+  replicas:
+    worker:
+      count: 1
+      resources: {cpu: 100m, memory: 64Mi, gpu: 1}
+      template: {command: [sleep, '60']}
+",
+    )?;
     wait_for_state(&client, "default", "parked", Duration::from_secs(10), |s| {
         s == JobState::Suspended
     })?;
+    wait_for_state(
+        &client,
+        "default",
+        "sleeper",
+        Duration::from_secs(20),
+        |s| s == JobState::Running,
+    )?;
     // The metrics are as of the last tick.
     std::thread::sleep(Duration::from_millis(300));
-    let (status, text) = raw("GET", &c.url("/metrics"), None, None)?;
-    check(status == 200, format!("{status}"))?;
+
+    let url = c.url("/metrics");
+    let (content_type, text) = scrape(&url, "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")?;
+    check(
+        content_type.starts_with("text/plain; version=0.0.4"),
+        format!("text scrape answered {content_type}"),
+    )?;
     for needle in [
         "# TYPE corral_jobs gauge",
         "corral_jobs{queue=\"default\",state=\"Suspended\"} 1",
-        "# TYPE corral_queue_gpus_in_use gauge",
-        "# TYPE corral_gpus gauge",
-        "# TYPE corral_jobs_submitted counter",
-        "corral_jobs_submitted_total 1",
-        "corral_queue_gpus_in_use{queue=\"default\"} 0",
-        "# EOF",
+        "corral_jobs{queue=\"default\",state=\"Running\"} 1",
+        "corral_queue_gpus_in_use{queue=\"default\"} 1",
+        "# TYPE corral_jobs_submitted_total counter",
+        "corral_jobs_submitted_total 2",
+        "corral_queue_nominal_quota{queue=\"default\",pool=\"fake\",resource=\"gpu\"} 2",
+        "corral_queue_nominal_quota{queue=\"default\",pool=\"fake\",resource=\"cpu\"} 4",
+        "corral_queue_borrowing_limit{queue=\"default\",pool=\"fake\",resource=\"gpu\"} 1",
+        "corral_queue_resource_usage{queue=\"default\",pool=\"fake\",resource=\"gpu\"} 1",
+        "corral_queue_nominal_quota{queue=\"team-b\",pool=\"fake\",resource=\"gpu\"} 0",
+        "corral_gpus 2",
+        "corral_replica_gpus{namespace=\"default\",job=\"sleeper\",replica=\"sleeper-worker-0\"} 1",
     ] {
         check(
             text.contains(needle),
             format!("no `{needle}` in /metrics:\n{text}"),
         )?;
     }
+    check(!text.contains("# EOF"), "the text format has no # EOF")?;
+    // Two scrapes: the same series in the same order (values may move).
+    let (_, again) = scrape(&url, "text/plain")?;
+    check(
+        series_order(&text) == series_order(&again),
+        format!("the series moved between two scrapes:\n{text}\n---\n{again}"),
+    )?;
+
+    // What Prometheus 2.x sends: OpenMetrics preferred.
+    let (om_type, om) = scrape(
+        &url,
+        "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+    )?;
+    check(
+        om_type.starts_with("application/openmetrics-text; version=1.0.0"),
+        format!("OpenMetrics scrape answered {om_type}"),
+    )?;
+    check(
+        om.ends_with("# EOF\n"),
+        format!("no # EOF at the end:\n{om}"),
+    )?;
+    check(
+        om.contains("# TYPE corral_jobs_submitted counter\ncorral_jobs_submitted_total 2\n"),
+        format!("OpenMetrics counter family:\n{om}"),
+    )?;
+    // Every OpenMetrics sample belongs to the family declared just before it.
+    let mut family = String::new();
+    let mut counter = false;
+    for line in om.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let mut parts = rest.split(' ');
+            family = parts.next().unwrap_or_default().to_string();
+            counter = parts.next() == Some("counter");
+        } else if !line.starts_with('#') {
+            let name = line.split(['{', ' ']).next().unwrap_or_default();
+            let want = if counter {
+                format!("{family}_total")
+            } else {
+                family.clone()
+            };
+            check(name == want, format!("sample {line} in family {family}"))?;
+        }
+    }
+    check(
+        series_order(&om) == series_order(&text),
+        "both formats list the same series in the same order",
+    )?;
+
+    let Some((code, said)) = promtool_check(&text)? else {
+        let required = std::env::var("CORRAL_REQUIRE_PROMTOOL").as_deref() == Ok("1");
+        check(
+            !required,
+            "promtool is not installed (apt-get install prometheus); CORRAL_REQUIRE_PROMTOOL=1 requires it",
+        )?;
+        common::prerequisite(
+            false,
+            "promtool is not installed (apt-get install prometheus)",
+        );
+        return Ok(());
+    };
+    check(
+        code == 0,
+        format!("promtool check metrics exited {code}: {said}\n{text}"),
+    )?;
+    Ok(())
+}
+
+/// A replica that fails twice and succeeds on its third run: `logs -f` started at submit
+/// shows all three runs in order, each introduced by its mark; `--previous` shows the
+/// second; `--tail 1` the last line of the third.
+fn logs_follow_every_incarnation() -> TestResult {
+    let c = TestCluster::start("")?;
+    let client = c.client(None);
+    let dir = tempfile::tempdir()?;
+    let job = format!(
+        "apiVersion: corral.dev/v1alpha1
+kind: TrainingJob
+metadata: {{name: thrice}}
+spec:
+  framework: generic
+  runPolicy: {{backoffLimit: 2}}
+  replicas:
+    worker:
+      count: 1
+      restartPolicy: OnFailure
+      resources: {{cpu: 100m, memory: 64Mi}}
+      template:
+        workingDir: {dir:?}
+        command: [sh, -c, 'n=$(( $(cat n 2>/dev/null || echo 0) + 1 )); echo $n > n; echo \"run $n starts\"; sleep 1; echo \"run $n ends\"; test $n -ge 3']
+",
+        dir = dir.path().display().to_string()
+    );
+    client.submit("default", &job)?;
+    let mut followed = Vec::new();
+    let follow = LogRequest {
+        replica: Some("thrice-worker-0".into()),
+        follow: true,
+        ..LogRequest::default()
+    };
+    client.logs("default", "thrice", &follow, &mut followed)?;
+    let followed = String::from_utf8_lossy(&followed).into_owned();
+    let state = wait_for_state(&client, "default", "thrice", Duration::from_secs(60), |s| {
+        s.is_finished()
+    })?;
+    check(
+        state == JobState::Succeeded,
+        format!("{state}:\n{followed}"),
+    )?;
+    let d = client.describe("default", "thrice")?;
+    check(
+        d.replicas.iter().map(|r| r.restarts).collect::<Vec<_>>() == [2],
+        format!(
+            "RESTARTS after two restarts:\n{}",
+            remote::describe_text(&d)
+        ),
+    )?;
+    let mut at = 0;
+    for needle in [
+        "==> thrice-worker-0: incarnation 1 (first run",
+        "run 1 starts\nrun 1 ends\n",
+        "==> thrice-worker-0: incarnation 2 (after 1 restart",
+        "run 2 starts\nrun 2 ends\n",
+        "==> thrice-worker-0: incarnation 3 (after 2 restarts",
+        "run 3 starts\nrun 3 ends\n",
+    ] {
+        let Some(i) = followed[at..].find(needle) else {
+            return Err(
+                format!("no `{needle}` after byte {at} of the followed log:\n{followed}").into(),
+            );
+        };
+        at += i + needle.len();
+    }
+
+    let mut previous = Vec::new();
+    let request = LogRequest {
+        previous: true,
+        ..LogRequest::default()
+    };
+    client.logs("default", "thrice", &request, &mut previous)?;
+    check(
+        previous == b"run 2 starts\nrun 2 ends\n",
+        format!("--previous: {:?}", String::from_utf8_lossy(&previous)),
+    )?;
+    let mut tail = Vec::new();
+    let request = LogRequest {
+        replica: Some("worker-0".into()),
+        tail: Some(1),
+        ..LogRequest::default()
+    };
+    client.logs("default", "thrice", &request, &mut tail)?;
+    check(
+        tail == b"run 3 ends\n",
+        format!("--tail 1: {:?}", String::from_utf8_lossy(&tail)),
+    )?;
+    let mut stamped = Vec::new();
+    let request = LogRequest {
+        timestamps: true,
+        ..LogRequest::default()
+    };
+    client.logs("default", "thrice", &request, &mut stamped)?;
+    let stamped = String::from_utf8_lossy(&stamped).into_owned();
+    let lines: Vec<&str> = stamped.lines().collect();
+    check(
+        lines.len() == 2
+            && lines.iter().all(|l| {
+                l.split_once(' ')
+                    .is_some_and(|(t, _)| t.parse::<jiff::Timestamp>().is_ok())
+            })
+            && lines[1].ends_with(" run 3 ends"),
+        format!("--timestamps: {stamped:?}"),
+    )?;
+    // Nothing arrived in the last second of a job that ended before it.
+    std::thread::sleep(Duration::from_millis(1100));
+    let mut recent = Vec::new();
+    let request = LogRequest {
+        since_seconds: Some(1),
+        ..LogRequest::default()
+    };
+    client.logs("default", "thrice", &request, &mut recent)?;
+    check(
+        recent.is_empty(),
+        format!("--since 1s: {:?}", String::from_utf8_lossy(&recent)),
+    )?;
+    Ok(())
+}
+
+/// Every manifest of the shared table: `submit` refuses it with every problem at once, each
+/// with its field path; `validate` against the same server prints exactly what `submit`
+/// prints; neither stores anything. Offline, `validate` says which checks it could not run.
+fn validate_and_submit_agree_on_bad_manifests() -> TestResult {
+    use common::bad_manifests::{CASES, CLUSTER};
+    use corral_server::api_client::ClientError;
+    let c = TestCluster::start(CLUSTER)?;
+    let client = c.client(None);
+    let dir = tempfile::tempdir()?;
+    let ns = remote::NamespaceArgs::default();
+    let mut messages = String::new();
+    for case in CASES {
+        let file = dir
+            .path()
+            .join(format!("{}.yaml", case.name.replace(' ', "-")));
+        std::fs::write(&file, case.yaml)?;
+        let file = file.display().to_string();
+
+        let err = match client.submit("default", case.yaml) {
+            Ok(r) => return Err(format!("{}: submit accepted it: {r:?}", case.name).into()),
+            Err(e) => e,
+        };
+        let ClientError::Api { status, error } = &err else {
+            return Err(format!("{}: {err}", case.name).into());
+        };
+        check(*status == 400, format!("{}: status {status}", case.name))?;
+        messages.push_str(&format!("## {}\n{err}\n\n", case.name));
+        let mut got: Vec<String> = error
+            .fields
+            .iter()
+            .map(|f| match f.document {
+                Some(d) if case.paths.iter().any(|p| p.contains(':')) => format!("{d}:{}", f.path),
+                _ => f.path.clone(),
+            })
+            .collect();
+        got.sort();
+        let mut want: Vec<String> = case.paths.iter().map(|p| p.to_string()).collect();
+        want.sort();
+        check(
+            got == want,
+            format!("{}: submit named {got:?}, not {want:?}:\n{err}", case.name),
+        )?;
+
+        let report =
+            manifests::validate_report(std::slice::from_ref(&file), true, Some(&client), &ns);
+        check(report.failed, format!("{}: validate passed it", case.name))?;
+        check(
+            report.err == format!("{file}: {err}\n"),
+            format!(
+                "{}: validate and submit differ:\nvalidate: {}\nsubmit:   {file}: {err}",
+                case.name, report.err
+            ),
+        )?;
+    }
+    check(
+        client.list(Some("default"))?.is_empty(),
+        "a refused submission stored nothing",
+    )?;
+    insta::assert_snapshot!("bad_manifests", messages);
+
+    // Offline: what the files alone show, and a note on what could not be checked.
+    let file = dir.path().join("offline.yaml");
+    std::fs::write(&file, CASES[0].yaml)?;
+    let report = manifests::validate_report(&[file.display().to_string()], false, None, &ns);
+    check(!report.failed, format!("offline: {report:?}"))?;
+    check(
+        report.err.contains("note: checked offline (--offline), so these checks did not run: that the priority class and queue exist"),
+        format!("offline note: {}", report.err),
+    )?;
+    Ok(())
+}
+
+/// `delete --all` and `-l` act on what matches, and ask before more than one job goes: with
+/// no terminal to ask on, nothing is deleted unless `--yes` is given.
+fn delete_all_and_selector_ask_first() -> TestResult {
+    let c = TestCluster::start("")?;
+    let client = c.client(None);
+    for (name, team) in [("a1", "nlp"), ("a2", "nlp"), ("b1", "vision")] {
+        let job = parked_job(name).replace(
+            &format!("metadata: {{name: {name}}}"),
+            &format!("metadata: {{name: {name}, labels: {{team: {team}}}}}"),
+        );
+        client.submit("default", &job)?;
+    }
+    let args = |all: bool, selector: Option<&str>, yes: bool| remote::JobArgs {
+        names: Vec::new(),
+        all,
+        selector: selector.map(str::to_string),
+        yes,
+        namespace: remote::NamespaceArgs::default(),
+        conn: remote::ConnArgs {
+            server: Some(c.server.url()),
+            token: None,
+        },
+    };
+    let names = |client: &Client| -> Result<Vec<String>, Failed> {
+        Ok(client
+            .list(Some("default"))?
+            .into_iter()
+            .filter(|j| j.state != JobState::Deleting)
+            .map(|j| j.name)
+            .collect())
+    };
+    let asked = std::cell::RefCell::new(Vec::new());
+    let say = |answer: bool| {
+        let asked = &asked;
+        move |q: &str| {
+            asked.borrow_mut().push(q.to_string());
+            Ok(answer)
+        }
+    };
+    // Two would go: the user is asked, says no, none goes.
+    let code = remote::delete_with(&args(false, Some("team=nlp"), false), &say(false));
+    check(code != ExitCode::SUCCESS, "deleted against the answer")?;
+    check(
+        asked.borrow().as_slice() == ["delete 2 jobs in namespace default: a1, a2?"],
+        format!("asked {:?}", asked.borrow()),
+    )?;
+    check(names(&client)? == ["a1", "a2", "b1"], "nothing was deleted")?;
+    // One matches: no question.
+    let code = remote::delete_with(&args(false, Some("team!=nlp"), false), &say(false));
+    check(code == ExitCode::SUCCESS, "one job needs no confirmation")?;
+    check(asked.borrow().len() == 1, "not asked for one job")?;
+    check(names(&client)? == ["a1", "a2"], "b1 was deleted")?;
+    let code = remote::delete_with(&args(true, None, true), &say(false));
+    check(code == ExitCode::SUCCESS, "--all --yes")?;
+    check(names(&client)?.is_empty(), "all were deleted")?;
     Ok(())
 }
 
@@ -653,6 +1094,73 @@ fn openapi_lists_every_route() -> TestResult {
             format!("dangling $ref {target}"),
         )?;
     }
+    // Every integer has a documented range.
+    fn unranged(v: &Value, at: &str, out: &mut Vec<String>) {
+        match v {
+            Value::Object(m) => {
+                if m.get("type").and_then(Value::as_str) == Some("integer")
+                    && !(m.contains_key("minimum") && m.contains_key("maximum"))
+                {
+                    out.push(at.to_string());
+                }
+                for (k, c) in m {
+                    unranged(c, &format!("{at}/{k}"), out);
+                }
+            }
+            Value::Array(a) => {
+                for (i, c) in a.iter().enumerate() {
+                    unranged(c, &format!("{at}/{i}"), out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut missing = Vec::new();
+    unranged(&doc, "", &mut missing);
+    check(
+        missing.is_empty(),
+        format!("integers without minimum and maximum: {missing:?}"),
+    )?;
+    let quota = doc.pointer("/components/schemas/QuotaLimits/description");
+    check(
+        quota
+            .and_then(Value::as_str)
+            .is_some_and(|d| d.contains("absent is unlimited")),
+        "unlimited quotas are absent values",
+    )?;
+    // A schema linter: openapi-spec-validator (pip), as CI installs it.
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("openapi.json");
+    std::fs::write(&path, &body)?;
+    let lint = std::process::Command::new("python3")
+        .args(["-m", "openapi_spec_validator"])
+        .arg(&path)
+        .output();
+    let lint = match lint {
+        Ok(o) if String::from_utf8_lossy(&o.stderr).contains("No module named") => None,
+        Ok(o) => Some(o),
+        Err(_) => None,
+    };
+    let Some(lint) = lint else {
+        let required = std::env::var("CORRAL_REQUIRE_OPENAPI_LINT").as_deref() == Ok("1");
+        check(
+            !required,
+            "openapi-spec-validator is not installed (pip install openapi-spec-validator)",
+        )?;
+        common::prerequisite(
+            false,
+            "openapi-spec-validator is not installed (pip install openapi-spec-validator)",
+        );
+        return Ok(());
+    };
+    check(
+        lint.status.success(),
+        format!(
+            "openapi-spec-validator: {}{}",
+            String::from_utf8_lossy(&lint.stdout),
+            String::from_utf8_lossy(&lint.stderr)
+        ),
+    )?;
     Ok(())
 }
 
@@ -806,10 +1314,16 @@ fn api_bench_smoke() -> TestResult {
         ("/list_small_namespace/jobs", 10),
         ("/history/jobs", 3),
     ] {
-        check(v.pointer(pointer) == Some(&Value::from(want)), v.to_string())?;
+        check(
+            v.pointer(pointer) == Some(&Value::from(want)),
+            v.to_string(),
+        )?;
     }
     // The server is a process of its own, measured alone.
-    let rss = v.pointer("/idle_rss_mb").and_then(Value::as_f64).unwrap_or(0.0);
+    let rss = v
+        .pointer("/idle_rss_mb")
+        .and_then(Value::as_f64)
+        .unwrap_or(0.0);
     check(rss > 0.0, v.to_string())?;
     Ok(())
 }

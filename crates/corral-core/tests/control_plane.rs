@@ -111,7 +111,11 @@ impl FakeShell {
         for c in &step.changes {
             match c {
                 Change::Status { job, status } => {
-                    let known = self.plane.job(job).or_else(|| self.stored.get(job)).cloned();
+                    let known = self
+                        .plane
+                        .job(job)
+                        .or_else(|| self.stored.get(job))
+                        .cloned();
                     if let Some(mut j) = known {
                         j.status = Some(status.clone());
                         self.stored.insert(job.clone(), j);
@@ -121,7 +125,10 @@ impl FakeShell {
                     self.stored.remove(job);
                 }
                 Change::Retired { job } => {
-                    assert!(self.plane.job(job).is_none(), "{job} retired yet still held");
+                    assert!(
+                        self.plane.job(job).is_none(),
+                        "{job} retired yet still held"
+                    );
                     assert!(self.stored.contains_key(job), "{job} retired unrecorded");
                 }
                 Change::Admission { .. } | Change::Deleting { .. } => {}
@@ -710,7 +717,11 @@ fn a_finished_job_is_retired_to_its_name_and_can_still_be_deleted() {
             _ => None,
         })
         .collect();
-    assert_eq!(retired, ["team/done"], "retired once, after its last status");
+    assert_eq!(
+        retired,
+        ["team/done"],
+        "retired once, after its last status"
+    );
     assert!(shell.plane.is_retired("team/done"));
     assert!(shell.plane.job("team/done").is_none());
     assert_eq!(shell.plane.admissions().count(), 0);
@@ -719,7 +730,10 @@ fn a_finished_job_is_retired_to_its_name_and_can_still_be_deleted() {
 
     // The name stays taken; a finished job cannot be resumed.
     let again = shell.plane.submit(record(job("done", 1, 1, None), 2));
-    assert!(matches!(again, Err(ControlError::AlreadyExists(_))), "{again:?}");
+    assert!(
+        matches!(again, Err(ControlError::AlreadyExists(_))),
+        "{again:?}"
+    );
     let resumed = shell.plane.set_suspend("team/done", false);
     assert!(
         matches!(&resumed, Err(ControlError::Conflict(m)) if m.contains("has finished")),

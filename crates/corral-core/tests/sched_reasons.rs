@@ -102,7 +102,7 @@ fn issue_example_reads_as_written() {
     assert!(out.admitted.is_empty());
     assert_eq!(
         out.pending[0].reason.to_string(),
-        "needs 8 GPUs of type A100 on one node; largest free block is 6 on node-3; \
+        "needs 8 GPUs of type A100 on one node; the largest free block is 6 GPUs on node-3; \
          queue team-a is at its GPU quota 16/16 and its cohort has nothing to lend"
     );
 }
@@ -210,7 +210,7 @@ fn capacity(largest: u32, free: u64, fit: u64, replicas: u64, reserved: &[&str])
 fn capacity_messages() {
     assert_eq!(
         capacity(6, 6, 0, 1, &[]).to_string(),
-        "largest free block is 6 on node-3"
+        "the largest free block is 6 GPUs on node-3"
     );
     assert_eq!(capacity(0, 0, 0, 1, &[]).to_string(), "no GPUs are free");
     // The GPUs are there; the node's CPU or memory is not.
@@ -221,7 +221,7 @@ fn capacity_messages() {
     );
     assert_eq!(
         capacity(8, 20, 2, 4, &["ns/big"]).to_string(),
-        "largest free block is 8 on node-3 (20 free in all; room for 2 of 4 replicas); \
+        "the largest free block is 8 GPUs on node-3 (20 GPUs free in all; room for 2 of 4 replicas); \
          nodes are reserved for ns/big so that it is not starved"
     );
 }
@@ -271,8 +271,8 @@ fn several_pools_are_labelled() {
     let text = reason(vec![capacity(6, 6, 0, 1, &[]), b]);
     assert_eq!(
         text,
-        "needs 8 GPUs of type A100 on one node; on A100: largest free block is 6 on node-3; \
-         on H100: largest free block is 6 on node-3"
+        "needs 8 GPUs of type A100 on one node; on A100: the largest free block is 6 GPUs on node-3; \
+         on H100: the largest free block is 6 GPUs on node-3"
     );
 }
 

@@ -247,8 +247,35 @@ pub struct JobDetails {
 pub struct QueuePoolUsage {
     pub pool: String,
     pub used: corral_core::sched::ResourceAmount,
-    /// Nominal quota (`u64::MAX` fields: unlimited); `None` when the queue has none here.
-    pub nominal: Option<corral_core::sched::ResourceAmount>,
+    /// Nominal quota; `None` when the queue has none here.
+    pub nominal: Option<QuotaLimits>,
+    /// How far above nominal the queue may borrow; `None`: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub borrowing_limit: Option<QuotaLimits>,
+}
+
+/// A quota as clients read it: an unlimited resource is absent, never `2^64-1` (which
+/// JavaScript clients cannot even represent).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QuotaLimits {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_milli: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<u64>,
+}
+
+impl From<corral_core::sched::ResourceAmount> for QuotaLimits {
+    fn from(a: corral_core::sched::ResourceAmount) -> Self {
+        let limit = |v: u64| (v != u64::MAX).then_some(v);
+        QuotaLimits {
+            gpu: limit(a.gpu),
+            cpu_milli: limit(a.cpu_milli),
+            memory_bytes: limit(a.memory_bytes),
+        }
+    }
 }
 
 /// One line of `corral get queues`.
@@ -288,6 +315,18 @@ pub struct NodeInfo {
     pub cpu_milli_allocated: u64,
     pub memory_bytes_allocated: u64,
     pub extended: BTreeMap<String, u64>,
+}
+
+/// One incarnation's output log of a replica.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicaLog {
+    /// `attempt.retry`, as the replica's `incarnation` in `describe`.
+    pub incarnation: String,
+    /// When it was launched.
+    pub started: Option<Timestamp>,
+    /// The current segment (`<path>.1` holds the one before, once the log rotated).
+    pub path: PathBuf,
 }
 
 /// One line of `corral top`: a running replica's resource use.

@@ -212,6 +212,7 @@ impl ClusterFileConfig {
             node_pools: self.node_pools.clone(),
             priority_classes: self.priority_classes.clone(),
             queues: self.queues.clone(),
+            nodes: None,
         }
     }
 

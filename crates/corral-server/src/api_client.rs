@@ -95,6 +95,14 @@ pub struct LogRequest {
     pub role: Option<String>,
     pub index: Option<u32>,
     pub follow: bool,
+    /// The incarnation before the current one.
+    pub previous: bool,
+    /// Only the last N lines.
+    pub tail: Option<u64>,
+    /// Each line with the time it arrived.
+    pub timestamps: bool,
+    /// Only lines that arrived in the last N seconds.
+    pub since_seconds: Option<u64>,
 }
 
 fn encode(segment: &str) -> String {
@@ -205,13 +213,36 @@ impl Client {
 
     /// Submits YAML or JSON text (TrainingJobs or Kubeflow jobs) into `namespace`.
     pub fn submit(&self, namespace: &str, text: &str) -> Result<Vec<SubmitResult>, ClientError> {
+        self.submit_with(namespace, text, false)
+    }
+
+    /// What `submit` would say of `text`, storing nothing (`?dryRun=All`): the same checks,
+    /// against the server's priority classes, queues and nodes. The `uid`s are empty.
+    pub fn submit_dry_run(
+        &self,
+        namespace: &str,
+        text: &str,
+    ) -> Result<Vec<SubmitResult>, ClientError> {
+        self.submit_with(namespace, text, true)
+    }
+
+    fn submit_with(
+        &self,
+        namespace: &str,
+        text: &str,
+        dry_run: bool,
+    ) -> Result<Vec<SubmitResult>, ClientError> {
+        let mut path = Self::jobs_path(namespace);
+        if dry_run {
+            path.push_str("?dryRun=All");
+        }
         let content_type = if text.trim_start().starts_with('{') {
             "application/json"
         } else {
             "application/yaml"
         };
         let mut req = self
-            .auth(self.agent.post(self.url(&Self::jobs_path(namespace))))
+            .auth(self.agent.post(self.url(&path)))
             .header("Content-Type", content_type);
         if text.len() > 64 * 1024 {
             // Lets the server refuse a body that is too large before it is sent (413), instead
@@ -222,6 +253,18 @@ impl Client {
         let v = parse(&self.finish(response)?)?;
         let items = v.get("items").cloned().unwrap_or(Value::Array(Vec::new()));
         serde_json::from_value(items).map_err(|e| ClientError::Protocol(e.to_string()))
+    }
+
+    /// The namespace this client's token acts in; `None` without a token, or for a token of
+    /// every namespace.
+    pub fn token_namespace(&self) -> Result<Option<String>, ClientError> {
+        if self.token.is_none() {
+            return Ok(None);
+        }
+        let v = self.get_value("/api/v1/whoami")?;
+        Ok(v.get("namespace")
+            .and_then(Value::as_str)
+            .map(str::to_string))
     }
 
     /// Jobs of one namespace, or of every namespace the token may see.
@@ -311,6 +354,18 @@ impl Client {
         }
         if request.follow {
             query.push("follow=true".into());
+        }
+        if request.previous {
+            query.push("previous=true".into());
+        }
+        if let Some(n) = request.tail {
+            query.push(format!("tail={n}"));
+        }
+        if request.timestamps {
+            query.push("timestamps=true".into());
+        }
+        if let Some(s) = request.since_seconds {
+            query.push(format!("sinceSeconds={s}"));
         }
         let mut path = format!("{}/logs", Self::job_path(namespace, name));
         if !query.is_empty() {

@@ -287,7 +287,9 @@ fn startup(client: &Client, o: &ApiBenchOptions, namespace: &str) -> Result<Vec<
     let deadline = Instant::now() + Duration::from_secs(60);
     while !client.list(Some(namespace)).map_err(err)?.is_empty() {
         if Instant::now() > deadline {
-            return Err(format!("the jobs of {namespace} were not removed within 60 s"));
+            return Err(format!(
+                "the jobs of {namespace} were not removed within 60 s"
+            ));
         }
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -11,7 +11,7 @@
 //! - [`auth`]: API tokens per namespace (from the cluster's `CorralConfig`).
 //! - [`error`]: the error body every route answers with.
 //! - [`openapi`]: the OpenAPI 3 document of the routes.
-//! - [`metrics`]: Prometheus text exposition (prometheus-client).
+//! - [`metrics`]: Prometheus exposition, text 0.0.4 or OpenMetrics by `Accept`.
 //! - [`api_client`]: a small blocking HTTP client of the API (what the CLI and `bench` call).
 
 pub mod api_client;
@@ -27,6 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use corral_api::validate::ValidationContext;
 use corral_local::{Cluster, ClusterConfig, ClusterFileConfig};
 use jiff::Timestamp;
 use tokio::sync::{Notify, oneshot};
@@ -69,6 +70,9 @@ pub struct AppState {
     cluster: Arc<Mutex<Cluster>>,
     /// The configuration as opened (tokens), readable without the cluster's lock.
     file: Arc<ClusterFileConfig>,
+    /// What submissions are checked against (`Cluster::validation_context`), readable
+    /// without the cluster's lock.
+    validation: Arc<ValidationContext>,
     /// Wakes the control loop after a change.
     wake: Arc<Notify>,
     body_limit: usize,
@@ -77,7 +81,9 @@ pub struct AppState {
 impl AppState {
     fn new(cluster: Cluster, body_limit: usize) -> Self {
         let file = Arc::new(cluster.config().file.clone());
+        let validation = Arc::new(cluster.validation_context());
         AppState {
+            validation,
             cluster: Arc::new(Mutex::new(cluster)),
             file,
             wake: Arc::new(Notify::new()),
@@ -102,9 +108,9 @@ impl AppState {
         .map_err(|e| ApiError::internal(format!("the request handler failed: {e}")))
     }
 
-    /// The cluster's configuration file as opened, without the lock.
-    pub fn file(&self) -> Arc<ClusterFileConfig> {
-        Arc::clone(&self.file)
+    /// What submissions are checked against, without the lock.
+    pub fn validation(&self) -> Arc<ValidationContext> {
+        Arc::clone(&self.validation)
     }
 
     /// Asks the control loop to run now.

@@ -1,18 +1,18 @@
-//! `/metrics`: the cluster's gauges and counters and each running replica's CPU, memory and
-//! GPUs, in the OpenMetrics text format (prometheus-client). Names carry the `corral_`
-//! prefix, base units (`_seconds`, `_bytes`) and `_total` on counters.
+//! `/metrics`: the cluster's gauges and counters, each queue's quota and usage, and each
+//! running replica's CPU, memory and GPUs. Names carry the `corral_` prefix, base units
+//! (`_seconds`, `_bytes`) and `_total` on counters.
+//!
+//! Two formats, negotiated by the `Accept` header as the Prometheus client libraries do:
+//! the Prometheus text format 0.0.4 (the default: what `curl | promtool check metrics` and
+//! older scrapers read) and OpenMetrics 1.0 (when the scraper prefers it). The encoder is
+//! our own because prometheus-client writes OpenMetrics only and keeps a family's series in
+//! a hash map, so two scrapes listed them in different orders; here families come out in a
+//! fixed order and series in the order of their (sorted) inputs.
 
-use std::sync::atomic::AtomicU64;
+use std::fmt::Write as _;
 
 use corral_api::metric_names as names;
-use corral_local::cluster::{JobState, MetricsSnapshot, ReplicaUsageRow};
-use prometheus_client::encoding::text::encode;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::{Registry, Unit};
-
-type Labels = Vec<(String, String)>;
+use corral_local::cluster::{JobState, MetricsSnapshot, QueueInfo, QuotaLimits, ReplicaUsageRow};
 
 const STATES: [JobState; 9] = [
     JobState::Queued,
@@ -26,189 +26,424 @@ const STATES: [JobState; 9] = [
     JobState::Deleting,
 ];
 
-fn gauge(registry: &mut Registry, name: &str, help: &str, value: i64) {
-    let g: Gauge = Gauge::default();
-    g.set(value);
-    registry.register(name, help, g);
+/// Gauge `corral_queue_nominal_quota{queue,pool,resource}`: a queue's nominal quota.
+pub const QUEUE_NOMINAL_QUOTA: &str = "queue_nominal_quota";
+/// Gauge `corral_queue_borrowing_limit{queue,pool,resource}`: how far above nominal a queue
+/// may borrow.
+pub const QUEUE_BORROWING_LIMIT: &str = "queue_borrowing_limit";
+/// Gauge `corral_queue_resource_usage{queue,pool,resource}`: what a queue's admitted jobs hold.
+pub const QUEUE_RESOURCE_USAGE: &str = "queue_resource_usage";
+
+/// The exposition format of a scrape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// Prometheus text format 0.0.4.
+    Text,
+    /// OpenMetrics 1.0.0.
+    OpenMetrics,
 }
 
-fn gauge_f64(registry: &mut Registry, name: &str, help: &str, unit: Unit, value: f64) {
-    let g: Gauge<f64, AtomicU64> = Gauge::default();
-    g.set(value);
-    registry.register_with_unit(name, help, unit, g);
+impl Format {
+    /// The format an `Accept` header asks for: the acceptable media range with the highest
+    /// quality (the first of equals) that names one of ours; text when none does. As
+    /// client_golang's `expfmt.Negotiate`.
+    pub fn negotiate(accept: Option<&str>) -> Format {
+        let Some(accept) = accept else {
+            return Format::Text;
+        };
+        let mut ranges: Vec<(f32, usize, Format)> = Vec::new();
+        for (i, range) in accept.split(',').enumerate() {
+            let mut parts = range.split(';').map(str::trim);
+            let media = parts.next().unwrap_or("").to_ascii_lowercase();
+            let mut q = 1.0f32;
+            let mut version = None;
+            for p in parts {
+                if let Some((k, v)) = p.split_once('=') {
+                    match k.trim().to_ascii_lowercase().as_str() {
+                        "q" => q = v.trim().parse().unwrap_or(0.0),
+                        "version" => version = Some(v.trim().to_string()),
+                        _ => {}
+                    }
+                }
+            }
+            if q <= 0.0 {
+                continue;
+            }
+            let format = match media.as_str() {
+                // 1.0.0 is what we write; 0.0.1 is its draft, which scrapers read the same.
+                "application/openmetrics-text"
+                    if version
+                        .as_deref()
+                        .is_none_or(|v| v == "1.0.0" || v == "0.0.1") =>
+                {
+                    Format::OpenMetrics
+                }
+                "text/plain" | "text/*" | "*/*" => Format::Text,
+                _ => continue,
+            };
+            ranges.push((q, i, format));
+        }
+        ranges.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        ranges.first().map_or(Format::Text, |r| r.2)
+    }
+
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Text => "text/plain; version=0.0.4; charset=utf-8",
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        }
+    }
 }
 
-fn counter(registry: &mut Registry, name: &str, help: &str, value: u64) {
-    let c: Counter = Counter::default();
-    c.inc_by(value);
-    registry.register(name, help, c);
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Gauge,
+    Counter,
 }
 
-fn int(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
+#[derive(Clone, Copy)]
+enum Value {
+    Int(u64),
+    Float(f64),
 }
 
-/// The text of `/metrics`.
+impl std::fmt::Display for Value {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Value::Int(v) => write!(f, "{v}"),
+            Value::Float(v) if v.is_nan() => f.write_str("NaN"),
+            Value::Float(v) if v.is_infinite() => {
+                f.write_str(if v > 0.0 { "+Inf" } else { "-Inf" })
+            }
+            Value::Float(v) => write!(f, "{v}"),
+        }
+    }
+}
+
+/// One metric family: its name without `corral_` (and without `_total` for counters).
+struct Family {
+    name: String,
+    help: &'static str,
+    kind: Kind,
+    /// Base unit, which `name` ends with (`seconds`, `bytes`).
+    unit: Option<&'static str>,
+    series: Vec<(Vec<(&'static str, String)>, Value)>,
+}
+
+impl Family {
+    fn new(name: &str, help: &'static str, kind: Kind) -> Self {
+        Family {
+            name: name.to_string(),
+            help,
+            kind,
+            unit: None,
+            series: Vec::new(),
+        }
+    }
+
+    fn with_unit(mut self, unit: &'static str) -> Self {
+        self.name = format!("{}_{unit}", self.name);
+        self.unit = Some(unit);
+        self
+    }
+
+    fn one(mut self, value: Value) -> Self {
+        self.series.push((Vec::new(), value));
+        self
+    }
+
+    fn add(&mut self, labels: Vec<(&'static str, String)>, value: Value) {
+        self.series.push((labels, value));
+    }
+
+    fn encode(&self, out: &mut String, format: Format) {
+        let family = format!("{}_{}", names::PREFIX, self.name);
+        let sample = match self.kind {
+            Kind::Counter => format!("{family}_total"),
+            Kind::Gauge => family.clone(),
+        };
+        // In the text format a counter's metadata names its samples (`_total`); in
+        // OpenMetrics it names the family, and the samples add `_total`.
+        let meta = match format {
+            Format::Text => &sample,
+            Format::OpenMetrics => &family,
+        };
+        let kind = match self.kind {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+        };
+        let _ = writeln!(out, "# HELP {meta} {}", escape_help(self.help, format));
+        let _ = writeln!(out, "# TYPE {meta} {kind}");
+        if let (Format::OpenMetrics, Some(unit)) = (format, self.unit) {
+            let _ = writeln!(out, "# UNIT {meta} {unit}");
+        }
+        for (labels, value) in &self.series {
+            out.push_str(&sample);
+            if !labels.is_empty() {
+                out.push('{');
+                for (i, (k, v)) in labels.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    let _ = write!(out, "{k}=\"{}\"", escape_label(v));
+                }
+                out.push('}');
+            }
+            let _ = writeln!(out, " {value}");
+        }
+    }
+}
+
+fn escape_help(s: &str, format: Format) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '"' if format == Format::OpenMetrics => out.push_str("\\\""),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn escape_label(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '"' => out.push_str("\\\""),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn label(k: &'static str, v: &str) -> (&'static str, String) {
+    (k, v.to_string())
+}
+
+/// A quota's limited resources as (resource label, value in base units); unlimited ones
+/// have no series (a dashboard reads "no series" as "no limit").
+fn quota_values(q: &QuotaLimits) -> Vec<(&'static str, Value)> {
+    let mut out = Vec::new();
+    if let Some(g) = q.gpu {
+        out.push(("gpu", Value::Int(g)));
+    }
+    if let Some(c) = q.cpu_milli {
+        out.push(("cpu", Value::Float(c as f64 / 1000.0)));
+    }
+    if let Some(m) = q.memory_bytes {
+        out.push(("memory", Value::Int(m)));
+    }
+    out
+}
+
+/// The text of `/metrics`, in `format`. `queues` and `replicas` may come in any order.
 pub fn render(
     m: &MetricsSnapshot,
+    queues: &[QueueInfo],
     replicas: &[ReplicaUsageRow],
-) -> Result<String, std::fmt::Error> {
-    let mut registry = Registry::with_prefix(names::PREFIX);
+    format: Format,
+) -> String {
+    let mut families = Vec::new();
 
-    let jobs = Family::<Labels, Gauge>::default();
-    let mut queues: Vec<&String> = m.jobs.keys().chain(m.queue_gpus_used.keys()).collect();
-    queues.sort();
-    queues.dedup();
-    for queue in &queues {
+    let mut queue_names: Vec<&String> = m.jobs.keys().chain(m.queue_gpus_used.keys()).collect();
+    queue_names.sort();
+    queue_names.dedup();
+    let mut jobs = Family::new(names::JOBS, "TrainingJobs by queue and state", Kind::Gauge);
+    let mut queue_gpus = Family::new(
+        names::QUEUE_GPUS_IN_USE,
+        "GPUs held by the admitted jobs of a queue",
+        Kind::Gauge,
+    );
+    for queue in &queue_names {
         let counts = m.jobs.get(*queue);
         for state in STATES {
             let n = counts
                 .and_then(|c| c.get(state.as_str()))
                 .copied()
                 .unwrap_or(0);
-            jobs.get_or_create(&vec![
-                (names::LABEL_QUEUE.to_string(), queue.to_string()),
-                (names::LABEL_STATE.to_string(), state.as_str().to_string()),
-            ])
-            .set(int(n));
+            jobs.add(
+                vec![
+                    label(names::LABEL_QUEUE, queue),
+                    label(names::LABEL_STATE, state.as_str()),
+                ],
+                Value::Int(n),
+            );
         }
-    }
-    registry.register(names::JOBS, "TrainingJobs by queue and state", jobs);
-
-    let queue_gpus = Family::<Labels, Gauge>::default();
-    for queue in &queues {
         let used = m.queue_gpus_used.get(*queue).copied().unwrap_or(0);
-        queue_gpus
-            .get_or_create(&vec![(names::LABEL_QUEUE.to_string(), queue.to_string())])
-            .set(int(used));
+        queue_gpus.add(vec![label(names::LABEL_QUEUE, queue)], Value::Int(used));
     }
-    registry.register(
-        names::QUEUE_GPUS_IN_USE,
-        "GPUs held by the admitted jobs of a queue",
-        queue_gpus,
-    );
+    families.push(jobs);
+    families.push(queue_gpus);
 
-    gauge(
-        &mut registry,
-        "gpus",
-        "GPUs the cluster offers",
-        int(m.gpus_total),
+    let mut queues: Vec<&QueueInfo> = queues.iter().collect();
+    queues.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut nominal = Family::new(
+        QUEUE_NOMINAL_QUOTA,
+        "Nominal quota of a queue in a node pool (resource gpu: GPUs, cpu: cores, memory: bytes); no series: unlimited",
+        Kind::Gauge,
     );
-    gauge(
-        &mut registry,
-        "gpus_allocated",
-        "GPUs held by admitted jobs",
-        int(m.gpus_allocated),
+    let mut borrowing = Family::new(
+        QUEUE_BORROWING_LIMIT,
+        "How far above its nominal quota a queue may borrow in a node pool (gpu: GPUs, cpu: cores, memory: bytes); no series: no limit",
+        Kind::Gauge,
     );
-    gauge(
-        &mut registry,
-        "replicas_running",
-        "Replica processes running",
-        int(m.running_replicas),
+    let mut usage = Family::new(
+        QUEUE_RESOURCE_USAGE,
+        "What the admitted jobs of a queue hold in a node pool (gpu: GPUs, cpu: cores, memory: bytes)",
+        Kind::Gauge,
     );
-    counter(
-        &mut registry,
-        "jobs_submitted",
-        "TrainingJobs accepted since the server started",
-        m.jobs_submitted_total,
-    );
-    counter(
-        &mut registry,
-        names::ADMISSIONS,
-        "Jobs admitted by the scheduler",
-        m.admissions_total,
-    );
-    counter(
-        &mut registry,
-        names::PREEMPTIONS,
-        "Jobs preempted back to their queue",
-        m.preemptions_total,
-    );
-    counter(
-        &mut registry,
-        "replica_starts",
-        "Replica processes started",
-        m.replica_starts_total,
-    );
-    counter(
-        &mut registry,
-        "job_restarts",
-        "Job restarts after a failure (what backoffLimit counts)",
-        m.restarts_total,
-    );
-    counter(
-        &mut registry,
-        "jobs_succeeded",
-        "Jobs that reached Succeeded",
-        m.jobs_succeeded_total,
-    );
-    counter(
-        &mut registry,
-        "jobs_failed",
-        "Jobs that reached Failed",
-        m.jobs_failed_total,
-    );
-    counter(
-        &mut registry,
-        "control_loop_ticks",
-        "Passes of the control loop",
-        m.ticks_total,
-    );
-    gauge_f64(
-        &mut registry,
-        "scheduling_cycle_last",
-        "Duration of the last scheduling cycle",
-        Unit::Seconds,
-        m.last_cycle_seconds,
-    );
-    gauge_f64(
-        &mut registry,
-        "control_loop_tick_last",
-        "Duration of the last control-loop pass",
-        Unit::Seconds,
-        m.last_tick_seconds,
-    );
-
-    let cpu = Family::<Labels, Counter<f64, AtomicU64>>::default();
-    let memory = Family::<Labels, Gauge>::default();
-    let gpus = Family::<Labels, Gauge>::default();
-    for r in replicas {
-        let labels = vec![
-            ("namespace".to_string(), r.namespace.clone()),
-            ("job".to_string(), r.job.clone()),
-            ("replica".to_string(), r.replica.clone()),
-        ];
-        if let Some(s) = r.cpu_seconds {
-            cpu.get_or_create(&labels).inc_by(s.max(0.0));
+    for q in queues {
+        let mut pools: Vec<_> = q.usage.iter().collect();
+        pools.sort_by(|a, b| a.pool.cmp(&b.pool));
+        for u in pools {
+            let labels = |resource: &str| {
+                vec![
+                    label(names::LABEL_QUEUE, &q.name),
+                    label("pool", &u.pool),
+                    label("resource", resource),
+                ]
+            };
+            if let Some(n) = &u.nominal {
+                for (resource, v) in quota_values(n) {
+                    nominal.add(labels(resource), v);
+                }
+            }
+            if let Some(b) = &u.borrowing_limit {
+                for (resource, v) in quota_values(b) {
+                    borrowing.add(labels(resource), v);
+                }
+            }
+            let used = QuotaLimits {
+                gpu: Some(u.used.gpu),
+                cpu_milli: Some(u.used.cpu_milli),
+                memory_bytes: Some(u.used.memory_bytes),
+            };
+            for (resource, v) in quota_values(&used) {
+                usage.add(labels(resource), v);
+            }
         }
-        if let Some(b) = r.memory_bytes {
-            memory.get_or_create(&labels).set(int(b));
-        }
-        gpus.get_or_create(&labels)
-            .set(i64::try_from(r.gpus.len()).unwrap_or(i64::MAX));
     }
-    registry.register_with_unit(
+    families.push(nominal);
+    families.push(borrowing);
+    families.push(usage);
+
+    let int = |v: u64| Value::Int(v);
+    families.extend([
+        Family::new("gpus", "GPUs the cluster offers", Kind::Gauge).one(int(m.gpus_total)),
+        Family::new("gpus_allocated", "GPUs held by admitted jobs", Kind::Gauge)
+            .one(int(m.gpus_allocated)),
+        Family::new("replicas_running", "Replica processes running", Kind::Gauge)
+            .one(int(m.running_replicas)),
+        Family::new(
+            "jobs_submitted",
+            "TrainingJobs accepted since the server started",
+            Kind::Counter,
+        )
+        .one(int(m.jobs_submitted_total)),
+        Family::new(
+            names::ADMISSIONS,
+            "Jobs admitted by the scheduler",
+            Kind::Counter,
+        )
+        .one(int(m.admissions_total)),
+        Family::new(
+            names::PREEMPTIONS,
+            "Jobs preempted back to their queue",
+            Kind::Counter,
+        )
+        .one(int(m.preemptions_total)),
+        Family::new("replica_starts", "Replica processes started", Kind::Counter)
+            .one(int(m.replica_starts_total)),
+        Family::new(
+            "job_restarts",
+            "Job restarts after a failure (what backoffLimit counts)",
+            Kind::Counter,
+        )
+        .one(int(m.restarts_total)),
+        Family::new(
+            "jobs_succeeded",
+            "Jobs that reached Succeeded",
+            Kind::Counter,
+        )
+        .one(int(m.jobs_succeeded_total)),
+        Family::new("jobs_failed", "Jobs that reached Failed", Kind::Counter)
+            .one(int(m.jobs_failed_total)),
+        Family::new(
+            "control_loop_ticks",
+            "Passes of the control loop",
+            Kind::Counter,
+        )
+        .one(int(m.ticks_total)),
+        Family::new(
+            "scheduling_cycle_last",
+            "Duration of the last scheduling cycle",
+            Kind::Gauge,
+        )
+        .with_unit("seconds")
+        .one(Value::Float(m.last_cycle_seconds)),
+        Family::new(
+            "control_loop_tick_last",
+            "Duration of the last control-loop pass",
+            Kind::Gauge,
+        )
+        .with_unit("seconds")
+        .one(Value::Float(m.last_tick_seconds)),
+    ]);
+
+    let mut rows: Vec<&ReplicaUsageRow> = replicas.iter().collect();
+    rows.sort_by(|a, b| (&a.namespace, &a.replica).cmp(&(&b.namespace, &b.replica)));
+    let mut cpu = Family::new(
         "replica_cpu",
         "CPU time used by a running replica",
-        Unit::Seconds,
-        cpu,
-    );
-    registry.register_with_unit(
+        Kind::Counter,
+    )
+    .with_unit("seconds");
+    let mut memory = Family::new(
         "replica_memory",
         "Resident memory of a running replica",
-        Unit::Bytes,
-        memory,
+        Kind::Gauge,
+    )
+    .with_unit("bytes");
+    let mut gpus = Family::new(
+        "replica_gpus",
+        "GPUs pinned to a running replica",
+        Kind::Gauge,
     );
-    registry.register("replica_gpus", "GPUs pinned to a running replica", gpus);
+    for r in rows {
+        let labels = vec![
+            label("namespace", &r.namespace),
+            label("job", &r.job),
+            label("replica", &r.replica),
+        ];
+        if let Some(s) = r.cpu_seconds {
+            cpu.add(labels.clone(), Value::Float(s.max(0.0)));
+        }
+        if let Some(b) = r.memory_bytes {
+            memory.add(labels.clone(), Value::Int(b));
+        }
+        gpus.add(labels, Value::Int(r.gpus.len() as u64));
+    }
+    families.extend([cpu, memory, gpus]);
 
     let mut text = String::new();
-    encode(&mut text, &registry)?;
-    Ok(text)
+    for f in &families {
+        f.encode(&mut text, format);
+    }
+    if format == Format::OpenMetrics {
+        text.push_str("# EOF\n");
+    }
+    text
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use corral_core::sched::ResourceAmount;
+    use corral_local::cluster::QueuePoolUsage;
 
     #[test]
     fn job_states_are_the_shared_label_values() {
@@ -216,8 +451,7 @@ mod tests {
         assert_eq!(ours, names::JOB_STATES);
     }
 
-    #[test]
-    fn renders_cluster_and_replica_metrics() {
+    fn sample() -> (MetricsSnapshot, Vec<QueueInfo>, Vec<ReplicaUsageRow>) {
         let mut m = MetricsSnapshot::default();
         m.jobs
             .entry("team-a".into())
@@ -225,28 +459,128 @@ mod tests {
             .insert("Running".into(), 2);
         m.gpus_total = 8;
         m.jobs_submitted_total = 3;
-        let rows = vec![ReplicaUsageRow {
+        let queues = vec![QueueInfo {
+            name: "team-a".into(),
+            cohort: None,
+            weight: 1,
+            pending: 0,
+            admitted: 1,
+            usage: vec![QueuePoolUsage {
+                pool: "h100".into(),
+                used: ResourceAmount {
+                    gpu: 12,
+                    cpu_milli: 1500,
+                    memory_bytes: 1 << 30,
+                },
+                nominal: Some(ResourceAmount::gpus(16).into()),
+                borrowing_limit: Some(ResourceAmount::gpus(4).into()),
+            }],
+        }];
+        let row = |replica: &str| ReplicaUsageRow {
             namespace: "ns".into(),
             job: "j".into(),
-            replica: "j-worker-0".into(),
+            replica: replica.into(),
             pid: Some(1),
             cpu_seconds: Some(1.5),
             memory_bytes: Some(1024),
             gpus: vec![0, 1],
-        }];
-        let text = render(&m, &rows).expect("encodes");
+        };
+        (m, queues, vec![row("j-worker-1"), row("j-worker-0")])
+    }
+
+    #[test]
+    fn renders_cluster_quota_and_replica_metrics() {
+        let (m, queues, rows) = sample();
+        let text = render(&m, &queues, &rows, Format::Text);
         for needle in [
             "corral_jobs{queue=\"team-a\",state=\"Running\"} 2",
             "corral_jobs{queue=\"team-a\",state=\"Failed\"} 0",
             "corral_queue_gpus_in_use{queue=\"team-a\"} 0",
+            "corral_queue_nominal_quota{queue=\"team-a\",pool=\"h100\",resource=\"gpu\"} 16",
+            "corral_queue_borrowing_limit{queue=\"team-a\",pool=\"h100\",resource=\"gpu\"} 4",
+            "corral_queue_resource_usage{queue=\"team-a\",pool=\"h100\",resource=\"gpu\"} 12",
+            "corral_queue_resource_usage{queue=\"team-a\",pool=\"h100\",resource=\"cpu\"} 1.5",
             "corral_gpus 8",
+            "# HELP corral_jobs_submitted_total TrainingJobs",
+            "# TYPE corral_jobs_submitted_total counter",
             "corral_jobs_submitted_total 3",
             "corral_replica_cpu_seconds_total{namespace=\"ns\",job=\"j\",replica=\"j-worker-0\"} 1.5",
             "corral_replica_memory_bytes{namespace=\"ns\",job=\"j\",replica=\"j-worker-0\"} 1024",
             "corral_replica_gpus{namespace=\"ns\",job=\"j\",replica=\"j-worker-0\"} 2",
-            "# EOF",
         ] {
             assert!(text.contains(needle), "no {needle} in\n{text}");
         }
+        // Unlimited CPU and memory quotas have no series.
+        assert!(!text.contains(
+            "corral_queue_nominal_quota{queue=\"team-a\",pool=\"h100\",resource=\"cpu\"}"
+        ));
+        assert!(!text.contains("# EOF"), "{text}");
+        assert!(!text.contains("# UNIT"), "{text}");
+        // Replicas come sorted, whatever order they came in.
+        let w0 = text.find("replica=\"j-worker-0\"").unwrap_or(usize::MAX);
+        let w1 = text.find("replica=\"j-worker-1\"").unwrap_or(0);
+        assert!(w0 < w1, "{text}");
+    }
+
+    #[test]
+    fn openmetrics_names_counter_families_without_total_and_ends_with_eof() {
+        let (m, queues, rows) = sample();
+        let text = render(&m, &queues, &rows, Format::OpenMetrics);
+        for needle in [
+            "# TYPE corral_jobs_submitted counter\ncorral_jobs_submitted_total 3\n",
+            "# TYPE corral_scheduling_cycle_last_seconds gauge\n# UNIT corral_scheduling_cycle_last_seconds seconds\n",
+        ] {
+            assert!(text.contains(needle), "no {needle} in\n{text}");
+        }
+        assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    #[test]
+    fn label_values_and_help_are_escaped() {
+        assert_eq!(escape_label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+        assert_eq!(escape_help("a\"b\\c\nd", Format::Text), "a\"b\\\\c\\nd");
+        assert_eq!(escape_help("a\"b", Format::OpenMetrics), "a\\\"b");
+    }
+
+    #[test]
+    fn accept_header_picks_the_format() {
+        use Format::*;
+        for (accept, want) in [
+            (None, Text),
+            (Some("*/*"), Text),
+            (Some("text/plain"), Text),
+            (Some("text/plain;version=0.0.4"), Text),
+            (Some("application/openmetrics-text"), OpenMetrics),
+            // What Prometheus 2.x sends.
+            (
+                Some(
+                    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+                ),
+                OpenMetrics,
+            ),
+            // Prometheus with scrape_protocols: [PrometheusText0.0.4, OpenMetricsText1.0.0].
+            (
+                Some(
+                    "text/plain;version=0.0.4;q=0.5,application/openmetrics-text;version=1.0.0;q=0.4",
+                ),
+                Text,
+            ),
+            (Some("application/openmetrics-text;version=2.0.0"), Text),
+            (Some("application/openmetrics-text;q=0"), Text),
+            (Some("application/json"), Text),
+        ] {
+            assert_eq!(Format::negotiate(accept), want, "{accept:?}");
+        }
+    }
+
+    #[test]
+    fn two_renders_of_the_same_state_are_identical() {
+        let (m, queues, rows) = sample();
+        let mut reversed = rows.clone();
+        reversed.reverse();
+        assert_eq!(
+            render(&m, &queues, &rows, Format::Text),
+            render(&m, &queues, &reversed, Format::Text)
+        );
     }
 }

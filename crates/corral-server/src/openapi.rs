@@ -33,10 +33,50 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/api/v1/queues"),
     ("get", "/api/v1/nodes"),
     ("get", "/api/v1/top"),
+    ("get", "/api/v1/whoami"),
     ("get", "/metrics"),
     ("get", "/healthz"),
     ("get", "/openapi.json"),
 ];
+
+/// A non-negative integer that fits in 32 bits (counts, indices, pids).
+fn u32_schema() -> Value {
+    json!({"type": "integer", "format": "uint32"})
+}
+
+/// A non-negative 64-bit integer (bytes, milli-CPUs, GPU totals).
+fn u64_schema() -> Value {
+    json!({"type": "integer", "format": "uint64"})
+}
+
+/// Gives every integer schema its range (`minimum`, `maximum`) from its format, and a
+/// standard OpenAPI format (`int32`/`int64`), so that clients know what to expect: Rust's
+/// unsigned formats (which schemars writes) are not OpenAPI's.
+fn document_integer_ranges(v: &mut Value) {
+    match v {
+        Value::Object(map) => {
+            if map.get("type").and_then(Value::as_str) == Some("integer") {
+                let format = map.get("format").and_then(Value::as_str).unwrap_or("int64");
+                let (min, max, format): (Value, Value, &str) = match format {
+                    "int32" => (json!(i32::MIN), json!(i32::MAX), "int32"),
+                    "uint8" => (json!(0), json!(u8::MAX), "int32"),
+                    "uint16" => (json!(0), json!(u16::MAX), "int32"),
+                    "uint32" | "uint" => (json!(0), json!(u32::MAX), "int64"),
+                    "uint64" => (json!(0), json!(u64::MAX), "int64"),
+                    _ => (json!(i64::MIN), json!(i64::MAX), "int64"),
+                };
+                map.insert("format".into(), json!(format));
+                map.entry("minimum").or_insert(min);
+                map.entry("maximum").or_insert(max);
+            }
+            for child in map.values_mut() {
+                document_integer_ranges(child);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(document_integer_ranges),
+        _ => {}
+    }
+}
 
 fn reference(name: &str) -> Value {
     json!({ "$ref": format!("#/components/schemas/{name}") })
@@ -105,6 +145,12 @@ fn training_job_schema() -> Value {
 
 /// The document.
 pub fn document() -> Value {
+    let mut doc = unranged_document();
+    document_integer_ranges(&mut doc);
+    doc
+}
+
+fn unranged_document() -> Value {
     let ns_param = json!({"$ref": "#/components/parameters/namespace"});
     let changed = json_response(
         "Done",
@@ -114,12 +160,13 @@ pub fn document() -> Value {
     );
     // Kept apart from the document: one literal that deep exceeds the macro recursion limit.
     let replica_info = json!({"type": "object", "properties": {
-        "name": {"type": "string"}, "role": {"type": "string"}, "index": {"type": "integer"},
+        "name": {"type": "string"}, "role": {"type": "string"}, "index": u32_schema(),
         "incarnation": {"type": "string"}, "phase": {"type": "string"},
-        "exitCode": {"type": "integer", "nullable": true}, "reason": {"type": "string", "nullable": true},
+        "exitCode": {"type": "integer", "format": "int32", "nullable": true}, "reason": {"type": "string", "nullable": true},
         "message": {"type": "string", "description": "why the command could not run, when it could not"},
-        "pid": {"type": "integer", "nullable": true}, "gpus": {"type": "array", "items": {"type": "integer"}},
-        "port": {"type": "integer", "nullable": true}, "restarts": {"type": "integer"},
+        "pid": {"type": "integer", "format": "uint32", "nullable": true}, "gpus": {"type": "array", "items": u32_schema()},
+        "port": {"type": "integer", "format": "uint16", "nullable": true},
+        "restarts": {"type": "integer", "format": "uint32", "description": "earlier incarnations of this replica: restarts of the gang and of the replica alone"},
         "started": {"type": "string", "format": "date-time", "nullable": true},
         "logPath": {"type": "string", "nullable": true}}});
     json!({
@@ -136,7 +183,7 @@ pub fn document() -> Value {
                 "post": {
                     "operationId": "submitTrainingJobs",
                     "summary": "Submit TrainingJobs or Kubeflow jobs (YAML or JSON, several documents; all or nothing)",
-                    "parameters": [ns_param.clone()],
+                    "parameters": [ns_param.clone(), {"name": "dryRun", "in": "query", "schema": {"type": "string", "enum": ["All"]}, "description": "`All`: check everything a submit checks (against the cluster's priority classes, queues and nodes) and store nothing; `uid` is empty"}],
                     "requestBody": {"required": true, "content": {
                         "application/yaml": {"schema": {"type": "string"}},
                         "application/json": {"schema": reference("TrainingJob")},
@@ -173,8 +220,10 @@ pub fn document() -> Value {
                         {"$ref": "#/components/parameters/name"},
                         {"name": "replica", "in": "query", "schema": {"type": "string"}, "description": "`<role>-<index>` or `<job>-<role>-<index>`; default: the first replica"},
                         {"name": "role", "in": "query", "schema": {"type": "string"}},
-                        {"name": "index", "in": "query", "schema": {"type": "integer", "minimum": 0}},
-                        {"name": "follow", "in": "query", "schema": {"type": "boolean", "default": false}},
+                        {"name": "index", "in": "query", "schema": {"type": "integer", "format": "int64", "minimum": 0, "maximum": corral_api::validate::MAX_REPLICAS_PER_ROLE - 1}, "description": "with `role`: the replica's index in its role (default 0)"},
+                        {"name": "follow", "in": "query", "schema": {"type": "boolean", "default": false}, "description": "stream until the job ends, into each new incarnation after a restart (each introduced by a `==> ... <==` line)"},
+                        {"name": "previous", "in": "query", "schema": {"type": "boolean", "default": false}, "description": "the incarnation before the current one; not with `follow`"},
+                        {"name": "tail", "in": "query", "schema": {"type": "integer", "format": "int64", "minimum": 0, "maximum": u64::MAX}, "description": "only the last N lines"},
                     ],
                     "responses": responses(("200", json!({"description": "The log", "content": {"text/plain": {"schema": {"type": "string"}}}})), &[400, 401, 403, 404]),
                 },
@@ -207,11 +256,18 @@ pub fn document() -> Value {
                     "responses": responses(("200", json_response("Replicas", list_of("ReplicaUsage"))), &[401]),
                 },
             },
+            "/api/v1/whoami": {
+                "get": {
+                    "operationId": "whoami",
+                    "summary": "The namespace the token acts in (null: every namespace); clients use it when no namespace is given",
+                    "responses": responses(("200", json_response("Caller", json!({"type": "object", "properties": {"namespace": {"type": "string", "nullable": true}}}))), &[401]),
+                },
+            },
             "/metrics": {
                 "get": {
                     "operationId": "metrics",
-                    "summary": "Prometheus metrics (corral_ prefix): jobs by queue and state, GPUs, counters, and CPU/memory/GPU of every running replica the token may see",
-                    "responses": {"200": {"description": "OpenMetrics text", "content": {"application/openmetrics-text": {"schema": {"type": "string"}}}}, "401": {"description": "Tokens are configured and none (or an unknown one) was given"}},
+                    "summary": "Prometheus metrics (corral_ prefix): jobs by queue and state, GPUs, queue quotas and usage, counters, and CPU/memory/GPU of every running replica the token may see. The format follows the Accept header: OpenMetrics 1.0 when preferred, else the text format 0.0.4",
+                    "responses": {"200": {"description": "The metrics", "content": {"text/plain": {"schema": {"type": "string"}}, "application/openmetrics-text": {"schema": {"type": "string"}}}}, "401": {"description": "Tokens are configured and none (or an unknown one) was given"}},
                 },
             },
             "/healthz": {
@@ -253,7 +309,7 @@ pub fn document() -> Value {
                                 "properties": {
                                     "path": {"type": "string", "description": "e.g. spec.replicas.worker.count; empty for the document as a whole"},
                                     "message": {"type": "string"},
-                                    "document": {"type": "integer", "description": "1-based document of the input, when it held several"},
+                                    "document": {"type": "integer", "format": "uint32", "minimum": 1, "description": "1-based document of the input, when it held several"},
                                     "object": {"type": "string", "description": "e.g. `TrainingJob mnist`"},
                                 },
                             }},
@@ -268,9 +324,9 @@ pub fn document() -> Value {
                     "namespace": {"type": "string"}, "name": {"type": "string"}, "uid": {"type": "string"},
                     "framework": {"type": "string"}, "queue": {"type": "string"},
                     "state": {"type": "string", "enum": ["Queued", "Admitted", "Running", "Restarting", "Preempting", "Suspended", "Succeeded", "Failed", "Deleting"]},
-                    "replicasReady": {"type": "integer"}, "replicasTotal": {"type": "integer"},
-                    "gpus": {"type": "integer"}, "created": {"type": "string", "format": "date-time"},
-                    "restarts": {"type": "integer"}, "preemptions": {"type": "integer"},
+                    "replicasReady": u32_schema(), "replicasTotal": u32_schema(),
+                    "gpus": u64_schema(), "created": {"type": "string", "format": "date-time"},
+                    "restarts": u32_schema(), "preemptions": u32_schema(),
                 }},
                 "TrainingJob": training_job_schema(),
                 "JobDetails": {"type": "object", "properties": {
@@ -280,8 +336,8 @@ pub fn document() -> Value {
                         "pool": {"type": "string"}, "gpuType": {"type": "string", "nullable": true},
                         "admittedAt": {"type": "string", "format": "date-time"},
                         "placements": {"type": "array", "items": {"type": "object", "properties": {
-                            "role": {"type": "string"}, "index": {"type": "integer"}, "node": {"type": "string"},
-                            "gpuIndices": {"type": "array", "items": {"type": "integer"}}}}},
+                            "role": {"type": "string"}, "index": u32_schema(), "node": {"type": "string"},
+                            "gpuIndices": {"type": "array", "items": u32_schema()}}}},
                     }},
                     "replicas": {"type": "array", "items": replica_info},
                     "events": {"type": "array", "items": {"type": "object", "properties": {
@@ -290,27 +346,30 @@ pub fn document() -> Value {
                     "pendingReason": {"type": "string", "nullable": true},
                 }},
                 "QueueInfo": {"type": "object", "properties": {
-                    "name": {"type": "string"}, "cohort": {"type": "string", "nullable": true}, "weight": {"type": "integer"},
-                    "pending": {"type": "integer"}, "admitted": {"type": "integer"},
+                    "name": {"type": "string"}, "cohort": {"type": "string", "nullable": true}, "weight": u32_schema(),
+                    "pending": u32_schema(), "admitted": u32_schema(),
                     "usage": {"type": "array", "items": {"type": "object", "properties": {
                         "pool": {"type": "string"}, "used": reference("ResourceAmount"),
-                        "nominal": {"allOf": [reference("ResourceAmount")], "nullable": true}}}},
+                        "nominal": {"allOf": [reference("QuotaLimits")], "nullable": true, "description": "absent: the queue has no quota in this pool"},
+                        "borrowingLimit": {"allOf": [reference("QuotaLimits")], "description": "absent: no limit"}}}},
                 }},
                 "ResourceAmount": {"type": "object", "properties": {
-                    "gpu": {"type": "integer"}, "cpuMilli": {"type": "integer"}, "memoryBytes": {"type": "integer"}}},
+                    "gpu": u64_schema(), "cpuMilli": u64_schema(), "memoryBytes": u64_schema()}},
+                "QuotaLimits": {"type": "object", "description": "A quota; a resource that is absent is unlimited", "properties": {
+                    "gpu": u64_schema(), "cpuMilli": u64_schema(), "memoryBytes": u64_schema()}},
                 "NodeInfo": {"type": "object", "properties": {
                     "name": {"type": "string"}, "pool": {"type": "string", "nullable": true}, "gpuType": {"type": "string", "nullable": true},
                     "gpus": {"type": "array", "items": {"type": "object", "properties": {
-                        "index": {"type": "integer"}, "name": {"type": "string"}, "memoryBytes": {"type": "integer", "nullable": true},
+                        "index": u32_schema(), "name": {"type": "string"}, "memoryBytes": {"type": "integer", "format": "uint64", "nullable": true},
                         "usedBy": {"type": "string", "nullable": true, "description": "namespace/job"}}}},
-                    "cpuMilli": {"type": "integer"}, "memoryBytes": {"type": "integer"},
-                    "cpuMilliAllocated": {"type": "integer"}, "memoryBytesAllocated": {"type": "integer"},
-                    "extended": {"type": "object", "additionalProperties": {"type": "integer"}},
+                    "cpuMilli": u64_schema(), "memoryBytes": u64_schema(),
+                    "cpuMilliAllocated": u64_schema(), "memoryBytesAllocated": u64_schema(),
+                    "extended": {"type": "object", "additionalProperties": u64_schema()},
                 }},
                 "ReplicaUsage": {"type": "object", "properties": {
                     "namespace": {"type": "string"}, "job": {"type": "string"}, "replica": {"type": "string"},
-                    "pid": {"type": "integer", "nullable": true}, "cpuSeconds": {"type": "number", "nullable": true},
-                    "memoryBytes": {"type": "integer", "nullable": true}, "gpus": {"type": "array", "items": {"type": "integer"}},
+                    "pid": {"type": "integer", "format": "uint32", "nullable": true}, "cpuSeconds": {"type": "number", "minimum": 0, "nullable": true},
+                    "memoryBytes": {"type": "integer", "format": "uint64", "nullable": true}, "gpus": {"type": "array", "items": u32_schema()},
                 }},
             },
         },

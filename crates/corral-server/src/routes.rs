@@ -14,7 +14,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use corral_api::training_job::Role;
-use corral_local::cluster::{Cluster, JobState, NodeInfo};
+use corral_local::cluster::{Cluster, JobState, NodeInfo, ReplicaLog};
 use jiff::Timestamp;
 use serde::Deserialize;
 use serde_json::json;
@@ -42,6 +42,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/queues", get(queues))
         .route("/api/v1/nodes", get(nodes))
         .route("/api/v1/top", get(top))
+        .route("/api/v1/whoami", get(whoami))
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/openapi.json", get(openapi))
@@ -110,14 +111,32 @@ fn items<T: serde::Serialize>(items: Vec<T>) -> Response {
     Json(Items { items }).into_response()
 }
 
+/// `?dryRun=All`: check as a submit would, store nothing (as `kubectl --dry-run=server`).
+#[derive(Debug, Default, Deserialize)]
+pub struct SubmitQuery {
+    #[serde(rename = "dryRun")]
+    pub dry_run: Option<String>,
+}
+
 async fn submit(
     State(state): State<AppState>,
     caller: Caller,
     Path(namespace): Path<String>,
+    query: Result<Query<SubmitQuery>, QueryRejection>,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult {
     caller.check(&namespace)?;
     check_name("namespace", &namespace)?;
+    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let dry_run = match query.dry_run.as_deref() {
+        None => false,
+        Some("All") => true,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "dryRun `{other}` is not valid; use `All` (check everything, store nothing) or leave it out"
+            )));
+        }
+    };
     let body = body.map_err(|e| {
         if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::too_large(state.body_limit)
@@ -139,11 +158,26 @@ async fn submit(
     }
     // Parsing and validation need no lock: requests check their documents in parallel
     // and hold the cluster only to store them.
-    let file = state.file();
+    let ctx = state.validation();
     let ns = namespace.clone();
-    let checked = tokio::task::spawn_blocking(move || Cluster::check_submission(&file, &text, &ns))
+    let checked = tokio::task::spawn_blocking(move || Cluster::check_submission(&ctx, &text, &ns))
         .await
         .map_err(|e| ApiError::internal(format!("the request handler failed: {e}")))??;
+    if dry_run {
+        let items: Vec<_> = checked
+            .jobs()
+            .iter()
+            .map(|(job, converted_from)| {
+                json!({
+                    "namespace": namespace,
+                    "name": job.metadata.name,
+                    "uid": "",
+                    "convertedFrom": converted_from,
+                })
+            })
+            .collect();
+        return Ok(Json(json!({ "items": items })).into_response());
+    }
     let submitted = state
         .with_cluster(move |c| c.submit_checked(checked, Timestamp::now()))
         .await??;
@@ -275,22 +309,36 @@ async fn top(State(state): State<AppState>, caller: Caller) -> ApiResult {
 /// With tokens configured, Prometheus scrapes with one (`authorization: {credentials: ...}`
 /// in its scrape config); a namespace's token gets the cluster-wide gauges (jobs by queue
 /// and state, GPUs) and only its own namespace's per-replica series, which name jobs.
-async fn metrics(State(state): State<AppState>, caller: Caller) -> ApiResult {
-    let (snapshot, rows) = state.with_cluster(|c| (c.metrics(), c.top())).await?;
+async fn metrics(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: axum::http::HeaderMap,
+) -> ApiResult {
+    let format = crate::metrics::Format::negotiate(
+        headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()),
+    );
+    let (snapshot, queues, rows) = state
+        .with_cluster(|c| (c.metrics(), c.queues(), c.top()))
+        .await?;
     let rows: Vec<_> = rows
         .into_iter()
         .filter(|r| caller.allows(&r.namespace))
         .collect();
-    let text = crate::metrics::render(&snapshot, &rows)
-        .map_err(|e| ApiError::internal(format!("cannot encode metrics: {e}")))?;
+    let text = crate::metrics::render(&snapshot, &queues, &rows, format);
     Ok((
         [(
             header::CONTENT_TYPE,
-            HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+            HeaderValue::from_static(format.content_type()),
         )],
         text,
     )
         .into_response())
+}
+
+/// The namespace the caller's token acts in (none: every namespace), so that a client
+/// defaults to it as kubectl defaults to its context's namespace.
+async fn whoami(caller: Caller) -> Response {
+    Json(json!({ "namespace": caller.namespace() })).into_response()
 }
 
 async fn healthz() -> Response {
@@ -302,7 +350,9 @@ async fn openapi() -> Response {
 }
 
 /// `?replica=<job>-<role>-<i>|<role>-<i>`, or `?role=&index=`; `follow=true` streams until
-/// the job ends.
+/// the job ends, into each new incarnation of the replica; `previous=true`: the incarnation
+/// before the current one; `tail=N`: only the last N lines; `sinceSeconds=N`: only those
+/// that arrived in the last N seconds; `timestamps=true`: each line with its time.
 #[derive(Debug, Default, Deserialize)]
 pub struct LogQuery {
     pub replica: Option<String>,
@@ -310,6 +360,15 @@ pub struct LogQuery {
     pub index: Option<u32>,
     #[serde(default)]
     pub follow: bool,
+    #[serde(default)]
+    pub previous: bool,
+    pub tail: Option<u64>,
+    /// Prefix each line with the time it arrived (RFC 3339, UTC).
+    #[serde(default)]
+    pub timestamps: bool,
+    /// Only lines that arrived in the last N seconds.
+    #[serde(rename = "sinceSeconds")]
+    pub since_seconds: Option<u64>,
 }
 
 /// The replica a log request means, as `<role>-<index>`, checked against the job's roles.
@@ -381,56 +440,202 @@ async fn logs(
 ) -> ApiResult {
     caller.check(&namespace)?;
     let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    if query.previous && query.follow {
+        return Err(ApiError::bad_request(
+            "`previous` and `follow` do not go together: a previous incarnation has ended"
+                .to_string(),
+        ));
+    }
     let (ns, n) = (namespace.clone(), name.clone());
     let Some(job) = state.with_cluster(move |c| c.get(&ns, &n)).await?? else {
         return Err(ApiError::job_not_found(&namespace, &name));
     };
     let replica = pick_replica(&job, &query)?;
+    let full = format!("{name}-{replica}");
     let tail = LogTail {
         state: state.clone(),
         namespace: namespace.clone(),
         job: name.clone(),
         replica: replica.clone(),
-        path: None,
-        file: None,
         follow: query.follow,
+        tail: query.tail,
+        view: LogView::of(&query),
+        at_line_start: true,
+        shown: None,
+        file: None,
+        queued: Vec::new(),
         finished: false,
     };
-    let first = tail.lookup_path().await?;
-    if first.is_none() && !query.follow {
-        return Err(ApiError::not_found(format!(
-            "replica {name}-{replica} has not started yet, so it has no log; `corral logs {name} \
-             --replica {replica} -f` waits for it"
-        )));
-    }
-    let tail = LogTail {
-        path: first,
-        ..tail
+    let logs = tail.incarnations().await?;
+    let mut response = if query.follow {
+        let stream = futures_util::stream::unfold(tail, |mut t| async move {
+            t.next_chunk().await.map(|chunk| (chunk, t))
+        });
+        Body::from_stream(stream).into_response()
+    } else {
+        let picked = if query.previous {
+            let Some(log) = logs.len().checked_sub(2).and_then(|i| logs.get(i)) else {
+                return Err(ApiError::not_found(match logs.len() {
+                    0 => format!("replica {full} has not started yet, so it has no log"),
+                    _ => format!("replica {full} has run once, so it has no previous incarnation"),
+                }));
+            };
+            log
+        } else {
+            let Some(log) = logs.last() else {
+                return Err(ApiError::not_found(format!(
+                    "replica {full} has not started yet, so it has no log; `corral logs \
+                     {name} {replica} -f` waits for it"
+                )));
+            };
+            log
+        };
+        let path = picked.path.clone();
+        let view = LogView::of(&query);
+        let text = tokio::task::spawn_blocking(move || view.read(&path))
+            .await
+            .map_err(|e| ApiError::internal(format!("reading the log: {e}")))?
+            .map_err(|e| ApiError::internal(format!("reading the log of {full}: {e}")))?;
+        Body::from(last_lines(text, query.tail)).into_response()
     };
-    let stream = futures_util::stream::unfold(tail, |mut t| async move {
-        t.next_chunk().await.map(|chunk| (chunk, t))
-    });
-    let mut response = Body::from_stream(stream).into_response();
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
-    if let Ok(v) = HeaderValue::from_str(&format!("{name}-{replica}")) {
+    if let Ok(v) = HeaderValue::from_str(&full) {
         headers.insert("x-corral-replica", v);
     }
     Ok(response)
 }
 
-/// Reads a replica's log file, and with `follow` waits for more until the job ends.
+/// How lines are shown: with their times, and from when on.
+#[derive(Clone, Copy, Debug)]
+struct LogView {
+    timestamps: bool,
+    /// Unix milliseconds: lines that arrived earlier are left out.
+    since_ms: Option<i64>,
+}
+
+impl LogView {
+    fn of(q: &LogQuery) -> Self {
+        LogView {
+            timestamps: q.timestamps,
+            since_ms: q.since_seconds.map(|s| {
+                Timestamp::now()
+                    .as_millisecond()
+                    .saturating_sub(i64::try_from(s).unwrap_or(i64::MAX).saturating_mul(1000))
+            }),
+        }
+    }
+
+    /// A whole incarnation's log (the rotated segment, then the current one), as shown.
+    fn read(self, path: &std::path::Path) -> std::io::Result<Vec<u8>> {
+        self.read_counted(path).map(|(text, _)| text)
+    }
+
+    /// `read`, and how many bytes of the log it went through.
+    fn read_counted(self, path: &std::path::Path) -> std::io::Result<(Vec<u8>, u64)> {
+        let mut out = Vec::new();
+        let mut read = 0u64;
+        for line in corral_local::executor::log_times::timed_lines(path)? {
+            read += line.text.len() as u64;
+            let ms = line.unix_ms.and_then(|m| i64::try_from(m).ok());
+            // A line of unknown time is kept: it may be recent.
+            if let (Some(since), Some(ms)) = (self.since_ms, ms)
+                && ms < since
+            {
+                continue;
+            }
+            if self.timestamps {
+                out.extend(stamp(ms).as_bytes());
+            }
+            out.extend(line.text);
+        }
+        Ok((out, read))
+    }
+
+    /// Output read live: each line that starts in `chunk` gets the time of reading (within
+    /// one poll of its arrival).
+    fn live(self, chunk: &[u8], at_line_start: &mut bool) -> Vec<u8> {
+        if !self.timestamps {
+            return chunk.to_vec();
+        }
+        let now = stamp(Some(Timestamp::now().as_millisecond()));
+        let mut out = Vec::with_capacity(chunk.len() + 32);
+        for b in chunk {
+            if *at_line_start {
+                out.extend(now.as_bytes());
+            }
+            out.push(*b);
+            *at_line_start = *b == b'\n';
+        }
+        out
+    }
+}
+
+/// `2026-11-23T13:00:00.123Z ` (kubectl's form); `-` when the time is unknown.
+fn stamp(ms: Option<i64>) -> String {
+    match ms.and_then(|m| Timestamp::from_millisecond(m).ok()) {
+        Some(t) => format!("{} ", t.strftime("%Y-%m-%dT%H:%M:%S%.3fZ")),
+        None => "- ".to_string(),
+    }
+}
+
+/// The last `n` lines of `text` (a last line without its newline counts), or all of it.
+fn last_lines(text: Vec<u8>, n: Option<u64>) -> Vec<u8> {
+    let Some(n) = n else {
+        return text;
+    };
+    if n == 0 {
+        return Vec::new();
+    }
+    let body = text.strip_suffix(b"\n").unwrap_or(&text);
+    let mut seen = 0u64;
+    for (i, b) in body.iter().enumerate().rev() {
+        if *b == b'\n' {
+            seen += 1;
+            if seen == n {
+                return text[i + 1..].to_vec();
+            }
+        }
+    }
+    text
+}
+
+/// The line that introduces an incarnation in a followed log, so that a reader sees where
+/// one ended and the next began.
+fn incarnation_mark(replica: &str, ordinal: usize, log: &ReplicaLog) -> String {
+    let started = log
+        .started
+        .map(|t| format!(", started {}", t.round(jiff::Unit::Second).unwrap_or(t)))
+        .unwrap_or_default();
+    let restarts = match ordinal {
+        1 => "first run".to_string(),
+        2 => "after 1 restart".to_string(),
+        n => format!("after {} restarts", n - 1),
+    };
+    format!("==> {replica}: incarnation {ordinal} ({restarts}{started}) <==\n")
+}
+
+/// Follows a replica's log: its current incarnation, then every later one as it starts,
+/// until the job ends.
 struct LogTail {
     state: AppState,
     namespace: String,
     job: String,
     replica: String,
-    path: Option<PathBuf>,
-    file: Option<tokio::fs::File>,
     follow: bool,
+    /// Lines of the first incarnation shown to start from the end of (`--tail`).
+    tail: Option<u64>,
+    view: LogView,
+    /// Whether the next byte read live starts a line (for timestamps).
+    at_line_start: bool,
+    /// 0-based position of the incarnation being read, among the replica's incarnations.
+    shown: Option<usize>,
+    file: Option<tokio::fs::File>,
+    /// What to send before reading on (a mark, the start of an incarnation).
+    queued: Vec<Bytes>,
     /// The job ended: read what is left, then stop.
     finished: bool,
 }
@@ -438,14 +643,14 @@ struct LogTail {
 const POLL: Duration = Duration::from_millis(200);
 
 impl LogTail {
-    async fn lookup_path(&self) -> Result<Option<PathBuf>, ApiError> {
+    async fn incarnations(&self) -> Result<Vec<ReplicaLog>, ApiError> {
         let (ns, job, replica) = (
             self.namespace.clone(),
             self.job.clone(),
             self.replica.clone(),
         );
         self.state
-            .with_cluster(move |c| c.log_path(&ns, &job, &replica))
+            .with_cluster(move |c| c.replica_logs(&ns, &job, &replica))
             .await
     }
 
@@ -464,19 +669,69 @@ impl LogTail {
         }
     }
 
+    /// Moves on to incarnation `i` of `logs`: queues its mark and what it has written so far
+    /// (only the last `tail` lines of the first one shown), and keeps its file open at the
+    /// end of what was queued.
+    async fn open(&mut self, logs: &[ReplicaLog], i: usize) -> Result<(), std::io::Error> {
+        let log = &logs[i];
+        let full = format!("{}-{}", self.job, self.replica);
+        self.queued
+            .push(Bytes::from(incarnation_mark(&full, i + 1, log)));
+        let mut rotated = log.path.as_os_str().to_owned();
+        rotated.push(".1");
+        let rotated = PathBuf::from(rotated);
+        let text = if self.view.timestamps || self.view.since_ms.is_some() {
+            let (path, view) = (log.path.clone(), self.view);
+            let (text, read) = tokio::task::spawn_blocking(move || view.read_counted(&path))
+                .await
+                .map_err(std::io::Error::other)??;
+            // Live reading goes on after what the history covered of the current segment.
+            let before = tokio::fs::metadata(&rotated).await.map_or(0, |m| m.len());
+            match tokio::fs::File::open(&log.path).await {
+                Ok(mut f) => {
+                    use tokio::io::AsyncSeekExt;
+                    f.seek(std::io::SeekFrom::Start(read.saturating_sub(before)))
+                        .await?;
+                    self.file = Some(f);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => self.file = None,
+                Err(e) => return Err(e),
+            }
+            text
+        } else {
+            let mut text = match tokio::fs::read(&rotated).await {
+                Ok(b) => b,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+                Err(e) => return Err(e),
+            };
+            match tokio::fs::File::open(&log.path).await {
+                Ok(mut f) => {
+                    f.read_to_end(&mut text).await?;
+                    self.file = Some(f);
+                }
+                // Launched, not yet writing.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => self.file = None,
+                Err(e) => return Err(e),
+            }
+            text
+        };
+        self.at_line_start = text.last().is_none_or(|b| *b == b'\n');
+        let text = if self.shown.is_none() {
+            last_lines(text, self.tail)
+        } else {
+            text
+        };
+        if !text.is_empty() {
+            self.queued.push(Bytes::from(text));
+        }
+        self.shown = Some(i);
+        Ok(())
+    }
+
     async fn next_chunk(&mut self) -> Option<Result<Bytes, std::io::Error>> {
         loop {
-            if self.file.is_none() {
-                if self.path.is_none() {
-                    self.path = self.lookup_path().await.ok().flatten();
-                }
-                if let Some(p) = &self.path {
-                    match tokio::fs::File::open(p).await {
-                        Ok(f) => self.file = Some(f),
-                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                        Err(e) => return Some(Err(e)),
-                    }
-                }
+            if !self.queued.is_empty() {
+                return Some(Ok(self.queued.remove(0)));
             }
             if let Some(f) = &mut self.file {
                 let mut buf = vec![0u8; 64 * 1024];
@@ -484,12 +739,40 @@ impl LogTail {
                     Ok(0) => {}
                     Ok(n) => {
                         buf.truncate(n);
-                        return Some(Ok(Bytes::from(buf)));
+                        let shown = self.view.live(&buf, &mut self.at_line_start);
+                        return Some(Ok(Bytes::from(shown)));
                     }
                     Err(e) => return Some(Err(e)),
                 }
             }
-            // Nothing (more) to read.
+            // Nothing more in this incarnation's file: a later incarnation, if one started,
+            // or the file of this one, if it was not there yet.
+            let logs = self.incarnations().await.unwrap_or_default();
+            let next = match self.shown {
+                // The current one first: following shows what runs now, then what follows.
+                None => logs.len().checked_sub(1),
+                Some(i) if i + 1 < logs.len() => Some(i + 1),
+                Some(i) if self.file.is_none() && i < logs.len() => Some(i),
+                Some(_) => None,
+            };
+            if let Some(i) = next {
+                if self.shown == Some(i) {
+                    // Reopen the file that has appeared since; its mark went out already.
+                    match tokio::fs::File::open(&logs[i].path).await {
+                        Ok(f) => self.file = Some(f),
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(e) => return Some(Err(e)),
+                    }
+                    if self.file.is_some() {
+                        continue;
+                    }
+                } else {
+                    if let Err(e) = self.open(&logs, i).await {
+                        return Some(Err(e));
+                    }
+                    continue;
+                }
+            }
             if !self.follow || self.finished {
                 return None;
             }

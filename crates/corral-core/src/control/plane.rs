@@ -1220,9 +1220,12 @@ fn admitted_message(a: &Admission) -> String {
         .map(|p| format!("{}-{}: {:?}", p.role, p.index, p.gpu_indices))
         .collect();
     let mut msg = format!(
-        "admitted to pool {}{ty}: {} replicas on {}",
+        "admitted to pool {}{ty}: {} on {}",
         a.pool,
-        a.placements.len(),
+        match a.placements.len() {
+            1 => "1 replica".to_string(),
+            n => format!("{n} replicas"),
+        },
         nodes.into_iter().collect::<Vec<_>>().join(", ")
     );
     if !gpus.is_empty() {

@@ -427,7 +427,10 @@ impl Reconciler {
             }
         };
         if !self.is(ConditionType::Admitted) || self.admitted_reason_is_incomplete() {
-            let msg = format!("admitted with a placement for {} replicas", desired.len());
+            let msg = match desired.len() {
+                1 => "admitted with a placement for its replica".to_string(),
+                n => format!("admitted with a placement for {n} replicas"),
+            };
             self.set(ConditionType::Admitted, reason::ADMITTED, msg.clone());
             conditions::set(
                 &mut self.status,
@@ -508,7 +511,10 @@ impl Reconciler {
             .keys()
             .any(|id| self.current_phase(*id) == Some(ReplicaPhase::Running));
         if all_up {
-            let msg = format!("all {} replicas are running", desired.len());
+            let msg = match desired.len() {
+                1 => "its replica is running".to_string(),
+                n => format!("all {n} replicas are running"),
+            };
             self.set(ConditionType::Running, reason::RUNNING, msg.clone());
             self.clear(ConditionType::Restarting, reason::RUNNING, msg);
         }

@@ -269,21 +269,29 @@ impl fmt::Display for Blocker {
                     {
                         write!(
                             f,
-                            "{largest_free} GPUs are free on {node}, but no node with enough \
+                            "{} free on {node}, but no node with enough \
                              free GPUs has the CPU, memory and extended resources a replica \
-                             needs free"
+                             needs free",
+                            if *largest_free == 1 {
+                                "1 GPU is".to_string()
+                            } else {
+                                format!("{largest_free} GPUs are")
+                            }
                         )?
                     }
-                    Some(node) if *largest_free > 0 => {
-                        write!(f, "largest free block is {largest_free} on {node}")?
-                    }
+                    Some(node) if *largest_free > 0 => write!(
+                        f,
+                        "the largest free block is {} on {node}",
+                        plural(u64::from(*largest_free), "GPU", "GPUs")
+                    )?,
                     _ if *free_gpus == 0 => write!(f, "no GPUs are free")?,
                     _ => write!(f, "no node has room for a replica")?,
                 }
                 if *replicas > 1 && *free_gpus > 0 {
                     write!(
                         f,
-                        " ({free_gpus} free in all; room for {replicas_that_fit} of {replicas} replicas)"
+                        " ({} free in all; room for {replicas_that_fit} of {replicas} replicas)",
+                        plural(*free_gpus, "GPU", "GPUs")
                     )?;
                 }
                 if !reserved_for.is_empty() {

@@ -5,12 +5,12 @@ use std::collections::BTreeSet;
 
 use corral_api::TrainingJob;
 use corral_api::document::{Document, parse_documents};
+use corral_api::validate::ValidationContext;
 use corral_core::control::{ControlError, EventType, JobRecord};
 use jiff::Timestamp;
 
 use super::engine::{Cluster, millis, new_uid};
 use super::{ClusterError, DocumentProblem, FieldProblem, SubmitResult};
-use crate::config::ClusterFileConfig;
 use crate::store::{NewJob, StoredJob};
 
 /// Documents of a submission, parsed and checked ([`Cluster::check_submission`]).
@@ -19,6 +19,13 @@ pub struct CheckedSubmission {
     namespace: String,
     /// Each job, with the kind it was converted from.
     jobs: Vec<(TrainingJob, Option<String>)>,
+}
+
+impl CheckedSubmission {
+    /// Each checked job, with the kind it was converted from.
+    pub fn jobs(&self) -> &[(TrainingJob, Option<String>)] {
+        &self.jobs
+    }
 }
 
 impl Cluster {
@@ -32,21 +39,33 @@ impl Cluster {
         namespace: &str,
         now: Timestamp,
     ) -> Result<Vec<SubmitResult>, ClusterError> {
-        let checked = Self::check_submission(&self.config.file, text, namespace)?;
+        let checked = Self::check_submission(&self.validation_context(), text, namespace)?;
         self.submit_checked(checked, now)
     }
 
-    /// The part of [`Cluster::submit`] that needs no cluster: parse, validate against the
-    /// configuration, check names. A server runs it before it takes the cluster's lock.
+    /// What a submission is checked against: the configuration (priority classes, queues,
+    /// pools) and this machine's node. Neither changes while the cluster is open, so a
+    /// server keeps one and checks submissions without the cluster's lock.
+    pub fn validation_context(&self) -> ValidationContext {
+        let mut ctx = self.config.file.validation_context();
+        ctx.nodes = Some(vec![corral_api::validate::NodeFacts {
+            gpu_type: self.node.gpu_type.clone(),
+            gpus: self.node.gpus,
+        }]);
+        ctx
+    }
+
+    /// The part of [`Cluster::submit`] that needs no cluster: parse, validate against
+    /// `ctx` ([`Cluster::validation_context`]), check names. `submit` and a dry run
+    /// (`corral validate` against a server) share it, so they give the same errors.
     pub fn check_submission(
-        file: &ClusterFileConfig,
+        ctx: &ValidationContext,
         text: &str,
         namespace: &str,
     ) -> Result<CheckedSubmission, ClusterError> {
-        let ctx = file.validation_context();
         let mut problems = Vec::new();
         let mut accepted = Vec::new();
-        for r in parse_documents(text, &ctx) {
+        for r in parse_documents(text, ctx) {
             match r {
                 Err(e) => problems.push(DocumentProblem {
                     index: e.index,
@@ -171,21 +190,25 @@ impl Cluster {
             }
         }
         // The jobs and their Submitted events: one transaction.
-        let inserted = self.store.begin_batch().map_err(ClusterError::from).and_then(|()| {
-            let seqs = self.store.insert_jobs(&new_jobs)?;
-            for j in &new_jobs {
-                self.event(
-                    &j.namespace,
-                    &j.name,
-                    now,
-                    EventType::Normal,
-                    "Submitted",
-                    format!("queued in {}", j.job.spec.queue_name()),
-                );
-            }
-            self.store.commit_batch()?;
-            Ok(seqs)
-        });
+        let inserted = self
+            .store
+            .begin_batch()
+            .map_err(ClusterError::from)
+            .and_then(|()| {
+                let seqs = self.store.insert_jobs(&new_jobs)?;
+                for j in &new_jobs {
+                    self.event(
+                        &j.namespace,
+                        &j.name,
+                        now,
+                        EventType::Normal,
+                        "Submitted",
+                        format!("queued in {}", j.job.spec.queue_name()),
+                    );
+                }
+                self.store.commit_batch()?;
+                Ok(seqs)
+            });
         let seqs = match inserted {
             Ok(seqs) => seqs,
             Err(e) => {

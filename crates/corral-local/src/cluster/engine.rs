@@ -128,10 +128,9 @@ pub(super) fn summary(j: &StoredJob) -> JobSummary {
 /// Replicas of the current incarnation running or done, as the status counts them
 /// (`replicaStatuses`, Kubeflow's per-role active and succeeded counts).
 pub(super) fn ready_replicas(status: &corral_api::TrainingJobStatus) -> u32 {
-    status
-        .replica_statuses
-        .values()
-        .fold(0u32, |n, r| n.saturating_add(r.active).saturating_add(r.succeeded))
+    status.replica_statuses.values().fold(0u32, |n, r| {
+        n.saturating_add(r.active).saturating_add(r.succeeded)
+    })
 }
 
 /// Counters kept in memory (reset when the process restarts, as Prometheus expects).

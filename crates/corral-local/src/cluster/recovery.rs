@@ -168,7 +168,9 @@ pub(super) fn open(
     for j in jobs {
         cluster.cache(j);
     }
-    cluster.summaries.extend(retired.into_iter().map(|(_, k, s)| (k, s)));
+    cluster
+        .summaries
+        .extend(retired.into_iter().map(|(_, k, s)| (k, s)));
     for e in &step.events {
         if e.reason == corral_core::control::event_reason::ADMISSION_LOST {
             warnings.push(format!("{}: {}", e.job, e.message));

@@ -2,21 +2,20 @@
 //! resource use of replicas, log files and metrics. Reads only.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use corral_api::TrainingJob;
 use corral_core::control::EventType;
-use corral_core::lifecycle::ReplicaPhase;
+use corral_core::lifecycle::{Incarnation, ReplicaPhase};
 use corral_core::sched::ResourceAmount;
 
 use super::engine::{Cluster, phase_of, state_of, summary, timestamp};
 use super::{
     AdmissionInfo, ClusterError, Event, GpuDevice, JobDetails, JobState, JobSummary,
-    MetricsSnapshot, NodeInfo, QueueInfo, QueuePoolUsage, ReplicaInfo, ReplicaUsageRow,
+    MetricsSnapshot, NodeInfo, QueueInfo, QueuePoolUsage, ReplicaInfo, ReplicaLog, ReplicaUsageRow,
 };
 use crate::executor::ProcessState;
-
 
 impl Cluster {
     /// The job with its recorded status.
@@ -59,12 +58,6 @@ impl Cluster {
             return Ok(None);
         };
         let replicas = self.store.replicas_of(&stored.uid)?;
-        let retries = stored
-            .job
-            .status
-            .as_ref()
-            .map(|s| s.replica_retries.clone())
-            .unwrap_or_default();
         let mut infos = Vec::new();
         for r in &replicas {
             let phase = phase_of(r.state);
@@ -92,10 +85,9 @@ impl Cluster {
                 pid: (r.state == ProcessState::Running).then_some(r.record.pid),
                 gpus: r.record.gpu_indices.clone(),
                 port: r.port,
-                restarts: retries
-                    .get(&format!("{}-{}", r.role, r.index))
-                    .copied()
-                    .unwrap_or(0),
+                // Every earlier incarnation was a restart of this replica: the gang's
+                // (attempt) and its own (retry), as kubectl counts a container's restarts.
+                restarts: r.attempt + r.retry,
                 started: Some(timestamp(r.started_ms)),
                 log_path: Some(r.record.log_path()),
             });
@@ -164,7 +156,12 @@ impl Cluster {
                             .plane
                             .queue_usage(&q.name, pool)
                             .unwrap_or(ResourceAmount::ZERO),
-                        nominal: q.quotas.get(pool).map(|p| p.nominal),
+                        nominal: q.quotas.get(pool).map(|p| p.nominal.into()),
+                        borrowing_limit: q
+                            .quotas
+                            .get(pool)
+                            .and_then(|p| p.borrowing_limit)
+                            .map(Into::into),
                     })
                     .collect();
                 QueueInfo {
@@ -260,31 +257,58 @@ impl Cluster {
     /// The log file of a replica (`<job>-<role>-<index>`, or `<role>-<index>`), of its
     /// latest incarnation; kept after the job finishes or is deleted.
     pub fn log_path(&self, namespace: &str, job: &str, replica: &str) -> Option<PathBuf> {
+        self.replica_logs(namespace, job, replica)
+            .pop()
+            .map(|l| l.path)
+    }
+
+    /// Every incarnation's log of a replica (`<job>-<role>-<index>`, or `<role>-<index>`),
+    /// oldest first: read from the replica directories, because the store drops the records
+    /// of earlier incarnations on a restart while their files stay. Only the incarnations of
+    /// the job of this name that exists now (or, once deleted, of the last one that ran).
+    pub fn replica_logs(&self, namespace: &str, job: &str, replica: &str) -> Vec<ReplicaLog> {
         let short = replica
             .strip_prefix(job)
             .and_then(|r| r.strip_prefix('-'))
             .unwrap_or(replica);
         let name = format!("{namespace}.{job}-{short}");
-        let replicas = self.store.replicas_named(&name).ok()?;
-        if let Some(r) = replicas
-            .iter()
-            .max_by_key(|r| (r.started_ms, r.attempt, r.retry))
-        {
-            return Some(r.record.log_path());
-        }
-        // Records are dropped on restarts and deletion; the files stay.
         let dir = self.executor.replica_dir(&name, "x");
-        let parent = dir.parent()?;
-        std::fs::read_dir(parent)
-            .ok()?
+        let Some(Ok(entries)) = dir.parent().map(std::fs::read_dir) else {
+            return Vec::new();
+        };
+        // Directory names are `<first 8 of the job's uid>-<attempt>.<retry>`.
+        let mut found: Vec<(String, Incarnation, ReplicaLog)> = entries
             .filter_map(Result::ok)
             .filter_map(|e| {
-                let log = e.path().join("output.log");
-                let modified = std::fs::metadata(&log).and_then(|m| m.modified()).ok()?;
-                Some((modified, log))
+                let file_name = e.file_name().to_string_lossy().into_owned();
+                let (uid, inc) = file_name.rsplit_once('-')?;
+                let inc: Incarnation = inc.parse().ok()?;
+                let path = e.path().join("output.log");
+                let started = std::fs::metadata(e.path().join("launch.json"))
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| jiff::Timestamp::try_from(t).ok());
+                Some((
+                    uid.to_string(),
+                    inc,
+                    ReplicaLog {
+                        incarnation: inc.to_string(),
+                        started,
+                        path,
+                    },
+                ))
             })
-            .max()
-            .map(|(_, p)| p)
+            .collect();
+        let current_uid = match self.store.job(namespace, job) {
+            Ok(Some(stored)) => Some(stored.uid.chars().take(8).collect::<String>()),
+            _ => found
+                .iter()
+                .max_by_key(|(_, _, l)| l.started)
+                .map(|(uid, _, _)| uid.clone()),
+        };
+        found.retain(|(uid, _, _)| Some(uid) == current_uid.as_ref());
+        found.sort_by_key(|(_, inc, _)| (inc.attempt, inc.retry));
+        found.into_iter().map(|(_, _, l)| l).collect()
     }
 
     /// Gauges and counters for `/metrics`.
@@ -345,4 +369,3 @@ fn phase_name(p: ReplicaPhase) -> &'static str {
         ReplicaPhase::Gone => "Gone",
     }
 }
-

@@ -136,29 +136,35 @@ pub struct RotatingLog {
     segment: u64,
     file: File,
     written: u64,
+    /// When each part arrived (`<path>.times`), for `corral logs --timestamps`.
+    times: super::log_times::LogTimes,
 }
 
 impl RotatingLog {
     pub fn open(path: &Path, limit: u64) -> io::Result<Self> {
         let file = OpenOptions::new().create(true).append(true).open(path)?;
         let written = file.metadata()?.len();
+        let before = fs::metadata(rotated_path(path)).map_or(0, |m| m.len());
         Ok(RotatingLog {
             path: path.to_path_buf(),
             segment: (limit / 2).max(1),
             file,
             written,
+            times: super::log_times::LogTimes::open(path, before + written)?,
         })
     }
 
     pub fn write(&mut self, mut data: &[u8]) -> io::Result<()> {
         while !data.is_empty() {
-            if self.written >= self.segment {
+            // The times file counts against the segment too, so both stay within the cap.
+            if self.written >= self.segment || self.times.written() >= self.segment {
                 self.rotate()?;
             }
             let room = (self.segment - self.written) as usize;
             let n = room.min(data.len());
             self.file.write_all(&data[..n])?;
             self.written += n as u64;
+            self.times.record(n)?;
             data = &data[n..];
         }
         Ok(())
@@ -172,7 +178,7 @@ impl RotatingLog {
             .append(true)
             .open(&self.path)?;
         self.written = 0;
-        Ok(())
+        self.times.rotate()
     }
 }
 

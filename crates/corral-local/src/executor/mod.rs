@@ -42,6 +42,7 @@
 //! The working directory defaults to the replica directory.
 
 pub(crate) mod files;
+pub mod log_times;
 pub mod procfs;
 
 use std::collections::BTreeMap;
