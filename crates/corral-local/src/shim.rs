@@ -138,6 +138,7 @@ fn supervise(dir: &Path) -> Result<i32, String> {
             dir: dir.to_path_buf(),
             cgroup: launch.cgroup.clone(),
             gpu_indices: draft.gpu_indices.clone(),
+            container: launch.container.clone(),
         };
         files::write_json_atomic(&dir.join(RECORD_FILE), &record)
             .map_err(|e| format!("writing {RECORD_FILE}: {e}"))?;
@@ -254,7 +255,14 @@ fn finish(
     signal: Option<i32>,
     error: Option<String>,
 ) -> Result<(), String> {
-    let oom_killed = launch.cgroup.as_ref().is_some_and(|cg| cg.oom_kills() > 0);
+    let mut oom_killed = launch.cgroup.as_ref().is_some_and(|cg| cg.oom_kills() > 0);
+    // A container is asked how it ended, then removed: nothing of a replica outlives it.
+    if let Some(c) = &launch.container {
+        oom_killed |= c.oom_killed();
+        if !c.remove() {
+            eprintln!("corral shim: removing container {} failed", c.name);
+        }
+    }
     let rec = ExitRecord {
         code,
         signal,

@@ -15,6 +15,7 @@ use jiff::Timestamp;
 
 use super::engine::{Cluster, incarnation_label, millis, phase_of, process_name, replica_slots};
 use super::{ClusterError, TickReport};
+use crate::executor::container::ContainerRequest;
 use crate::executor::{ExecutorError, ProcessRecord, ProcessState, ReplicaProcessSpec};
 use crate::store::{StoredAdmission, StoredEvent, StoredJob, StoredReplica};
 
@@ -370,7 +371,17 @@ impl Cluster {
                 (rel, f.contents.clone())
             })
             .collect();
-        let process = process_spec(&job, &stored, id, name, label, env, files, gpu_indices);
+        let containers = self.executor.config().containers.is_some();
+        let process = process_spec(
+            &job,
+            &stored,
+            id,
+            (name, label),
+            env,
+            files,
+            gpu_indices,
+            containers,
+        );
         let Some(process) = process else {
             return Ok(None);
         };
@@ -562,11 +573,11 @@ fn process_spec(
     job: &TrainingJob,
     stored: &StoredJob,
     id: ReplicaId,
-    name: String,
-    label: String,
+    (name, label): (String, String),
     env: Vec<(String, String)>,
     files: Vec<(PathBuf, String)>,
     gpu_indices: &[u32],
+    containers: bool,
 ) -> Option<ReplicaProcessSpec> {
     let mut spec = job.spec.clone();
     spec.apply_defaults();
@@ -596,5 +607,16 @@ fn process_spec(
         cpu_milli,
         memory_bytes,
         gpu_indices: gpu_indices.to_vec(),
+        // Without a runtime the command runs on the host (the submit said so in an event).
+        container: rspec
+            .template
+            .image
+            .as_ref()
+            .filter(|_| containers)
+            .map(|image| ContainerRequest {
+                image: image.clone(),
+                command: rspec.template.command.clone(),
+                args: rspec.template.args.clone(),
+            }),
     })
 }

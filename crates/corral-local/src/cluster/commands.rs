@@ -10,6 +10,7 @@ use jiff::Timestamp;
 
 use super::engine::{Cluster, millis, new_uid};
 use super::{ClusterError, DocumentProblem, FieldProblem, SubmitResult};
+use crate::config::WithoutRuntime;
 use crate::store::{NewJob, StoredJob};
 
 impl Cluster {
@@ -24,6 +25,15 @@ impl Cluster {
         now: Timestamp,
     ) -> Result<Vec<SubmitResult>, ClusterError> {
         let ctx = self.config.file.validation_context();
+        let images = ImagePolicy {
+            runtime: self
+                .executor
+                .config()
+                .containers
+                .as_ref()
+                .map(|r| r.kind.as_str()),
+            without_runtime: self.config.file.settings.containers.without_runtime,
+        };
         let mut problems = Vec::new();
         let mut accepted = Vec::new();
         for r in parse_documents(text, &ctx) {
@@ -49,7 +59,7 @@ impl Cluster {
                     match p.document {
                         Document::TrainingJob(job) => {
                             let mut job = *job;
-                            check_local(&job, namespace, &mut errors);
+                            check_local(&job, namespace, images, &mut errors);
                             job.metadata.namespace = Some(namespace.to_string());
                             if errors.is_empty() {
                                 accepted.push((job, p.converted_from.clone()));
@@ -154,6 +164,32 @@ impl Cluster {
                 "Submitted",
                 format!("queued in {}", j.job.spec.queue_name()),
             );
+            if images.runtime.is_none() {
+                let unused: BTreeSet<&str> = j
+                    .job
+                    .spec
+                    .replicas
+                    .values()
+                    .filter_map(|r| r.template.image.as_deref())
+                    .collect();
+                if !unused.is_empty() {
+                    let list: Vec<&str> = unused.into_iter().collect();
+                    self.event(
+                        &j.namespace,
+                        &j.name,
+                        now,
+                        EventType::Warning,
+                        "ImageNotUsed",
+                        format!(
+                            "this cluster has no container runtime (podman or docker): the \
+                             image {} is not used, the command runs on the host with what is \
+                             installed there (set containers.withoutRuntime: reject in \
+                             corral.yaml to refuse such jobs)",
+                            list.join(", ")
+                        ),
+                    );
+                }
+            }
             out.push(SubmitResult {
                 namespace: j.namespace,
                 name: j.name,
@@ -256,7 +292,20 @@ impl Cluster {
 }
 
 /// What the embedded cluster needs beyond validation: a command to run, the namespace.
-fn check_local(job: &TrainingJob, namespace: &str, errors: &mut Vec<FieldProblem>) {
+/// What this cluster does with a template's `image`.
+#[derive(Clone, Copy)]
+struct ImagePolicy {
+    /// The container runtime (`podman`, `docker`), if there is one.
+    runtime: Option<&'static str>,
+    without_runtime: WithoutRuntime,
+}
+
+fn check_local(
+    job: &TrainingJob,
+    namespace: &str,
+    images: ImagePolicy,
+    errors: &mut Vec<FieldProblem>,
+) {
     if let Some(ns) = &job.metadata.namespace
         && ns != namespace
     {
@@ -275,11 +324,30 @@ fn check_local(job: &TrainingJob, namespace: &str, errors: &mut Vec<FieldProblem
         });
     }
     for (role, spec) in &job.spec.replicas {
-        if spec.template.command.is_empty() {
-            errors.push(FieldProblem {
+        let image = spec.template.image.as_deref();
+        match (images.runtime, image) {
+            (Some(_), Some(_)) => {}
+            (None, Some(image)) if images.without_runtime == WithoutRuntime::Reject => {
+                errors.push(FieldProblem {
+                    path: format!("spec.replicas.{role}.template.image"),
+                    message: format!(
+                        "this cluster has no container runtime (podman or docker) to run \
+                         `{image}`, and refuses jobs with images (containers.withoutRuntime: \
+                         reject); remove `image` to run `command` on the host"
+                    ),
+                });
+            }
+            _ if spec.template.command.is_empty() => errors.push(FieldProblem {
                 path: format!("spec.replicas.{role}.template.command"),
-                message: "the embedded cluster runs commands, not images: set `command`".into(),
-            });
+                message: match image {
+                    Some(image) => format!(
+                        "this cluster has no container runtime (podman or docker), so the \
+                         entrypoint of `{image}` cannot run: set `command` to run on the host"
+                    ),
+                    None => "set `command` (or `image`, to run in a container)".into(),
+                },
+            }),
+            _ => {}
         }
         for (i, v) in spec.template.env.iter().enumerate() {
             if v.value.is_none() && v.value_from.is_some() {

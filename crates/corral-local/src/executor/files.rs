@@ -34,6 +34,10 @@ pub struct LaunchFile {
     /// finds the replica on restart): name, job, incarnation and GPUs of the replica.
     #[serde(default)]
     pub record: Option<RecordDraft>,
+    /// The container the command runs (it is the runtime's client): the shim asks the
+    /// runtime whether it was OOM-killed and removes it once the command has ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<super::container::ContainerHandle>,
 }
 
 /// The parts of a [`super::ProcessRecord`] known before the shim runs.
