@@ -105,7 +105,10 @@ fn the_kubeflow_elastic_example_with_nulls_is_accepted_as_if_they_were_absent() 
         Some("kubeflow/pytorch-elastic-example-imagenet:latest")
     );
     let elastic = j.spec.elastic.expect("elastic policy");
-    assert_eq!((elastic.min_replicas, elastic.max_replicas), (Some(1), Some(2)));
+    assert_eq!(
+        (elastic.min_replicas, elastic.max_replicas),
+        (Some(1), Some(2))
+    );
 }
 
 #[test]
@@ -116,7 +119,10 @@ fn an_mpi_v2beta1_manifest_with_null_env_is_accepted() {
     assert_eq!(launcher.template.command, vec!["mpirun".to_string()]);
     let worker = &j.spec.replicas[&Role::Worker];
     assert_eq!(worker.count, 2);
-    assert_eq!(worker.resources.memory, None, "memory: null is no memory limit");
+    assert_eq!(
+        worker.resources.memory, None,
+        "memory: null is no memory limit"
+    );
 }
 
 #[test]

@@ -372,9 +372,13 @@ spec:
         )
         .expect("valid");
         assert_eq!(c.settings.containers.runtime.as_deref(), Some("podman"));
-        assert_eq!(c.settings.containers.without_runtime, WithoutRuntime::Reject);
-        let e = ClusterFileConfig::parse("kind: CorralConfig\ncontainers: {withoutRuntime: ignore}")
-            .expect_err("invalid");
+        assert_eq!(
+            c.settings.containers.without_runtime,
+            WithoutRuntime::Reject
+        );
+        let e =
+            ClusterFileConfig::parse("kind: CorralConfig\ncontainers: {withoutRuntime: ignore}")
+                .expect_err("invalid");
         assert!(e.to_string().contains("withoutRuntime"), "{e}");
     }
 

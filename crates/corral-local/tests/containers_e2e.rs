@@ -51,7 +51,9 @@ impl Harness {
     }
 
     fn open(&self) -> Cluster {
-        Cluster::open(self.config.clone(), self.now).expect("open").0
+        Cluster::open(self.config.clone(), self.now)
+            .expect("open")
+            .0
     }
 
     fn run_dir(&self) -> PathBuf {
@@ -227,7 +229,10 @@ fn a_training_job_runs_in_its_image_with_the_contract_env() {
     });
     let plain = log_of(&c, "plain", "plain-worker-1");
     assert!(plain.contains(MARKER), "the image's file: {plain}");
-    assert!(plain.contains("cwd=/app rank=1"), "image CMD and WORKDIR: {plain}");
+    assert!(
+        plain.contains("cwd=/app rank=1"),
+        "image CMD and WORKDIR: {plain}"
+    );
     let o = log_of(&c, "override", "override-worker-0");
     assert!(o.contains(MARKER), "{o}");
     assert!(o.contains("rank=0 world=2 port="), "contract env: {o}");
@@ -241,7 +246,10 @@ fn a_training_job_runs_in_its_image_with_the_contract_env() {
         .expect("job");
     let port = d.replicas[0].port.expect("a port");
     assert!(o.contains(&format!("port={port}")), "{o}");
-    assert!(containers_of(&h.run_dir()).is_empty(), "ended containers are removed");
+    assert!(
+        containers_of(&h.run_dir()).is_empty(),
+        "ended containers are removed"
+    );
 }
 
 fn a_kubeflow_pytorchjob_with_an_image_runs_in_a_container() {
@@ -331,7 +339,10 @@ spec:
     h.until(&mut c, "hog failed, calm succeeded", |c| {
         state(c, "hog") == Some(JobState::Failed) && state(c, "calm") == Some(JobState::Succeeded)
     });
-    let d = c.describe("default", "hog").expect("describe").expect("job");
+    let d = c
+        .describe("default", "hog")
+        .expect("describe")
+        .expect("job");
     // SIGKILLed by the kernel. (podman 4.3 with runc on cgroup v1 does not report OOMKilled,
     // so the reason is not always "OOMKilled".)
     assert_eq!(d.replicas[0].exit_code, Some(137), "{:#?}", d.replicas);

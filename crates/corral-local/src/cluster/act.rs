@@ -618,5 +618,6 @@ fn process_spec(
                 command: rspec.template.command.clone(),
                 args: rspec.template.args.clone(),
             }),
+        python: rspec.template.python.clone(),
     })
 }

@@ -33,6 +33,7 @@ impl Cluster {
                 .as_ref()
                 .map(|r| r.kind.as_str()),
             without_runtime: self.config.file.settings.containers.without_runtime,
+            uv: self.executor.config().python.is_some(),
         };
         let mut problems = Vec::new();
         let mut accepted = Vec::new();
@@ -298,6 +299,8 @@ struct ImagePolicy {
     /// The container runtime (`podman`, `docker`), if there is one.
     runtime: Option<&'static str>,
     without_runtime: WithoutRuntime,
+    /// Whether uv is there to build Python environments.
+    uv: bool,
 }
 
 fn check_local(
@@ -324,6 +327,14 @@ fn check_local(
         });
     }
     for (role, spec) in &job.spec.replicas {
+        if spec.template.python.is_some() && !images.uv {
+            errors.push(FieldProblem {
+                path: format!("spec.replicas.{role}.template.python"),
+                message: "this cluster cannot build Python environments: uv is not installed \
+                          on the server's PATH (pip install uv)"
+                    .into(),
+            });
+        }
         let image = spec.template.image.as_deref();
         match (images.runtime, image) {
             (Some(_), Some(_)) => {}

@@ -41,6 +41,8 @@ pub(super) fn open(
         })
         .map_err(ClusterError::Executor)?;
     exec_config.containers = runtime;
+    exec_config.python =
+        crate::executor::python::find_uv().map(|uv| (uv, config.data_dir.join("python")));
     let range = config.file.settings.ports;
     exec_config.port_range = range.min..range.max.saturating_add(1).max(range.min);
     let (mut executor, mut warnings) =
@@ -52,7 +54,9 @@ pub(super) fn open(
     let jobs = store.jobs()?;
     let replicas = adopt_replicas(&mut store, &mut executor, &jobs, &mut warnings)?;
     for name in executor.sweep_containers() {
-        warnings.push(format!("removed container {name}, which no running replica owns"));
+        warnings.push(format!(
+            "removed container {name}, which no running replica owns"
+        ));
     }
     let admissions: BTreeMap<String, HeldAdmission> = store
         .admissions()?

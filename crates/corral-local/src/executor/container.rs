@@ -157,7 +157,11 @@ pub fn container_name(name: &str, incarnation: &str) -> String {
             out.push('_');
         }
     }
-    let _ = write!(out, "-{:08x}", fnv1a(&format!("{name}\0{incarnation}")) as u32);
+    let _ = write!(
+        out,
+        "-{:08x}",
+        fnv1a(&format!("{name}\0{incarnation}")) as u32
+    );
     out
 }
 
@@ -422,10 +426,7 @@ fn ulimits_to_pin(notes: &mut Vec<String>) -> Vec<(String, u64, u64)> {
         out.push((name.to_string(), soft, hard));
     }
     if !out.is_empty() {
-        let list: Vec<String> = out
-            .iter()
-            .map(|(n, s, h)| format!("{n}={s}:{h}"))
-            .collect();
+        let list: Vec<String> = out.iter().map(|(n, s, h)| format!("{n}={s}:{h}")).collect();
         notes.push(format!(
             "containers: this server may not raise rlimits (no CAP_SYS_RESOURCE); containers \
              get its own limits: {}",

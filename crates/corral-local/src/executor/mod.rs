@@ -44,6 +44,7 @@
 pub mod container;
 pub(crate) mod files;
 pub mod procfs;
+pub mod python;
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -123,6 +124,9 @@ pub struct ExecutorConfig {
     /// The container runtime that runs replicas with an image (none: such a spec is
     /// refused; the cluster decides beforehand whether an image is used).
     pub containers: Option<ContainerRuntime>,
+    /// uv, which builds the Python environments replicas ask for (none: such a spec is
+    /// refused), and where the environments are kept.
+    pub python: Option<(PathBuf, PathBuf)>,
 }
 
 impl ExecutorConfig {
@@ -137,12 +141,14 @@ impl ExecutorConfig {
             shim,
             pass_env: Vec::new(),
             containers: None,
+            python: None,
         }
     }
 }
 
 /// `PATH` when the server has none.
-pub(crate) const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+pub(crate) const DEFAULT_PATH: &str =
+    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// The environment every replica starts from, before the launch contract's variables and
 /// the job's own `env`: `PATH` (the server's, so that the programs it finds are found),
@@ -202,6 +208,8 @@ pub struct ReplicaProcessSpec {
     /// Run in a container of this image (see [`container`]): `command` is then unused,
     /// the request's `command` and `args` override the image's entrypoint and CMD.
     pub container: Option<ContainerRequest>,
+    /// Python packages to run with (see [`python`]).
+    pub python: Option<corral_api::training_job::PythonEnv>,
 }
 
 /// What identifies a started replica; persist it to re-adopt the replica after a restart.
@@ -262,6 +270,9 @@ pub enum ProcessState {
     OomKilled,
     /// The process vanished and left no exit status.
     Gone,
+    /// What it needs before its command runs could not be made (a Python environment
+    /// that does not resolve); the exit file's `error` says why.
+    SetupFailed,
 }
 
 impl ProcessState {
@@ -270,7 +281,9 @@ impl ProcessState {
     }
 
     fn from_exit(rec: &ExitRecord) -> Self {
-        if rec.oom_killed && rec.code != Some(0) {
+        if rec.setup_failed {
+            ProcessState::SetupFailed
+        } else if rec.oom_killed && rec.code != Some(0) {
             ProcessState::OomKilled
         } else if let Some(signal) = rec.signal {
             ProcessState::Signaled { signal }
@@ -550,6 +563,12 @@ impl LocalExecutor {
                 spec.name
             )));
         }
+        if spec.python.is_some() && self.config.python.is_none() {
+            return Err(ExecutorError::InvalidSpec(format!(
+                "{}: needs a Python environment, and uv is not installed here",
+                spec.name
+            )));
+        }
         if spec.command.is_empty() && spec.container.is_none() {
             return Err(ExecutorError::InvalidSpec(format!(
                 "{}: the command is empty",
@@ -680,21 +699,25 @@ impl LocalExecutor {
                 spec.working_dir.clone().unwrap_or_else(|| dir.clone()),
             ),
         };
-        let launch = LaunchFile {
-            command,
-            env,
-            working_dir: Some(working_dir),
-            log_path: dir.join(LOG_FILE),
-            log_limit_bytes: self.config.log_limit_bytes,
-            cgroup: cgroup.clone(),
-            record: Some(files::RecordDraft {
-                name: spec.name.clone(),
-                job: spec.job.clone(),
-                incarnation: spec.incarnation.clone(),
-                gpu_indices: spec.gpu_indices.clone(),
-            }),
-            container: handle.clone(),
-        };
+        let launch =
+            LaunchFile {
+                command,
+                env,
+                working_dir: Some(working_dir),
+                log_path: dir.join(LOG_FILE),
+                log_limit_bytes: self.config.log_limit_bytes,
+                cgroup: cgroup.clone(),
+                record: Some(files::RecordDraft {
+                    name: spec.name.clone(),
+                    job: spec.job.clone(),
+                    incarnation: spec.incarnation.clone(),
+                    gpu_indices: spec.gpu_indices.clone(),
+                }),
+                container: handle.clone(),
+                python: spec.python.as_ref().zip(self.config.python.as_ref()).map(
+                    |(env, (uv, dir))| python::PythonLaunch::new(uv.clone(), dir.clone(), env),
+                ),
+            };
         if let Err(e) = files::write_json_atomic(&dir.join(LAUNCH_FILE), &launch) {
             cleanup(&cgroup);
             return Err(io_err(format!(
@@ -1147,6 +1170,7 @@ fn executor_exit(code: Option<i32>, signal: Option<i32>, oom_killed: bool) -> Ex
         signal,
         oom_killed,
         error: None,
+        setup_failed: false,
         written_by: "executor".into(),
         finished_at_ms: files::now_ms(),
     }
