@@ -154,6 +154,17 @@ fn conflicting_versions_run_side_by_side_and_one_set_is_built_once() {
         .filter(|e| e.path().is_dir() && !e.file_name().to_string_lossy().starts_with('.'))
         .count();
     assert_eq!(envs, 2, "one environment per distinct set");
+    let d = c
+        .describe("default", "new")
+        .expect("describe")
+        .expect("job");
+    assert!(
+        d.events
+            .iter()
+            .any(|e| e.reason == "Started" && e.message.contains("python environment")),
+        "describe names the environment: {:#?}",
+        d.events
+    );
 }
 
 fn a_set_that_does_not_resolve_fails_the_job_with_uvs_message_and_no_retry() {

@@ -438,6 +438,16 @@ impl Cluster {
         } = pending;
         let name = process.name;
         let gpu_indices = process.gpu_indices;
+        let python_env = process
+            .python
+            .as_ref()
+            .zip(self.executor.config().python.as_ref())
+            .map(|(env, (uv, dir))| {
+                let launch =
+                    crate::executor::python::PythonLaunch::new(uv.clone(), dir.clone(), env);
+                dir.join(launch.key())
+            });
+        let image = process.container.as_ref().map(|c| c.image.clone());
         let record = match result {
             Ok(r) => r,
             Err(e) => {
@@ -488,6 +498,16 @@ impl Cluster {
         }
         if !gpu_indices.is_empty() {
             msg.push_str(&format!(", GPUs {gpu_indices:?}"));
+        }
+        if let Some(image) = image {
+            msg.push_str(&format!(", in a container of {image}"));
+        }
+        if let Some(env) = python_env {
+            msg.push_str(&format!(
+                ", python environment {} (build log: {})",
+                env.display(),
+                env.join(crate::executor::python::BUILD_LOG).display()
+            ));
         }
         msg.push(')');
         self.event(

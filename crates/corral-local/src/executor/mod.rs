@@ -40,6 +40,10 @@
 //! Environment: the server's environment, then the spec's `env` on top. Unless the spec sets
 //! `CUDA_VISIBLE_DEVICES` itself, it is set to the replica's `gpu_indices` (empty: no GPU).
 //! The working directory defaults to the replica directory.
+//!
+//! A spec with a `container` runs as the container runtime's client under the same shim
+//! (see [`container`]); one with `python` gets its environment built by the shim first
+//! (see [`python`]).
 
 pub mod container;
 pub(crate) mod files;
@@ -1254,5 +1258,8 @@ mod tests {
             ProcessState::from_exit(&rec(None, None, false)),
             ProcessState::Gone
         );
+        let mut setup = rec(Some(125), None, false);
+        setup.setup_failed = true;
+        assert_eq!(ProcessState::from_exit(&setup), ProcessState::SetupFailed);
     }
 }

@@ -139,11 +139,10 @@ pub fn prepare(launch: &PythonLaunch, log: &mut dyn FnMut(&[u8])) -> Result<Path
     log(format!("corral: building python environment {}\n", dir.display()).as_bytes());
     let result = build(launch, &dir, &spec, log);
     if result.is_err() {
-        // Keep the log for describe, drop the rest: the next ask starts over.
-        let build_log = fs::read(dir.join(BUILD_LOG)).unwrap_or_default();
-        let _ = fs::remove_dir_all(&dir);
-        let failed = launch.envs_dir.join(format!("{key}.failed.log"));
-        let _ = fs::write(failed, build_log);
+        // Only the build log stays (the Started event names it); without the set file the
+        // next ask starts over.
+        let _ = fs::remove_file(dir.join(SPEC_FILE));
+        let _ = fs::remove_dir_all(dir.join("venv"));
     }
     result.map(|()| dir)
 }
