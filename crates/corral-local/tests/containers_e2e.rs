@@ -250,6 +250,15 @@ fn a_training_job_runs_in_its_image_with_the_contract_env() {
         containers_of(&h.run_dir()).is_empty(),
         "ended containers are removed"
     );
+    // A relative working directory means nothing inside an image.
+    let e = c
+        .submit(
+            &image_job("relative", "", "        workingDir: src\n"),
+            "default",
+            h.now,
+        )
+        .expect_err("refused");
+    assert!(format!("{e:?}").contains("template.workingDir"), "{e:?}");
 }
 
 fn a_kubeflow_pytorchjob_with_an_image_runs_in_a_container() {

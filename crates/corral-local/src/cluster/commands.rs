@@ -337,7 +337,19 @@ fn check_local(
         }
         let image = spec.template.image.as_deref();
         match (images.runtime, image) {
-            (Some(_), Some(_)) => {}
+            (Some(runtime), Some(image)) => {
+                if let Some(wd) = &spec.template.working_dir
+                    && !wd.starts_with('/')
+                {
+                    errors.push(FieldProblem {
+                        path: format!("spec.replicas.{role}.template.workingDir"),
+                        message: format!(
+                            "`{wd}` is relative; in a container of `{image}` ({runtime}) the \
+                             working directory must be an absolute path inside the image"
+                        ),
+                    });
+                }
+            }
             (None, Some(image)) if images.without_runtime == WithoutRuntime::Reject => {
                 errors.push(FieldProblem {
                     path: format!("spec.replicas.{role}.template.image"),
