@@ -146,7 +146,25 @@ pub fn raw_documents(text: &str) -> Result<Vec<Value>, String> {
             other => out.push(other),
         }
     }
+    for d in &mut out {
+        drop_nulls(d);
+    }
     Ok(out)
+}
+
+/// Removes every mapping entry whose value is an explicit null, at any depth: Kubernetes
+/// treats `field: null` as an absent field (kubectl and the Kubeflow examples write such
+/// fields, e.g. `creationTimestamp: null`), so Corral reads the document as it would.
+/// Nulls inside lists are kept (and reported by the typed decoding).
+pub fn drop_nulls(v: &mut Value) {
+    match v {
+        Value::Object(map) => {
+            map.retain(|_, x| !x.is_null());
+            map.values_mut().for_each(drop_nulls);
+        }
+        Value::Array(items) => items.iter_mut().for_each(drop_nulls),
+        _ => {}
+    }
 }
 
 /// Parses, converts (Kubeflow) and validates every document in `text`. Cross-document

@@ -516,6 +516,7 @@ fn convert_replica(
             .get("workingDir")
             .and_then(|v| c.string(&format!("{main_path}.workingDir"), v)),
         pod_template: None,
+        python: None,
     };
     if let Some(env) = main.get("env") {
         let epath = format!("{main_path}.env");

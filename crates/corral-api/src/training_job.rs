@@ -269,7 +269,8 @@ impl Resources {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReplicaTemplate {
-    /// Container image (Kubernetes; embedded runs `command` on the host).
+    /// Container image. Embedded: run with podman or docker when the cluster has one,
+    /// else `command` runs on the host (see `containers` in corral.yaml).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -285,6 +286,24 @@ pub struct ReplicaTemplate {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
     pub pod_template: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Python packages the command needs (embedded cluster, without an image): Corral
+    /// builds one environment per distinct set with uv, caches it, and runs the command
+    /// with it first on PATH.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python: Option<PythonEnv>,
+}
+
+/// A Python environment: requirement lines as pip reads them, and optionally the Python
+/// version.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PythonEnv {
+    /// e.g. `"3.11"`; default: the Python uv finds first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// e.g. `["torch==2.5.1", "numpy<2"]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requirements: Vec<String>,
 }
 
 /// An environment variable: a literal `value`, or on Kubernetes a `valueFrom` reference.

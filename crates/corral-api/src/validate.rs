@@ -745,6 +745,39 @@ fn check_replica(
             "must not be empty; remove it to use the default",
         );
     }
+    if let Some(py) = &t.python {
+        if py.requirements.is_empty() {
+            errs.push(
+                format!("{tpath}.python.requirements"),
+                "list at least one requirement (e.g. `numpy==2.1.0`), or remove `python`",
+            );
+        }
+        for (i, r) in py.requirements.iter().enumerate() {
+            if r.trim().is_empty() || r.contains(['\n', '\r']) || r.trim_start().starts_with('-') {
+                errs.push(
+                    format!("{tpath}.python.requirements[{i}]"),
+                    format!(
+                        "`{r}` is not one requirement: one package specifier per entry \
+                         (e.g. `numpy==2.1.0`), no options or line breaks"
+                    ),
+                );
+            }
+        }
+        if let Some(v) = &py.version
+            && (v.is_empty() || !v.chars().all(|c| c.is_ascii_digit() || c == '.'))
+        {
+            errs.push(
+                format!("{tpath}.python.version"),
+                format!("`{v}` is not a Python version; write e.g. `3.11`"),
+            );
+        }
+        if t.image.is_some() {
+            errs.push(
+                format!("{tpath}.python"),
+                "an image brings its own Python; use `python` without `image`",
+            );
+        }
+    }
 }
 
 fn check_amounts(path: &str, a: &ResourceAmounts, errs: &mut ValidationErrors) {

@@ -389,5 +389,5 @@ pub struct MetricsSnapshot {
     pub last_tick_seconds: f64,
 }
 
-pub use commands::CheckedSubmission;
+pub use commands::{CheckedSubmission, SubmitContext};
 pub use engine::Cluster;

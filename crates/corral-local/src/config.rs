@@ -26,6 +26,15 @@
 //! passEnv: [HTTPS_PROXY]                # server variables replicas may see; otherwise a
 //!                                       # replica sees only PATH, LANG, HOME and TMPDIR
 //!                                       # (its own), the launch contract and its job's env
+//! containers:                           # replicas whose template names an `image`
+//!   runtime: auto                       # auto (podman, else docker, else none), podman,
+//!                                       # docker, a path to either, or none
+//!   ociRuntime: runc                    # podman --runtime; default: runc on hosts without
+//!                                       # the unified cgroup v2 hierarchy, else podman's own
+//!   withoutRuntime: host                # a job with an image and no runtime here: `host`
+//!                                       # runs its command on the host (a Warning event
+//!                                       # says the image is not used), `reject` refuses it
+//!                                       # at submit
 //! ```
 
 use std::collections::BTreeMap;
@@ -129,6 +138,47 @@ pub struct Settings {
     /// variables and their job's `env`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pass_env: Vec<String>,
+    /// How replicas with an image run.
+    #[serde(default)]
+    pub containers: ContainerSettings,
+}
+
+/// The `containers` settings (see the module docs).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ContainerSettings {
+    /// `auto` (default), `podman`, `docker`, a path to either, or `none`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<String>,
+    /// podman's OCI runtime (`--runtime`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oci_runtime: Option<String>,
+    /// What a job with an image gets on a cluster without a runtime.
+    #[serde(default, deserialize_with = "without_runtime")]
+    pub without_runtime: WithoutRuntime,
+}
+
+/// `withoutRuntime`, with an error that names the field (serde's names only the value).
+fn without_runtime<'de, D: serde::Deserializer<'de>>(d: D) -> Result<WithoutRuntime, D::Error> {
+    let text = String::deserialize(d)?;
+    match text.as_str() {
+        "host" => Ok(WithoutRuntime::Host),
+        "reject" => Ok(WithoutRuntime::Reject),
+        other => Err(serde::de::Error::custom(format!(
+            "containers.withoutRuntime: `{other}` is not one of host, reject"
+        ))),
+    }
+}
+
+/// What a job with an image gets on a cluster without a container runtime.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum WithoutRuntime {
+    /// Its command runs on the host; a Warning event says that the image was not used.
+    #[default]
+    Host,
+    /// Refused at submit.
+    Reject,
 }
 
 /// Everything `corral.yaml` declares.
@@ -247,6 +297,13 @@ impl Settings {
                 "tokens: a token may not be empty".into(),
             ));
         }
+        if let Some(r) = &self.containers.runtime
+            && r.is_empty()
+        {
+            return Err(ConfigError::Invalid(
+                "containers.runtime: empty; use auto, podman, docker, a path, or none".into(),
+            ));
+        }
         if let Some(g) = self.node.gpus
             && g > 64
         {
@@ -307,6 +364,23 @@ spec:
         assert_eq!(c.token_scope("abc"), Some(Some("team-a")));
         assert_eq!(c.token_scope("root"), Some(None));
         assert_eq!(c.token_scope("nope"), None);
+    }
+
+    #[test]
+    fn container_settings_parse_and_name_bad_values() {
+        let c = ClusterFileConfig::parse(
+            "kind: CorralConfig\ncontainers: {runtime: podman, ociRuntime: runc, withoutRuntime: reject}",
+        )
+        .expect("valid");
+        assert_eq!(c.settings.containers.runtime.as_deref(), Some("podman"));
+        assert_eq!(
+            c.settings.containers.without_runtime,
+            WithoutRuntime::Reject
+        );
+        let e =
+            ClusterFileConfig::parse("kind: CorralConfig\ncontainers: {withoutRuntime: ignore}")
+                .expect_err("invalid");
+        assert!(e.to_string().contains("withoutRuntime"), "{e}");
     }
 
     #[test]

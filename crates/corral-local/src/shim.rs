@@ -64,6 +64,7 @@ where
                 signal: None,
                 oom_killed: false,
                 error: Some(message),
+                setup_failed: false,
                 written_by: "shim".into(),
                 finished_at_ms: files::now_ms(),
             };
@@ -138,6 +139,7 @@ fn supervise(dir: &Path) -> Result<i32, String> {
             dir: dir.to_path_buf(),
             cgroup: launch.cgroup.clone(),
             gpu_indices: draft.gpu_indices.clone(),
+            container: launch.container.clone(),
         };
         files::write_json_atomic(&dir.join(RECORD_FILE), &record)
             .map_err(|e| format!("writing {RECORD_FILE}: {e}"))?;
@@ -146,6 +148,40 @@ fn supervise(dir: &Path) -> Result<i32, String> {
     let Some((program, args)) = launch.command.split_first() else {
         return Err("the command is empty".into());
     };
+    let mut env = launch.env.clone();
+    if let Some(py) = &launch.python {
+        let built = crate::executor::python::prepare(py, &mut |bytes| {
+            let _ = log.write(bytes);
+        });
+        match built {
+            Ok(dir) => crate::executor::python::activate(&mut env, &dir),
+            Err(_) if stop_requested.load(Ordering::SeqCst) => {
+                let _ = log.write(b"corral: stopped while the python environment was built\n");
+                signal_handle.close();
+                let _ = forwarder.join();
+                finish(dir, &launch, None, Some(SIGTERM), None)?;
+                return Ok(128 + SIGTERM);
+            }
+            Err(crate::executor::python::BuildError::Resolve(message)) => {
+                let _ = log.write(format!("corral: {message}\n").as_bytes());
+                signal_handle.close();
+                let _ = forwarder.join();
+                let rec = ExitRecord {
+                    code: Some(125),
+                    signal: None,
+                    oom_killed: false,
+                    error: Some(message),
+                    setup_failed: true,
+                    written_by: "shim".into(),
+                    finished_at_ms: files::now_ms(),
+                };
+                files::write_json_atomic(&dir.join(EXIT_FILE), &rec)
+                    .map_err(|e| format!("writing {EXIT_FILE}: {e}"))?;
+                return Ok(125);
+            }
+            Err(crate::executor::python::BuildError::Io(message)) => return Err(message),
+        }
+    }
     if stop_requested.load(Ordering::SeqCst) {
         // Stopped before it started: the command never runs.
         let _ = log.write(b"corral: stopped before the command started\n");
@@ -160,7 +196,7 @@ fn supervise(dir: &Path) -> Result<i32, String> {
     // Nothing of the server's environment, which the shim inherited, reaches the command.
     cmd.args(args)
         .env_clear()
-        .envs(launch.env.iter().map(|(k, v)| (k, v)))
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(writer)
         .stderr(writer2);
@@ -254,12 +290,20 @@ fn finish(
     signal: Option<i32>,
     error: Option<String>,
 ) -> Result<(), String> {
-    let oom_killed = launch.cgroup.as_ref().is_some_and(|cg| cg.oom_kills() > 0);
+    let mut oom_killed = launch.cgroup.as_ref().is_some_and(|cg| cg.oom_kills() > 0);
+    // A container is asked how it ended, then removed: nothing of a replica outlives it.
+    if let Some(c) = &launch.container {
+        oom_killed |= c.oom_killed();
+        if !c.remove() {
+            eprintln!("corral shim: removing container {} failed", c.name);
+        }
+    }
     let rec = ExitRecord {
         code,
         signal,
         oom_killed,
         error,
+        setup_failed: false,
         written_by: "shim".into(),
         finished_at_ms: files::now_ms(),
     };

@@ -390,7 +390,8 @@ fn delete_leaves_no_process_behind() {
 }
 
 fn invalid_submissions_store_nothing() {
-    let (h, mut c) = Harness::new(31500, "");
+    // No container runtime, whatever this machine has: then an image alone cannot run.
+    let (h, mut c) = Harness::new(31500, "containers: {runtime: none}\n");
     let good = job("good", 1, "", "true");
     let bad = job("bad", 1, "      resources: {gpux: 1}\n", "true");
     let err = c
@@ -410,7 +411,7 @@ fn invalid_submissions_store_nothing() {
     );
     assert!(c.list(None).expect("list").is_empty(), "all or nothing");
 
-    // Images alone do not run here.
+    // Images alone do not run without a container runtime.
     let image_only = "apiVersion: corral.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: img}\n\
                       spec:\n  framework: generic\n  replicas:\n    worker:\n      template: {image: busybox}\n";
     let Err(ClusterError::Invalid(problems)) = c.submit(image_only, "default", h.now) else {

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use corral_api::{TrainingJob, TrainingJobSpec, TrainingJobStatus};
+use corral_local::executor::container::{ContainerHandle, RuntimeKind};
 use corral_local::executor::{ProcessRecord, ProcessState};
 use corral_local::store::{NewJob, SCHEMA_VERSION, Store, StoreError, StoredEvent, StoredReplica};
 
@@ -57,6 +58,12 @@ fn jobs_status_and_records_survive_a_reopen() {
                     dir: PathBuf::from("/tmp/x"),
                     cgroup: None,
                     gpu_indices: vec![1],
+                    container: Some(ContainerHandle {
+                        program: PathBuf::from("/usr/bin/podman"),
+                        global_args: vec!["--runtime".into(), "runc".into()],
+                        kind: RuntimeKind::Podman,
+                        name: "corral-default.a-worker-0--uid-a-2.0-0badcafe".into(),
+                    }),
                 },
                 port: Some(29501),
                 started_ms: 5000,

@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use corral_api::validate::ValidationContext;
+use corral_local::cluster::SubmitContext;
 use corral_local::{Cluster, ClusterConfig, ClusterFileConfig};
 use jiff::Timestamp;
 use tokio::sync::{Notify, oneshot};
@@ -70,9 +70,9 @@ pub struct AppState {
     cluster: Arc<Mutex<Cluster>>,
     /// The configuration as opened (tokens), readable without the cluster's lock.
     file: Arc<ClusterFileConfig>,
-    /// What submissions are checked against (`Cluster::validation_context`), readable
+    /// What submissions are checked against (`Cluster::submit_context`), readable
     /// without the cluster's lock.
-    validation: Arc<ValidationContext>,
+    submit_context: Arc<SubmitContext>,
     /// Wakes the control loop after a change.
     wake: Arc<Notify>,
     body_limit: usize,
@@ -81,9 +81,9 @@ pub struct AppState {
 impl AppState {
     fn new(cluster: Cluster, body_limit: usize) -> Self {
         let file = Arc::new(cluster.config().file.clone());
-        let validation = Arc::new(cluster.validation_context());
+        let submit_context = Arc::new(cluster.submit_context());
         AppState {
-            validation,
+            submit_context,
             cluster: Arc::new(Mutex::new(cluster)),
             file,
             wake: Arc::new(Notify::new()),
@@ -109,8 +109,8 @@ impl AppState {
     }
 
     /// What submissions are checked against, without the lock.
-    pub fn validation(&self) -> Arc<ValidationContext> {
-        Arc::clone(&self.validation)
+    pub fn submit_context(&self) -> Arc<SubmitContext> {
+        Arc::clone(&self.submit_context)
     }
 
     /// Asks the control loop to run now.

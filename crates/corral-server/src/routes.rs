@@ -158,7 +158,7 @@ async fn submit(
     }
     // Parsing and validation need no lock: requests check their documents in parallel
     // and hold the cluster only to store them.
-    let ctx = state.validation();
+    let ctx = state.submit_context();
     let ns = namespace.clone();
     let checked = tokio::task::spawn_blocking(move || Cluster::check_submission(&ctx, &text, &ns))
         .await

@@ -95,6 +95,9 @@ pub enum FailureReason {
     NodeLost,
     /// The replica ran past a deadline of its own (e.g. a pod's activeDeadlineSeconds).
     DeadlineExceeded,
+    /// What the replica needs before its program runs could not be made (a Python
+    /// environment whose requirements do not resolve): a restart would fail the same way.
+    SetupFailed,
 }
 
 impl FailureReason {
@@ -106,6 +109,7 @@ impl FailureReason {
             FailureReason::Preempted => "Preempted",
             FailureReason::NodeLost => "NodeLost",
             FailureReason::DeadlineExceeded => "DeadlineExceeded",
+            FailureReason::SetupFailed => "SetupFailed",
         }
     }
 

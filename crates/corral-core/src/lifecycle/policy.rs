@@ -38,7 +38,8 @@ pub enum Exit {
 /// Decides what one replica's terminal phase means under its role's restart policy.
 /// ExitCode follows Kubeflow: 1-127 are the program's own errors (permanent), 128 and up are
 /// signals (retryable); machine failures (eviction, lost node) are retryable whatever the
-/// code. A replica that vanished is restarted under any policy: it did not exit.
+/// code. A deadline or a setup that cannot be made (no retry would differ) is permanent
+/// under every policy. A replica that vanished is restarted under any policy: it did not exit.
 pub fn classify_exit(policy: RestartPolicy, phase: ReplicaPhase) -> Exit {
     match phase {
         ReplicaPhase::Pending | ReplicaPhase::Starting | ReplicaPhase::Running => Exit::Done,
@@ -51,7 +52,10 @@ pub fn classify_exit(policy: RestartPolicy, phase: ReplicaPhase) -> Exit {
             }
         }
         ReplicaPhase::Failed { exit_code, reason } => {
-            if reason == FailureReason::DeadlineExceeded {
+            if matches!(
+                reason,
+                FailureReason::DeadlineExceeded | FailureReason::SetupFailed
+            ) {
                 return Exit::Permanent;
             }
             match policy {
@@ -201,6 +205,22 @@ mod tests {
         assert_eq!(backoff(7), BACKOFF_CAP);
         assert_eq!(backoff(u32::MAX), BACKOFF_CAP);
         assert_eq!(backoff(0), BACKOFF_BASE);
+    }
+
+    #[test]
+    fn a_setup_that_failed_is_never_retried() {
+        let setup = ReplicaPhase::Failed {
+            exit_code: 125,
+            reason: FailureReason::SetupFailed,
+        };
+        for p in [
+            RestartPolicy::Never,
+            RestartPolicy::OnFailure,
+            RestartPolicy::Always,
+            RestartPolicy::ExitCode,
+        ] {
+            assert_eq!(classify_exit(p, setup), Exit::Permanent, "{p:?}");
+        }
     }
 
     #[test]

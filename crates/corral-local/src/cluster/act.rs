@@ -15,6 +15,7 @@ use jiff::Timestamp;
 
 use super::engine::{Cluster, incarnation_label, millis, phase_of, process_name, replica_slots};
 use super::{ClusterError, TickReport};
+use crate::executor::container::ContainerRequest;
 use crate::executor::{ExecutorError, ProcessRecord, ProcessState, ReplicaProcessSpec};
 use crate::store::{StoredAdmission, StoredEvent, StoredJob, StoredReplica};
 
@@ -401,7 +402,17 @@ impl Cluster {
                 (rel, f.contents.clone())
             })
             .collect();
-        let process = process_spec(&job, &stored, id, name, label, env, files, gpu_indices);
+        let containers = self.executor.config().containers.is_some();
+        let process = process_spec(
+            &job,
+            &stored,
+            id,
+            (name, label),
+            env,
+            files,
+            gpu_indices,
+            containers,
+        );
         let Some(process) = process else {
             return Ok(None);
         };
@@ -462,6 +473,16 @@ impl Cluster {
         } = pending;
         let name = process.name;
         let gpu_indices = process.gpu_indices;
+        let python_env = process
+            .python
+            .as_ref()
+            .zip(self.executor.config().python.as_ref())
+            .map(|(env, (uv, dir))| {
+                let launch =
+                    crate::executor::python::PythonLaunch::new(uv.clone(), dir.clone(), env);
+                dir.join(launch.key())
+            });
+        let image = process.container.as_ref().map(|c| c.image.clone());
         let record = match result {
             Ok(r) => r,
             Err(e) => {
@@ -512,6 +533,16 @@ impl Cluster {
         }
         if !gpu_indices.is_empty() {
             msg.push_str(&format!(", GPUs {gpu_indices:?}"));
+        }
+        if let Some(image) = image {
+            msg.push_str(&format!(", in a container of {image}"));
+        }
+        if let Some(env) = python_env {
+            msg.push_str(&format!(
+                ", python environment {} (build log: {})",
+                env.display(),
+                env.join(crate::executor::python::BUILD_LOG).display()
+            ));
         }
         msg.push(')');
         self.event(
@@ -597,11 +628,11 @@ fn process_spec(
     job: &TrainingJob,
     stored: &StoredJob,
     id: ReplicaId,
-    name: String,
-    label: String,
+    (name, label): (String, String),
     env: Vec<(String, String)>,
     files: Vec<(PathBuf, String)>,
     gpu_indices: &[u32],
+    containers: bool,
 ) -> Option<ReplicaProcessSpec> {
     let mut spec = job.spec.clone();
     spec.apply_defaults();
@@ -631,5 +662,17 @@ fn process_spec(
         cpu_milli,
         memory_bytes,
         gpu_indices: gpu_indices.to_vec(),
+        // Without a runtime the command runs on the host (the submit said so in an event).
+        container: rspec
+            .template
+            .image
+            .as_ref()
+            .filter(|_| containers)
+            .map(|image| ContainerRequest {
+                image: image.clone(),
+                command: rspec.template.command.clone(),
+                args: rspec.template.args.clone(),
+            }),
+        python: rspec.template.python.clone(),
     })
 }

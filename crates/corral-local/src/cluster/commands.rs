@@ -11,7 +11,15 @@ use jiff::Timestamp;
 
 use super::engine::{Cluster, millis, new_uid};
 use super::{ClusterError, DocumentProblem, FieldProblem, SubmitResult};
+use crate::config::WithoutRuntime;
 use crate::store::{NewJob, StoredJob};
+
+/// What submissions are checked against ([`Cluster::submit_context`]).
+#[derive(Clone, Debug)]
+pub struct SubmitContext {
+    validation: ValidationContext,
+    images: ImagePolicy,
+}
 
 /// Documents of a submission, parsed and checked ([`Cluster::check_submission`]).
 #[derive(Debug)]
@@ -39,33 +47,51 @@ impl Cluster {
         namespace: &str,
         now: Timestamp,
     ) -> Result<Vec<SubmitResult>, ClusterError> {
-        let checked = Self::check_submission(&self.validation_context(), text, namespace)?;
+        let checked = Self::check_submission(&self.submit_context(), text, namespace)?;
         self.submit_checked(checked, now)
     }
 
     /// What a submission is checked against: the configuration (priority classes, queues,
-    /// pools) and this machine's node. Neither changes while the cluster is open, so a
-    /// server keeps one and checks submissions without the cluster's lock.
-    pub fn validation_context(&self) -> ValidationContext {
-        let mut ctx = self.config.file.validation_context();
-        ctx.nodes = Some(vec![corral_api::validate::NodeFacts {
+    /// pools), this machine's node, and what it can run (a container runtime, uv). None of
+    /// it changes while the cluster is open, so a server keeps one and checks submissions
+    /// without the cluster's lock.
+    pub fn submit_context(&self) -> SubmitContext {
+        let mut validation = self.config.file.validation_context();
+        validation.nodes = Some(vec![corral_api::validate::NodeFacts {
             gpu_type: self.node.gpu_type.clone(),
             gpus: self.node.gpus,
         }]);
-        ctx
+        SubmitContext {
+            validation,
+            images: self.image_policy(),
+        }
+    }
+
+    fn image_policy(&self) -> ImagePolicy {
+        ImagePolicy {
+            runtime: self
+                .executor
+                .config()
+                .containers
+                .as_ref()
+                .map(|r| r.kind.as_str()),
+            without_runtime: self.config.file.settings.containers.without_runtime,
+            uv: self.executor.config().python.is_some(),
+        }
     }
 
     /// The part of [`Cluster::submit`] that needs no cluster: parse, validate against
-    /// `ctx` ([`Cluster::validation_context`]), check names. `submit` and a dry run
+    /// `ctx` ([`Cluster::submit_context`]), check names. `submit` and a dry run
     /// (`corral validate` against a server) share it, so they give the same errors.
     pub fn check_submission(
-        ctx: &ValidationContext,
+        ctx: &SubmitContext,
         text: &str,
         namespace: &str,
     ) -> Result<CheckedSubmission, ClusterError> {
+        let images = ctx.images;
         let mut problems = Vec::new();
         let mut accepted = Vec::new();
-        for r in parse_documents(text, ctx) {
+        for r in parse_documents(text, &ctx.validation) {
             match r {
                 Err(e) => problems.push(DocumentProblem {
                     index: e.index,
@@ -88,7 +114,7 @@ impl Cluster {
                     match p.document {
                         Document::TrainingJob(job) => {
                             let mut job = *job;
-                            check_local(&job, namespace, &mut errors);
+                            check_local(&job, namespace, images, &mut errors);
                             job.metadata.namespace = Some(namespace.to_string());
                             if errors.is_empty() {
                                 accepted.push((job, p.converted_from.clone()));
@@ -146,6 +172,7 @@ impl Cluster {
             jobs: accepted,
         } = checked;
         let namespace = namespace.as_str();
+        let images = self.image_policy();
         let submitted_ms = millis(now);
         let mut new_jobs = Vec::with_capacity(accepted.len());
         for (mut job, converted_from) in accepted {
@@ -197,14 +224,7 @@ impl Cluster {
             .and_then(|()| {
                 let seqs = self.store.insert_jobs(&new_jobs)?;
                 for j in &new_jobs {
-                    self.event(
-                        &j.namespace,
-                        &j.name,
-                        now,
-                        EventType::Normal,
-                        "Submitted",
-                        format!("queued in {}", j.job.spec.queue_name()),
-                    );
+                    self.submitted_events(j, images, now);
                 }
                 self.store.commit_batch()?;
                 Ok(seqs)
@@ -242,6 +262,44 @@ impl Cluster {
             });
         }
         Ok(out)
+    }
+
+    /// A new job's events: Submitted, and a Warning when its image cannot be used here.
+    fn submitted_events(&self, j: &NewJob, images: ImagePolicy, now: Timestamp) {
+        self.event(
+            &j.namespace,
+            &j.name,
+            now,
+            EventType::Normal,
+            "Submitted",
+            format!("queued in {}", j.job.spec.queue_name()),
+        );
+        if images.runtime.is_some() {
+            return;
+        }
+        let unused: BTreeSet<&str> = j
+            .job
+            .spec
+            .replicas
+            .values()
+            .filter_map(|r| r.template.image.as_deref())
+            .collect();
+        if !unused.is_empty() {
+            let list: Vec<&str> = unused.into_iter().collect();
+            self.event(
+                &j.namespace,
+                &j.name,
+                now,
+                EventType::Warning,
+                "ImageNotUsed",
+                format!(
+                    "this cluster has no container runtime (podman or docker): the image {} \
+                     is not used, the command runs on the host with what is installed there \
+                     (set containers.withoutRuntime: reject in corral.yaml to refuse such jobs)",
+                    list.join(", ")
+                ),
+            );
+        }
     }
 
     pub(super) fn require(&self, namespace: &str, name: &str) -> Result<StoredJob, ClusterError> {
@@ -336,7 +394,22 @@ impl Cluster {
 }
 
 /// What the embedded cluster needs beyond validation: a command to run, the namespace.
-fn check_local(job: &TrainingJob, namespace: &str, errors: &mut Vec<FieldProblem>) {
+/// What this cluster does with a template's `image`.
+#[derive(Clone, Copy, Debug)]
+struct ImagePolicy {
+    /// The container runtime (`podman`, `docker`), if there is one.
+    runtime: Option<&'static str>,
+    without_runtime: WithoutRuntime,
+    /// Whether uv is there to build Python environments.
+    uv: bool,
+}
+
+fn check_local(
+    job: &TrainingJob,
+    namespace: &str,
+    images: ImagePolicy,
+    errors: &mut Vec<FieldProblem>,
+) {
     if let Some(ns) = &job.metadata.namespace
         && ns != namespace
     {
@@ -355,11 +428,50 @@ fn check_local(job: &TrainingJob, namespace: &str, errors: &mut Vec<FieldProblem
         });
     }
     for (role, spec) in &job.spec.replicas {
-        if spec.template.command.is_empty() {
+        if spec.template.python.is_some() && !images.uv {
             errors.push(FieldProblem {
-                path: format!("spec.replicas.{role}.template.command"),
-                message: "the embedded cluster runs commands, not images: set `command`".into(),
+                path: format!("spec.replicas.{role}.template.python"),
+                message: "this cluster cannot build Python environments: uv is not installed \
+                          on the server's PATH (pip install uv)"
+                    .into(),
             });
+        }
+        let image = spec.template.image.as_deref();
+        match (images.runtime, image) {
+            (Some(runtime), Some(image)) => {
+                if let Some(wd) = &spec.template.working_dir
+                    && !wd.starts_with('/')
+                {
+                    errors.push(FieldProblem {
+                        path: format!("spec.replicas.{role}.template.workingDir"),
+                        message: format!(
+                            "`{wd}` is relative; in a container of `{image}` ({runtime}) the \
+                             working directory must be an absolute path inside the image"
+                        ),
+                    });
+                }
+            }
+            (None, Some(image)) if images.without_runtime == WithoutRuntime::Reject => {
+                errors.push(FieldProblem {
+                    path: format!("spec.replicas.{role}.template.image"),
+                    message: format!(
+                        "this cluster has no container runtime (podman or docker) to run \
+                         `{image}`, and refuses jobs with images (containers.withoutRuntime: \
+                         reject); remove `image` to run `command` on the host"
+                    ),
+                });
+            }
+            _ if spec.template.command.is_empty() => errors.push(FieldProblem {
+                path: format!("spec.replicas.{role}.template.command"),
+                message: match image {
+                    Some(image) => format!(
+                        "this cluster has no container runtime (podman or docker), so the \
+                         entrypoint of `{image}` cannot run: set `command` to run on the host"
+                    ),
+                    None => "set `command` (or `image`, to run in a container)".into(),
+                },
+            }),
+            _ => {}
         }
         for (i, v) in spec.template.env.iter().enumerate() {
             if v.value.is_none() && v.value_from.is_some() {

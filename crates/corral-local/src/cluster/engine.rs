@@ -68,6 +68,10 @@ pub(crate) fn phase_of(state: ProcessState) -> ReplicaPhase {
             exit_code: 137,
             reason: FailureReason::OomKilled,
         },
+        ProcessState::SetupFailed => ReplicaPhase::Failed {
+            exit_code: 125,
+            reason: FailureReason::SetupFailed,
+        },
         ProcessState::Gone => ReplicaPhase::Gone,
     }
 }

@@ -33,10 +33,21 @@ pub(super) fn open(
     let mut exec_config = ExecutorConfig::new(config.data_dir.join("replicas"), shim);
     exec_config.cgroup = config.cgroup;
     exec_config.pass_env = config.file.settings.pass_env.clone();
+    let containers = &config.file.settings.containers;
+    let (runtime, container_notes) =
+        crate::executor::container::detect(&crate::executor::container::RuntimeChoice {
+            runtime: containers.runtime.clone(),
+            oci_runtime: containers.oci_runtime.clone(),
+        })
+        .map_err(ClusterError::Executor)?;
+    exec_config.containers = runtime;
+    exec_config.python =
+        crate::executor::python::find_uv().map(|uv| (uv, config.data_dir.join("python")));
     let range = config.file.settings.ports;
     exec_config.port_range = range.min..range.max.saturating_add(1).max(range.min);
     let (mut executor, mut warnings) =
         LocalExecutor::new(exec_config).map_err(|e| ClusterError::Executor(e.to_string()))?;
+    warnings.extend(container_notes);
     let inventory = inventory();
     let (node, pools, queues) = super::node::build_cluster(&config, &inventory)?;
 
@@ -82,6 +93,11 @@ pub(super) fn open(
         &mut warnings,
     )?;
     let key_of: HashMap<&str, String> = jobs.iter().map(|j| (j.uid.as_str(), j.key())).collect();
+    for name in executor.sweep_containers() {
+        warnings.push(format!(
+            "removed container {name}, which no running replica owns"
+        ));
+    }
     let admissions: BTreeMap<String, HeldAdmission> = store
         .admissions()?
         .into_iter()

@@ -34,6 +34,13 @@ pub struct LaunchFile {
     /// finds the replica on restart): name, job, incarnation and GPUs of the replica.
     #[serde(default)]
     pub record: Option<RecordDraft>,
+    /// The container the command runs (it is the runtime's client): the shim asks the
+    /// runtime whether it was OOM-killed and removes it once the command has ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<super::container::ContainerHandle>,
+    /// The Python environment the shim builds (or reuses) before the command runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python: Option<super::python::PythonLaunch>,
 }
 
 /// The parts of a [`super::ProcessRecord`] known before the shim runs.
@@ -58,6 +65,10 @@ pub struct ExitRecord {
     /// Why the command could not be run at all (then `code` is 127 or 126).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// What the replica needs before its command could not be made (its Python
+    /// environment): `error` says why; retrying would not help.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub setup_failed: bool,
     /// Who wrote the record: "shim" or "executor".
     pub written_by: String,
     /// Milliseconds since the Unix epoch.
@@ -235,6 +246,7 @@ mod tests {
             signal: None,
             oom_killed: false,
             error: None,
+            setup_failed: false,
             written_by: "shim".into(),
             finished_at_ms: 1,
         };

@@ -40,10 +40,16 @@
 //! Environment: the server's environment, then the spec's `env` on top. Unless the spec sets
 //! `CUDA_VISIBLE_DEVICES` itself, it is set to the replica's `gpu_indices` (empty: no GPU).
 //! The working directory defaults to the replica directory.
+//!
+//! A spec with a `container` runs as the container runtime's client under the same shim
+//! (see [`container`]); one with `python` gets its environment built by the shim first
+//! (see [`python`]).
 
+pub mod container;
 pub(crate) mod files;
 pub mod log_times;
 pub mod procfs;
+pub mod python;
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -59,6 +65,7 @@ use serde::{Deserialize, Serialize};
 use crate::cgroup::{CgroupLimits, CgroupManager, CgroupRef};
 use crate::gpu::{self, GpuSample};
 use crate::ports::PortAllocator;
+use container::{ContainerHandle, ContainerRequest, ContainerRuntime};
 use files::{EXIT_FILE, ExitRecord, LAUNCH_FILE, LOG_FILE, LaunchFile, RECORD_FILE};
 
 pub use files::{read_log_tail, rotated_path};
@@ -119,6 +126,12 @@ pub struct ExecutorConfig {
     /// Variables of the server's environment that replicas may see (`passEnv` in
     /// `corral.yaml`). Nothing else of it reaches a replica: see [`base_env`].
     pub pass_env: Vec<String>,
+    /// The container runtime that runs replicas with an image (none: such a spec is
+    /// refused; the cluster decides beforehand whether an image is used).
+    pub containers: Option<ContainerRuntime>,
+    /// uv, which builds the Python environments replicas ask for (none: such a spec is
+    /// refused), and where the environments are kept.
+    pub python: Option<(PathBuf, PathBuf)>,
 }
 
 impl ExecutorConfig {
@@ -132,12 +145,15 @@ impl ExecutorConfig {
             cgroup: CgroupMode::Auto,
             shim,
             pass_env: Vec::new(),
+            containers: None,
+            python: None,
         }
     }
 }
 
 /// `PATH` when the server has none.
-const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+pub(crate) const DEFAULT_PATH: &str =
+    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// The environment every replica starts from, before the launch contract's variables and
 /// the job's own `env`: `PATH` (the server's, so that the programs it finds are found),
@@ -194,6 +210,11 @@ pub struct ReplicaProcessSpec {
     pub cpu_milli: Option<u64>,
     pub memory_bytes: Option<u64>,
     pub gpu_indices: Vec<u32>,
+    /// Run in a container of this image (see [`container`]): `command` is then unused,
+    /// the request's `command` and `args` override the image's entrypoint and CMD.
+    pub container: Option<ContainerRequest>,
+    /// Python packages to run with (see [`python`]).
+    pub python: Option<corral_api::training_job::PythonEnv>,
 }
 
 /// What identifies a started replica; persist it to re-adopt the replica after a restart.
@@ -213,6 +234,10 @@ pub struct ProcessRecord {
     pub cgroup: Option<CgroupRef>,
     #[serde(default)]
     pub gpu_indices: Vec<u32>,
+    /// The container the replica runs in, if any: removed by name when the replica is
+    /// killed, since killing the runtime's client leaves it running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<ContainerHandle>,
 }
 
 impl ProcessRecord {
@@ -250,6 +275,9 @@ pub enum ProcessState {
     OomKilled,
     /// The process vanished and left no exit status.
     Gone,
+    /// What it needs before its command runs could not be made (a Python environment
+    /// that does not resolve); the exit file's `error` says why.
+    SetupFailed,
 }
 
 impl ProcessState {
@@ -258,7 +286,9 @@ impl ProcessState {
     }
 
     fn from_exit(rec: &ExitRecord) -> Self {
-        if rec.oom_killed && rec.code != Some(0) {
+        if rec.setup_failed {
+            ProcessState::SetupFailed
+        } else if rec.oom_killed && rec.code != Some(0) {
             ProcessState::OomKilled
         } else if let Some(signal) = rec.signal {
             ProcessState::Signaled { signal }
@@ -532,7 +562,19 @@ impl LocalExecutor {
                 "name and incarnation must not be empty".into(),
             ));
         }
-        if spec.command.is_empty() {
+        if spec.container.is_some() && self.config.containers.is_none() {
+            return Err(ExecutorError::InvalidSpec(format!(
+                "{}: runs in a container, and this machine has no container runtime",
+                spec.name
+            )));
+        }
+        if spec.python.is_some() && self.config.python.is_none() {
+            return Err(ExecutorError::InvalidSpec(format!(
+                "{}: needs a Python environment, and uv is not installed here",
+                spec.name
+            )));
+        }
+        if spec.command.is_empty() && spec.container.is_none() {
             return Err(ExecutorError::InvalidSpec(format!(
                 "{}: the command is empty",
                 spec.name
@@ -583,8 +625,15 @@ impl LocalExecutor {
             fs::write(&path, content).map_err(io_err(format!("writing {}", path.display())))?;
         }
 
+        let handle = spec
+            .container
+            .as_ref()
+            .zip(self.config.containers.as_ref())
+            .map(|(_, rt)| rt.handle(&spec.name, &spec.incarnation));
+        // A container's limits are the runtime's (its own cgroup); the shim's cgroup would
+        // hold only the runtime's client, which a small memory limit would kill.
         let cgroup = match &self.cgroups {
-            Some(m) => Some(
+            Some(m) if handle.is_none() => Some(
                 m.create(
                     &format!(
                         "{}--{}",
@@ -598,9 +647,14 @@ impl LocalExecutor {
                 )
                 .map_err(io_err(format!("creating the cgroup of {}", spec.name)))?,
             ),
-            None => None,
+            _ => None,
         };
 
+        let cleanup = |cg: &Option<CgroupRef>| {
+            if let Some(cg) = cg {
+                let _ = cg.remove();
+            }
+        };
         let mut env = base_env(&dir, &self.config.pass_env);
         // The contract's variables and the job's own win over the base.
         env.retain(|(k, _)| !spec.env.iter().any(|(n, _)| n == k));
@@ -614,25 +668,61 @@ impl LocalExecutor {
             let gpus: Vec<String> = spec.gpu_indices.iter().map(u32::to_string).collect();
             env.push(("CUDA_VISIBLE_DEVICES".into(), gpus.join(",")));
         }
-        let launch = LaunchFile {
-            command: spec.command.clone(),
-            env,
-            working_dir: Some(spec.working_dir.clone().unwrap_or_else(|| dir.clone())),
-            log_path: dir.join(LOG_FILE),
-            log_limit_bytes: self.config.log_limit_bytes,
-            cgroup: cgroup.clone(),
-            record: Some(files::RecordDraft {
-                name: spec.name.clone(),
-                job: spec.job.clone(),
-                incarnation: spec.incarnation.clone(),
-                gpu_indices: spec.gpu_indices.clone(),
-            }),
-        };
-        let cleanup = |cg: &Option<CgroupRef>| {
-            if let Some(cg) = cg {
-                let _ = cg.remove();
+        let (command, env, working_dir) = match (&spec.container, &handle, &self.config.containers)
+        {
+            (Some(request), Some(handle), Some(runtime)) => {
+                // The container sees the contract's and the job's variables; the image
+                // brings its own PATH and HOME. CUDA_VISIBLE_DEVICES is not set: inside,
+                // the placement's GPUs are numbered from 0.
+                let (text, multiline_env) = container::env_file(&spec.env);
+                let env_path = dir.join(container::ENV_FILE);
+                if let Err(e) = fs::write(&env_path, text) {
+                    cleanup(&cgroup);
+                    return Err(io_err(format!("writing {}", env_path.display()))(e));
+                }
+                let args = container::run_args(
+                    runtime,
+                    handle,
+                    request,
+                    &container::RunOptions {
+                        replica: &spec.name,
+                        job: &spec.job,
+                        run_dir: &self.config.run_dir,
+                        replica_dir: &dir,
+                        multiline_env,
+                        working_dir: spec.working_dir.as_deref(),
+                        cpu_milli: spec.cpu_milli,
+                        memory_bytes: spec.memory_bytes,
+                        gpu_indices: &spec.gpu_indices,
+                    },
+                );
+                (args, container::client_env(), dir.clone())
             }
+            _ => (
+                spec.command.clone(),
+                env,
+                spec.working_dir.clone().unwrap_or_else(|| dir.clone()),
+            ),
         };
+        let launch =
+            LaunchFile {
+                command,
+                env,
+                working_dir: Some(working_dir),
+                log_path: dir.join(LOG_FILE),
+                log_limit_bytes: self.config.log_limit_bytes,
+                cgroup: cgroup.clone(),
+                record: Some(files::RecordDraft {
+                    name: spec.name.clone(),
+                    job: spec.job.clone(),
+                    incarnation: spec.incarnation.clone(),
+                    gpu_indices: spec.gpu_indices.clone(),
+                }),
+                container: handle.clone(),
+                python: spec.python.as_ref().zip(self.config.python.as_ref()).map(
+                    |(env, (uv, dir))| python::PythonLaunch::new(uv.clone(), dir.clone(), env),
+                ),
+            };
         if let Err(e) = files::write_json_atomic(&dir.join(LAUNCH_FILE), &launch) {
             cleanup(&cgroup);
             return Err(io_err(format!(
@@ -684,6 +774,7 @@ impl LocalExecutor {
             dir: dir.clone(),
             cgroup,
             gpu_indices: spec.gpu_indices.clone(),
+            container: handle,
         };
         if let Err(e) = files::write_json_atomic(&dir.join(RECORD_FILE), &record) {
             // Without a record a restart could not find it: do not let it run.
@@ -781,6 +872,7 @@ impl LocalExecutor {
             if let Some(cg) = &record.cgroup {
                 cg.kill_all(None);
             }
+            remove_container(record);
             let _ = files::write_json_atomic(
                 &record.exit_path(),
                 &executor_exit(None, Some(procfs::signal_number(Signal::KILL)), false),
@@ -813,6 +905,8 @@ impl LocalExecutor {
         if let Some(cg) = &record.cgroup {
             cg.kill_all(None);
         }
+        // The runtime's client is gone; the container it ran is not.
+        remove_container(record);
         let oom = record.cgroup.as_ref().is_some_and(|cg| cg.oom_kills() > 0);
         let signal = if killed_by_us {
             Some(procfs::signal_number(Signal::KILL))
@@ -946,6 +1040,37 @@ impl LocalExecutor {
         Ok(())
     }
 
+    /// Removes the containers of this run directory that no running replica owns (one whose
+    /// shim was killed with the machine, or of a replica nobody recorded). For the start-up,
+    /// after every record was adopted: it waits for the runtime. Returns their names.
+    pub fn sweep_containers(&self) -> Vec<String> {
+        let Some(rt) = &self.config.containers else {
+            return Vec::new();
+        };
+        let Ok(names) = container::list_labelled(rt, &self.config.run_dir) else {
+            return Vec::new();
+        };
+        let owned: std::collections::BTreeSet<&str> = self
+            .replicas
+            .values()
+            .filter(|t| !t.state.is_terminal())
+            .filter_map(|t| t.record.container.as_ref().map(|c| c.name.as_str()))
+            .collect();
+        names
+            .into_iter()
+            .filter(|n| !owned.contains(n.as_str()))
+            .filter(|n| {
+                ContainerHandle {
+                    program: rt.program.clone(),
+                    global_args: rt.global_args.clone(),
+                    kind: rt.kind,
+                    name: n.clone(),
+                }
+                .remove()
+            })
+            .collect()
+    }
+
     /// The last observed state of a replica.
     pub fn state(&self, name: &str) -> Option<ProcessState> {
         self.replicas.get(name).map(|t| t.state)
@@ -1030,12 +1155,27 @@ impl LocalExecutor {
     }
 }
 
+/// Removes a killed replica's container without waiting for the runtime (a thread reaps
+/// it): the control loop never waits on it.
+fn remove_container(record: &ProcessRecord) {
+    let Some(c) = &record.container else {
+        return;
+    };
+    match c.remove_in_background() {
+        Ok(mut child) => {
+            std::thread::spawn(move || child.wait());
+        }
+        Err(e) => eprintln!("corral: removing container {}: {e}", c.name),
+    }
+}
+
 fn executor_exit(code: Option<i32>, signal: Option<i32>, oom_killed: bool) -> ExitRecord {
     ExitRecord {
         code,
         signal,
         oom_killed,
         error: None,
+        setup_failed: false,
         written_by: "executor".into(),
         finished_at_ms: files::now_ms(),
     }
@@ -1119,5 +1259,8 @@ mod tests {
             ProcessState::from_exit(&rec(None, None, false)),
             ProcessState::Gone
         );
+        let mut setup = rec(Some(125), None, false);
+        setup.setup_failed = true;
+        assert_eq!(ProcessState::from_exit(&setup), ProcessState::SetupFailed);
     }
 }

@@ -1,0 +1,485 @@
+//! Replicas with an `image` on the embedded cluster, end to end with podman: they run in a
+//! container of the image (its files, entrypoint and working directory), with the launch
+//! contract's env, host networking and a memory limit; a server killed and reopened
+//! re-adopts a running container; delete leaves no container; without a runtime the
+//! documented policy holds (a Warning event, or a refusal at submit).
+//!
+//! Needs podman (with runc) and busybox-static: `apt-get install -y podman runc
+//! busybox-static` (.ci/run does). The test image is made locally (`podman import` of
+//! busybox plus a marker file): there is no registry.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use corral_local::cluster::{JobState, TickReport};
+use corral_local::config::ClusterFileConfig;
+use corral_local::{Cluster, ClusterConfig, ClusterError};
+use jiff::Timestamp;
+
+const DEADLINE: Duration = Duration::from_secs(90);
+const IMAGE: &str = "localhost/corral-test-busybox:1";
+const MARKER: &str = "only-in-the-image-7f3a";
+
+struct Harness {
+    _dir: tempfile::TempDir,
+    config: ClusterConfig,
+    now: Timestamp,
+}
+
+impl Harness {
+    fn new(ports: u16, extra: &str) -> (Harness, Cluster) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let text = format!(
+            "kind: CorralConfig\nports: {{min: {ports}, max: {}}}\ngracePeriodSeconds: 2\n{extra}",
+            ports + 49
+        );
+        let mut config = ClusterConfig::new(dir.path().join("data"));
+        config.file = ClusterFileConfig::parse(&text).expect("config");
+        config.shim = Some(common::shim());
+        let now = Timestamp::from_second(1_800_000_000).expect("time");
+        let h = Harness {
+            _dir: dir,
+            config,
+            now,
+        };
+        let cluster = h.open();
+        (h, cluster)
+    }
+
+    fn open(&self) -> Cluster {
+        Cluster::open(self.config.clone(), self.now)
+            .expect("open")
+            .0
+    }
+
+    fn run_dir(&self) -> PathBuf {
+        self.config.data_dir.join("replicas")
+    }
+
+    fn tick(&mut self, c: &mut Cluster) -> TickReport {
+        self.now = self
+            .now
+            .checked_add(jiff::SignedDuration::from_secs(1))
+            .expect("time");
+        c.tick(self.now).expect("tick")
+    }
+
+    fn until(&mut self, c: &mut Cluster, what: &str, mut cond: impl FnMut(&Cluster) -> bool) {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            let report = self.tick(c);
+            if cond(c) {
+                return;
+            }
+            if Instant::now() > deadline {
+                let jobs = c.list(None).expect("list");
+                panic!("timed out waiting for {what}; jobs: {jobs:#?}; last: {report:#?}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+fn state(c: &Cluster, name: &str) -> Option<JobState> {
+    c.list(Some("default"))
+        .expect("list")
+        .into_iter()
+        .find(|j| j.name == name)
+        .map(|j| j.state)
+}
+
+fn log_of(c: &Cluster, job: &str, replica: &str) -> String {
+    let path = c
+        .log_path("default", job, replica)
+        .unwrap_or_else(|| panic!("no log of {replica}"));
+    std::fs::read_to_string(&path).unwrap_or_default()
+}
+
+/// Names of the containers this cluster's run directory labelled (running or not).
+fn containers_of(run_dir: &Path) -> Vec<String> {
+    let out = Command::new("podman")
+        .args(["ps", "-a", "--format", "{{.Names}}", "--filter"])
+        .arg(format!("label=corral.dev/run-dir={}", run_dir.display()))
+        .output()
+        .expect("podman ps");
+    assert!(out.status.success(), "podman ps failed");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(String::from)
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+/// The test image, made once per run: busybox and a marker file, working directory /app,
+/// CMD that prints the marker and the working directory. `None` without podman or busybox.
+fn image() -> Option<&'static str> {
+    static MADE: OnceLock<Result<(), String>> = OnceLock::new();
+    let made = MADE.get_or_init(|| {
+        let podman = Command::new("podman")
+            .arg("info")
+            .output()
+            .map_err(|e| format!("podman: {e}"))?;
+        if !podman.status.success() {
+            return Err("podman info failed".into());
+        }
+        let busybox = ["/bin/busybox", "/usr/bin/busybox"]
+            .into_iter()
+            .find(|p| Path::new(p).is_file())
+            .ok_or("busybox not found")?;
+        let root = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let r = root.path();
+        std::fs::create_dir_all(r.join("bin")).map_err(|e| e.to_string())?;
+        std::fs::create_dir_all(r.join("app")).map_err(|e| e.to_string())?;
+        std::fs::copy(busybox, r.join("bin/busybox")).map_err(|e| e.to_string())?;
+        for tool in ["sh", "cat", "echo", "sleep", "dd", "pwd", "env", "head"] {
+            std::os::unix::fs::symlink("busybox", r.join("bin").join(tool))
+                .map_err(|e| e.to_string())?;
+        }
+        std::fs::write(r.join("app/marker"), format!("{MARKER}\n")).map_err(|e| e.to_string())?;
+        let tar = r.join("../rootfs.tar");
+        let tarred = Command::new("tar")
+            .arg("-C")
+            .arg(r)
+            .arg("-cf")
+            .arg(&tar)
+            .arg(".")
+            .status()
+            .map_err(|e| format!("tar: {e}"))?;
+        if !tarred.success() {
+            return Err("tar failed".into());
+        }
+        let imported = Command::new("podman")
+            .args([
+                "import",
+                "--change",
+                "WORKDIR /app",
+                "--change",
+                r#"CMD ["/bin/sh", "-c", "cat marker; echo cwd=$(pwd) rank=$RANK"]"#,
+            ])
+            .arg(&tar)
+            .arg(IMAGE)
+            .output()
+            .map_err(|e| format!("podman import: {e}"))?;
+        let _ = std::fs::remove_file(&tar);
+        if !imported.status.success() {
+            return Err(format!(
+                "podman import: {}",
+                String::from_utf8_lossy(&imported.stderr)
+            ));
+        }
+        Ok(())
+    });
+    match made {
+        Ok(()) => Some(IMAGE),
+        Err(why) => {
+            let what = format!(
+                "podman and busybox-static ({why}; apt-get install -y podman runc busybox-static)"
+            );
+            common::prerequisite(false, &what);
+            None
+        }
+    }
+}
+
+fn image_job(name: &str, extra: &str, template: &str) -> String {
+    format!(
+        r#"apiVersion: corral.dev/v1alpha1
+kind: TrainingJob
+metadata: {{name: {name}}}
+spec:
+  framework: pytorch
+  runPolicy: {{backoffLimit: 0}}
+  replicas:
+    worker:
+      count: 2
+      restartPolicy: Never
+{extra}      template:
+        image: {IMAGE}
+{template}"#
+    )
+}
+
+fn a_training_job_runs_in_its_image_with_the_contract_env() {
+    if image().is_none() {
+        return;
+    }
+    let (mut h, mut c) = Harness::new(32100, "");
+    // The first job runs the image's own CMD in its working directory (no command, no
+    // args); the second overrides the entrypoint.
+    c.submit(&image_job("plain", "", ""), "default", h.now)
+        .expect("submit");
+    let script = "cat /app/marker; echo rank=$RANK world=$WORLD_SIZE port=$MASTER_PORT addr=$MASTER_ADDR home=$HOME cwd=$(pwd)";
+    c.submit(
+        &image_job(
+            "override",
+            "",
+            &format!("        command: [/bin/sh, -c]\n        args: ['{script}']\n"),
+        ),
+        "default",
+        h.now,
+    )
+    .expect("submit");
+    h.until(&mut c, "both succeed", |c| {
+        state(c, "plain") == Some(JobState::Succeeded)
+            && state(c, "override") == Some(JobState::Succeeded)
+    });
+    let plain = log_of(&c, "plain", "plain-worker-1");
+    assert!(plain.contains(MARKER), "the image's file: {plain}");
+    assert!(
+        plain.contains("cwd=/app rank=1"),
+        "image CMD and WORKDIR: {plain}"
+    );
+    let o = log_of(&c, "override", "override-worker-0");
+    assert!(o.contains(MARKER), "{o}");
+    assert!(o.contains("rank=0 world=2 port="), "contract env: {o}");
+    assert!(o.contains("addr=127.0.0.1"), "host address: {o}");
+    // Nothing of the host's environment: HOME is the runtime's default, not the replica
+    // directory a host process gets.
+    assert!(o.contains("home=/ "), "{o}");
+    let d = c
+        .describe("default", "override")
+        .expect("describe")
+        .expect("job");
+    let port = d.replicas[0].port.expect("a port");
+    assert!(o.contains(&format!("port={port}")), "{o}");
+    assert!(
+        containers_of(&h.run_dir()).is_empty(),
+        "ended containers are removed"
+    );
+    // A relative working directory means nothing inside an image.
+    let e = c
+        .submit(
+            &image_job("relative", "", "        workingDir: src\n"),
+            "default",
+            h.now,
+        )
+        .expect_err("refused");
+    assert!(format!("{e:?}").contains("template.workingDir"), "{e:?}");
+}
+
+fn a_kubeflow_pytorchjob_with_an_image_runs_in_a_container() {
+    if image().is_none() {
+        return;
+    }
+    let (mut h, mut c) = Harness::new(32150, "");
+    let manifest = format!(
+        r#"apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata: {{name: kf}}
+spec:
+  pytorchReplicaSpecs:
+    Master:
+      replicas: 1
+      restartPolicy: Never
+      template:
+        spec:
+          containers:
+            - name: pytorch
+              image: {IMAGE}
+              command: [/bin/sh, -c, 'cat marker; echo rank=$RANK world=$WORLD_SIZE']
+    Worker:
+      replicas: 1
+      restartPolicy: Never
+      template:
+        spec:
+          containers:
+            - name: pytorch
+              image: {IMAGE}
+              command: [/bin/sh, -c, 'cat marker; echo rank=$RANK world=$WORLD_SIZE']
+"#
+    );
+    c.submit(&manifest, "default", h.now).expect("submit");
+    h.until(&mut c, "succeeded", |c| {
+        state(c, "kf") == Some(JobState::Succeeded)
+    });
+    let log = log_of(&c, "kf", "kf-worker-0");
+    assert!(log.contains(MARKER), "{log}");
+    assert!(log.contains("rank=1 world=2"), "{log}");
+}
+
+fn the_memory_limit_kills_the_hog_alone() {
+    if image().is_none() {
+        return;
+    }
+    let (mut h, mut c) = Harness::new(32200, "");
+    // The hog asks for 256 MiB in one buffer with a limit of 64 MiB; its neighbour,
+    // in another job, sleeps and then succeeds.
+    let hog = "exec dd if=/dev/zero of=/dev/null bs=256M count=1";
+    c.submit(
+        &format!(
+            r#"apiVersion: corral.dev/v1alpha1
+kind: TrainingJob
+metadata: {{name: hog}}
+spec:
+  framework: generic
+  runPolicy: {{backoffLimit: 0}}
+  replicas:
+    worker:
+      count: 1
+      restartPolicy: Never
+      resources: {{memory: 64Mi}}
+      template:
+        image: {IMAGE}
+        command: [/bin/sh, -c, '{hog}']
+---
+apiVersion: corral.dev/v1alpha1
+kind: TrainingJob
+metadata: {{name: calm}}
+spec:
+  framework: generic
+  replicas:
+    worker:
+      count: 1
+      restartPolicy: Never
+      resources: {{memory: 64Mi}}
+      template:
+        image: {IMAGE}
+        command: [/bin/sh, -c, 'sleep 3; echo calm done']
+"#
+        ),
+        "default",
+        h.now,
+    )
+    .expect("submit");
+    h.until(&mut c, "hog failed, calm succeeded", |c| {
+        state(c, "hog") == Some(JobState::Failed) && state(c, "calm") == Some(JobState::Succeeded)
+    });
+    let d = c
+        .describe("default", "hog")
+        .expect("describe")
+        .expect("job");
+    // SIGKILLed by the kernel. (podman 4.3 with runc on cgroup v1 does not report OOMKilled,
+    // so the reason is not always "OOMKilled".)
+    assert_eq!(d.replicas[0].exit_code, Some(137), "{:#?}", d.replicas);
+    assert!(log_of(&c, "calm", "calm-worker-0").contains("calm done"));
+}
+
+fn a_killed_server_readopts_the_running_container_and_delete_removes_it() {
+    if image().is_none() {
+        return;
+    }
+    let (mut h, mut c) = Harness::new(32250, "");
+    // PID 1 of a container ignores SIGTERM unless it traps it: delete has to kill.
+    c.submit(
+        &image_job("survivor", "", "        command: [sleep, '300']\n"),
+        "default",
+        h.now,
+    )
+    .expect("submit");
+    h.until(&mut c, "running", |c| {
+        state(c, "survivor") == Some(JobState::Running)
+    });
+    let run_dir = h.run_dir();
+    let deadline = Instant::now() + DEADLINE;
+    let before = loop {
+        let names = containers_of(&run_dir);
+        if names.len() == 2 {
+            break names;
+        }
+        assert!(Instant::now() < deadline, "containers: {names:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+
+    // kill -9 of the server: no cleanup at all.
+    drop(c);
+    let mut c = h.open();
+    assert_eq!(state(&c, "survivor"), Some(JobState::Running));
+    for _ in 0..5 {
+        let r = h.tick(&mut c);
+        assert!(r.started.is_empty(), "nothing starts twice: {r:?}");
+    }
+    assert_eq!(containers_of(&run_dir), before, "the same containers");
+
+    c.delete("default", "survivor", h.now).expect("delete");
+    h.until(&mut c, "deleted", |c| state(c, "survivor").is_none());
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let left = containers_of(&run_dir);
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "containers left: {left:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(matches!(
+        c.delete("default", "survivor", h.now),
+        Err(ClusterError::NotFound { .. })
+    ));
+}
+
+fn without_a_runtime_the_image_is_not_used_and_an_event_says_so_or_it_is_refused() {
+    let (mut h, mut c) = Harness::new(32300, "containers: {runtime: none}\n");
+    c.submit(
+        &image_job(
+            "hosted",
+            "",
+            "        command: [/bin/sh, -c, 'echo on the host']\n",
+        ),
+        "default",
+        h.now,
+    )
+    .expect("submit");
+    h.until(&mut c, "succeeded", |c| {
+        state(c, "hosted") == Some(JobState::Succeeded)
+    });
+    let d = c
+        .describe("default", "hosted")
+        .expect("describe")
+        .expect("job");
+    let warning = d
+        .events
+        .iter()
+        .find(|e| e.reason == "ImageNotUsed")
+        .expect("an ImageNotUsed event");
+    assert!(warning.message.contains(IMAGE), "{}", warning.message);
+    assert!(log_of(&c, "hosted", "hosted-worker-0").contains("on the host"));
+    // The image's entrypoint cannot run on the host.
+    let e = c
+        .submit(&image_job("entry", "", ""), "default", h.now)
+        .expect_err("refused");
+    assert!(e.to_string().contains("command"), "{e}");
+
+    let (h2, mut c2) = Harness::new(
+        32350,
+        "containers: {runtime: none, withoutRuntime: reject}\n",
+    );
+    let e = c2
+        .submit(
+            &image_job("refused", "", "        command: [echo, hi]\n"),
+            "default",
+            h2.now,
+        )
+        .expect_err("refused");
+    let text = format!("{e:?}");
+    assert!(text.contains("template.image"), "{text}");
+    assert!(c2.list(None).expect("list").is_empty());
+}
+
+fn main() -> std::process::ExitCode {
+    common::main(vec![
+        (
+            "a_training_job_runs_in_its_image_with_the_contract_env",
+            a_training_job_runs_in_its_image_with_the_contract_env,
+        ),
+        (
+            "a_kubeflow_pytorchjob_with_an_image_runs_in_a_container",
+            a_kubeflow_pytorchjob_with_an_image_runs_in_a_container,
+        ),
+        (
+            "the_memory_limit_kills_the_hog_alone",
+            the_memory_limit_kills_the_hog_alone,
+        ),
+        (
+            "a_killed_server_readopts_the_running_container_and_delete_removes_it",
+            a_killed_server_readopts_the_running_container_and_delete_removes_it,
+        ),
+        (
+            "without_a_runtime_the_image_is_not_used_and_an_event_says_so_or_it_is_refused",
+            without_a_runtime_the_image_is_not_used_and_an_event_says_so_or_it_is_refused,
+        ),
+    ])
+}

@@ -1,0 +1,210 @@
+//! Python environments on the embedded cluster, end to end with uv and PyPI: two jobs that
+//! need conflicting versions of one package both succeed, each with its own; a set asked
+//! for by two jobs at once is built once; a set that does not resolve fails its job with
+//! uv's message and no retry.
+//!
+//! Needs uv (`pip install uv`; .ci/run installs it), python3 and PyPI.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use corral_local::cluster::{JobState, TickReport};
+use corral_local::config::ClusterFileConfig;
+use corral_local::{Cluster, ClusterConfig};
+use jiff::Timestamp;
+
+const DEADLINE: Duration = Duration::from_secs(180);
+
+struct Harness {
+    _dir: tempfile::TempDir,
+    config: ClusterConfig,
+    now: Timestamp,
+}
+
+impl Harness {
+    fn new(ports: u16, extra: &str) -> (Harness, Cluster) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let text = format!(
+            "kind: CorralConfig\nports: {{min: {ports}, max: {}}}\ngracePeriodSeconds: 2\n{extra}",
+            ports + 49
+        );
+        let mut config = ClusterConfig::new(dir.path().join("data"));
+        config.file = ClusterFileConfig::parse(&text).expect("config");
+        config.shim = Some(common::shim());
+        let now = Timestamp::from_second(1_800_000_000).expect("time");
+        let h = Harness {
+            _dir: dir,
+            config,
+            now,
+        };
+        let cluster = h.open();
+        (h, cluster)
+    }
+
+    fn open(&self) -> Cluster {
+        Cluster::open(self.config.clone(), self.now)
+            .expect("open")
+            .0
+    }
+
+    fn tick(&mut self, c: &mut Cluster) -> TickReport {
+        self.now = self
+            .now
+            .checked_add(jiff::SignedDuration::from_secs(1))
+            .expect("time");
+        c.tick(self.now).expect("tick")
+    }
+
+    fn until(&mut self, c: &mut Cluster, what: &str, mut cond: impl FnMut(&Cluster) -> bool) {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            let report = self.tick(c);
+            if cond(c) {
+                return;
+            }
+            if Instant::now() > deadline {
+                let jobs = c.list(None).expect("list");
+                panic!("timed out waiting for {what}; jobs: {jobs:#?}; last: {report:#?}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+fn state(c: &Cluster, name: &str) -> Option<JobState> {
+    c.list(Some("default"))
+        .expect("list")
+        .into_iter()
+        .find(|j| j.name == name)
+        .map(|j| j.state)
+}
+
+fn log_of(c: &Cluster, job: &str, replica: &str) -> String {
+    let path = c
+        .log_path("default", job, replica)
+        .unwrap_or_else(|| panic!("no log of {replica}"));
+    std::fs::read_to_string(&path).unwrap_or_default()
+}
+
+fn uv_present() -> bool {
+    let uv = std::process::Command::new("uv")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    common::prerequisite(uv, "uv is not installed (pip install uv)")
+        && common::prerequisite(common::python3_available(), "python3 is not installed")
+}
+
+fn py_job(name: &str, policy: &str, requirement: &str) -> String {
+    format!(
+        r#"apiVersion: corral.dev/v1alpha1
+kind: TrainingJob
+metadata: {{name: {name}}}
+spec:
+  framework: generic
+  runPolicy: {{backoffLimit: 3}}
+  replicas:
+    worker:
+      count: 1
+      restartPolicy: {policy}
+      template:
+        command: [python, -c, 'import six, sys; print("six", six.__version__, sys.prefix)']
+        python:
+          requirements: ["{requirement}"]
+"#
+    )
+}
+
+fn conflicting_versions_run_side_by_side_and_one_set_is_built_once() {
+    if !uv_present() {
+        return;
+    }
+    let (mut h, mut c) = Harness::new(32400, "");
+    let text = [
+        py_job("old", "Never", "six==1.15.0"),
+        py_job("new", "Never", "six==1.16.0"),
+        py_job("old-too", "Never", "six==1.15.0"),
+    ]
+    .join("---\n");
+    c.submit(&text, "default", h.now).expect("submit");
+    h.until(&mut c, "all succeed", |c| {
+        ["old", "new", "old-too"]
+            .iter()
+            .all(|j| state(c, j) == Some(JobState::Succeeded))
+    });
+    let old = log_of(&c, "old", "old-worker-0");
+    let new = log_of(&c, "new", "new-worker-0");
+    let old_too = log_of(&c, "old-too", "old-too-worker-0");
+    assert!(old.contains("six 1.15.0"), "{old}");
+    assert!(old_too.contains("six 1.15.0"), "{old_too}");
+    assert!(new.contains("six 1.16.0"), "{new}");
+    let builds = [&old, &old_too]
+        .iter()
+        .filter(|l| l.contains("corral: building python environment"))
+        .count();
+    assert_eq!(builds, 1, "one build for one set:\n{old}\n---\n{old_too}");
+    assert!(
+        old.contains("(cached)") || old_too.contains("(cached)"),
+        "the other reused it"
+    );
+    let envs = std::fs::read_dir(h.config.data_dir.join("python"))
+        .expect("python dir")
+        .filter_map(Result::ok)
+        .filter(|e| e.path().is_dir() && !e.file_name().to_string_lossy().starts_with('.'))
+        .count();
+    assert_eq!(envs, 2, "one environment per distinct set");
+    let d = c
+        .describe("default", "new")
+        .expect("describe")
+        .expect("job");
+    assert!(
+        d.events
+            .iter()
+            .any(|e| e.reason == "Started" && e.message.contains("python environment")),
+        "describe names the environment: {:#?}",
+        d.events
+    );
+}
+
+fn a_set_that_does_not_resolve_fails_the_job_with_uvs_message_and_no_retry() {
+    if !uv_present() {
+        return;
+    }
+    let (mut h, mut c) = Harness::new(32450, "");
+    c.submit(
+        &py_job("broken", "OnFailure", "six==0.0.1"),
+        "default",
+        h.now,
+    )
+    .expect("submit");
+    h.until(&mut c, "failed", |c| {
+        state(c, "broken") == Some(JobState::Failed)
+    });
+    let d = c
+        .describe("default", "broken")
+        .expect("describe")
+        .expect("job");
+    let r = &d.replicas[0];
+    assert_eq!(r.reason.as_deref(), Some("SetupFailed"), "{r:#?}");
+    assert_eq!(r.restarts, 0, "no retry: {r:#?}");
+    let message = r.message.clone().unwrap_or_default();
+    assert!(
+        message.contains("six==0.0.1"),
+        "uv's own message: {message}"
+    );
+    assert!(log_of(&c, "broken", "broken-worker-0").contains("No solution found"));
+}
+
+fn main() -> std::process::ExitCode {
+    common::main(vec![
+        (
+            "conflicting_versions_run_side_by_side_and_one_set_is_built_once",
+            conflicting_versions_run_side_by_side_and_one_set_is_built_once,
+        ),
+        (
+            "a_set_that_does_not_resolve_fails_the_job_with_uvs_message_and_no_retry",
+            a_set_that_does_not_resolve_fails_the_job_with_uvs_message_and_no_retry,
+        ),
+    ])
+}
