@@ -68,6 +68,22 @@ pub fn grace_period(job: &TrainingJob, cluster_default: Option<Duration>) -> Dur
         .unwrap_or(DEFAULT_GRACE_PERIOD)
 }
 
+/// Whether a job has finished for good: it ended (succeeded or failed) and nothing will
+/// delete it on a timer (`ttlSecondsAfterFinished`). Such a job, once nothing of it runs,
+/// is kept by the control plane by name only ([`Change::Retired`]), and a shell rebuilding
+/// the plane hands it over by name ([`ControlPlane::restore_retired`]) without decoding it
+/// into the plane, so that a long history costs neither memory nor time.
+///
+/// [`Change::Retired`]: super::Change::Retired
+/// [`ControlPlane::restore_retired`]: super::ControlPlane::restore_retired
+pub fn finished_for_good(job: &TrainingJob) -> bool {
+    job.spec.run_policy.ttl_seconds_after_finished.is_none()
+        && job
+            .status
+            .as_ref()
+            .is_some_and(crate::lifecycle::conditions::is_terminal)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -96,20 +112,4 @@ mod tests {
         let queues = with_default_queue(vec![declared.clone()], &[], &[]);
         assert_eq!(queues, vec![declared]);
     }
-}
-
-/// Whether a job has finished for good: it ended (succeeded or failed) and nothing will
-/// delete it on a timer (`ttlSecondsAfterFinished`). Such a job, once nothing of it runs,
-/// is kept by the control plane by name only ([`Change::Retired`]), and a shell rebuilding
-/// the plane hands it over by name ([`ControlPlane::restore_retired`]) without decoding it
-/// into the plane, so that a long history costs neither memory nor time.
-///
-/// [`Change::Retired`]: super::Change::Retired
-/// [`ControlPlane::restore_retired`]: super::ControlPlane::restore_retired
-pub fn finished_for_good(job: &TrainingJob) -> bool {
-    job.spec.run_policy.ttl_seconds_after_finished.is_none()
-        && job
-            .status
-            .as_ref()
-            .is_some_and(crate::lifecycle::conditions::is_terminal)
 }

@@ -300,6 +300,20 @@ impl Cluster {
     /// What the executor saw change since the last pass, into the store and the plane.
     fn observe(&mut self) -> Result<(), ClusterError> {
         let changes = self.executor.poll(Instant::now());
+        if changes.is_empty() {
+            return Ok(());
+        }
+        // Every state seen in this pass: one transaction.
+        self.store.begin_batch()?;
+        let recorded = self.record_observations(changes);
+        self.store.commit_batch()?;
+        recorded
+    }
+
+    fn record_observations(
+        &mut self,
+        changes: Vec<(String, ProcessState)>,
+    ) -> Result<(), ClusterError> {
         for (name, state) in changes {
             let Some(current) = self.executor.record(&name).map(|r| r.incarnation.clone()) else {
                 continue;
