@@ -5,10 +5,11 @@
 //!
 //! 1. is the leader of the replica's process group (the executor spawns it with
 //!    `process_group(0)`; run by hand, it makes its own group);
-//! 2. reads `<dir>/launch.json`, joins the replica's cgroup (so everything it starts is
-//!    limited and accounted), and spawns the real command with the launch env and working
-//!    directory, stdin from /dev/null, stdout and stderr into one pipe that it copies into the
-//!    size-capped `<dir>/output.log`;
+//! 2. reads `<dir>/launch.json` and spawns the real command in the replica's cgroup (the
+//!    command, and everything it starts, is limited and accounted; the shim itself is not,
+//!    so its own work never waits on the replica's CPU quota), with the launch env and
+//!    working directory, stdin from /dev/null, stdout and stderr into one pipe that it
+//!    copies into the size-capped `<dir>/output.log`;
 //! 3. forwards SIGTERM (from anyone but itself) to the whole group;
 //! 4. waits for the command; when it has exited, SIGKILLs whatever else is left in the group
 //!    and the cgroup (no orphans), and writes `<dir>/exit.json` atomically: exit code or
@@ -119,10 +120,24 @@ fn supervise(dir: &Path) -> Result<i32, String> {
         })
     };
 
-    if let Some(cg) = &launch.cgroup {
-        cg.join(me)
-            .map_err(|e| format!("joining the replica cgroup: {e}"))?;
-    }
+    // The command joins the replica's cgroup, not the shim: what the shim does (start,
+    // copy the log, write the exit) must not spend the replica's CPU quota, which at 10m
+    // (1 ms per 100 ms) held back every start by a whole period. The cgroups' process
+    // lists are opened now and written by the command's process itself between fork and
+    // exec (see `join_in_child`), so the command and all it starts are limited.
+    let cgroup_procs: Vec<std::fs::File> = match &launch.cgroup {
+        Some(cg) => cg
+            .dirs()
+            .into_iter()
+            .map(|d| {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(d.join("cgroup.procs"))
+                    .map_err(|e| format!("joining the replica cgroup {}: {e}", d.display()))
+            })
+            .collect::<Result<_, _>>()?,
+        None => Vec::new(),
+    };
     // The process record, before the command runs: if the server was killed between the
     // spawn and its own write, a restart still finds this replica (the executor writes the
     // same record; whichever rename comes last wins, with the same content).
@@ -203,6 +218,7 @@ fn supervise(dir: &Path) -> Result<i32, String> {
     if let Some(wd) = &launch.working_dir {
         cmd.current_dir(wd);
     }
+    join_in_child(&mut cmd, cgroup_procs);
     let spawned = cmd.spawn();
     drop(cmd); // closes our copies of the pipe's write end
 
@@ -281,6 +297,27 @@ fn supervise(dir: &Path) -> Result<i32, String> {
         (None, Some(sig)) => 128 + sig,
         (None, None) => 125,
     })
+}
+
+/// Makes the command's process move itself into the replica's cgroups before it execs:
+/// writing "0" to `cgroup.procs` moves the writer (v1 and v2). Between fork and exec only
+/// async-signal-safe calls are allowed: the files are already open, and a write of a
+/// constant allocates nothing. (They close at exec: std opens them close-on-exec.)
+fn join_in_child(cmd: &mut Command, cgroup_procs: Vec<std::fs::File>) {
+    use std::os::unix::process::CommandExt;
+    if cgroup_procs.is_empty() {
+        return;
+    }
+    // SAFETY: the closure only calls write(2) on descriptors opened before the fork and
+    // converts its error code; it allocates nothing and takes no lock.
+    unsafe {
+        cmd.pre_exec(move || {
+            for f in &cgroup_procs {
+                rustix::io::write(f, b"0").map_err(std::io::Error::from)?;
+            }
+            Ok(())
+        });
+    }
 }
 
 fn finish(

@@ -359,6 +359,38 @@ fn executor_leftovers_in_the_cgroup_die_even_outside_the_group() {
     });
 }
 
+/// The command runs in the replica's cgroup and the shim does not: the shim's own work
+/// (start, log, exit) never spends the replica's CPU quota.
+fn the_command_is_in_the_cgroup_and_the_shim_is_not() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (mut ex, warnings) = executor(tmp.path(), CgroupMode::Auto);
+    if !common::prerequisite(
+        ex.cgroups_enabled(),
+        &format!("cgroups are not usable here: {warnings:?}"),
+    ) {
+        return;
+    }
+    let marker = format!("1005.{}", std::process::id());
+    let mut s = spec("quota-worker-0", &format!("exec sleep {marker}"));
+    s.cpu_milli = Some(10);
+    let rec = ex.start(&s).expect("start");
+    let cg = rec.cgroup.clone().expect("a cgroup");
+    wait_for("the command in the cgroup", || {
+        processes_with(&marker)
+            .iter()
+            .any(|pid| cg.procs().contains(pid))
+    });
+    assert!(
+        !cg.procs().contains(&rec.pid),
+        "the shim {} is in the replica's cgroup: {:?}",
+        rec.pid,
+        cg.procs()
+    );
+    ex.stop("quota-worker-0", std::time::Duration::ZERO)
+        .expect("stop");
+    wait_terminal(&mut ex, "quota-worker-0");
+}
+
 fn executor_adopts_an_incarnation_started_by_a_server_that_died_before_recording_it() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let (mut ex, _) = executor(tmp.path(), CgroupMode::Disabled);
@@ -594,6 +626,10 @@ fn main() -> std::process::ExitCode {
         (
             "executor_leftovers_in_the_cgroup_die_even_outside_the_group",
             executor_leftovers_in_the_cgroup_die_even_outside_the_group,
+        ),
+        (
+            "the_command_is_in_the_cgroup_and_the_shim_is_not",
+            the_command_is_in_the_cgroup_and_the_shim_is_not,
         ),
         (
             "executor_adopts_replicas_after_a_crash",
