@@ -118,6 +118,9 @@ pub struct SubmitQuery {
     pub dry_run: Option<String>,
 }
 
+/// Submissions up to this size are parsed and validated on the request's own task.
+const INLINE_CHECK_BYTES: usize = 8 * 1024;
+
 async fn submit(
     State(state): State<AppState>,
     caller: Caller,
@@ -160,9 +163,15 @@ async fn submit(
     // and hold the cluster only to store them.
     let ctx = state.submit_context();
     let ns = namespace.clone();
-    let checked = tokio::task::spawn_blocking(move || Cluster::check_submission(&ctx, &text, &ns))
-        .await
-        .map_err(|e| ApiError::internal(format!("the request handler failed: {e}")))??;
+    // A small submission (one job is about 1 KB) is checked right here, which costs less
+    // than handing it to another thread; a large one on the blocking pool.
+    let checked = if text.len() <= INLINE_CHECK_BYTES {
+        Cluster::check_submission(&ctx, &text, &ns)?
+    } else {
+        tokio::task::spawn_blocking(move || Cluster::check_submission(&ctx, &text, &ns))
+            .await
+            .map_err(|e| ApiError::internal(format!("the request handler failed: {e}")))??
+    };
     if dry_run {
         let items: Vec<_> = checked
             .jobs()
