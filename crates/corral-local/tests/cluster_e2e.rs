@@ -6,94 +6,18 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use corral_local::cluster::{JobState, TickReport};
-use corral_local::config::{ClusterFileConfig, PortRange};
+use common::cluster::{Harness, Waits, state};
+use corral_local::cluster::JobState;
 use corral_local::executor::procfs;
-use corral_local::{Cluster, ClusterConfig, ClusterError};
-use jiff::Timestamp;
+use corral_local::{Cluster, ClusterError};
 
-const DEADLINE: Duration = Duration::from_secs(60);
-
-struct Harness {
-    dir: tempfile::TempDir,
-    config: ClusterConfig,
-    now: Timestamp,
-}
-
-impl Harness {
-    /// A cluster in a temporary directory with its own port range (tests run in parallel).
-    fn new(ports: u16, extra: &str) -> (Harness, Cluster) {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let text = format!(
-            "kind: CorralConfig\nports: {{min: {ports}, max: {}}}\ngracePeriodSeconds: 2\n{extra}",
-            ports + 49
-        );
-        let mut config = ClusterConfig::new(dir.path().join("data"));
-        config.file = ClusterFileConfig::parse(&text).expect("config");
-        assert_eq!(
-            config.file.settings.ports,
-            PortRange {
-                min: ports,
-                max: ports + 49
-            }
-        );
-        config.shim = Some(common::shim());
-        let now = Timestamp::from_second(1_800_000_000).expect("time");
-        let h = Harness { dir, config, now };
-        let cluster = h.open();
-        (h, cluster)
-    }
-
-    fn open(&self) -> Cluster {
-        let (c, _warnings) = Cluster::open(self.config.clone(), self.now).expect("open");
-        c
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn tick(&mut self, c: &mut Cluster) -> TickReport {
-        self.now = self
-            .now
-            .checked_add(jiff::SignedDuration::from_secs(1))
-            .expect("time");
-        c.tick(self.now).expect("tick")
-    }
-
-    /// Ticks until `cond` holds; panics after the deadline. Returns every report.
-    fn until(
-        &mut self,
-        c: &mut Cluster,
-        what: &str,
-        mut cond: impl FnMut(&Cluster) -> bool,
-    ) -> Vec<TickReport> {
-        let deadline = Instant::now() + DEADLINE;
-        let mut reports = Vec::new();
-        loop {
-            reports.push(self.tick(c));
-            if cond(c) {
-                return reports;
-            }
-            if Instant::now() > deadline {
-                let jobs = c.list(None).expect("list");
-                panic!("timed out waiting for {what}; jobs: {jobs:#?}; last: {reports:#?}");
-            }
-            std::thread::sleep(Duration::from_millis(25));
-        }
-    }
-}
-
-fn state(c: &Cluster, name: &str) -> Option<JobState> {
-    c.list(Some("default"))
-        .expect("list")
-        .into_iter()
-        .find(|j| j.name == name)
-        .map(|j| j.state)
-}
+const WAITS: Waits = Waits {
+    deadline: Duration::from_secs(60),
+    pause: Duration::from_millis(25),
+};
 
 fn alive(pid: u32) -> bool {
     procfs::stat(pid).is_some_and(|s| !s.is_dead())
@@ -116,7 +40,7 @@ spec:
 }
 
 fn four_replica_generic_job_succeeds() {
-    let (mut h, mut c) = Harness::new(31000, "");
+    let (mut h, mut c) = Harness::new(WAITS, 31000, "");
     let out = c
         .submit(
             &job(
@@ -170,7 +94,7 @@ fn four_replica_generic_job_succeeds() {
 }
 
 fn failing_replica_restarts_and_the_count_is_durable() {
-    let (mut h, mut c) = Harness::new(31100, "");
+    let (mut h, mut c) = Harness::new(WAITS, 31100, "");
     let marker = h.path("failed-once");
     let script = format!(
         "if [ \"$CORRAL_REPLICA\" = flaky-worker-1 ] && [ ! -f {m} ]; then touch {m}; exit 3; fi; sleep 1",
@@ -212,7 +136,7 @@ fn failing_replica_restarts_and_the_count_is_durable() {
 }
 
 fn permanent_failure_fails_the_job() {
-    let (mut h, mut c) = Harness::new(31150, "");
+    let (mut h, mut c) = Harness::new(WAITS, 31150, "");
     c.submit(&job("broken", 1, "", "exit 7"), "default", h.now)
         .expect("submit");
     h.until(&mut c, "failure", |c| {
@@ -246,7 +170,7 @@ fn permanent_failure_fails_the_job() {
 }
 
 fn two_jobs_never_share_a_port_or_a_gpu() {
-    let (mut h, mut c) = Harness::new(31200, "node: {gpus: 4, gpuType: FAKE-GPU}\n");
+    let (mut h, mut c) = Harness::new(WAITS, 31200, "node: {gpus: 4, gpuType: FAKE-GPU}\n");
     let gpu = "      resources: {gpu: 1}\n";
     for name in ["left", "right"] {
         c.submit(
@@ -300,7 +224,7 @@ fn two_jobs_never_share_a_port_or_a_gpu() {
 }
 
 fn reopening_after_a_crash_readopts_running_replicas() {
-    let (mut h, mut c) = Harness::new(31300, "");
+    let (mut h, mut c) = Harness::new(WAITS, 31300, "");
     c.submit(&job("survivor", 2, "", "sleep 60"), "default", h.now)
         .expect("submit");
     h.until(&mut c, "running", |c| {
@@ -334,7 +258,7 @@ fn reopening_after_a_crash_readopts_running_replicas() {
 
     c.delete("default", "survivor", h.now).expect("delete");
     h.until(&mut c, "deleted", |c| state(c, "survivor").is_none());
-    let deadline = Instant::now() + DEADLINE;
+    let deadline = Instant::now() + WAITS.deadline;
     while before.iter().any(|p| alive(*p)) {
         assert!(Instant::now() < deadline, "replicas outlived their job");
         std::thread::sleep(Duration::from_millis(25));
@@ -342,7 +266,7 @@ fn reopening_after_a_crash_readopts_running_replicas() {
 }
 
 fn delete_leaves_no_process_behind() {
-    let (mut h, mut c) = Harness::new(31400, "");
+    let (mut h, mut c) = Harness::new(WAITS, 31400, "");
     // The replica forks children of its own and ignores SIGTERM.
     let script = "trap \"\" TERM; sleep 120 & sleep 120 & echo $$ > pid; wait";
     c.submit(&job("stubborn", 1, "", script), "default", h.now)
@@ -364,7 +288,7 @@ fn delete_leaves_no_process_behind() {
         .expect("dir");
     // Wait for the script to record its pid (it runs in the replica directory).
     let pid_file = log_dir.join("pid");
-    let deadline = Instant::now() + DEADLINE;
+    let deadline = Instant::now() + WAITS.deadline;
     while std::fs::read_to_string(&pid_file).map_or(true, |s| s.trim().is_empty()) {
         assert!(Instant::now() < deadline, "script did not start");
         h.tick(&mut c);
@@ -377,7 +301,7 @@ fn delete_leaves_no_process_behind() {
     h.until(&mut c, "removed", |c| {
         c.get("default", "stubborn").expect("get").is_none()
     });
-    let deadline = Instant::now() + DEADLINE;
+    let deadline = Instant::now() + WAITS.deadline;
     while group.iter().any(|p| alive(*p)) {
         assert!(Instant::now() < deadline, "processes left: {group:?}");
         std::thread::sleep(Duration::from_millis(25));
@@ -391,7 +315,7 @@ fn delete_leaves_no_process_behind() {
 
 fn invalid_submissions_store_nothing() {
     // No container runtime, whatever this machine has: then an image alone cannot run.
-    let (h, mut c) = Harness::new(31500, "containers: {runtime: none}\n");
+    let (h, mut c) = Harness::new(WAITS, 31500, "containers: {runtime: none}\n");
     let good = job("good", 1, "", "true");
     let bad = job("bad", 1, "      resources: {gpux: 1}\n", "true");
     let err = c
@@ -443,7 +367,7 @@ fn invalid_submissions_store_nothing() {
 }
 
 fn suspend_stops_and_resume_requeues() {
-    let (mut h, mut c) = Harness::new(31600, "");
+    let (mut h, mut c) = Harness::new(WAITS, 31600, "");
     c.submit(&job("pausable", 1, "", "sleep 60"), "default", h.now)
         .expect("submit");
     h.until(&mut c, "running", |c| {
@@ -474,7 +398,7 @@ fn suspend_stops_and_resume_requeues() {
 fn preemption_stops_the_victim_before_the_preemptor_gets_its_gpus() {
     let classes = "---\napiVersion: corral.dev/v1alpha1\nkind: PriorityClass\nmetadata: {name: high}\nspec: {value: 1000}\n\
                    ---\napiVersion: corral.dev/v1alpha1\nkind: PriorityClass\nmetadata: {name: low}\nspec: {value: 10}\n";
-    let (mut h, mut c) = Harness::new(31700, &format!("node: {{gpus: 2}}\n{classes}"));
+    let (mut h, mut c) = Harness::new(WAITS, 31700, &format!("node: {{gpus: 2}}\n{classes}"));
     let gpu = "      resources: {gpu: 1}\n";
     let low = job("victim", 2, gpu, "sleep 60")
         .replace("  replicas:", "  priorityClass: low\n  replicas:");
@@ -504,7 +428,7 @@ fn preemption_stops_the_victim_before_the_preemptor_gets_its_gpus() {
     assert!(reports.iter().any(|r| r.preempted == ["default/victim"]));
     // The preemptor started only once every victim replica had ended (its shim may take a
     // moment longer to exit after writing the exit status).
-    let deadline = Instant::now() + DEADLINE;
+    let deadline = Instant::now() + WAITS.deadline;
     while victim_pids.iter().any(|p| alive(*p)) {
         assert!(Instant::now() < deadline, "victim processes left");
         std::thread::sleep(Duration::from_millis(25));
@@ -528,7 +452,7 @@ fn preemption_stops_the_victim_before_the_preemptor_gets_its_gpus() {
 }
 
 fn a_replica_started_but_not_recorded_is_found_not_started_again() {
-    let (mut h, mut c) = Harness::new(31800, "");
+    let (mut h, mut c) = Harness::new(WAITS, 31800, "");
     c.submit(&job("orphan", 1, "", "sleep 60"), "default", h.now)
         .expect("submit");
     h.until(&mut c, "running", |c| {
@@ -566,7 +490,7 @@ fn a_replica_started_but_not_recorded_is_found_not_started_again() {
     assert!(alive(pid));
     c.delete("default", "orphan", h.now).expect("delete");
     h.until(&mut c, "deleted", |c| state(c, "orphan").is_none());
-    let deadline = Instant::now() + DEADLINE;
+    let deadline = Instant::now() + WAITS.deadline;
     while alive(pid) {
         assert!(Instant::now() < deadline, "replica outlived its job");
         std::thread::sleep(Duration::from_millis(25));
@@ -574,7 +498,7 @@ fn a_replica_started_but_not_recorded_is_found_not_started_again() {
 }
 
 fn a_job_larger_than_the_machine_is_unschedulable_at_once() {
-    let (mut h, mut c) = Harness::new(31900, "node: {cpu: '4'}\n");
+    let (mut h, mut c) = Harness::new(WAITS, 31900, "node: {cpu: '4'}\n");
     let big = job("too-big", 2, "      resources: {cpu: '8'}\n", "true");
     c.submit(&big, "default", h.now).expect("submit");
     h.tick(&mut c);
@@ -607,7 +531,7 @@ fn a_job_larger_than_the_machine_is_unschedulable_at_once() {
 fn the_configured_grace_period_reaches_suspend() {
     // gracePeriodSeconds is 2 (see Harness::new); the replica ignores SIGTERM, so it ends
     // only by SIGKILL when the grace period is over (30 s without the setting).
-    let (mut h, mut c) = Harness::new(32000, "");
+    let (mut h, mut c) = Harness::new(WAITS, 32000, "");
     let ready = h.path("trap-set");
     let script = format!(
         "trap \"\" TERM; touch {}; while true; do sleep 1; done",
@@ -653,7 +577,7 @@ fn the_conformance_story_with_real_processes() {
         "node: {{gpus: {}}}\npreemptionProtectionSeconds: 0\n{classes}\n",
         conformance::NODE_GPUS
     );
-    let (mut h, mut c) = Harness::new(32200, &extra);
+    let (mut h, mut c) = Harness::new(WAITS, 32200, &extra);
     let marks = h.path("marks");
     std::fs::create_dir_all(&marks).expect("mkdir");
     let script = format!(
@@ -697,10 +621,12 @@ fn the_conformance_story_with_real_processes() {
             ScenarioStep::Resume(name) => c.resume(ns, name, h.now).expect("resume"),
             ScenarioStep::Delete(name) => c.delete(ns, name, h.now).expect("delete"),
         }
-        // Settled: nothing happened and nothing is due for a few passes in a row.
-        let deadline = Instant::now() + DEADLINE;
+        // Settled: nothing happened and nothing is due for a few passes in a row, over at
+        // least a second (a replica told to finish may take a while on a loaded machine).
+        let deadline = Instant::now() + WAITS.deadline;
         let mut quiet = 0;
-        while quiet < 8 {
+        let mut quiet_since = Instant::now();
+        while quiet < 8 || quiet_since.elapsed() < Duration::from_secs(1) {
             let r = h.tick(&mut c);
             let busy = !(r.started.is_empty()
                 && r.stopped.is_empty()
@@ -709,7 +635,12 @@ fn the_conformance_story_with_real_processes() {
                 && r.finished.is_empty()
                 && r.deleted.is_empty())
                 || r.next_tick_in.is_some();
-            quiet = if busy { 0 } else { quiet + 1 };
+            if busy {
+                quiet = 0;
+                quiet_since = Instant::now();
+            } else {
+                quiet += 1;
+            }
             assert!(Instant::now() < deadline, "step {step:?} did not settle");
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -745,7 +676,7 @@ fn the_conformance_story_with_real_processes() {
 fn a_replica_started_and_ended_but_not_recorded_is_recorded_not_retried() {
     // The crash came between the start and the store write, and the replica has ended
     // since: its exit is recorded on open, the job is not stuck retrying a start.
-    let (mut h, mut c) = Harness::new(32300, "");
+    let (mut h, mut c) = Harness::new(WAITS, 32300, "");
     let mark = h.path("finish");
     let script = format!(
         "[ \"$CORRAL_REPLICA\" = ended-worker-0 ] && exit 0; while [ ! -e {} ]; do sleep 0.05; done",
@@ -797,7 +728,7 @@ fn a_replica_started_and_ended_but_not_recorded_is_recorded_not_retried() {
 /// (listed, described, its name taken, deletable), across a restart too, where it is
 /// handed to the control plane by name only.
 fn finished_jobs_are_kept_as_summaries_across_a_restart() {
-    let (mut h, mut c) = Harness::new(32400, "");
+    let (mut h, mut c) = Harness::new(WAITS, 32400, "");
     for name in ["done-a", "done-b"] {
         c.submit(&job(name, 2, "", "echo hi"), "default", h.now)
             .expect("submit");

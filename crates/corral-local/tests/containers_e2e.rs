@@ -10,94 +10,21 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use corral_local::cluster::{JobState, TickReport};
-use corral_local::config::ClusterFileConfig;
-use corral_local::{Cluster, ClusterConfig, ClusterError};
-use jiff::Timestamp;
+use common::cluster::{Harness, Waits, log_of, state};
+use corral_local::ClusterError;
+use corral_local::cluster::JobState;
 
-const DEADLINE: Duration = Duration::from_secs(90);
+const WAITS: Waits = Waits {
+    deadline: Duration::from_secs(90),
+    pause: Duration::from_millis(50),
+};
 const IMAGE: &str = "localhost/corral-test-busybox:1";
 const MARKER: &str = "only-in-the-image-7f3a";
-
-struct Harness {
-    _dir: tempfile::TempDir,
-    config: ClusterConfig,
-    now: Timestamp,
-}
-
-impl Harness {
-    fn new(ports: u16, extra: &str) -> (Harness, Cluster) {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let text = format!(
-            "kind: CorralConfig\nports: {{min: {ports}, max: {}}}\ngracePeriodSeconds: 2\n{extra}",
-            ports + 49
-        );
-        let mut config = ClusterConfig::new(dir.path().join("data"));
-        config.file = ClusterFileConfig::parse(&text).expect("config");
-        config.shim = Some(common::shim());
-        let now = Timestamp::from_second(1_800_000_000).expect("time");
-        let h = Harness {
-            _dir: dir,
-            config,
-            now,
-        };
-        let cluster = h.open();
-        (h, cluster)
-    }
-
-    fn open(&self) -> Cluster {
-        Cluster::open(self.config.clone(), self.now)
-            .expect("open")
-            .0
-    }
-
-    fn run_dir(&self) -> PathBuf {
-        self.config.data_dir.join("replicas")
-    }
-
-    fn tick(&mut self, c: &mut Cluster) -> TickReport {
-        self.now = self
-            .now
-            .checked_add(jiff::SignedDuration::from_secs(1))
-            .expect("time");
-        c.tick(self.now).expect("tick")
-    }
-
-    fn until(&mut self, c: &mut Cluster, what: &str, mut cond: impl FnMut(&Cluster) -> bool) {
-        let deadline = Instant::now() + DEADLINE;
-        loop {
-            let report = self.tick(c);
-            if cond(c) {
-                return;
-            }
-            if Instant::now() > deadline {
-                let jobs = c.list(None).expect("list");
-                panic!("timed out waiting for {what}; jobs: {jobs:#?}; last: {report:#?}");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-fn state(c: &Cluster, name: &str) -> Option<JobState> {
-    c.list(Some("default"))
-        .expect("list")
-        .into_iter()
-        .find(|j| j.name == name)
-        .map(|j| j.state)
-}
-
-fn log_of(c: &Cluster, job: &str, replica: &str) -> String {
-    let path = c
-        .log_path("default", job, replica)
-        .unwrap_or_else(|| panic!("no log of {replica}"));
-    std::fs::read_to_string(&path).unwrap_or_default()
-}
 
 /// Names of the containers this cluster's run directory labelled (running or not).
 fn containers_of(run_dir: &Path) -> Vec<String> {
@@ -207,7 +134,7 @@ fn a_training_job_runs_in_its_image_with_the_contract_env() {
     if image().is_none() {
         return;
     }
-    let (mut h, mut c) = Harness::new(32100, "");
+    let (mut h, mut c) = Harness::new(WAITS, 32100, "");
     // The first job runs the image's own CMD in its working directory (no command, no
     // args); the second overrides the entrypoint.
     c.submit(&image_job("plain", "", ""), "default", h.now)
@@ -265,7 +192,7 @@ fn a_kubeflow_pytorchjob_with_an_image_runs_in_a_container() {
     if image().is_none() {
         return;
     }
-    let (mut h, mut c) = Harness::new(32150, "");
+    let (mut h, mut c) = Harness::new(WAITS, 32150, "");
     let manifest = format!(
         r#"apiVersion: kubeflow.org/v1
 kind: PyTorchJob
@@ -305,7 +232,7 @@ fn the_memory_limit_kills_the_hog_alone() {
     if image().is_none() {
         return;
     }
-    let (mut h, mut c) = Harness::new(32200, "");
+    let (mut h, mut c) = Harness::new(WAITS, 32200, "");
     // The hog asks for 256 MiB in one buffer with a limit of 64 MiB; its neighbour,
     // in another job, sleeps and then succeeds.
     let hog = "exec dd if=/dev/zero of=/dev/null bs=256M count=1";
@@ -362,7 +289,7 @@ fn a_killed_server_readopts_the_running_container_and_delete_removes_it() {
     if image().is_none() {
         return;
     }
-    let (mut h, mut c) = Harness::new(32250, "");
+    let (mut h, mut c) = Harness::new(WAITS, 32250, "");
     // PID 1 of a container ignores SIGTERM unless it traps it: delete has to kill.
     c.submit(
         &image_job("survivor", "", "        command: [sleep, '300']\n"),
@@ -374,7 +301,7 @@ fn a_killed_server_readopts_the_running_container_and_delete_removes_it() {
         state(c, "survivor") == Some(JobState::Running)
     });
     let run_dir = h.run_dir();
-    let deadline = Instant::now() + DEADLINE;
+    let deadline = Instant::now() + WAITS.deadline;
     let before = loop {
         let names = containers_of(&run_dir);
         if names.len() == 2 {
@@ -396,7 +323,7 @@ fn a_killed_server_readopts_the_running_container_and_delete_removes_it() {
 
     c.delete("default", "survivor", h.now).expect("delete");
     h.until(&mut c, "deleted", |c| state(c, "survivor").is_none());
-    let deadline = Instant::now() + DEADLINE;
+    let deadline = Instant::now() + WAITS.deadline;
     loop {
         let left = containers_of(&run_dir);
         if left.is_empty() {
@@ -412,7 +339,7 @@ fn a_killed_server_readopts_the_running_container_and_delete_removes_it() {
 }
 
 fn without_a_runtime_the_image_is_not_used_and_an_event_says_so_or_it_is_refused() {
-    let (mut h, mut c) = Harness::new(32300, "containers: {runtime: none}\n");
+    let (mut h, mut c) = Harness::new(WAITS, 32300, "containers: {runtime: none}\n");
     c.submit(
         &image_job(
             "hosted",
@@ -444,6 +371,7 @@ fn without_a_runtime_the_image_is_not_used_and_an_event_says_so_or_it_is_refused
     assert!(e.to_string().contains("command"), "{e}");
 
     let (h2, mut c2) = Harness::new(
+        WAITS,
         32350,
         "containers: {runtime: none, withoutRuntime: reject}\n",
     );

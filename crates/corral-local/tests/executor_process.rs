@@ -23,6 +23,17 @@ fn executor(dir: &Path, cgroup: CgroupMode) -> (LocalExecutor, Vec<String>) {
     LocalExecutor::new(config).expect("executor")
 }
 
+/// An executor whose replicas get cgroups, or `None` (the test is skipped, or fails under
+/// CI) where cgroups are not usable.
+fn cgroup_executor(dir: &Path) -> Option<LocalExecutor> {
+    let (ex, warnings) = executor(dir, CgroupMode::Auto);
+    common::prerequisite(
+        ex.cgroups_enabled(),
+        &format!("cgroups are not usable here: {warnings:?}"),
+    )
+    .then_some(ex)
+}
+
 fn spec(name: &str, script: &str) -> ReplicaProcessSpec {
     ReplicaProcessSpec {
         name: name.into(),
@@ -336,13 +347,9 @@ fn executor_stop_right_after_start_is_not_lost() {
 /// group (setsid) dies with the main process.
 fn executor_leftovers_in_the_cgroup_die_even_outside_the_group() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let (mut ex, warnings) = executor(tmp.path(), CgroupMode::Auto);
-    if !common::prerequisite(
-        ex.cgroups_enabled(),
-        &format!("cgroups are not usable here: {warnings:?}"),
-    ) {
+    let Some(mut ex) = cgroup_executor(tmp.path()) else {
         return;
-    }
+    };
     let in_group = format!("1003.{}", std::process::id());
     let own_session = format!("1004.{}", std::process::id());
     ex.start(&spec(
@@ -363,13 +370,9 @@ fn executor_leftovers_in_the_cgroup_die_even_outside_the_group() {
 /// (start, log, exit) never spends the replica's CPU quota.
 fn the_command_is_in_the_cgroup_and_the_shim_is_not() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let (mut ex, warnings) = executor(tmp.path(), CgroupMode::Auto);
-    if !common::prerequisite(
-        ex.cgroups_enabled(),
-        &format!("cgroups are not usable here: {warnings:?}"),
-    ) {
+    let Some(mut ex) = cgroup_executor(tmp.path()) else {
         return;
-    }
+    };
     let marker = format!("1005.{}", std::process::id());
     let mut s = spec("quota-worker-0", &format!("exec sleep {marker}"));
     s.cpu_milli = Some(10);
@@ -498,13 +501,9 @@ fn executor_does_not_adopt_a_recycled_pid() {
 
 fn executor_memory_hog_is_oom_killed_alone() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let (mut ex, warnings) = executor(tmp.path(), CgroupMode::Auto);
-    if !common::prerequisite(
-        ex.cgroups_enabled(),
-        &format!("cgroups are not usable here: {warnings:?}"),
-    ) {
+    let Some(mut ex) = cgroup_executor(tmp.path()) else {
         return;
-    }
+    };
     if !common::prerequisite(common::python3_available(), "python3 is not installed") {
         return;
     }

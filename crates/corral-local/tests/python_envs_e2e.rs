@@ -7,85 +7,15 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use corral_local::cluster::{JobState, TickReport};
-use corral_local::config::ClusterFileConfig;
-use corral_local::{Cluster, ClusterConfig};
-use jiff::Timestamp;
+use common::cluster::{Harness, Waits, log_of, state};
+use corral_local::cluster::JobState;
 
-const DEADLINE: Duration = Duration::from_secs(180);
-
-struct Harness {
-    _dir: tempfile::TempDir,
-    config: ClusterConfig,
-    now: Timestamp,
-}
-
-impl Harness {
-    fn new(ports: u16, extra: &str) -> (Harness, Cluster) {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let text = format!(
-            "kind: CorralConfig\nports: {{min: {ports}, max: {}}}\ngracePeriodSeconds: 2\n{extra}",
-            ports + 49
-        );
-        let mut config = ClusterConfig::new(dir.path().join("data"));
-        config.file = ClusterFileConfig::parse(&text).expect("config");
-        config.shim = Some(common::shim());
-        let now = Timestamp::from_second(1_800_000_000).expect("time");
-        let h = Harness {
-            _dir: dir,
-            config,
-            now,
-        };
-        let cluster = h.open();
-        (h, cluster)
-    }
-
-    fn open(&self) -> Cluster {
-        Cluster::open(self.config.clone(), self.now)
-            .expect("open")
-            .0
-    }
-
-    fn tick(&mut self, c: &mut Cluster) -> TickReport {
-        self.now = self
-            .now
-            .checked_add(jiff::SignedDuration::from_secs(1))
-            .expect("time");
-        c.tick(self.now).expect("tick")
-    }
-
-    fn until(&mut self, c: &mut Cluster, what: &str, mut cond: impl FnMut(&Cluster) -> bool) {
-        let deadline = Instant::now() + DEADLINE;
-        loop {
-            let report = self.tick(c);
-            if cond(c) {
-                return;
-            }
-            if Instant::now() > deadline {
-                let jobs = c.list(None).expect("list");
-                panic!("timed out waiting for {what}; jobs: {jobs:#?}; last: {report:#?}");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-fn state(c: &Cluster, name: &str) -> Option<JobState> {
-    c.list(Some("default"))
-        .expect("list")
-        .into_iter()
-        .find(|j| j.name == name)
-        .map(|j| j.state)
-}
-
-fn log_of(c: &Cluster, job: &str, replica: &str) -> String {
-    let path = c
-        .log_path("default", job, replica)
-        .unwrap_or_else(|| panic!("no log of {replica}"));
-    std::fs::read_to_string(&path).unwrap_or_default()
-}
+const WAITS: Waits = Waits {
+    deadline: Duration::from_secs(180),
+    pause: Duration::from_millis(50),
+};
 
 fn uv_present() -> bool {
     let uv = std::process::Command::new("uv")
@@ -120,7 +50,7 @@ fn conflicting_versions_run_side_by_side_and_one_set_is_built_once() {
     if !uv_present() {
         return;
     }
-    let (mut h, mut c) = Harness::new(32400, "");
+    let (mut h, mut c) = Harness::new(WAITS, 32400, "");
     let text = [
         py_job("old", "Never", "six==1.15.0"),
         py_job("new", "Never", "six==1.16.0"),
@@ -171,7 +101,7 @@ fn a_set_that_does_not_resolve_fails_the_job_with_uvs_message_and_no_retry() {
     if !uv_present() {
         return;
     }
-    let (mut h, mut c) = Harness::new(32450, "");
+    let (mut h, mut c) = Harness::new(WAITS, 32450, "");
     c.submit(
         &py_job("broken", "OnFailure", "six==0.0.1"),
         "default",

@@ -107,11 +107,6 @@ pub fn rss_mb_of(pid: u32) -> f64 {
         .map_or(0.0, |kb| (kb / 1024.0 * 10.0).round() / 10.0)
 }
 
-/// Resident memory of this process, in MiB.
-pub fn rss_mb() -> f64 {
-    rss_mb_of(std::process::id())
-}
-
 fn job(name: &str, replicas: u32, gpus: u32, command: &str, suspend: bool) -> String {
     let suspend = if suspend {
         "\n  runPolicy: {suspend: true}"

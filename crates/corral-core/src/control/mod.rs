@@ -51,4 +51,6 @@ pub use plane::{
     Change, ControlConfig, ControlError, ControlPlane, HeldAdmission, JobAction, JobRecord,
     RestoredJob, SchedulingHints, Step,
 };
-pub use rules::{CPU_POOL, finished_for_good, grace_period, with_default_queue};
+pub use rules::{
+    CPU_POOL, finished_for_good, grace_period, restorable_by_name, with_default_queue,
+};

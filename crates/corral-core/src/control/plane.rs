@@ -442,11 +442,10 @@ impl ControlPlane {
         Ok((plane, step))
     }
 
-    /// Jobs a shell restores by name only: each finished for good
-    /// ([`rules::finished_for_good`]), with no replica active, no admission, and not being
-    /// deleted (the shell checks these from its records; a job it is unsure of goes through
-    /// [`ControlPlane::restore`] and is retired by the plane itself). They are known as
-    /// [`Change::Retired`] jobs are: their names are taken, `delete` removes them.
+    /// Jobs a shell restores by name only ([`rules::restorable_by_name`] of its records;
+    /// any other job goes through [`ControlPlane::restore`] and is retired by the plane
+    /// itself). They are known as [`Change::Retired`] jobs are: their names are taken,
+    /// `delete` removes them.
     pub fn restore_retired(&mut self, keys: impl IntoIterator<Item = String>) {
         for key in keys {
             if !self.jobs.contains_key(&key) {

@@ -84,6 +84,22 @@ pub fn finished_for_good(job: &TrainingJob) -> bool {
             .is_some_and(crate::lifecycle::conditions::is_terminal)
 }
 
+/// Whether a shell rebuilding the plane hands a stored job over by name only
+/// ([`ControlPlane::restore_retired`]): finished for good, not being deleted, holding no
+/// admission and with no replica recorded running. Any other job goes through
+/// [`ControlPlane::restore`], and the plane retires it itself once it is settled.
+///
+/// [`ControlPlane::restore_retired`]: super::ControlPlane::restore_retired
+/// [`ControlPlane::restore`]: super::ControlPlane::restore
+pub fn restorable_by_name(
+    job: &TrainingJob,
+    deleting: bool,
+    holds_admission: bool,
+    replica_running: bool,
+) -> bool {
+    !deleting && !holds_admission && !replica_running && finished_for_good(job)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -61,29 +61,27 @@ pub(super) fn open(
         .map(|r| r.job_uid)
         .collect();
     let mut jobs: Vec<StoredJob> = Vec::new();
-    let mut retired: Vec<StoredJob> = Vec::new();
+    // Summaries of the retired ones are made as their rows are read, so that no more than
+    // one of them is decoded at a time.
+    let mut retired: Vec<((String, String), std::sync::Arc<super::JobSummary>)> = Vec::new();
     let mut all_uids: HashSet<String> = HashSet::new();
     store.for_each_job(|j| {
         all_uids.insert(j.uid.clone());
-        let at_rest = !j.deleting
-            && !admitted.contains(&j.uid)
-            && !running.contains(&j.uid)
-            && corral_core::control::finished_for_good(&j.job);
-        if at_rest {
-            retired.push(j);
+        let by_name = corral_core::control::restorable_by_name(
+            &j.job,
+            j.deleting,
+            admitted.contains(&j.uid),
+            running.contains(&j.uid),
+        );
+        if by_name {
+            let summary = std::sync::Arc::new(super::engine::summary(&j));
+            retired.push(((j.namespace, j.name), summary));
         } else {
             jobs.push(j);
         }
         Ok(())
     })?;
-    let retired: Vec<(String, (String, String), std::sync::Arc<super::JobSummary>)> = retired
-        .into_iter()
-        .map(|j| {
-            let summary = std::sync::Arc::new(super::engine::summary(&j));
-            (j.uid, (j.namespace, j.name), summary)
-        })
-        .collect();
-    let retired_uids: HashSet<&str> = retired.iter().map(|(u, _, _)| u.as_str()).collect();
+    let retired_uids: HashSet<&str> = retired.iter().map(|(_, s)| s.uid.as_str()).collect();
     let replicas = adopt_replicas(
         &mut store,
         &mut executor,
@@ -163,7 +161,7 @@ pub(super) fn open(
     plane.restore_retired(
         retired
             .iter()
-            .map(|(_, (namespace, name), _)| format!("{namespace}/{name}")),
+            .map(|((namespace, name), _)| format!("{namespace}/{name}")),
     );
     let mut cluster = Cluster {
         config,
@@ -184,9 +182,7 @@ pub(super) fn open(
     for j in jobs {
         cluster.cache(j);
     }
-    cluster
-        .summaries
-        .extend(retired.into_iter().map(|(_, k, s)| (k, s)));
+    cluster.summaries.extend(retired);
     for e in &step.events {
         if e.reason == corral_core::control::event_reason::ADMISSION_LOST {
             warnings.push(format!("{}: {}", e.job, e.message));

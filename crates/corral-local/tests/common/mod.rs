@@ -3,6 +3,10 @@
 
 use corral_local::executor::ShimCommand;
 
+// Not every test binary that includes this module drives a cluster.
+#[allow(dead_code)]
+pub mod cluster;
+
 /// Runs as the shim when the first argument is `shim`, else runs `tests` (libtest-mimic:
 /// the usual filters and flags work; a panicking test fails).
 pub fn main(tests: Vec<(&'static str, fn())>) -> std::process::ExitCode {

@@ -16,7 +16,7 @@
 
 use std::collections::BTreeMap;
 
-use microlp::{ComparisonOp, OptimizationDirection, Problem};
+use microlp::{ComparisonOp, OptimizationDirection, Problem, Variable};
 
 use super::{Assignment, Policy, RoundCtx};
 use crate::cluster::Cluster;
@@ -126,20 +126,7 @@ pub fn max_min_lp(coef: &[Vec<f64>], gpus: &[u32], capacity: &[u32]) -> Option<V
         let row: Vec<_> = (0..n).map(|w| (x[j][w], 1.0)).collect();
         p.add_constraint(row.as_slice(), ComparisonOp::Le, 1.0);
     }
-    for w in 0..n {
-        let col: Vec<_> = (0..m).map(|j| (x[j][w], f64::from(gpus[j]))).collect();
-        p.add_constraint(col.as_slice(), ComparisonOp::Le, f64::from(capacity[w]));
-    }
-    let sol = p.solve().ok()?.into_solution().ok()?;
-    Some(
-        x.iter()
-            .map(|r| {
-                r.iter()
-                    .map(|&v| sol.var_value(v).clamp(0.0, 1.0))
-                    .collect()
-            })
-            .collect(),
-    )
+    solve_allocation(p, &x, gpus, capacity)
 }
 
 /// Solves `max sum_j sum_w coef[j][w] x[j][w]` s.t. `sum_j gpus_j x[j][w] <= n_w`,
@@ -166,9 +153,24 @@ pub fn max_sum_lp(coef: &[Vec<f64>], gpus: &[u32], capacity: &[u32]) -> Option<V
         let r: Vec<_> = row.iter().map(|&v| (v, 1.0)).collect();
         p.add_constraint(r.as_slice(), ComparisonOp::Le, 1.0);
     }
-    for w in 0..n {
-        let col: Vec<_> = (0..m).map(|j| (x[j][w], f64::from(gpus[j]))).collect();
-        p.add_constraint(col.as_slice(), ComparisonOp::Le, f64::from(capacity[w]));
+    solve_allocation(p, &x, gpus, capacity)
+}
+
+/// What both LPs end with: no GPU type over-committed, then the solve; `x[j][w]`, clamped
+/// to `[0, 1]`.
+fn solve_allocation(
+    mut p: Problem,
+    x: &[Vec<Variable>],
+    gpus: &[u32],
+    capacity: &[u32],
+) -> Option<Vec<Vec<f64>>> {
+    for (w, &cap) in capacity.iter().enumerate() {
+        let col: Vec<_> = x
+            .iter()
+            .zip(gpus)
+            .map(|(row, &g)| (row[w], f64::from(g)))
+            .collect();
+        p.add_constraint(col.as_slice(), ComparisonOp::Le, f64::from(cap));
     }
     let sol = p.solve().ok()?.into_solution().ok()?;
     Some(

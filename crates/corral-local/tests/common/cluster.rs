@@ -1,0 +1,121 @@
+//! The embedded cluster under test, driven with a clock of the test's own: each pass moves
+//! it a second forward, so that restart back-offs pass quickly. Shared by the end-to-end
+//! tests of the cluster, containers and Python environments.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use corral_local::cluster::{JobState, TickReport};
+use corral_local::config::{ClusterFileConfig, PortRange};
+use corral_local::{Cluster, ClusterConfig};
+use jiff::Timestamp;
+
+/// How long `until` waits at most, and how long it pauses between passes.
+#[derive(Clone, Copy)]
+pub struct Waits {
+    pub deadline: Duration,
+    pub pause: Duration,
+}
+
+pub struct Harness {
+    dir: tempfile::TempDir,
+    pub config: ClusterConfig,
+    pub now: Timestamp,
+    waits: Waits,
+}
+
+impl Harness {
+    /// A cluster in a temporary directory with its own range of 50 ports from `ports`
+    /// (tests run in parallel), a 2 s grace period, and `extra` settings (`corral.yaml`).
+    pub fn new(waits: Waits, ports: u16, extra: &str) -> (Harness, Cluster) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let text = format!(
+            "kind: CorralConfig\nports: {{min: {ports}, max: {}}}\ngracePeriodSeconds: 2\n{extra}",
+            ports + 49
+        );
+        let mut config = ClusterConfig::new(dir.path().join("data"));
+        config.file = ClusterFileConfig::parse(&text).expect("config");
+        assert_eq!(
+            config.file.settings.ports,
+            PortRange {
+                min: ports,
+                max: ports + 49
+            }
+        );
+        config.shim = Some(super::shim());
+        let now = Timestamp::from_second(1_800_000_000).expect("time");
+        let h = Harness {
+            dir,
+            config,
+            now,
+            waits,
+        };
+        let cluster = h.open();
+        (h, cluster)
+    }
+
+    /// Opens the cluster (again, after a simulated crash).
+    pub fn open(&self) -> Cluster {
+        Cluster::open(self.config.clone(), self.now)
+            .expect("open")
+            .0
+    }
+
+    /// A path in the test's temporary directory.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Where the replicas' directories are.
+    pub fn run_dir(&self) -> PathBuf {
+        self.config.data_dir.join("replicas")
+    }
+
+    /// One pass, a second later.
+    pub fn tick(&mut self, c: &mut Cluster) -> TickReport {
+        self.now = self
+            .now
+            .checked_add(jiff::SignedDuration::from_secs(1))
+            .expect("time");
+        c.tick(self.now).expect("tick")
+    }
+
+    /// Passes until `cond` holds; panics after the deadline. Returns every report.
+    pub fn until(
+        &mut self,
+        c: &mut Cluster,
+        what: &str,
+        mut cond: impl FnMut(&Cluster) -> bool,
+    ) -> Vec<TickReport> {
+        let deadline = Instant::now() + self.waits.deadline;
+        let mut reports = Vec::new();
+        loop {
+            reports.push(self.tick(c));
+            if cond(c) {
+                return reports;
+            }
+            if Instant::now() > deadline {
+                let jobs = c.list(None).expect("list");
+                panic!("timed out waiting for {what}; jobs: {jobs:#?}; last: {reports:#?}");
+            }
+            std::thread::sleep(self.waits.pause);
+        }
+    }
+}
+
+/// The state of a job of the `default` namespace, if it exists.
+pub fn state(c: &Cluster, name: &str) -> Option<JobState> {
+    c.list(Some("default"))
+        .expect("list")
+        .into_iter()
+        .find(|j| j.name == name)
+        .map(|j| j.state)
+}
+
+/// The log of a replica of a job of the `default` namespace.
+pub fn log_of(c: &Cluster, job: &str, replica: &str) -> String {
+    let path = c
+        .log_path("default", job, replica)
+        .unwrap_or_else(|| panic!("no log of {replica}"));
+    std::fs::read_to_string(&path).unwrap_or_default()
+}
