@@ -7,6 +7,7 @@
 
 mod common;
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -67,6 +68,10 @@ fn main() -> ExitCode {
             unknown_job_and_route_are_json_404,
         ),
         Trial::test("cli_tables_and_up_options", cli_tables_and_up_options),
+        Trial::test(
+            "concurrent_submissions_are_each_stored_once",
+            concurrent_submissions_are_each_stored_once,
+        ),
         Trial::test("api_bench_smoke", api_bench_smoke),
     ];
     libtest_mimic::run(&args, tests).exit_code()
@@ -1216,6 +1221,75 @@ fn suspend_resume_delete_and_views() -> TestResult {
             _ => std::thread::sleep(Duration::from_millis(100)),
         }
     }
+    Ok(())
+}
+
+/// Concurrent requests are stored together (one transaction per burst): each submission
+/// still stands alone. Eight clients submit 40 names each, every name twice, and one
+/// submission of two documents whose second is taken: every name is stored once, each
+/// duplicate gets 409, and the refused two-document submission stores neither.
+fn concurrent_submissions_are_each_stored_once() -> TestResult {
+    let c = TestCluster::start("")?;
+    let client = c.client(None);
+    client.submit("burst", &parked_job("taken"))?;
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let client = client.clone();
+            std::thread::spawn(move || {
+                let mut outcomes = Vec::new();
+                for i in 0..40 {
+                    // Threads 2k and 2k + 1 submit the same names, so that duplicates race.
+                    let name = format!("j-{}-{i}", t / 2);
+                    outcomes.push((name.clone(), client.submit("burst", &parked_job(&name))));
+                }
+                let both = format!(
+                    "{}---\n{}",
+                    parked_job(&format!("pair-{t}")),
+                    parked_job("taken")
+                );
+                outcomes.push((format!("pair-{t}"), client.submit("burst", &both)));
+                outcomes
+            })
+        })
+        .collect();
+    let mut accepted = BTreeMap::<String, usize>::new();
+    let mut conflicts = 0;
+    for t in threads {
+        for (name, outcome) in t.join().map_err(|_| "a client thread panicked")? {
+            match outcome {
+                Ok(items) => {
+                    check(items.len() == 1, format!("{name}: {items:?}"))?;
+                    *accepted.entry(name).or_default() += 1;
+                }
+                Err(e) if e.status() == Some(409) => conflicts += 1,
+                Err(e) => return Err(format!("{name}: {e}").into()),
+            }
+        }
+    }
+    check(
+        accepted.values().all(|n| *n == 1),
+        format!("a name was accepted twice: {accepted:?}"),
+    )?;
+    check(
+        !accepted.keys().any(|n| n.starts_with("pair-")),
+        "a submission with a taken name was stored in part",
+    )?;
+    // 8 threads x 40 submissions of 4 x 40 distinct names, plus 8 refused pairs.
+    check(
+        accepted.len() == 160,
+        format!("{} names accepted", accepted.len()),
+    )?;
+    check(conflicts == 168, format!("{conflicts} conflicts"))?;
+    let stored: BTreeSet<String> = client
+        .list(Some("burst"))?
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    let expected: BTreeSet<String> = accepted
+        .into_keys()
+        .chain(std::iter::once("taken".to_string()))
+        .collect();
+    check(stored == expected, format!("stored {} names", stored.len()))?;
     Ok(())
 }
 

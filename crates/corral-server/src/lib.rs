@@ -23,12 +23,13 @@ pub mod openapi;
 pub mod routes;
 
 use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use corral_local::cluster::SubmitContext;
-use corral_local::{Cluster, ClusterConfig, ClusterFileConfig};
+use corral_local::cluster::{CheckedSubmission, SubmitContext, SubmitResult};
+use corral_local::{Cluster, ClusterConfig, ClusterError, ClusterFileConfig};
 use jiff::Timestamp;
 use tokio::sync::{Notify, oneshot};
 
@@ -76,6 +77,23 @@ pub struct AppState {
     /// Wakes the control loop after a change.
     wake: Arc<Notify>,
     body_limit: usize,
+    /// Checked submissions waiting for the cluster: whoever takes the lock stores all
+    /// that wait, in one transaction.
+    submissions: Arc<SubmitQueue>,
+}
+
+/// A checked submission and where its result goes.
+type PendingSubmission = (
+    CheckedSubmission,
+    oneshot::Sender<Result<Vec<SubmitResult>, ClusterError>>,
+);
+
+/// Concurrent submissions, gathered so that a burst costs one lock and one commit.
+#[derive(Default)]
+struct SubmitQueue {
+    pending: Mutex<Vec<PendingSubmission>>,
+    /// A task that will store what waits is on its way.
+    scheduled: AtomicBool,
 }
 
 impl AppState {
@@ -88,7 +106,48 @@ impl AppState {
             file,
             wake: Arc::new(Notify::new()),
             body_limit,
+            submissions: Arc::new(SubmitQueue::default()),
         }
+    }
+
+    /// Stores a checked submission, together with any that arrive meanwhile (one lock,
+    /// one transaction for all of them; each is all or nothing on its own).
+    pub async fn submit(
+        &self,
+        checked: CheckedSubmission,
+    ) -> Result<Result<Vec<SubmitResult>, ClusterError>, ApiError> {
+        let (tx, rx) = oneshot::channel();
+        self.submissions
+            .pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((checked, tx));
+        if !self.submissions.scheduled.swap(true, Ordering::SeqCst) {
+            let queue = Arc::clone(&self.submissions);
+            let cluster = Arc::clone(&self.cluster);
+            // Not awaited: the result comes through the channel, whoever stores it.
+            tokio::task::spawn_blocking(move || {
+                let mut c = cluster.lock().unwrap_or_else(|p| p.into_inner());
+                loop {
+                    // Cleared before taking, so that a submission queued after the take
+                    // schedules a task of its own.
+                    queue.scheduled.store(false, Ordering::SeqCst);
+                    let batch = std::mem::take(
+                        &mut *queue.pending.lock().unwrap_or_else(|p| p.into_inner()),
+                    );
+                    if batch.is_empty() {
+                        break;
+                    }
+                    let (checked, senders): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
+                    let results = c.submit_checked_all(checked, Timestamp::now());
+                    for (sender, result) in senders.into_iter().zip(results) {
+                        let _ = sender.send(result);
+                    }
+                }
+            });
+        }
+        rx.await
+            .map_err(|_| ApiError::internal("the submission was dropped before it was stored"))
     }
 
     /// Runs `f` with the cluster on the blocking pool.

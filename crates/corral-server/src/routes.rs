@@ -187,9 +187,7 @@ async fn submit(
             .collect();
         return Ok(Json(json!({ "items": items })).into_response());
     }
-    let submitted = state
-        .with_cluster(move |c| c.submit_checked(checked, Timestamp::now()))
-        .await??;
+    let submitted = state.submit(checked).await??;
     state.wake();
     Ok((StatusCode::CREATED, Json(json!({ "items": submitted }))).into_response())
 }

@@ -167,23 +167,73 @@ impl Cluster {
         checked: CheckedSubmission,
         now: Timestamp,
     ) -> Result<Vec<SubmitResult>, ClusterError> {
-        let CheckedSubmission {
-            namespace,
-            jobs: accepted,
-        } = checked;
-        let namespace = namespace.as_str();
+        self.submit_checked_all(vec![checked], now)
+            .pop()
+            .unwrap_or_else(|| Err(ClusterError::Store("the submission was not stored".into())))
+    }
+
+    /// Several submissions in one transaction (the server gathers concurrent requests, so
+    /// that a burst costs one commit, not one each). Each submission is all or nothing on
+    /// its own and one refused does not refuse the others; one result per submission, in
+    /// order.
+    pub fn submit_checked_all(
+        &mut self,
+        batch: Vec<CheckedSubmission>,
+        now: Timestamp,
+    ) -> Vec<Result<Vec<SubmitResult>, ClusterError>> {
         let images = self.image_policy();
         let submitted_ms = millis(now);
-        let mut new_jobs = Vec::with_capacity(accepted.len());
-        for (mut job, converted_from) in accepted {
+        if let Err(e) = self.store.begin_batch() {
+            let message = e.to_string();
+            return batch
+                .iter()
+                .map(|_| Err(ClusterError::Store(message.clone())))
+                .collect();
+        }
+        // Each submission: the control plane first (it refuses what it cannot schedule,
+        // and nothing is stored then), then its rows and events in a savepoint.
+        let mut stored: Vec<Result<(Vec<NewJob>, Vec<i64>), ClusterError>> =
+            Vec::with_capacity(batch.len());
+        for checked in batch {
+            let new_jobs = self.new_jobs(checked, now, submitted_ms);
+            stored.push(self.plan_and_insert(new_jobs, images, now));
+        }
+        if let Err(e) = self.store.commit_batch() {
+            let _ = self.store.rollback_batch();
+            let message = e.to_string();
+            for (new_jobs, _) in stored.iter().flatten() {
+                self.unsubmit(new_jobs);
+            }
+            let _ = self.plane.settle(now);
+            return stored
+                .iter()
+                .map(|_| Err(ClusterError::Store(message.clone())))
+                .collect();
+        }
+        stored
+            .into_iter()
+            .map(|r| r.map(|(new_jobs, seqs)| self.cache_submitted(new_jobs, seqs)))
+            .collect()
+    }
+
+    /// The rows of a checked submission: a uid, creation time and generation each.
+    fn new_jobs(
+        &mut self,
+        checked: CheckedSubmission,
+        now: Timestamp,
+        submitted_ms: u64,
+    ) -> Vec<NewJob> {
+        let CheckedSubmission { namespace, jobs } = checked;
+        let mut new_jobs = Vec::with_capacity(jobs.len());
+        for (mut job, converted_from) in jobs {
             self.uid_counter += 1;
-            let uid = new_uid(namespace, &job.metadata.name, now, self.uid_counter);
+            let uid = new_uid(&namespace, &job.metadata.name, now, self.uid_counter);
             job.metadata.uid = Some(uid.clone());
             job.metadata.creation_timestamp = Some(now);
             job.metadata.generation = Some(1);
             job.status = None;
             new_jobs.push(NewJob {
-                namespace: namespace.to_string(),
+                namespace: namespace.clone(),
                 name: job.metadata.name.clone(),
                 uid,
                 submitted_ms,
@@ -191,8 +241,17 @@ impl Cluster {
                 job,
             });
         }
-        // The control plane first: it refuses what it cannot schedule, and nothing is
-        // stored then (all or nothing).
+        new_jobs
+    }
+
+    /// Hands one submission to the control plane and writes its rows and events inside
+    /// the open batch; undoes both when either refuses (all or nothing).
+    fn plan_and_insert(
+        &mut self,
+        new_jobs: Vec<NewJob>,
+        images: ImagePolicy,
+        now: Timestamp,
+    ) -> Result<(Vec<NewJob>, Vec<i64>), ClusterError> {
         for (n, j) in new_jobs.iter().enumerate() {
             let record = JobRecord {
                 job: j.job.clone(),
@@ -201,11 +260,7 @@ impl Cluster {
                 hints: Default::default(),
             };
             if let Err(e) = self.plane.submit(record) {
-                for undo in &new_jobs[..n] {
-                    let _ = self
-                        .plane
-                        .delete(&format!("{}/{}", undo.namespace, undo.name));
-                }
+                self.unsubmit(&new_jobs[..n]);
                 let _ = self.plane.settle(now);
                 return Err(match e {
                     ControlError::AlreadyExists(_) => ClusterError::AlreadyExists {
@@ -216,30 +271,31 @@ impl Cluster {
                 });
             }
         }
-        // The jobs and their Submitted events: one transaction.
-        let inserted = self
-            .store
-            .begin_batch()
-            .map_err(ClusterError::from)
-            .and_then(|()| {
-                let seqs = self.store.insert_jobs(&new_jobs)?;
+        // insert_jobs is a savepoint: a refused submission leaves no row behind.
+        match self.store.insert_jobs(&new_jobs) {
+            Ok(seqs) => {
                 for j in &new_jobs {
                     self.submitted_events(j, images, now);
                 }
-                self.store.commit_batch()?;
-                Ok(seqs)
-            });
-        let seqs = match inserted {
-            Ok(seqs) => seqs,
-            Err(e) => {
-                let _ = self.store.rollback_batch();
-                for j in &new_jobs {
-                    let _ = self.plane.delete(&format!("{}/{}", j.namespace, j.name));
-                }
-                let _ = self.plane.settle(now);
-                return Err(e);
+                Ok((new_jobs, seqs))
             }
-        };
+            Err(e) => {
+                self.unsubmit(&new_jobs);
+                let _ = self.plane.settle(now);
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Takes jobs handed to the control plane back out (a submission that was not stored).
+    fn unsubmit(&mut self, jobs: &[NewJob]) {
+        for j in jobs {
+            let _ = self.plane.delete(&format!("{}/{}", j.namespace, j.name));
+        }
+    }
+
+    /// Counts and caches stored jobs (as stored, without reading them back).
+    fn cache_submitted(&mut self, new_jobs: Vec<NewJob>, seqs: Vec<i64>) -> Vec<SubmitResult> {
         let mut out = Vec::with_capacity(new_jobs.len());
         for (j, seq) in new_jobs.into_iter().zip(seqs) {
             self.counters.jobs_submitted += 1;
@@ -249,7 +305,6 @@ impl Cluster {
                 uid: j.uid.clone(),
                 converted_from: j.converted_from.clone(),
             });
-            // Cached as stored, without reading it back.
             self.cache(StoredJob {
                 namespace: j.namespace,
                 name: j.name,
@@ -261,7 +316,7 @@ impl Cluster {
                 deleting: false,
             });
         }
-        Ok(out)
+        out
     }
 
     /// A new job's events: Submitted, and a Warning when its image cannot be used here.
