@@ -21,6 +21,9 @@ pub struct SubmitContext {
     images: ImagePolicy,
 }
 
+/// A submission's rows as inserted, with their submission order (`seq`).
+type Inserted = (Vec<NewJob>, Vec<i64>);
+
 /// Documents of a submission, parsed and checked ([`Cluster::check_submission`]).
 #[derive(Debug)]
 pub struct CheckedSubmission {
@@ -192,8 +195,7 @@ impl Cluster {
         }
         // Each submission: the control plane first (it refuses what it cannot schedule,
         // and nothing is stored then), then its rows and events in a savepoint.
-        let mut stored: Vec<Result<(Vec<NewJob>, Vec<i64>), ClusterError>> =
-            Vec::with_capacity(batch.len());
+        let mut stored: Vec<Result<Inserted, ClusterError>> = Vec::with_capacity(batch.len());
         for checked in batch {
             let new_jobs = self.new_jobs(checked, now, submitted_ms);
             stored.push(self.plan_and_insert(new_jobs, images, now));
@@ -251,7 +253,7 @@ impl Cluster {
         new_jobs: Vec<NewJob>,
         images: ImagePolicy,
         now: Timestamp,
-    ) -> Result<(Vec<NewJob>, Vec<i64>), ClusterError> {
+    ) -> Result<Inserted, ClusterError> {
         for (n, j) in new_jobs.iter().enumerate() {
             let record = JobRecord {
                 job: j.job.clone(),
