@@ -194,7 +194,13 @@ impl Env {
                     key.display()
                 ))
                 .arg("--service-cluster-ip-range=10.96.0.0/16")
-                .arg("--allow-privileged=true"),
+                .arg("--allow-privileged=true")
+                // More flags, e.g. `--enable-admission-plugins=OwnerReferencesPermissionEnforcement`.
+                .args(
+                    std::env::var("ENVTEST_KUBE_APISERVER_FLAGS")
+                        .unwrap_or_default()
+                        .split_whitespace(),
+                ),
             &dir.join("kube-apiserver.log"),
         ));
         let url = format!("https://127.0.0.1:{api_port}");
@@ -412,6 +418,24 @@ async fn gpu_node(env: &Env, name: &str) {
         )
         .await
         .expect("node status");
+    // The TaintNodesByCondition admission plugin taints a new node not-ready; the node
+    // lifecycle controller (not run here) lifts it once the node reports Ready.
+    let node = nodes.get(name).await.expect("node");
+    let taints = node.spec.and_then(|s| s.taints).unwrap_or_default();
+    assert!(
+        taints
+            .iter()
+            .any(|t| t.key == "node.kubernetes.io/not-ready"),
+        "{taints:?}"
+    );
+    nodes
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"taints": null}})),
+        )
+        .await
+        .expect("lift the not-ready taint");
 }
 
 /// The kubelet's part: a pod's phase (and its container's exit code).
@@ -569,11 +593,19 @@ async fn envtest() {
         gpu_node(&env, n).await;
     }
     let op = operator(&env);
+    eprintln!("envtest: crd_output_dry_runs");
     crd_output_dry_runs(&env).await;
+    eprintln!("envtest: pytorch_gang");
     pytorch_gang(&env, &op).await;
+    eprintln!("envtest: mpi_hostfile_and_ttl");
     mpi_hostfile_and_ttl(&env, &op).await;
+    eprintln!("envtest: suspend_resume");
     suspend_resume(&env, &op).await;
+    eprintln!("envtest: kubeflow_served");
     kubeflow_served(&env, &op).await;
+    eprintln!("envtest: operator_binary");
+    operator_binary(&env).await;
+    eprintln!("envtest: kubeflow_alongside");
     kubeflow_alongside(&env, &op).await;
 }
 
@@ -614,6 +646,18 @@ async fn install(env: &Env) {
         eprintln!("envtest: PyTorchJob CRD of Kubeflow's training operator installed");
     }
     apply_file(&env.admin, &repo_root().join("deploy/kubeflow-rbac.yaml")).await;
+    // A kind the group does not serve (an operator newer than its CRDs): a Status, unlike
+    // a group that is not there at all.
+    let (code, body) = raw(
+        &env.admin,
+        "GET",
+        "/apis/corral.dev/v1alpha1/namespaces/default/nosuchkinds",
+        None,
+    )
+    .await
+    .expect("call");
+    assert_eq!(code, 404, "{body}");
+    fixture("crd-kind-missing-404", code, &body);
     for k in &kubeflow::KINDS {
         served(&env.admin, kubeflow::GROUP, k.version, k.plural).await;
     }
@@ -689,7 +733,12 @@ async fn pytorch_gang(env: &Env, op: &Operator) {
     let now = Timestamp::now();
     pass(op, now).await;
     let ps = pods(env, ns).await;
-    assert_eq!(ps.len(), 2, "one pod per replica");
+    assert_eq!(
+        ps.len(),
+        2,
+        "one pod per replica; job: {}",
+        job(env, ns, "ddp").await.unwrap_or_default()
+    );
     let mut nodes = Vec::new();
     for p in &ps {
         let spec = p.spec.as_ref().expect("spec");
@@ -1105,4 +1154,119 @@ async fn kubeflow_alongside(env: &Env, op: &Operator) {
     .expect("status as Kubeflow's operator writes it");
     kubeflow_pass(op, Mode::Alongside, now + SignedDuration::from_secs(4)).await;
     assert!(job(env, ns, "big").await.is_none(), "workload deleted");
+}
+
+/// The operator binary as deployed: leader election, watches, `--kubeflow serve`, with the
+/// ServiceAccount's identity. `CORRAL_OPERATOR_BIN` names it (e.g. target/debug/corral).
+async fn operator_binary(env: &Env) {
+    let Some(bin) = std::env::var_os("CORRAL_OPERATOR_BIN") else {
+        eprintln!("envtest: operator binary case SKIPPED: set CORRAL_OPERATOR_BIN");
+        return;
+    };
+    let ns = "kf-bin";
+    namespace(env, ns).await;
+    let kc = env.dir.join("operator.kubeconfig");
+    std::fs::write(&kc, kubeconfig(&env.url, OPERATOR_TOKEN)).expect("kubeconfig");
+    let port = free_port();
+    let mut child = spawn(
+        Command::new(bin)
+            .args(["operator", "--kubeflow", "serve", "--listen"])
+            .arg(format!("127.0.0.1:{port}"))
+            .args([
+                "--lease-namespace",
+                "corral-system",
+                "--identity",
+                "envtest-op",
+            ])
+            .env("KUBECONFIG", &kc)
+            .env("RUST_LOG", "info"),
+        &env.dir.join("operator.log"),
+    );
+    let pt = ar("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs");
+    let api: Api<DynamicObject> = Api::namespaced_with(env.admin.clone(), ns, &pt);
+    let replica = json!({"replicas": 1, "template": {"spec": {"containers": [{
+        "name": "pytorch", "image": "pytorch/pytorch:2.5.1", "command": ["python", "train.py"],
+        "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}});
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "metadata": {"name": "live", "namespace": ns},
+            "spec": {"pytorchReplicaSpecs": {"Master": replica, "Worker": replica}},
+        }))
+        .expect("PyTorchJob"),
+    )
+    .await
+    .expect("create PyTorchJob");
+    // Watches wake the operator: the job is converted, admitted and its pods bound.
+    let mut bound = Vec::new();
+    for _ in 0..120 {
+        bound = pods(env, ns)
+            .await
+            .into_iter()
+            .filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some()))
+            .collect();
+        if bound.len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let log = || std::fs::read_to_string(env.dir.join("operator.log")).unwrap_or_default();
+    assert_eq!(bound.len(), 2, "operator log:\n{}", log());
+    for p in &bound {
+        kubelet_phase(
+            env,
+            ns,
+            p.metadata.name.as_deref().unwrap_or(""),
+            "Running",
+            None,
+        )
+        .await;
+    }
+    let mut running = false;
+    for _ in 0..120 {
+        let kf = serde_json::to_value(api.get("live").await.expect("job")).expect("json");
+        if kf["status"]["conditions"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == json!("Running") && c["status"] == json!("True"))
+        }) {
+            running = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(running, "no Running condition; operator log:\n{}", log());
+    let lease: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(env.admin.clone(), "corral-system");
+    let holder = lease
+        .get("corral-operator")
+        .await
+        .expect("Lease")
+        .spec
+        .and_then(|s| s.holder_identity);
+    assert_eq!(holder.as_deref(), Some("envtest-op"));
+    // Done: free its GPUs, stop the operator as Kubernetes does (SIGTERM).
+    for p in &bound {
+        kubelet_phase(
+            env,
+            ns,
+            p.metadata.name.as_deref().unwrap_or(""),
+            "Succeeded",
+            Some(0),
+        )
+        .await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let stopped = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        child.try_wait().ok().flatten().is_some()
+    });
+    if !stopped {
+        let _ = child.kill();
+    }
+    let _ = child.wait();
+    assert!(stopped, "the operator did not stop on SIGTERM");
 }
