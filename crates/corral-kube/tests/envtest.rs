@@ -978,7 +978,8 @@ async fn kubeflow_served(env: &Env, op: &Operator) {
         &serde_json::from_value(json!({
             "apiVersion": "kubeflow.org/v1", "kind": "JAXJob",
             "metadata": {"name": "jx", "namespace": ns},
-            "spec": {"jaxReplicaSpecs": {"Worker": {"replicas": 2, "restartPolicy": "OnFailure",
+            "spec": {"runPolicy": {"ttlSecondsAfterFinished": 60},
+            "jaxReplicaSpecs": {"Worker": {"replicas": 2, "restartPolicy": "OnFailure",
                 "template": {"spec": {"containers": [container]}}}}},
         }))
         .expect("JAXJob"),
@@ -1047,9 +1048,18 @@ async fn kubeflow_served(env: &Env, op: &Operator) {
         kubeflow_pass(op, Mode::Serve, now + SignedDuration::from_secs(6)).await,
         0
     );
-    api.delete("jx", &DeleteParams::default())
-        .await
-        .expect("delete");
+    // After its TTL: the TrainingJob, then the JAXJob, go; nothing runs again.
+    pass(op, now + SignedDuration::from_secs(200)).await;
+    assert!(
+        job(env, ns, "jx").await.is_none(),
+        "TrainingJob deleted after its TTL"
+    );
+    kubeflow_pass(op, Mode::Serve, now + SignedDuration::from_secs(201)).await;
+    assert!(
+        api.get_opt("jx").await.expect("get").is_none(),
+        "JAXJob deleted after its TTL"
+    );
+    assert!(job(env, ns, "jx").await.is_none(), "not run again");
 }
 
 async fn raw_table(env: &Env, path: &str) -> (u16, Value) {
@@ -1110,7 +1120,7 @@ async fn kubeflow_alongside(env: &Env, op: &Operator) {
     let admission: Value = serde_json::from_str(
         w["metadata"]["annotations"]["corral.dev/admission"]
             .as_str()
-            .expect("admitted"),
+            .unwrap_or_else(|| panic!("not admitted: {}", w["status"])),
     )
     .expect("json");
     kubeflow_pass(op, Mode::Alongside, now + SignedDuration::from_secs(2)).await;
@@ -1256,7 +1266,23 @@ async fn operator_binary(env: &Env) {
         )
         .await;
     }
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut succeeded = false;
+    for _ in 0..120 {
+        let kf = serde_json::to_value(api.get("live").await.expect("job")).expect("json");
+        if kf["status"]["conditions"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == json!("Succeeded") && c["status"] == json!("True"))
+        }) {
+            succeeded = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(
+        succeeded,
+        "no Succeeded condition; operator log:\n{}",
+        log()
+    );
     let _ = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status();

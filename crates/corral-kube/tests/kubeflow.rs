@@ -481,3 +481,40 @@ fn kubeflow_crds_are_structural_and_deploy_copy_is_current() {
         );
     }
 }
+
+/// A finished job is never run again; after its TTL (the control plane deletes the
+/// TrainingJob) the Kubeflow job itself goes, as Kubeflow's operator does.
+#[tokio::test]
+async fn serve_ttl_deletes_the_finished_kubeflow_job_and_never_reruns_it() {
+    let fake = cluster(&["n1", "n2"]);
+    let mut job = pytorchjob("once", 1, 8, json!({}), false);
+    job["spec"]["runPolicy"]["ttlSecondsAfterFinished"] = json!(60);
+    fake.insert(PYTORCHJOBS, job);
+    kubeflow_pass(&fake, Mode::Serve, t(0)).await;
+    operator_pass(&fake, t(1)).await;
+    for p in ["once-master-0", "once-worker-0"] {
+        set_phase(&fake, p, "Succeeded");
+    }
+    operator_pass(&fake, t(2)).await;
+    kubeflow_pass(&fake, Mode::Serve, t(3)).await;
+    let kf = fake.get(PYTORCHJOBS, "ml", "once").expect("job");
+    assert_eq!(kf_condition(&kf, "Succeeded").as_deref(), Some("True"));
+
+    // Within the TTL nothing goes.
+    operator_pass(&fake, t(30)).await;
+    assert!(kubeflow_pass(&fake, Mode::Serve, t(31)).await.is_empty());
+    assert!(fake.get(JOBS, "ml", "once").is_some());
+
+    // After it: the TrainingJob, then the Kubeflow job; nothing is re-created.
+    operator_pass(&fake, t(120)).await;
+    assert!(
+        fake.get(JOBS, "ml", "once").is_none(),
+        "TrainingJob deleted after its TTL"
+    );
+    kubeflow_pass(&fake, Mode::Serve, t(121)).await;
+    assert!(fake.get(JOBS, "ml", "once").is_none(), "not run again");
+    assert!(
+        fake.get(PYTORCHJOBS, "ml", "once").is_none(),
+        "Kubeflow job deleted after its TTL"
+    );
+}

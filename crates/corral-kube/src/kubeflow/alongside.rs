@@ -122,10 +122,9 @@ fn without_placement(manifest: &mut Value, specs_key: &str) {
         }
         if t.get("metadata")
             .is_some_and(|m| m.as_object().is_some_and(|o| o.is_empty()))
+            && let Some(o) = t.as_object_mut()
         {
-            if let Some(o) = t.as_object_mut() {
-                o.remove("metadata");
-            }
+            o.remove("metadata");
         }
         let Some(spec) = t.get_mut("spec").and_then(Value::as_object_mut) else {
             continue;

@@ -98,6 +98,27 @@ pub async fn apply(
                     Err(e) => Err((format!("{namespace}/{name}: delete workload"), e)),
                 }
             }
+            KubeflowAction::DeleteJob {
+                kind,
+                namespace,
+                name,
+                uid,
+            } => {
+                let api: Api<DynamicObject> =
+                    Api::namespaced_with(client.clone(), namespace, &kind.api_resource());
+                let dp = DeleteParams {
+                    preconditions: uid.clone().map(|uid| Preconditions {
+                        uid: Some(uid),
+                        resource_version: None,
+                    }),
+                    ..DeleteParams::background()
+                };
+                match api.delete(name, &dp).await {
+                    Ok(_) => Ok(()),
+                    Err(e) if matches!(code(&e), Some(404 | 409)) => Ok(()),
+                    Err(e) => Err((format!("{namespace}/{name}: delete {}", kind.kind), e)),
+                }
+            }
             KubeflowAction::PatchJob {
                 kind,
                 namespace,

@@ -184,6 +184,22 @@ impl KubeflowJob {
                 })
             })
     }
+    /// When the job may be deleted: `status.completionTime` plus
+    /// `spec.runPolicy.ttlSecondsAfterFinished`, when both are there.
+    pub fn ttl_expires(&self) -> Option<jiff::Timestamp> {
+        let done: jiff::Timestamp = self
+            .raw
+            .pointer("/status/completionTime")?
+            .as_str()?
+            .parse()
+            .ok()?;
+        let ttl = self
+            .raw
+            .pointer("/spec/runPolicy/ttlSecondsAfterFinished")?
+            .as_i64()?;
+        done.checked_add(jiff::SignedDuration::from_secs(ttl)).ok()
+    }
+
     /// The replica types as the manifest spells them (`Master`, `Worker`, ...).
     pub fn replica_types(&self) -> Vec<String> {
         self.raw
@@ -312,6 +328,14 @@ pub enum KubeflowAction {
         namespace: String,
         name: String,
         patch: Value,
+    },
+    /// Delete a finished Kubeflow job after its `ttlSecondsAfterFinished` (serve mode:
+    /// Corral's control plane deleted its TrainingJob for the TTL), only that very object.
+    DeleteJob {
+        kind: &'static KubeflowKind,
+        namespace: String,
+        name: String,
+        uid: Option<String>,
     },
     /// A merge patch of its status subresource (serve mode).
     PatchJobStatus {

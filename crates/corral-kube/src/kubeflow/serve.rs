@@ -87,6 +87,20 @@ pub fn plan(
         if job.deleting() {
             continue;
         }
+        let owned = owned_training_job(job, training_jobs);
+        // Finished and its TrainingJob gone (the control plane deleted it for its TTL, or
+        // it never converted): never run again; deleted itself once its TTL passed.
+        if job.finished() && matches!(owned, Ok(None)) {
+            if job.ttl_expires().is_some_and(|t| t <= now) {
+                out.push(KubeflowAction::DeleteJob {
+                    kind: job.kind,
+                    namespace: job.namespace().into(),
+                    name: job.name().into(),
+                    uid: job.uid().map(str::to_string),
+                });
+            }
+            continue;
+        }
         let want = match convert(job) {
             Ok(tj) => tj,
             Err(e) => {
@@ -103,7 +117,7 @@ pub fn plan(
                 continue;
             }
         };
-        let have = match owned_training_job(job, training_jobs) {
+        let have = match owned {
             Ok(h) => h,
             Err(e) => {
                 let status = invalid_status(job, &e, now);
