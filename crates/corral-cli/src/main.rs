@@ -72,6 +72,10 @@ enum Command {
     Crd {
         #[arg(short, long, value_enum, default_value_t = Format::Yaml)]
         output: Format,
+        /// Print the CRDs of Kubeflow's job kinds instead (TFJob, PyTorchJob, XGBoostJob,
+        /// JAXJob, MPIJob), for `corral operator --kubeflow serve`.
+        #[arg(long)]
+        kubeflow: bool,
     },
     /// Run one real scheduling cycle over the files' jobs, queues, pools and priority
     /// classes, and show what would be admitted where (down to GPU indices) and why the
@@ -178,8 +182,12 @@ fn main() -> ExitCode {
             output,
             with_defaults,
         } => manifests::convert(&file, output, with_defaults),
-        Command::Crd { output } => {
-            let crds: Vec<Value> = corral_api::crd::all_crds();
+        Command::Crd { output, kubeflow } => {
+            let crds: Vec<Value> = if kubeflow {
+                corral_kube::kubeflow::crds::all_crds()
+            } else {
+                corral_api::crd::all_crds()
+            };
             print_values(&crds, output)
         }
         Command::Plan {

@@ -31,6 +31,7 @@ pub mod build;
 pub mod consts;
 pub mod convert;
 pub mod crds;
+pub mod kubeflow;
 pub mod leader;
 pub mod metrics;
 pub mod observe;

@@ -74,6 +74,11 @@ pub struct OperatorArgs {
     /// terminationGracePeriodSeconds (default: 30).
     #[arg(long)]
     pub grace_period_secs: Option<u64>,
+    /// Kubeflow's job kinds: `serve` them (instead of Kubeflow's training operator; install
+    /// deploy/kubeflow-crds.yaml), or queue and place those labelled `corral.dev/queue`
+    /// `alongside` Kubeflow's operator. See deploy/README.md.
+    #[arg(long, value_enum, default_value_t = crate::kubeflow::Mode::Off)]
+    pub kubeflow: crate::kubeflow::Mode,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -464,6 +469,8 @@ async fn lead(
         topology_label: args.topology_label.clone(),
         grace_period: args.grace_period_secs.map(Duration::from_secs),
     };
+    let kubeflow =
+        crate::kubeflow::watch::start(args.kubeflow, client, notify.clone(), &mut tasks).await;
     tokio::select! {
         ok = stores.ready() => if !ok { return; },
         _ = stop.wait_for(|s| *s) => { for t in tasks { t.abort(); } return; }
@@ -491,6 +498,10 @@ async fn lead(
         metrics.record(&plan, &report, started.elapsed().as_secs_f64());
         for e in &report.errors {
             tracing::warn!("apply: {e}");
+        }
+        let kf = kubeflow.pass(&world, &applier, Timestamp::now()).await;
+        for e in &kf.errors {
+            tracing::warn!("kubeflow: {e}");
         }
         let next_after = plan
             .requeue_after()

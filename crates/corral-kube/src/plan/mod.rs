@@ -240,6 +240,8 @@ pub fn plan(world: &World, cfg: &PlanConfig, now: Timestamp) -> Plan {
 
     // 5. Bindings of the gangs that hold an admission.
     bindings::bind_admitted(&mut plans, &observed, &plane, &created, world);
+    // Workloads of Kubeflow jobs (alongside mode): Kubeflow's operator makes their pods.
+    crate::kubeflow::alongside::strip_runner_work(&mut plans, world);
 
     // 6. Numbers for /metrics.
     metrics::tally(&mut out, &observed, &plane);

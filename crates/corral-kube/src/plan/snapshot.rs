@@ -42,7 +42,7 @@ pub(super) fn cluster(
     topology_label: Option<&str>,
 ) -> Cluster {
     let corral: Vec<&ObservedJob<'_>> = jobs.iter().filter(|o| placed_by_corral(o)).collect();
-    let owned: BTreeSet<(&str, &str)> = corral
+    let mut owned: BTreeSet<(&str, &str)> = corral
         .iter()
         .flat_map(|o| {
             o.pods.iter().filter_map(|p| {
@@ -53,6 +53,10 @@ pub(super) fn cluster(
             })
         })
         .collect();
+    owned.extend(crate::kubeflow::alongside::runner_pods(
+        world,
+        corral.iter().map(|o| o.job),
+    ));
     let foreign: Vec<_> = world
         .pods
         .iter()

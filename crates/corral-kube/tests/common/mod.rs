@@ -66,6 +66,23 @@ const KINDS: &[(&str, &str, &str)] = &[
         "PriorityClass",
     ),
     ("apis/events.k8s.io/v1/events", "events.k8s.io/v1", "Event"),
+    ("apis/kubeflow.org/v1/tfjobs", "kubeflow.org/v1", "TFJob"),
+    (
+        "apis/kubeflow.org/v1/pytorchjobs",
+        "kubeflow.org/v1",
+        "PyTorchJob",
+    ),
+    (
+        "apis/kubeflow.org/v1/xgboostjobs",
+        "kubeflow.org/v1",
+        "XGBoostJob",
+    ),
+    ("apis/kubeflow.org/v1/jaxjobs", "kubeflow.org/v1", "JAXJob"),
+    (
+        "apis/kubeflow.org/v2beta1/mpijobs",
+        "kubeflow.org/v2beta1",
+        "MPIJob",
+    ),
 ];
 
 fn kind_of(collection: &str) -> (&'static str, &'static str) {
@@ -301,7 +318,10 @@ impl FakeApi {
                 let rv = s.rv + 1;
                 let exists = s.objects.contains_key(&key);
                 if !exists {
-                    if sub.is_some() || collection.starts_with("apis/corral.dev") {
+                    // Server-side apply (a body with its kind) creates; a merge patch 404s.
+                    if sub.is_some()
+                        || (collection.starts_with("apis/corral.dev") && body["kind"].is_null())
+                    {
                         return (404, status(404, "NotFound", "not found"));
                     }
                     // Server-side apply creates.
@@ -309,6 +329,8 @@ impl FakeApi {
                     obj["metadata"]["resourceVersion"] = json!(rv.to_string());
                     obj["metadata"]["namespace"] = json!(ns);
                     obj["metadata"]["name"] = json!(name);
+                    s.next_uid += 1;
+                    obj["metadata"]["uid"] = json!(format!("uid-{}", s.next_uid));
                     s.rv = rv;
                     s.objects.insert(key, obj.clone());
                     return (201, obj);
