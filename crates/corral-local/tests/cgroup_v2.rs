@@ -49,10 +49,17 @@ fn hierarchy() -> Result<Hierarchy, String> {
     let info = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| e.to_string())?;
     let existing = info.lines().find_map(|l| {
         let (left, right) = l.split_once(" - ")?;
-        (right.split(' ').next()? == "cgroup2").then(|| PathBuf::from(left.split(' ').nth(4)?))
+        if right.split(' ').next()? != "cgroup2" {
+            return None;
+        }
+        Some(PathBuf::from(left.split(' ').nth(4)?))
     });
     let writable = |p: &Path| {
-        let probe = p.join(format!("corral-writable-{}", std::process::id()));
+        let probe = p.join(format!(
+            "corral-writable-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
         let ok = std::fs::create_dir(&probe).is_ok();
         let _ = std::fs::remove_dir(&probe);
         ok
