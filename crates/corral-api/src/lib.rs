@@ -6,6 +6,7 @@
 
 pub mod crd;
 pub mod document;
+pub mod gpu_type;
 pub mod kubeflow;
 pub mod meta;
 pub mod metric_names;

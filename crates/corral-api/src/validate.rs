@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
+use crate::gpu_type;
 use crate::meta::ObjectMeta;
 use crate::node_pool::NodePool;
 use crate::priority_class::PriorityClass;
@@ -144,10 +145,62 @@ impl ValidationContext {
                     || p.spec
                         .gpu_type
                         .as_ref()
-                        .is_some_and(|t| allowed.iter().any(|a| a == t))
+                        .is_some_and(|t| self.selects_any(allowed, t))
             })
             .filter_map(|p| p.spec.gpus_per_node.map(|n| (n, p.metadata.name.clone())))
             .max_by(|a, b| a.0.cmp(&b.0).then_with(|| b.1.cmp(&a.1)))
+    }
+
+    /// What this cluster's nodes hold, in words: "this cluster has GPU types
+    /// NVIDIA-H100-80GB-HBM3 (1 per node)", "this cluster has no GPUs". `None` without nodes.
+    pub fn gpus_in_words(&self) -> Option<String> {
+        let nodes = self.nodes.as_ref()?;
+        let mut per_type: std::collections::BTreeMap<&str, (u32, u32)> = Default::default();
+        for n in nodes.iter().filter(|n| n.gpus > 0) {
+            let t = n.gpu_type.as_deref().unwrap_or("(no type)");
+            let e = per_type.entry(t).or_insert((n.gpus, n.gpus));
+            e.0 = e.0.min(n.gpus);
+            e.1 = e.1.max(n.gpus);
+        }
+        if per_type.is_empty() {
+            return Some("this cluster has no GPUs".into());
+        }
+        let list: Vec<String> = per_type
+            .iter()
+            .map(|(t, (lo, hi))| {
+                if lo == hi {
+                    format!("{t} ({lo} per node)")
+                } else {
+                    format!("{t} ({lo} to {hi} per node)")
+                }
+            })
+            .collect();
+        let noun = if list.len() == 1 { "type" } else { "types" };
+        Some(format!("this cluster has GPU {noun} {}", list.join(", ")))
+    }
+
+    /// The most GPUs one node of a type that `allowed` selects holds (any type when empty).
+    fn largest_node_of(&self, allowed: &[String]) -> Option<u32> {
+        self.nodes
+            .as_ref()?
+            .iter()
+            .filter(|n| {
+                allowed.is_empty()
+                    || n.gpu_type
+                        .as_ref()
+                        .is_some_and(|t| self.selects_any(allowed, t))
+            })
+            .map(|n| n.gpus)
+            .max()
+    }
+
+    /// Whether any of the names `allowed` selects type `t` among the types that exist here
+    /// (`corral_api::gpu_type::resolve`).
+    fn selects_any(&self, allowed: &[String], t: &str) -> bool {
+        let known = self.gpu_types();
+        allowed
+            .iter()
+            .any(|a| gpu_type::selects(a, t, known.iter().copied()))
     }
 
     fn gpu_types(&self) -> BTreeSet<&str> {
@@ -605,13 +658,14 @@ fn check_replica(
         if t.trim().is_empty() {
             errs.push(format!("{rpath}.gpuTypes[{i}]"), "must not be empty");
         } else if (ctx.nodes.is_some() || !known_types.is_empty())
-            && !known_types.contains(t.as_str())
+            && gpu_type::resolve(t, known_types.iter().copied()).is_empty()
         {
             let names: Vec<&str> = known_types.iter().copied().collect();
-            errs.push(
-                format!("{rpath}.gpuTypes[{i}]"),
-                unknown_name("node pool with GPU type", t, &names),
-            );
+            let mut message = unknown_name("node pool with GPU type", t, &names);
+            if let Some(what) = ctx.gpus_in_words() {
+                message = format!("{message} ({what})");
+            }
+            errs.push(format!("{rpath}.gpuTypes[{i}]"), message);
         }
     }
     if !res.gpu_types.is_empty() && res.gpu == 0 {
@@ -627,7 +681,7 @@ fn check_replica(
                 res.gpu_types.is_empty()
                     || n.gpu_type
                         .as_ref()
-                        .is_some_and(|t| res.gpu_types.contains(t))
+                        .is_some_and(|t| ctx.selects_any(&res.gpu_types, t))
             })
             .map(|n| n.gpus)
             .max()
@@ -644,9 +698,10 @@ fn check_replica(
             )
         } else {
             format!(
-                "asks for {} of type {} but no node of this cluster has GPUs of that type, so the job would wait forever",
+                "asks for {} of type {} but no node of this cluster has GPUs of that type, so the job would wait forever; {}",
                 plural(res.gpu, "GPU"),
-                res.gpu_types.join(" or ")
+                res.gpu_types.join(" or "),
+                ctx.gpus_in_words().unwrap_or_default()
             )
         };
         errs.push(format!("{rpath}.gpu"), message);
@@ -787,6 +842,39 @@ fn check_amounts(path: &str, a: &ResourceAmounts, errs: &mut ValidationErrors) {
     if let Some(m) = &a.memory {
         check_quantity(&format!("{path}.memory"), m, errs);
     }
+}
+
+/// What a valid job asks for that no node of the cluster in `ctx` can hold now: a replica
+/// with more GPUs than the largest node of an allowed type. Such a job is accepted (it is
+/// reported Unschedulable and waits, since nodes may join: see control/conformance.rs), so
+/// these are warnings, said at once by `corral validate` and `corral submit` with what
+/// exists. Empty without the cluster's nodes.
+pub fn capacity_warnings(job: &TrainingJob, ctx: &ValidationContext) -> Vec<FieldError> {
+    let Some(exists) = ctx.gpus_in_words() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (role, r) in &job.spec.replicas {
+        let res = &r.resources;
+        if res.gpu == 0 {
+            continue;
+        }
+        let Some(largest) = ctx.largest_node_of(&res.gpu_types) else {
+            continue;
+        };
+        if largest > 0 && res.gpu > largest {
+            out.push(FieldError::new(
+                format!("spec.replicas.{}.resources.gpu", role.as_str()),
+                format!(
+                    "{} in one replica, but {exists}: the job stays Queued (Unschedulable) until a \
+                     node with {} joins; use at most {largest} per replica and more replicas",
+                    plural(res.gpu, "GPU"),
+                    plural(res.gpu, "GPU")
+                ),
+            ));
+        }
+    }
+    out
 }
 
 pub fn validate_queue(q: &Queue, ctx: &ValidationContext) -> Result<(), ValidationErrors> {

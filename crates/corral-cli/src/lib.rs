@@ -4,12 +4,13 @@
 //! validation logic lives here.
 //!
 //! - [`remote`]: commands that talk to a Corral server (submit, list, get, describe, ...).
-//! - [`up`], [`quickstart`]: run the embedded cluster.
+//! - [`up`], [`quickstart`]: run the embedded cluster; [`doctor`]: what this machine offers it.
 //! - [`manifests`]: `validate` and `convert` over files; [`plan`]: one scheduling cycle.
 //! - [`sim`], [`bench`]: the simulator and the scheduler benchmark.
 //! - [`input`], [`output`], [`explain`]: reading files, printing results.
 
 pub mod bench;
+pub mod doctor;
 pub mod explain;
 pub mod input;
 pub mod manifests;

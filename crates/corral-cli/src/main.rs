@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use corral_cli::output::{Format, emit, print_values};
-use corral_cli::{bench, manifests, plan, quickstart, remote, sim, up};
+use corral_cli::{bench, doctor, manifests, plan, quickstart, remote, sim, up};
 use serde_json::Value;
 
 #[derive(Parser)]
@@ -23,6 +23,9 @@ struct Cli {
 enum Command {
     /// Run the embedded cluster (store, scheduler, executor, HTTP API, /metrics) until Ctrl-C.
     Up(up::UpArgs),
+    /// What this machine offers Corral (GPUs, cgroups, container runtime, ports, the data
+    /// directory's lock) and what Corral will do with it; each finding OK or WARN with its fix.
+    Doctor(doctor::DoctorArgs),
     /// Start a throw-away cluster, run the distributed quickstart job, print its result.
     Quickstart(quickstart::QuickstartArgs),
     /// Submit TrainingJob or Kubeflow job files (`-` or none: stdin).
@@ -142,6 +145,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Up(a) => up::run_up(&a),
+        Command::Doctor(a) => doctor::run(&a),
         Command::Quickstart(a) => quickstart::run_quickstart(&a),
         Command::Submit(a) => remote::run_submit(&a),
         Command::List(a) => remote::run_list(&a),

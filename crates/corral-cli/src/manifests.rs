@@ -97,7 +97,12 @@ pub fn validate_report(
                 .or_else(|| client.token_namespace().ok().flatten())
                 .unwrap_or_else(|| "default".to_string());
             match client.submit_dry_run(&ns, text) {
-                Ok(_) => checked_by_server = true,
+                Ok(_) => {
+                    checked_by_server = true;
+                    for w in remote::capacity_warnings(client, text) {
+                        report.err.push_str(&format!("warning: {name}: {w}\n"));
+                    }
+                }
                 Err(ClientError::Connect { server, .. }) => server_down = Some(server),
                 Err(e) => {
                     // Exactly what `corral submit` prints for this file.

@@ -6,7 +6,7 @@ use clap::ValueEnum;
 use serde_json::Value;
 
 /// How documents are printed (`-o yaml|json`).
-#[derive(Clone, Copy, ValueEnum)]
+#[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum Format {
     Yaml,
     Json,

@@ -176,11 +176,23 @@ fn build_nodes(
 ) -> Result<(Vec<Node>, String), String> {
     let memory_bytes = args.node_memory_gib.saturating_mul(1 << 30);
     if pools.is_empty() {
-        // No pools declared: this machine, as the embedded cluster sees it (no NVML here yet).
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
-        let mem = machine_memory_bytes().unwrap_or(memory_bytes);
-        let node = Node::new("localhost", None, 0, cpus * 1000, mem);
-        let line = format!("this machine: {cpus} CPUs, {} GiB, no GPUs", mem >> 30);
+        // No pools declared: this machine, exactly as `corral up` sees it (the embedded
+        // shell's inventory, NVML included).
+        let inv = corral_local::inventory::inventory();
+        let node = corral_local::cluster::local_node(&Default::default(), &inv)
+            .map_err(|e| e.to_string())?;
+        let gpus = match &node.gpu_type {
+            Some(t) if node.gpus > 0 => format!("{} x {t}", node.gpus),
+            _ => match corral_local::gpu::unavailable_reason() {
+                Some(why) => format!("no GPUs ({why})"),
+                None => "no GPUs".to_string(),
+            },
+        };
+        let line = format!(
+            "this machine: {} CPUs, {} GiB, {gpus}",
+            node.cpu_milli / 1000,
+            node.memory_bytes >> 30
+        );
         return Ok((vec![node], line));
     }
     let mut nodes = Vec::new();
@@ -213,11 +225,4 @@ fn build_nodes(
         parts.join(", ")
     );
     Ok((nodes, line))
-}
-
-fn machine_memory_bytes() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
 }

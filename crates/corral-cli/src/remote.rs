@@ -473,6 +473,9 @@ pub fn run_submit(args: &SubmitArgs) -> ExitCode {
             .unwrap_or_else(|| "default".to_string());
         match client.submit(&namespace, &text) {
             Ok(results) => {
+                for w in capacity_warnings(&client, &text) {
+                    eprintln!("warning: {shown}: {w}");
+                }
                 for r in results {
                     let from = r
                         .converted_from
@@ -499,6 +502,41 @@ pub fn run_submit(args: &SubmitArgs) -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// Warnings for jobs of `text` that the server accepted but no node it has can hold now
+/// (`corral_api::validate::capacity_warnings`), each naming the job and what exists. Empty
+/// when the server's nodes cannot be read.
+pub fn capacity_warnings(client: &Client, text: &str) -> Vec<String> {
+    use corral_api::document::{Document, parse_documents};
+    use corral_api::validate::{NodeFacts, ValidationContext};
+    let Ok(nodes) = client.nodes() else {
+        return Vec::new();
+    };
+    let ctx = ValidationContext {
+        nodes: Some(
+            nodes
+                .iter()
+                .map(|n| NodeFacts {
+                    gpu_type: n.gpu_type.clone(),
+                    gpus: u32::try_from(n.gpus.len()).unwrap_or(u32::MAX),
+                })
+                .collect(),
+        ),
+        ..Default::default()
+    };
+    let mut out = Vec::new();
+    for parsed in parse_documents(text, &ValidationContext::default())
+        .into_iter()
+        .flatten()
+    {
+        if let Document::TrainingJob(job) = &parsed.document {
+            for w in corral_api::validate::capacity_warnings(job, &ctx) {
+                out.push(format!("trainingjob/{}: {w}", job.metadata.name));
+            }
+        }
+    }
+    out
 }
 
 /// `corral list`
@@ -1092,6 +1130,11 @@ pub fn run_queues(args: &ClusterViewArgs) -> ExitCode {
     }
 }
 
+/// A value or `-` (absent: not measured here, e.g. no NVML).
+fn opt(v: Option<String>) -> String {
+    v.unwrap_or_else(|| "-".into())
+}
+
 pub fn nodes_text(nodes: &[NodeInfo]) -> String {
     let rows: Vec<Vec<String>> = nodes
         .iter()
@@ -1119,11 +1162,24 @@ pub fn nodes_text(nodes: &[NodeInfo]) -> String {
         .iter()
         .flat_map(|n| {
             n.gpus.iter().map(move |g| {
+                let used = match (g.memory_used_bytes, g.memory_bytes) {
+                    (Some(u), Some(t)) => format!("{}/{}", bytes(u), bytes(t)),
+                    (None, Some(t)) => bytes(t),
+                    _ => "-".into(),
+                };
                 vec![
                     n.name.clone(),
                     g.index.to_string(),
                     g.name.clone(),
-                    g.memory_bytes.map(bytes).unwrap_or_else(|| "-".into()),
+                    used,
+                    opt(g.utilization_percent.map(|u| format!("{u}%"))),
+                    opt(g.power_watts.map(|w| format!("{w:.0}W"))),
+                    opt(g.temperature_celsius.map(|c| format!("{c}C"))),
+                    match &g.unhealthy {
+                        Some(why) => format!("UNHEALTHY: {why}"),
+                        None if g.uuid.is_some() => "ok".into(),
+                        None => "-".into(),
+                    },
                     g.used_by.clone().unwrap_or_else(|| "free".into()),
                 ]
             })
@@ -1132,7 +1188,9 @@ pub fn nodes_text(nodes: &[NodeInfo]) -> String {
     if !gpu_rows.is_empty() {
         t.push('\n');
         t.push_str(&table(
-            &["NODE", "GPU", "NAME", "MEMORY", "USED BY"],
+            &[
+                "NODE", "GPU", "NAME", "MEMORY", "UTIL", "POWER", "TEMP", "HEALTH", "USED BY",
+            ],
             &gpu_rows,
         ));
     }
@@ -1188,6 +1246,8 @@ pub fn top_table(
                         .collect::<Vec<_>>()
                         .join(",")
                 },
+                opt(r.gpu_utilization_percent.map(|u| format!("{u}%"))),
+                opt(r.gpu_memory_bytes.map(bytes)),
             ]
         })
         .collect();
@@ -1200,6 +1260,8 @@ pub fn top_table(
             "CPU",
             "MEMORY",
             "GPUS",
+            "GPU UTIL",
+            "GPU MEM",
         ],
         &rows,
     )

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use corral_cli::{manifests, quickstart, remote, up};
+use corral_cli::{doctor, manifests, plan, quickstart, remote, up};
 use corral_local::cluster::JobState;
 use corral_local::{ClusterConfig, ClusterFileConfig};
 use corral_server::api_client::{Client, LogRequest};
@@ -71,6 +71,10 @@ fn main() -> ExitCode {
         Trial::test(
             "concurrent_submissions_are_each_stored_once",
             concurrent_submissions_are_each_stored_once,
+        ),
+        Trial::test(
+            "gpu_type_names_capacity_warnings_doctor_and_plan",
+            gpu_type_names_capacity_warnings_doctor_and_plan,
         ),
         Trial::test("api_bench_smoke", api_bench_smoke),
     ];
@@ -1365,6 +1369,140 @@ fn cli_tables_and_up_options() -> TestResult {
         .err()
         .ok_or("listening on 0.0.0.0 without tokens was allowed")?;
     check(err.contains("tokens"), err)?;
+    Ok(())
+}
+
+fn gpu_job(name: &str, gpus: u32, types: &str) -> String {
+    format!(
+        "apiVersion: corral.dev/v1alpha1
+kind: TrainingJob
+metadata: {{name: {name}}}
+spec:
+  framework: generic
+  replicas:
+    worker:
+      count: 1
+      restartPolicy: Never
+      resources: {{cpu: 100m, memory: 64Mi, gpu: {gpus}, gpuTypes: [{types}]}}
+      template: {{command: [sleep, \"30\"]}}
+"
+    )
+}
+
+/// Issue 16 on a machine shaped like the one it was found on: one GPU that the node
+/// override spells as NVML does. Jobs asking for the product label or the alias run; an
+/// A100 job is refused saying what exists; a 2-GPU replica is accepted with a warning that
+/// says so; `corral doctor` reports every area and who holds the data directory; `corral
+/// plan` sees this machine as `corral up` does.
+fn gpu_type_names_capacity_warnings_doctor_and_plan() -> TestResult {
+    let c = TestCluster::start(
+        "kind: CorralConfig\nnode: {gpus: 1, gpuType: NVIDIA H100 80GB HBM3, cpu: \"4\", memory: 8Gi}\n",
+    )?;
+    let client = c.client(None);
+    let nodes = client.nodes()?;
+    check(
+        nodes[0].gpu_type.as_deref() == Some("NVIDIA-H100-80GB-HBM3"),
+        format!("the node's type is canonical: {:?}", nodes[0].gpu_type),
+    )?;
+
+    let err = client
+        .submit("default", &gpu_job("a100", 1, "A100"))
+        .err()
+        .ok_or("an A100 job on an H100 machine was accepted")?
+        .to_string();
+    check(
+        err.contains("this cluster has GPU type NVIDIA-H100-80GB-HBM3 (1 per node)"),
+        format!("the refusal says what exists: {err}"),
+    )?;
+
+    let dir = tempfile::tempdir()?;
+    let ns = remote::NamespaceArgs::default();
+    let two = dir.path().join("two.yaml");
+    std::fs::write(&two, gpu_job("two", 2, "H100"))?;
+    let report = manifests::validate_report(&[two.display().to_string()], true, Some(&client), &ns);
+    check(
+        !report.failed,
+        format!("a 2-GPU replica is valid: {report:?}"),
+    )?;
+    check(
+        report.err.contains("warning:")
+            && report.err.contains("spec.replicas.worker.resources.gpu: 2 GPUs in one replica, but this cluster has GPU type NVIDIA-H100-80GB-HBM3 (1 per node)"),
+        format!("validate warns at once: {}", report.err),
+    )?;
+
+    for (name, types) in [("by-label", "NVIDIA-H100-80GB-HBM3"), ("by-alias", "h100")] {
+        client.submit("default", &gpu_job(name, 1, types))?;
+    }
+    wait_for_state(
+        &client,
+        "default",
+        "by-label",
+        Duration::from_secs(20),
+        |s| s == JobState::Running,
+    )?;
+    client.delete("default", "by-label")?;
+    wait_for_state(
+        &client,
+        "default",
+        "by-alias",
+        Duration::from_secs(20),
+        |s| s == JobState::Running,
+    )?;
+
+    // The server holds its data directory: doctor says who, with the fix.
+    let data = c._dir.path().join("data");
+    let r = doctor::report(&doctor::DoctorArgs {
+        data_dir: Some(data.clone()),
+        config: None,
+        output: None,
+    })?;
+    for area in ["gpu", "cgroups", "containers", "ports", "data"] {
+        check(
+            r.findings.iter().any(|f| f.area == area),
+            format!("doctor reports {area}: {}", r.text()),
+        )?;
+    }
+    let held = r
+        .findings
+        .iter()
+        .find(|f| f.area == "data")
+        .ok_or("no data finding")?;
+    check(
+        held.what.contains(&format!("(pid {})", std::process::id())) && held.fix.is_some(),
+        format!("doctor names the holder: {held:?}"),
+    )?;
+    let json = serde_json::to_value(&r)?;
+    check(json["allOk"].is_boolean(), format!("{json}"))?;
+    check(
+        r.text().lines().all(|l| {
+            l.starts_with("OK ") || l.starts_with("WARN") || l.trim_start().starts_with("fix:")
+        }),
+        r.text(),
+    )?;
+
+    // plan with no pools: this machine, from the embedded shell's inventory.
+    let job = dir.path().join("cpu.yaml");
+    std::fs::write(
+        &job,
+        parked_job("cpu-only").replace("  runPolicy: {suspend: true}\n", ""),
+    )?;
+    let out = plan::run(&plan::PlanArgs {
+        files: &[job.display().to_string()],
+        nodes: &[],
+        default_nodes: 1,
+        node_cpu: 8,
+        node_memory_gib: 16,
+    })?;
+    let inv = corral_local::inventory::inventory();
+    let want = if inv.gpus.is_empty() {
+        "no GPUs".to_string()
+    } else {
+        format!("{} x {}", inv.gpus.len(), inv.gpus[0].gpu_type)
+    };
+    check(
+        out.contains(&format!("this machine: {} CPUs", inv.cpus)) && out.contains(&want),
+        format!("plan sees this machine as up does ({want}):\n{out}"),
+    )?;
     Ok(())
 }
 

@@ -151,8 +151,68 @@ fn no_matching_pool() {
         reason(vec![Blocker::NoMatchingPool {
             gpu_types: vec!["A100".into()]
         }]),
-        "needs 8 GPUs of type A100 on one node; no node pool has GPUs type A100"
+        "needs 8 GPUs of type A100 on one node; no node pool has GPUs of type A100"
     );
+    assert_eq!(
+        reason(vec![Blocker::NoMatchingPool { gpu_types: vec![] }]),
+        "needs 8 GPUs of type A100 on one node; no node pool has GPUs, and this job asks for GPUs"
+    );
+}
+
+/// Aliases select pools by the words of their type (corral_api::gpu_type): a job asking for
+/// `H100` or the NVML spelling runs on a node labelled with the product name; `A100` does not.
+#[test]
+fn aliases_and_nvml_names_select_the_product_label_pool() {
+    let run = |asked: &str| {
+        let snapshot = ClusterSnapshot {
+            nodes: vec![Node::new(
+                "gpu-0",
+                Some("NVIDIA-H100-80GB-HBM3".into()),
+                1,
+                16_000,
+                64 << 30,
+            )],
+            pools: vec![],
+            queues: vec![QueueConfig {
+                name: "q".into(),
+                cohort: None,
+                weight: 1,
+                quotas: [(
+                    "NVIDIA-H100-80GB-HBM3".to_string(),
+                    PoolQuota {
+                        nominal: ResourceAmount::gpus(8),
+                        borrowing_limit: None,
+                        lending_limit: None,
+                    },
+                )]
+                .into(),
+            }],
+            running: vec![],
+        };
+        let g = ReplicaGroup {
+            allowed_gpu_types: vec![asked.to_string()],
+            ..group("worker", 1, 1)
+        };
+        let out = schedule(
+            &snapshot,
+            &[job("a/j", "q", vec![g])],
+            SchedulerConfig::default(),
+            1,
+        )
+        .expect("schedule");
+        out.admitted.len()
+    };
+    for asked in [
+        "H100",
+        "h100-80gb",
+        "NVIDIA H100 80GB HBM3",
+        "NVIDIA-H100-80GB-HBM3",
+    ] {
+        assert_eq!(run(asked), 1, "{asked}");
+    }
+    for asked in ["A100", "H100-PCIe", "H200"] {
+        assert_eq!(run(asked), 0, "{asked}");
+    }
 }
 
 #[test]

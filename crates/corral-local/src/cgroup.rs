@@ -1,11 +1,17 @@
 //! Memory and CPU limits for replicas through Linux control groups, v2 (unified) or v1
 //! (one hierarchy per controller), found from `/proc/self/mountinfo` and `/proc/self/cgroup`.
 //!
-//! Replica cgroups are created *under the executor's own cgroup* (`<own>/corral/<leaf>`), so a
-//! delegated subtree (a container, a systemd user slice) is enough; nothing is written at the
-//! root of the hierarchy. A [`CgroupRef`] names the directories of one replica's cgroup by
-//! absolute path and is serialisable, so a restarted server finds the cgroups of the replicas
-//! it re-adopts.
+//! On cgroup v2 replica cgroups go in a subtree Corral owns ([`place_v2`]): the configured
+//! `cgroupRoot`, else `<own cgroup>/corral` (a delegated subtree, such as a systemd unit with
+//! `Delegate=yes`, is enough; the server moves itself into a leaf when v2's "no internal
+//! processes" rule requires), else `<mount>/corral` when the server's own cgroup is not
+//! visible under the mount (`0::/process_api/...` in some containers) or cannot be
+//! delegated. memory (required), cpu and pids are enabled on the way down. On cgroup v1
+//! they go under the executor's own cgroup of each controller (`<own>/corral/<leaf>`).
+//! [`CgroupManager::describe`] says which was chosen and why. A [`CgroupRef`] names the
+//! directories of one replica's cgroup by absolute path and is serialisable, so a restarted
+//! server finds the cgroups of the replicas it re-adopts; a whole replica is killed with
+//! `cgroup.kill` (v2), else by signalling every pid in `cgroup.procs`.
 //!
 //! The kernel enforces the memory limit: a replica that exceeds it is OOM-killed inside its
 //! own cgroup, alone, and the cgroup's `oom_kill` counter (v1 `memory.oom_control`, v2
@@ -209,16 +215,19 @@ fn keyed_value(text: &str, key: &str) -> Option<u64> {
     })
 }
 
-/// Where replica cgroups are created on this machine.
+/// Where replica cgroups are created on this machine, and why there (for the log and
+/// `corral doctor`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CgroupManager {
     V2 {
         base: PathBuf,
+        why: String,
     },
     V1 {
         memory: PathBuf,
         cpu: Option<PathBuf>,
         cpuacct: Option<PathBuf>,
+        why: String,
     },
 }
 
@@ -291,9 +300,19 @@ fn own_dir(mount: &Mount, own_path: &str) -> PathBuf {
 }
 
 impl CgroupManager {
-    /// Finds a usable hierarchy, creates `<own cgroup>/corral` and proves that limits can be
-    /// set there with a probe cgroup. `Err` says in words why cgroups cannot be used.
+    /// [`CgroupManager::detect_with`] without a configured place.
     pub fn detect() -> Result<Self, String> {
+        Self::detect_with(None)
+    }
+
+    /// Finds a usable hierarchy and a subtree Corral may own, and proves with a probe cgroup
+    /// that limits can be set there. cgroup v2 when its hierarchy has the memory controller:
+    /// `configured` (`cgroupRoot` in corral.yaml; relative to the cgroup2 mount) if given,
+    /// else `<own cgroup>/corral`, else `<cgroup2 mount>/corral` (when our own cgroup is not
+    /// visible under the mount, as in some containers, or cannot be delegated). Otherwise
+    /// cgroup v1, under our own memory (and cpu, cpuacct) cgroups. `Err` says in words why
+    /// cgroups cannot be used.
+    pub fn detect_with(configured: Option<&Path>) -> Result<Self, String> {
         let mounts = mounts();
         let own = own_cgroups();
         let v1_mount = |controller: &str| -> Option<PathBuf> {
@@ -305,42 +324,82 @@ impl CgroupManager {
                 .find(|(c, _)| c.iter().any(|x| x == controller))?;
             Some(own_dir(mount, path).join("corral"))
         };
-        let v2 = mounts.iter().find(|m| m.fstype == "cgroup2").and_then(|m| {
-            let controllers = procfs::read_trimmed(&m.point.join("cgroup.controllers"))?;
-            controllers
-                .split_whitespace()
-                .any(|c| c == "memory")
-                .then(|| {
-                    let (_, path) = own.iter().find(|(c, _)| c.is_empty())?;
-                    Some((m.point.clone(), own_dir(m, path)))
-                })?
-        });
-        let manager = if let Some((_, own_dir)) = v2 {
-            CgroupManager::V2 {
-                base: prepare_v2(&own_dir)?,
-            }
-        } else if let Some(memory) = v1_mount("memory") {
-            CgroupManager::V1 {
-                memory,
-                cpu: v1_mount("cpu"),
-                cpuacct: v1_mount("cpuacct"),
+        let mut v2_failure = None;
+        let manager = if let Some(m) = mounts.iter().find(|m| m.fstype == "cgroup2") {
+            let controllers =
+                procfs::read_trimmed(&m.point.join("cgroup.controllers")).unwrap_or_default();
+            if controllers.split_whitespace().any(|c| c == "memory") {
+                let own_v2 = own
+                    .iter()
+                    .find(|(c, _)| c.is_empty())
+                    .map(|(_, p)| own_dir(m, p));
+                match place_v2(
+                    &m.point,
+                    own_v2.as_deref(),
+                    configured,
+                    "corral",
+                    &["memory"],
+                ) {
+                    Ok((base, why)) => Some(CgroupManager::V2 { base, why }),
+                    Err(e) => {
+                        v2_failure = Some(e);
+                        None
+                    }
+                }
+            } else {
+                v2_failure = Some(format!(
+                    "the cgroup v2 hierarchy at {} has no memory controller (controllers: {}); \
+                     it is bound to a v1 hierarchy",
+                    m.point.display(),
+                    if controllers.is_empty() {
+                        "none"
+                    } else {
+                        controllers.as_str()
+                    }
+                ));
+                None
             }
         } else {
-            return Err("no cgroup hierarchy with the memory controller is mounted".into());
+            None
         };
-        if let CgroupManager::V1 {
-            memory,
-            cpu,
-            cpuacct,
-        } = &manager
-        {
-            for dir in [Some(memory), cpu.as_ref(), cpuacct.as_ref()]
-                .into_iter()
-                .flatten()
-            {
-                fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-            }
-        }
+        let manager = match manager {
+            Some(m) => m,
+            None => match v1_mount("memory") {
+                Some(memory) => {
+                    let why = match &v2_failure {
+                        Some(e) => format!(
+                            "cgroup v1 ({e}); replica cgroups under {}",
+                            memory.display()
+                        ),
+                        None => format!(
+                            "cgroup v1 (no cgroup v2 hierarchy is mounted); replica cgroups under {}",
+                            memory.display()
+                        ),
+                    };
+                    let cpu = v1_mount("cpu");
+                    let cpuacct = v1_mount("cpuacct");
+                    for dir in [Some(&memory), cpu.as_ref(), cpuacct.as_ref()]
+                        .into_iter()
+                        .flatten()
+                    {
+                        fs::create_dir_all(dir)
+                            .map_err(|e| format!("creating {}: {e}", dir.display()))?;
+                    }
+                    CgroupManager::V1 {
+                        memory,
+                        cpu,
+                        cpuacct,
+                        why,
+                    }
+                }
+                None => {
+                    return Err(match v2_failure {
+                        Some(e) => format!("{e}, and no cgroup v1 memory hierarchy is mounted"),
+                        None => "no cgroup hierarchy with the memory controller is mounted".into(),
+                    });
+                }
+            },
+        };
         let probe = format!("probe-{}", std::process::id());
         let cg = manager
             .create(
@@ -355,16 +414,32 @@ impl CgroupManager {
         Ok(manager)
     }
 
+    /// Which hierarchy and where, and why: one line for the log and `corral doctor`.
+    pub fn describe(&self) -> &str {
+        match self {
+            CgroupManager::V2 { why, .. } | CgroupManager::V1 { why, .. } => why,
+        }
+    }
+
+    /// `v2` or `v1`.
+    pub fn version(&self) -> &'static str {
+        match self {
+            CgroupManager::V2 { .. } => "v2",
+            CgroupManager::V1 { .. } => "v1",
+        }
+    }
+
     /// Creates the cgroup `leaf` (an existing one is reused) and applies `limits`.
     pub fn create(&self, leaf: &str, limits: &CgroupLimits) -> io::Result<CgroupRef> {
         let cg = match self {
-            CgroupManager::V2 { base } => CgroupRef::V2 {
+            CgroupManager::V2 { base, .. } => CgroupRef::V2 {
                 dir: base.join(leaf),
             },
             CgroupManager::V1 {
                 memory,
                 cpu,
                 cpuacct,
+                ..
             } => CgroupRef::V1 {
                 memory: Some(memory.join(leaf)),
                 cpu: cpu.as_ref().map(|d| d.join(leaf)),
@@ -410,6 +485,9 @@ fn apply_limits(cg: &CgroupRef, limits: &CgroupLimits) -> io::Result<()> {
             if let Some(bytes) = limits.memory_bytes {
                 write(dir, "memory.max", &bytes.to_string())?;
                 let _ = write(dir, "memory.swap.max", "0");
+                // An OOM kill takes the whole replica, never half of it; other replicas
+                // are in other cgroups and are not touched.
+                let _ = write(dir, "memory.oom.group", "1");
             }
             if let Some(quota) = quota {
                 write(dir, "cpu.max", &format!("{quota} {CPU_PERIOD_US}"))?;
@@ -430,22 +508,149 @@ fn apply_limits(cg: &CgroupRef, limits: &CgroupLimits) -> io::Result<()> {
     Ok(())
 }
 
-/// cgroup v2 forbids processes in a cgroup whose controllers are enabled for children ("no
-/// internal processes"). Enable memory and cpu below our own cgroup; if our cgroup holds
-/// processes, move this process into a leaf `<own>/corral-server` first.
-fn prepare_v2(own: &Path) -> Result<PathBuf, String> {
-    let enable = |dir: &Path| write(dir, "cgroup.subtree_control", "+memory +cpu");
-    if enable(own).is_err() {
-        let leaf = own.join("corral-server");
-        fs::create_dir_all(&leaf).map_err(|e| format!("creating {}: {e}", leaf.display()))?;
-        write(&leaf, "cgroup.procs", &std::process::id().to_string())
-            .map_err(|e| format!("moving the server into {}: {e}", leaf.display()))?;
-        enable(own).map_err(|e| e.to_string())?;
+/// Controllers Corral enables for replica cgroups on v2 when the hierarchy offers them.
+const V2_CONTROLLERS: [&str; 3] = ["memory", "cpu", "pids"];
+
+/// Finds or makes the v2 subtree Corral owns under the cgroup2 mount `mount`: `configured`
+/// (absolute, or relative to the mount), else `<own>/corral` when our own cgroup `own` is
+/// visible and can be delegated, else `<mount>/<fallback>`. Controllers are enabled on the
+/// way down (`cgroup.subtree_control`); `required` must be among them. Returns the
+/// directory replica cgroups go in and, in words, why there.
+pub fn place_v2(
+    mount: &Path,
+    own: Option<&Path>,
+    configured: Option<&Path>,
+    fallback: &str,
+    required: &[&str],
+) -> Result<(PathBuf, String), String> {
+    if let Some(c) = configured {
+        let dir = if c.is_absolute() {
+            c.to_path_buf()
+        } else {
+            mount.join(c)
+        };
+        if !dir.starts_with(mount) {
+            return Err(format!(
+                "cgroupRoot {} is not under the cgroup2 mount {}",
+                dir.display(),
+                mount.display()
+            ));
+        }
+        let enabled = delegate_chain(mount, &dir, required)?;
+        return Ok((
+            dir.clone(),
+            format!(
+                "cgroup v2 at {} (cgroupRoot in corral.yaml), controllers {}",
+                dir.display(),
+                enabled.join(" ")
+            ),
+        ));
     }
-    let base = own.join("corral");
-    fs::create_dir_all(&base).map_err(|e| format!("creating {}: {e}", base.display()))?;
-    enable(&base).map_err(|e| e.to_string())?;
-    Ok(base)
+    let own_failure = match own {
+        Some(own) if own.is_dir() => {
+            let base = own.join("corral");
+            match delegate_chain(mount, &base, required) {
+                Ok(enabled) => {
+                    return Ok((
+                        base.clone(),
+                        format!(
+                            "cgroup v2 at {} (below the server's own cgroup), controllers {}",
+                            base.display(),
+                            enabled.join(" ")
+                        ),
+                    ));
+                }
+                Err(e) => format!(
+                    "the server's own cgroup {} cannot be delegated ({e})",
+                    own.display()
+                ),
+            }
+        }
+        Some(own) => format!(
+            "the server's own cgroup {} is not visible under the mount",
+            own.display()
+        ),
+        None => "the server's own cgroup is not listed in /proc/self/cgroup".to_string(),
+    };
+    let base = mount.join(fallback);
+    let enabled = delegate_chain(mount, &base, required)
+        .map_err(|e| format!("{own_failure}, and {} cannot be used: {e}", base.display()))?;
+    Ok((
+        base.clone(),
+        format!(
+            "cgroup v2 at {} ({own_failure}, so Corral made its own subtree under the mount root), controllers {}",
+            base.display(),
+            enabled.join(" ")
+        ),
+    ))
+}
+
+/// Creates `dir` (and its parents) under `mount` and enables the controllers Corral uses in
+/// `cgroup.subtree_control` of every directory from the mount down to `dir`, so `dir`'s
+/// children get them. cgroup v2 forbids processes in a non-root cgroup whose controllers are
+/// enabled for children ("no internal processes"): when this process is in the way, it
+/// moves itself into a leaf `corral-server` of that cgroup first. Returns the controllers
+/// `dir`'s children get; `Err` when one of `required` cannot be had.
+fn delegate_chain(mount: &Path, dir: &Path, required: &[&str]) -> Result<Vec<String>, String> {
+    let rel = dir
+        .strip_prefix(mount)
+        .map_err(|_| format!("{} is not under {}", dir.display(), mount.display()))?;
+    fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let mut chain = vec![mount.to_path_buf()];
+    let mut at = mount.to_path_buf();
+    for part in rel.components() {
+        at = at.join(part);
+        chain.push(at.clone());
+    }
+    let mut enabled = Vec::new();
+    for cg in &chain {
+        let available = procfs::read_trimmed(&cg.join("cgroup.controllers")).unwrap_or_default();
+        let active = procfs::read_trimmed(&cg.join("cgroup.subtree_control")).unwrap_or_default();
+        enabled = Vec::new();
+        for c in V2_CONTROLLERS {
+            if !available.split_whitespace().any(|a| a == c) {
+                continue;
+            }
+            if active.split_whitespace().any(|a| a == c) {
+                enabled.push(c.to_string());
+                continue;
+            }
+            let mut result = write(cg, "cgroup.subtree_control", &format!("+{c}"));
+            if result.is_err() && cg != mount && holds_self(cg) {
+                let leaf = cg.join("corral-server");
+                fs::create_dir_all(&leaf)
+                    .map_err(|e| format!("creating {}: {e}", leaf.display()))?;
+                write(&leaf, "cgroup.procs", &std::process::id().to_string())
+                    .map_err(|e| format!("moving the server into {}: {e}", leaf.display()))?;
+                result = write(cg, "cgroup.subtree_control", &format!("+{c}"));
+            }
+            match result {
+                Ok(()) => enabled.push(c.to_string()),
+                Err(e) if required.contains(&c) => return Err(e.to_string()),
+                Err(_) => {}
+            }
+        }
+        for r in required {
+            if !enabled.iter().any(|e| e == r) {
+                return Err(format!(
+                    "the {r} controller is not available in {}",
+                    cg.display()
+                ));
+            }
+        }
+    }
+    if enabled.is_empty() {
+        enabled.push("none".into());
+    }
+    Ok(enabled)
+}
+
+/// Whether this process is a member of cgroup directory `dir`.
+fn holds_self(dir: &Path) -> bool {
+    let me = std::process::id();
+    fs::read_to_string(dir.join("cgroup.procs"))
+        .map(|t| t.lines().any(|l| l.trim().parse() == Ok(me)))
+        .unwrap_or(false)
 }
 
 #[cfg(test)]

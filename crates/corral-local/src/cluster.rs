@@ -299,6 +299,20 @@ pub struct GpuDevice {
     pub memory_bytes: Option<u64>,
     /// `namespace/job` of the job placed on it, if any.
     pub used_by: Option<String>,
+    /// What NVML reads now; all absent without NVML (never made up).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub utilization_percent: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_used_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_watts: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature_celsius: Option<u32>,
+    /// Why NVML reports this GPU unhealthy (ECC, page retirement, a critical Xid).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unhealthy: Option<String>,
 }
 
 /// One line of `corral get nodes`.
@@ -341,6 +355,13 @@ pub struct ReplicaUsageRow {
     pub cpu_seconds: Option<f64>,
     pub memory_bytes: Option<u64>,
     pub gpus: Vec<u32>,
+    /// Mean utilisation of its GPUs now (NVML); absent without NVML or GPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_utilization_percent: Option<u32>,
+    /// GPU memory its own processes hold (NVML's running compute processes, matched to the
+    /// replica's cgroup or process group); absent without NVML or GPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_memory_bytes: Option<u64>,
 }
 
 /// What one pass of the control loop did.
@@ -387,7 +408,14 @@ pub struct MetricsSnapshot {
     pub last_cycle_seconds: f64,
     /// Duration of the last tick, in seconds.
     pub last_tick_seconds: f64,
+    /// This machine's name (the `Hostname` label of the GPU series).
+    #[serde(default)]
+    pub hostname: String,
+    /// Every GPU now (NVML); empty without NVML.
+    #[serde(default)]
+    pub gpu_samples: Vec<crate::gpu::GpuSample>,
 }
 
 pub use commands::{CheckedSubmission, SubmitContext};
 pub use engine::Cluster;
+pub use node::local_node;

@@ -26,6 +26,9 @@
 //! passEnv: [HTTPS_PROXY]                # server variables replicas may see; otherwise a
 //!                                       # replica sees only PATH, LANG, HOME and TMPDIR
 //!                                       # (its own), the launch contract and its job's env
+//! cgroupRoot: corral                    # cgroup v2: where replica cgroups go (relative to
+//!                                       # the cgroup2 mount, or absolute); default: below
+//!                                       # the server's own cgroup, else <mount>/corral
 //! containers:                           # replicas whose template names an `image`
 //!   runtime: auto                       # auto (podman, else docker, else none), podman,
 //!                                       # docker, a path to either, or none
@@ -141,6 +144,10 @@ pub struct Settings {
     /// How replicas with an image run.
     #[serde(default)]
     pub containers: ContainerSettings,
+    /// Where replica cgroups go on cgroup v2 (absolute, or relative to the cgroup2 mount);
+    /// by default below the server's own cgroup, else `<mount>/corral`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup_root: Option<std::path::PathBuf>,
 }
 
 /// The `containers` settings (see the module docs).

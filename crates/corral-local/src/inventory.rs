@@ -16,6 +16,9 @@ pub struct NodeInventory {
     /// Physical memory, or our cgroup's memory limit when lower.
     pub memory_bytes: u64,
     pub gpus: Vec<GpuDevice>,
+    /// GPUs NVML reports unhealthy (index, why): not offered for new replicas.
+    #[serde(default)]
+    pub unhealthy_gpus: Vec<(u32, String)>,
 }
 
 /// Reads the inventory of this machine. Never fails: unknown values fall back to 1 CPU, 0
@@ -28,6 +31,10 @@ pub fn inventory() -> NodeInventory {
             .unwrap_or(1),
         memory_bytes: memory_bytes(),
         gpus: gpu::devices(),
+        unhealthy_gpus: gpu::samples()
+            .iter()
+            .filter_map(|s| Some((s.index, gpu::unhealthy_reason(s)?)))
+            .collect(),
     }
 }
 

@@ -111,6 +111,26 @@ fn program_name() -> Option<String> {
     }
 }
 
+/// Who holds `data_dir` now, without taking it: `Ok(None)` when no process does.
+pub fn holder(data_dir: &Path) -> std::io::Result<Option<LockHolder>> {
+    let path = data_dir.join(LOCK_FILE);
+    let mut file = match File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    match file.try_lock_shared() {
+        // Nobody holds it; our shared lock goes with the file.
+        Ok(()) => Ok(None),
+        Err(TryLockError::WouldBlock) => {
+            let mut text = String::new();
+            file.read_to_string(&mut text)?;
+            Ok(Some(LockHolder::parse(&text)))
+        }
+        Err(TryLockError::Error(e)) => Err(e),
+    }
+}
+
 /// Why a data directory could not be locked.
 #[derive(Debug)]
 pub enum LockError {

@@ -133,9 +133,21 @@ struct Family {
 impl Family {
     fn new(name: &str, help: &'static str, kind: Kind) -> Self {
         Family {
-            name: name.to_string(),
+            name: format!("{}_{name}", names::PREFIX),
             help,
             kind,
+            unit: None,
+            series: Vec::new(),
+        }
+    }
+
+    /// A family named exactly `name`, without `corral_`: the GPU series keep the names of
+    /// NVIDIA's DCGM exporter, so its dashboards work unchanged.
+    fn dcgm(name: &str, help: &'static str) -> Self {
+        Family {
+            name: name.to_string(),
+            help,
+            kind: Kind::Gauge,
             unit: None,
             series: Vec::new(),
         }
@@ -157,7 +169,7 @@ impl Family {
     }
 
     fn encode(&self, out: &mut String, format: Format) {
-        let family = format!("{}_{}", names::PREFIX, self.name);
+        let family = self.name.clone();
         let sample = match self.kind {
             Kind::Counter => format!("{family}_total"),
             Kind::Gauge => family.clone(),
@@ -237,6 +249,98 @@ fn quota_values(q: &QuotaLimits) -> Vec<(&'static str, Value)> {
     if let Some(m) = q.memory_bytes {
         out.push(("memory", Value::Int(m)));
     }
+    out
+}
+
+/// Per-GPU series in the DCGM exporter's names and labels (`gpu`, `UUID`, `modelName`,
+/// `Hostname`; `namespace`, `job`, `replica` while a replica the caller may see holds the
+/// GPU), GPU health, and per-replica GPU memory and utilisation. Nothing without NVML.
+fn gpu_families(m: &MetricsSnapshot, replicas: &[ReplicaUsageRow]) -> Vec<Family> {
+    let mut util = Family::dcgm("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %)");
+    let mut fb_used = Family::dcgm("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB)");
+    let mut fb_free = Family::dcgm("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB)");
+    let mut power = Family::dcgm("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W)");
+    let mut temp = Family::dcgm("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C)");
+    let mut xid = Family::dcgm(
+        "DCGM_FI_DEV_XID_ERRORS",
+        "Value of the last XID error encountered",
+    );
+    let mut ecc = Family::dcgm(
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+        "Total number of double-bit volatile ECC errors",
+    );
+    let mut healthy = Family::new(
+        "gpu_healthy",
+        "1 while NVML reports the GPU healthy; 0: it gets no new replicas (ECC, page retirement, critical Xid)",
+        Kind::Gauge,
+    );
+    const MIB: u64 = 1 << 20;
+    let mut samples: Vec<&corral_local::gpu::GpuSample> = m.gpu_samples.iter().collect();
+    samples.sort_by_key(|s| s.index);
+    for s in samples {
+        let mut labels = vec![
+            label("gpu", &s.index.to_string()),
+            label("UUID", &s.uuid),
+            label("modelName", &s.model_name),
+            label("Hostname", &m.hostname),
+        ];
+        if let Some(r) = replicas.iter().find(|r| r.gpus.contains(&s.index)) {
+            labels.push(label("namespace", &r.namespace));
+            labels.push(label("job", &r.job));
+            labels.push(label("replica", &r.replica));
+        }
+        if let Some(u) = s.utilization_percent {
+            util.add(labels.clone(), Value::Int(u.into()));
+        }
+        fb_used.add(labels.clone(), Value::Int(s.memory_used_bytes / MIB));
+        fb_free.add(
+            labels.clone(),
+            Value::Int(s.memory_total_bytes.saturating_sub(s.memory_used_bytes) / MIB),
+        );
+        if let Some(w) = s.power_watts {
+            power.add(labels.clone(), Value::Float(w));
+        }
+        if let Some(t) = s.temperature_celsius {
+            temp.add(labels.clone(), Value::Int(t.into()));
+        }
+        xid.add(labels.clone(), Value::Int(s.last_xid.unwrap_or(0)));
+        if let Some(e) = s.ecc_uncorrected_volatile {
+            ecc.add(labels.clone(), Value::Int(e));
+        }
+        let ok = corral_local::gpu::unhealthy_reason(s).is_none();
+        healthy.add(labels, Value::Int(u64::from(ok)));
+    }
+    let mut rows: Vec<&ReplicaUsageRow> = replicas.iter().collect();
+    rows.sort_by(|a, b| (&a.namespace, &a.replica).cmp(&(&b.namespace, &b.replica)));
+    let mut r_mem = Family::new(
+        "replica_gpu_memory",
+        "GPU memory held by a running replica's own processes",
+        Kind::Gauge,
+    )
+    .with_unit("bytes");
+    let mut r_util = Family::new(
+        "replica_gpu_utilization_percent",
+        "Mean utilization of a running replica's GPUs (in %)",
+        Kind::Gauge,
+    );
+    for r in rows {
+        let labels = vec![
+            label("namespace", &r.namespace),
+            label("job", &r.job),
+            label("replica", &r.replica),
+        ];
+        if let Some(b) = r.gpu_memory_bytes {
+            r_mem.add(labels.clone(), Value::Int(b));
+        }
+        if let Some(u) = r.gpu_utilization_percent {
+            r_util.add(labels, Value::Int(u.into()));
+        }
+    }
+    let mut out = vec![
+        util, fb_used, fb_free, power, temp, xid, ecc, healthy, r_mem, r_util,
+    ];
+    // Without NVML there is nothing to say: no empty families either.
+    out.retain(|f| !f.series.is_empty());
     out
 }
 
@@ -428,6 +532,7 @@ pub fn render(
         gpus.add(labels, Value::Int(r.gpus.len() as u64));
     }
     families.extend([cpu, memory, gpus]);
+    families.extend(gpu_families(m, replicas));
 
     let mut text = String::new();
     for f in &families {
@@ -484,8 +589,82 @@ mod tests {
             cpu_seconds: Some(1.5),
             memory_bytes: Some(1024),
             gpus: vec![0, 1],
+            gpu_utilization_percent: None,
+            gpu_memory_bytes: None,
         };
         (m, queues, vec![row("j-worker-1"), row("j-worker-0")])
+    }
+
+    /// A reading as NVML gave it on an H100 server: GPU 0 runs replica `j-worker-0`.
+    fn h100(index: u32) -> corral_local::gpu::GpuSample {
+        corral_local::gpu::GpuSample {
+            index,
+            uuid: format!("GPU-{index}"),
+            model_name: "NVIDIA H100 80GB HBM3".into(),
+            utilization_percent: Some(97),
+            memory_used_bytes: 30 << 30,
+            memory_total_bytes: 80 << 30,
+            power_watts: Some(612.5),
+            temperature_celsius: Some(61),
+            ecc_uncorrected_volatile: Some(0),
+            last_xid: None,
+            pages_pending_retirement: Some(false),
+            processes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn gpu_series_carry_dcgm_names_and_the_replica_on_the_gpu() {
+        let (mut m, queues, _) = sample();
+        m.hostname = "gpu-host".into();
+        m.gpu_samples = vec![
+            h100(1),
+            corral_local::gpu::GpuSample {
+                last_xid: Some(79),
+                ..h100(0)
+            },
+        ];
+        let rows = vec![ReplicaUsageRow {
+            namespace: "ns".into(),
+            job: "j".into(),
+            replica: "j-worker-0".into(),
+            pid: Some(1),
+            cpu_seconds: Some(1.0),
+            memory_bytes: Some(1),
+            gpus: vec![0],
+            gpu_utilization_percent: Some(97),
+            gpu_memory_bytes: Some(29 << 30),
+        }];
+        let text = render(&m, &queues, &rows, Format::Text);
+        let on0 = "gpu=\"0\",UUID=\"GPU-0\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"gpu-host\",namespace=\"ns\",job=\"j\",replica=\"j-worker-0\"";
+        let on1 =
+            "gpu=\"1\",UUID=\"GPU-1\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"gpu-host\"}";
+        for needle in [
+            format!("DCGM_FI_DEV_GPU_UTIL{{{on0}}} 97"),
+            format!("DCGM_FI_DEV_FB_USED{{{on0}}} 30720"),
+            format!("DCGM_FI_DEV_FB_FREE{{{on0}}} 51200"),
+            format!("DCGM_FI_DEV_POWER_USAGE{{{on0}}} 612.5"),
+            format!("DCGM_FI_DEV_GPU_TEMP{{{on0}}} 61"),
+            format!("DCGM_FI_DEV_XID_ERRORS{{{on0}}} 79"),
+            format!("corral_gpu_healthy{{{on0}}} 0"),
+            format!("DCGM_FI_DEV_GPU_UTIL{{{on1} 97"),
+            format!("corral_gpu_healthy{{{on1} 1"),
+            "corral_replica_gpu_memory_bytes{namespace=\"ns\",job=\"j\",replica=\"j-worker-0\"} 31138512896".to_string(),
+            "corral_replica_gpu_utilization_percent{namespace=\"ns\",job=\"j\",replica=\"j-worker-0\"} 97".to_string(),
+        ] {
+            assert!(text.contains(&needle), "no {needle} in\n{text}");
+        }
+        // GPU 0 comes before GPU 1 whatever order NVML gave.
+        assert!(text.find("gpu=\"0\"") < text.find("gpu=\"1\""));
+    }
+
+    #[test]
+    fn without_nvml_there_are_no_gpu_series() {
+        let (m, queues, rows) = sample();
+        let text = render(&m, &queues, &rows, Format::Text);
+        assert!(!text.contains("DCGM_"), "{text}");
+        assert!(!text.contains("corral_gpu_healthy"), "{text}");
+        assert!(!text.contains("replica_gpu_memory"), "{text}");
     }
 
     #[test]

@@ -3,6 +3,8 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashMap};
 
+use corral_api::gpu_type;
+
 use super::explain::{Blocker, Needs, PendingReason};
 use super::index::{ClusterIndex, NO_POOL, NodeFilter, PodRequest};
 use super::model::{ClusterSnapshot, JobRequest, Millis, RunningJob, SchedError, SchedulerConfig};
@@ -344,20 +346,29 @@ impl Scheduler {
             .iter()
             .map(|&g| (g, pods_gpus.iter().map(|&p| u64::from(p / g)).sum()))
             .collect();
-        // Allowed GPU types: the intersection over groups that use GPUs and name any.
-        let mut allowed: Option<Vec<String>> = None;
-        for g in req.groups.iter().filter(|g| g.gpu > 0 && g.count > 0) {
-            if g.allowed_gpu_types.is_empty() {
-                continue;
-            }
-            allowed = Some(match allowed {
-                None => g.allowed_gpu_types.clone(),
-                Some(a) => a
-                    .into_iter()
-                    .filter(|t| g.allowed_gpu_types.contains(t))
-                    .collect(),
-            });
-        }
+        // Allowed GPU types: each group that uses GPUs and names types must accept the pool's
+        // type (by `corral_api::gpu_type::matches`: aliases such as `H100` included).
+        let named: Vec<&Vec<String>> = req
+            .groups
+            .iter()
+            .filter(|g| g.gpu > 0 && g.count > 0 && !g.allowed_gpu_types.is_empty())
+            .map(|g| &g.allowed_gpu_types)
+            .collect();
+        let existing: Vec<&str> = self
+            .index
+            .pools
+            .iter()
+            .filter_map(|p| p.gpu_type.as_deref())
+            .collect();
+        let accepts = |t: &str| {
+            named.iter().all(|names| {
+                names
+                    .iter()
+                    .any(|n| gpu_type::selects(n, t, existing.iter().copied()))
+            })
+        };
+        // What the job asks for, in words: the names of the first group that names any.
+        let allowed: Option<Vec<String>> = named.first().map(|n| (*n).clone());
         let uses_gpus = total[0] > 0;
         let queue = self.quotas.by_name.get(&req.queue).copied();
         let filter = NodeFilter {
@@ -371,7 +382,7 @@ impl Scheduler {
             let type_ok = match (&p.gpu_type, &allowed) {
                 (None, _) => !uses_gpus,
                 (Some(_), None) => true,
-                (Some(t), Some(a)) => a.contains(t),
+                (Some(t), Some(_)) => accepts(t),
             };
             if !type_ok || p.nodes.is_empty() {
                 continue;
@@ -412,9 +423,17 @@ impl Scheduler {
             }
             let speed = match &p.gpu_type {
                 None => 1.0,
-                Some(t) if !req.throughput.is_empty() => {
-                    req.throughput.get(t).copied().unwrap_or(0.0)
-                }
+                Some(t) if !req.throughput.is_empty() => req
+                    .throughput
+                    .get(t)
+                    .or_else(|| {
+                        req.throughput
+                            .iter()
+                            .find(|(k, _)| gpu_type::selects(k, t, existing.iter().copied()))
+                            .map(|(_, v)| v)
+                    })
+                    .copied()
+                    .unwrap_or(0.0),
                 Some(t) => self.config.gpu_type_speed.get(t).copied().unwrap_or(1.0),
             };
             pools.push((

@@ -223,11 +223,12 @@ impl fmt::Display for Blocker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Blocker::NoSuchQueue { queue } => write!(f, "queue {queue} does not exist"),
-            Blocker::NoMatchingPool { gpu_types } => write!(
-                f,
-                "no node pool has GPUs {}",
-                types_phrase(gpu_types).trim_start_matches("of ")
-            ),
+            Blocker::NoMatchingPool { gpu_types } if gpu_types.is_empty() => {
+                write!(f, "no node pool has GPUs, and this job asks for GPUs")
+            }
+            Blocker::NoMatchingPool { gpu_types } => {
+                write!(f, "no node pool has GPUs {}", types_phrase(gpu_types))
+            }
             Blocker::TooLargeForNode {
                 gpus_per_replica,
                 largest_node_gpus,

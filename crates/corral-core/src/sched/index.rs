@@ -210,7 +210,11 @@ impl ClusterIndex {
                     let type_ok = match (&p.gpu_type, snapshot.pools.is_empty()) {
                         // Implicit pools: exactly one per type, CPU-only nodes in `cpu`.
                         (t, true) => t.as_ref() == node_type,
-                        (Some(t), false) => node_type == Some(t),
+                        // A pool's `gpuType` names one type, in either spelling (NVML's or
+                        // the product label's).
+                        (Some(t), false) => {
+                            node_type.is_some_and(|n| corral_api::gpu_type::same_type(n, t))
+                        }
                         // An explicit pool without a GPU type takes any node it selects.
                         (None, false) => true,
                     };

@@ -32,6 +32,7 @@ pub(super) fn open(
     };
     let mut exec_config = ExecutorConfig::new(config.data_dir.join("replicas"), shim);
     exec_config.cgroup = config.cgroup;
+    exec_config.cgroup_root = config.file.settings.cgroup_root.clone();
     exec_config.pass_env = config.file.settings.pass_env.clone();
     let containers = &config.file.settings.containers;
     let (runtime, container_notes) =
@@ -49,6 +50,11 @@ pub(super) fn open(
         LocalExecutor::new(exec_config).map_err(|e| ClusterError::Executor(e.to_string()))?;
     warnings.extend(container_notes);
     let inventory = inventory();
+    for (index, why) in &inventory.unhealthy_gpus {
+        warnings.push(format!(
+            "GPU {index} is unhealthy ({why}): it is not offered for new replicas"
+        ));
+    }
     let (node, pools, queues) = super::node::build_cluster(&config, &inventory)?;
 
     // Jobs finished for good, with nothing running and no admission, are handed to the

@@ -197,17 +197,29 @@ impl Cluster {
                 }
             }
         }
+        let samples = if self.node.gpus > 0 {
+            crate::gpu::samples()
+        } else {
+            Vec::new()
+        };
         let gpus = (0..self.node.gpus)
             .map(|i| {
                 let device = self.inventory.gpus.iter().find(|d| d.index == i);
+                let sample = samples.iter().find(|s| s.index == i);
                 GpuDevice {
                     index: i,
                     name: device
-                        .map(|d| d.gpu_type.clone())
+                        .map(|d| d.name.clone())
                         .or_else(|| self.node.gpu_type.clone())
                         .unwrap_or_default(),
                     memory_bytes: device.map(|d| d.memory_bytes),
                     used_by: used_by.get(&i).cloned(),
+                    uuid: sample.map(|s| s.uuid.clone()),
+                    utilization_percent: sample.and_then(|s| s.utilization_percent),
+                    memory_used_bytes: sample.map(|s| s.memory_used_bytes),
+                    power_watts: sample.and_then(|s| s.power_watts),
+                    temperature_celsius: sample.and_then(|s| s.temperature_celsius),
+                    unhealthy: sample.and_then(crate::gpu::unhealthy_reason),
                 }
             })
             .collect();
@@ -249,6 +261,15 @@ impl Cluster {
                     cpu_seconds: usage.as_ref().map(|u| u.cpu_seconds),
                     memory_bytes: usage.as_ref().map(|u| u.memory_bytes),
                     gpus: r.record.gpu_indices.clone(),
+                    gpu_utilization_percent: usage.as_ref().and_then(|u| {
+                        let utils: Vec<u32> = u
+                            .gpus
+                            .iter()
+                            .filter_map(|g| g.utilization_percent)
+                            .collect();
+                        (!utils.is_empty()).then(|| utils.iter().sum::<u32>() / utils.len() as u32)
+                    }),
+                    gpu_memory_bytes: usage.as_ref().and_then(|u| u.gpu_memory_bytes),
                 }
             })
             .collect()
@@ -325,6 +346,12 @@ impl Cluster {
             last_cycle_seconds: self.counters.last_cycle_seconds,
             last_tick_seconds: self.counters.last_tick_seconds,
             gpus_total: u64::from(self.node.gpus),
+            hostname: self.node.name.clone(),
+            gpu_samples: if self.node.gpus > 0 {
+                crate::gpu::samples()
+            } else {
+                Vec::new()
+            },
             ..MetricsSnapshot::default()
         };
         for j in self.summaries.values() {

@@ -122,6 +122,9 @@ pub struct ExecutorConfig {
     pub log_limit_bytes: u64,
     pub port_range: std::ops::Range<u16>,
     pub cgroup: CgroupMode,
+    /// Where replica cgroups go on cgroup v2 (`cgroupRoot` in corral.yaml); `None`: found
+    /// by [`CgroupManager::detect_with`].
+    pub cgroup_root: Option<PathBuf>,
     pub shim: ShimCommand,
     /// Variables of the server's environment that replicas may see (`passEnv` in
     /// `corral.yaml`). Nothing else of it reaches a replica: see [`base_env`].
@@ -143,6 +146,7 @@ impl ExecutorConfig {
             log_limit_bytes: 64 << 20,
             port_range: 29500..30500,
             cgroup: CgroupMode::Auto,
+            cgroup_root: None,
             shim,
             pass_env: Vec::new(),
             containers: None,
@@ -309,6 +313,9 @@ pub struct ReplicaUsage {
     pub memory_bytes: u64,
     /// The replica's GPUs (empty without NVML).
     pub gpus: Vec<GpuSample>,
+    /// GPU memory held by the replica's own processes (its cgroup, else its process group)
+    /// on its GPUs; `None` without NVML.
+    pub gpu_memory_bytes: Option<u64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -358,6 +365,8 @@ type Launched = Result<(ProcessRecord, Child), ExecutorError>;
 pub struct LocalExecutor {
     config: ExecutorConfig,
     cgroups: Option<CgroupManager>,
+    /// Which cgroup mode was chosen and why, in words (the log, `corral doctor`).
+    cgroup_mode: String,
     replicas: BTreeMap<String, Tracked>,
     /// Shims whose replica has ended but which were not yet reaped.
     unreaped: Vec<Child>,
@@ -387,16 +396,20 @@ impl LocalExecutor {
         fs::create_dir_all(&config.run_dir)
             .map_err(io_err(format!("creating {}", config.run_dir.display())))?;
         let mut warnings = Vec::new();
-        let cgroups = match config.cgroup {
-            CgroupMode::Disabled => None,
-            CgroupMode::Auto => match CgroupManager::detect() {
-                Ok(m) => Some(m),
+        let (cgroups, cgroup_mode) = match config.cgroup {
+            CgroupMode::Disabled => (None, "cgroups disabled by configuration".to_string()),
+            CgroupMode::Auto => match CgroupManager::detect_with(config.cgroup_root.as_deref()) {
+                Ok(m) => {
+                    let line = m.describe().to_string();
+                    (Some(m), line)
+                }
                 Err(reason) => {
-                    warnings.push(format!(
+                    let line = format!(
                         "cgroups unavailable ({reason}): memory and CPU limits are not enforced, \
                          OOM kills are not detected, usage is read from /proc"
-                    ));
-                    None
+                    );
+                    warnings.push(line.clone());
+                    (None, line)
                 }
             },
         };
@@ -408,6 +421,7 @@ impl LocalExecutor {
             LocalExecutor {
                 config,
                 cgroups,
+                cgroup_mode,
                 replicas: BTreeMap::new(),
                 unreaped: Vec::new(),
                 retired_cgroups: Vec::new(),
@@ -415,6 +429,11 @@ impl LocalExecutor {
             },
             warnings,
         ))
+    }
+
+    /// Which cgroup mode was chosen and why, in one line.
+    pub fn cgroup_mode(&self) -> &str {
+        &self.cgroup_mode
     }
 
     /// Whether replica limits are enforced through cgroups.
@@ -1125,7 +1144,7 @@ impl LocalExecutor {
                 )
             }
         };
-        let gpus = if rec.gpu_indices.is_empty() {
+        let gpus: Vec<GpuSample> = if rec.gpu_indices.is_empty() {
             Vec::new()
         } else {
             gpu::samples()
@@ -1133,10 +1152,21 @@ impl LocalExecutor {
                 .filter(|s| rec.gpu_indices.contains(&s.index))
                 .collect()
         };
+        let gpu_memory_bytes = (!gpus.is_empty()).then(|| {
+            let pids: Vec<u32> = match &rec.cgroup {
+                Some(cg) => cg.procs(),
+                None => procfs::group_members(rec.pid)
+                    .iter()
+                    .map(|s| s.pid)
+                    .collect(),
+            };
+            gpus.iter().map(|s| gpu::memory_of(s, &pids)).sum()
+        });
         Some(ReplicaUsage {
             cpu_seconds,
             memory_bytes,
             gpus,
+            gpu_memory_bytes,
         })
     }
 

@@ -1,0 +1,472 @@
+//! What this machine offers the embedded cluster and what Corral will do with it: GPUs
+//! (NVML), cgroups, the container runtime, the replica port range and the data directory's
+//! lock. `corral doctor` prints the report; `corral up` prints its one-line summary.
+//! Each finding is OK or WARN, and a WARN names its fix.
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::cgroup::CgroupManager;
+use crate::config::Settings;
+use crate::executor::container::{self, RuntimeChoice};
+use crate::gpu::{self, DriverInfo, GpuDevice, GpuSource};
+
+/// OK: works as Corral needs. WARN: something Corral cannot do here; `fix` says how.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Level {
+    Ok,
+    Warn,
+}
+
+/// One finding.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Finding {
+    /// `gpu`, `cgroups`, `containers`, `ports`, `data`.
+    pub area: &'static str,
+    pub level: Level,
+    pub what: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}
+
+/// The whole report.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    pub findings: Vec<Finding>,
+    pub driver: Option<DriverInfo>,
+    pub gpus: Vec<GpuDevice>,
+    /// `v2`, `v1` or `none`.
+    pub cgroup_version: &'static str,
+    pub container_runtime: Option<String>,
+    pub all_ok: bool,
+}
+
+fn ok(area: &'static str, what: String) -> Finding {
+    Finding {
+        area,
+        level: Level::Ok,
+        what,
+        fix: None,
+    }
+}
+
+fn warn(area: &'static str, what: String, fix: &str) -> Finding {
+    Finding {
+        area,
+        level: Level::Warn,
+        what,
+        fix: Some(fix.to_string()),
+    }
+}
+
+/// The GPU findings from what a [`GpuSource`] reports (pure but for the source).
+pub fn gpu_findings(source: &dyn GpuSource, settings: &Settings) -> Vec<Finding> {
+    let mut out = Vec::new();
+    if let Some(reason) = source.unavailable_reason() {
+        out.push(warn(
+            "gpu",
+            reason,
+            "for GPUs install the NVIDIA driver (it provides libnvidia-ml.so.1); CPU-only jobs need nothing",
+        ));
+    } else {
+        let driver = source.driver();
+        let devices = source.devices();
+        let d = driver
+            .as_ref()
+            .map(|d| format!("driver {}, NVML {}", d.driver_version, d.nvml_version))
+            .unwrap_or_default();
+        if devices.is_empty() {
+            out.push(warn(
+                "gpu",
+                format!("NVML loads ({d}) but reports no GPUs"),
+                "check `nvidia-smi`; a GPU that fell off the bus needs a reset or reboot",
+            ));
+        }
+        let samples = source.samples();
+        for g in &devices {
+            let mig = match g.mig_enabled {
+                Some(true) => "MIG on",
+                Some(false) => "MIG off",
+                None => "no MIG",
+            };
+            let line = format!(
+                "GPU {}: {} -> type {}, {} GiB, {mig}, {d}",
+                g.index,
+                g.name,
+                g.gpu_type,
+                g.memory_bytes >> 30
+            );
+            let unhealthy = samples
+                .iter()
+                .find(|s| s.index == g.index)
+                .and_then(gpu::unhealthy_reason);
+            if let Some(why) = unhealthy {
+                out.push(warn(
+                    "gpu",
+                    format!("{line}: unhealthy ({why}); it gets no new replicas"),
+                    "see `nvidia-smi -q -i <index>`; reset or replace the GPU",
+                ));
+            } else if g.mig_enabled == Some(true) {
+                out.push(warn(
+                    "gpu",
+                    format!("{line}: Corral schedules whole GPUs, not MIG instances"),
+                    "disable MIG: `nvidia-smi -i <index> -mig 0` (as root, GPU idle)",
+                ));
+            } else {
+                out.push(ok("gpu", line));
+            }
+        }
+    }
+    if let Some(n) = settings.node.gpus {
+        out.push(warn(
+            "gpu",
+            format!(
+                "corral.yaml sets node.gpus: {n}; Corral offers {n} GPU(s) of type {} whatever NVML finds",
+                settings
+                    .node
+                    .gpu_type
+                    .as_deref()
+                    .map(corral_api::gpu_type::canonical)
+                    .unwrap_or_else(|| "FAKE-GPU (or NVML's)".into())
+            ),
+            "remove node.gpus from corral.yaml to use the GPUs NVML reports",
+        ));
+    }
+    out
+}
+
+/// Examines this machine for a cluster with `settings` in `data_dir`.
+pub fn examine(data_dir: &Path, settings: &Settings) -> Report {
+    let source = gpu::source();
+    let mut findings = gpu_findings(source, settings);
+
+    let cgroup_version = match CgroupManager::detect_with(settings.cgroup_root.as_deref()) {
+        Ok(m) => {
+            findings.push(ok(
+                "cgroups",
+                format!(
+                    "{}: memory and CPU limits are enforced, OOM kills are detected",
+                    m.describe()
+                ),
+            ));
+            m.version()
+        }
+        Err(reason) => {
+            findings.push(warn(
+                "cgroups",
+                format!(
+                    "unavailable ({reason}): memory and CPU limits are not enforced, OOM kills are not detected"
+                ),
+                "run corral as root, or in a systemd unit with Delegate=yes, or set cgroupRoot in corral.yaml to a writable cgroup v2 directory",
+            ));
+            "none"
+        }
+    };
+
+    let choice = RuntimeChoice {
+        runtime: settings.containers.runtime.clone(),
+        oci_runtime: settings.containers.oci_runtime.clone(),
+    };
+    let container_runtime = match container::detect(&choice) {
+        Ok((Some(rt), _)) => {
+            let args = if rt.global_args.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", rt.global_args.join(" "))
+            };
+            findings.push(ok(
+                "containers",
+                format!(
+                    "{} at {}{args}: jobs with an image run in containers",
+                    rt.kind.as_str(),
+                    rt.program.display()
+                ),
+            ));
+            Some(rt.kind.as_str().to_string())
+        }
+        Ok((None, notes)) => {
+            findings.push(warn(
+                "containers",
+                format!(
+                    "no container runtime ({}): a job with an image is refused or runs on the host (containers.withoutRuntime)",
+                    notes.join("; ")
+                ),
+                "install podman (`apt-get install podman`) or docker",
+            ));
+            None
+        }
+        Err(e) => {
+            findings.push(warn(
+                "containers",
+                format!("the configured runtime does not work: {e}"),
+                "fix containers.runtime in corral.yaml, or set it to auto",
+            ));
+            None
+        }
+    };
+
+    let ports = settings.ports;
+    let count = u32::from(ports.max.saturating_sub(ports.min)) + 1;
+    if ports.max < ports.min || count < 16 {
+        findings.push(warn(
+            "ports",
+            format!("replica ports {}-{}: {count} port(s)", ports.min, ports.max),
+            "widen `ports: {min, max}` in corral.yaml; every replica of a running job holds one",
+        ));
+    } else {
+        findings.push(ok(
+            "ports",
+            format!(
+                "replica ports {}-{} ({count}); each running replica holds one",
+                ports.min, ports.max
+            ),
+        ));
+    }
+
+    match crate::lock::holder(data_dir) {
+        Ok(None) => findings.push(ok(
+            "data",
+            format!(
+                "data directory {} is not held by a server",
+                data_dir.display()
+            ),
+        )),
+        Ok(Some(h)) => findings.push(warn(
+            "data",
+            format!(
+                "data directory {} is held by {}{}{}",
+                data_dir.display(),
+                h.program.as_deref().unwrap_or("a process"),
+                h.pid.map(|p| format!(" (pid {p})")).unwrap_or_default(),
+                h.api
+                    .as_deref()
+                    .map(|a| format!(", serving at {a}"))
+                    .unwrap_or_default()
+            ),
+            "use that server (`--server`), stop it, or pass another --data-dir",
+        )),
+        Err(e) => findings.push(warn(
+            "data",
+            format!("cannot read the lock of {}: {e}", data_dir.display()),
+            "check the directory's permissions",
+        )),
+    }
+    let all_ok = findings.iter().all(|f| f.level == Level::Ok);
+    Report {
+        findings,
+        driver: source.driver(),
+        gpus: source.devices(),
+        cgroup_version,
+        container_runtime,
+        all_ok,
+    }
+}
+
+impl Report {
+    /// The report as `corral doctor` prints it: one line per finding, its fix below.
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        for f in &self.findings {
+            let level = match f.level {
+                Level::Ok => "OK  ",
+                Level::Warn => "WARN",
+            };
+            out.push_str(&format!("{level} {:<10} {}\n", f.area, f.what));
+            if let Some(fix) = &f.fix {
+                out.push_str(&format!("     {:<10} fix: {fix}\n", ""));
+            }
+        }
+        out
+    }
+
+    /// One line for `corral up`: GPUs, cgroups, containers, ports.
+    pub fn one_line(&self) -> String {
+        let gpus = if self.gpus.is_empty() {
+            "no GPUs".to_string()
+        } else {
+            let mut types: Vec<String> = Vec::new();
+            for g in &self.gpus {
+                let n = self
+                    .gpus
+                    .iter()
+                    .filter(|x| x.gpu_type == g.gpu_type)
+                    .count();
+                let t = format!("{n} x {}", g.gpu_type);
+                if !types.contains(&t) {
+                    types.push(t);
+                }
+            }
+            let driver = self
+                .driver
+                .as_ref()
+                .map(|d| format!(" (driver {})", d.driver_version))
+                .unwrap_or_default();
+            format!("{}{driver}", types.join(", "))
+        };
+        let cgroups = match self.cgroup_version {
+            "none" => "cgroups off (limits not enforced)".to_string(),
+            v => format!("cgroup {v} limits enforced"),
+        };
+        let containers = self
+            .container_runtime
+            .clone()
+            .unwrap_or_else(|| "no container runtime".into());
+        let warns = self
+            .findings
+            .iter()
+            .filter(|f| f.level == Level::Warn)
+            .count();
+        let tail = if warns == 0 {
+            "all OK".to_string()
+        } else {
+            format!("{warns} warning(s): run `corral doctor`")
+        };
+        format!("machine: {gpus}; {cgroups}; {containers}; {tail}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::GpuSample;
+
+    /// A recorded H100 machine: what NVML said, replayed.
+    struct Recorded {
+        mig: Option<bool>,
+        ecc: u64,
+    }
+
+    impl GpuSource for Recorded {
+        fn unavailable_reason(&self) -> Option<String> {
+            None
+        }
+        fn driver(&self) -> Option<DriverInfo> {
+            Some(DriverInfo {
+                nvml_version: "13.580.82.07".into(),
+                driver_version: "580.82.07".into(),
+            })
+        }
+        fn devices(&self) -> Vec<GpuDevice> {
+            vec![GpuDevice {
+                index: 0,
+                name: "NVIDIA H100 80GB HBM3".into(),
+                gpu_type: "NVIDIA-H100-80GB-HBM3".into(),
+                memory_bytes: 80 << 30,
+                uuid: "GPU-1".into(),
+                mig_enabled: self.mig,
+            }]
+        }
+        fn samples(&self) -> Vec<GpuSample> {
+            vec![GpuSample {
+                index: 0,
+                uuid: "GPU-1".into(),
+                model_name: "NVIDIA H100 80GB HBM3".into(),
+                utilization_percent: Some(0),
+                memory_used_bytes: 0,
+                memory_total_bytes: 80 << 30,
+                power_watts: Some(70.0),
+                temperature_celsius: Some(30),
+                ecc_uncorrected_volatile: Some(self.ecc),
+                last_xid: None,
+                pages_pending_retirement: Some(false),
+                processes: Vec::new(),
+            }]
+        }
+    }
+
+    struct NoNvml;
+
+    impl GpuSource for NoNvml {
+        fn unavailable_reason(&self) -> Option<String> {
+            Some("NVML is not available (libnvidia-ml.so.1: not found)".into())
+        }
+        fn driver(&self) -> Option<DriverInfo> {
+            None
+        }
+        fn devices(&self) -> Vec<GpuDevice> {
+            Vec::new()
+        }
+        fn samples(&self) -> Vec<GpuSample> {
+            Vec::new()
+        }
+    }
+
+    #[test]
+    fn a_healthy_h100_is_ok_with_its_canonical_type() {
+        let f = gpu_findings(
+            &Recorded {
+                mig: Some(false),
+                ecc: 0,
+            },
+            &Settings::default(),
+        );
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].level, Level::Ok);
+        assert!(
+            f[0].what
+                .contains("NVIDIA H100 80GB HBM3 -> type NVIDIA-H100-80GB-HBM3")
+                && f[0].what.contains("driver 580.82.07")
+                && f[0].what.contains("MIG off"),
+            "{}",
+            f[0].what
+        );
+    }
+
+    #[test]
+    fn mig_ecc_missing_nvml_and_overrides_warn_with_a_fix() {
+        let mig = gpu_findings(
+            &Recorded {
+                mig: Some(true),
+                ecc: 0,
+            },
+            &Settings::default(),
+        );
+        assert_eq!(mig[0].level, Level::Warn);
+        assert!(mig[0].fix.as_deref().is_some_and(|f| f.contains("-mig 0")));
+        let ecc = gpu_findings(
+            &Recorded {
+                mig: Some(false),
+                ecc: 3,
+            },
+            &Settings::default(),
+        );
+        assert!(ecc[0].what.contains("unhealthy") && ecc[0].what.contains("no new replicas"));
+        let none = gpu_findings(&NoNvml, &Settings::default());
+        assert_eq!(none.len(), 1);
+        assert_eq!(none[0].level, Level::Warn);
+        assert!(none[0].fix.is_some());
+        let mut settings = Settings::default();
+        settings.node.gpus = Some(2);
+        settings.node.gpu_type = Some("NVIDIA H100 80GB HBM3".into());
+        let forced = gpu_findings(&NoNvml, &settings);
+        assert!(
+            forced[1]
+                .what
+                .contains("2 GPU(s) of type NVIDIA-H100-80GB-HBM3")
+        );
+    }
+
+    #[test]
+    fn this_machine_gets_a_report_and_a_line() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let r = examine(dir.path(), &Settings::default());
+        for area in ["gpu", "cgroups", "containers", "ports", "data"] {
+            assert!(r.findings.iter().any(|f| f.area == area), "{area}: {r:?}");
+        }
+        assert!(
+            r.findings
+                .iter()
+                .all(|f| (f.level == Level::Warn) == f.fix.is_some())
+        );
+        assert_eq!(r.all_ok, r.findings.iter().all(|f| f.level == Level::Ok));
+        let line = r.one_line();
+        assert!(
+            line.starts_with("machine: ") && !line.contains('\n'),
+            "{line}"
+        );
+    }
+}

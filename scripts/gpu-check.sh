@@ -1,0 +1,219 @@
+#!/usr/bin/env bash
+# The GPU machine checks of issue 16, on a real NVIDIA GPU server (an H100 80GB HBM3 with
+# cgroup v2 and PyTorch with CUDA: `python3 -c 'import torch; torch.cuda.init()'` works):
+#   1. `corral doctor` is all OK (GPUs through NVML, cgroups enforced, ...);
+#   2. a job asking gpuTypes [NVIDIA-H100-80GB-HBM3] and one asking [H100] both run;
+#   3. while a replica multiplies matrices with torch, `corral top` shows its GPU
+#      utilisation and GPU memory, and /metrics has per-GPU (DCGM_FI_DEV_*) and per-replica
+#      (corral_replica_gpu_*) series naming it;
+#   4. under cgroup v2, a replica over its memory limit is OOM-killed alone and reported
+#      OOMKilled, while another replica keeps running.
+# Prints PASS/FAIL per check and a summary; exits 1 if any check fails.
+#
+#   cargo build --release -p corral && strip target/release/corral && scripts/gpu-check.sh
+#   CORRAL=/path/to/corral GPU_TYPE=NVIDIA-H100-80GB-HBM3 ALIAS=H100 scripts/gpu-check.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BIN=${CORRAL:-target/release/corral}
+GPU_TYPE=${GPU_TYPE:-NVIDIA-H100-80GB-HBM3}
+ALIAS=${ALIAS:-H100}
+PY=${PYTHON:-python3}
+work=$(mktemp -d)
+data=$work/data
+port=$($PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+server=http://127.0.0.1:$port
+export CORRAL_SERVER=$server
+api=$server/api/v1/namespaces/default/trainingjobs
+results=()
+failed=0
+
+pass() { results+=("PASS  $1"); echo "PASS  $1"; }
+fail() { results+=("FAIL  $1"); echo "FAIL  $1" >&2; failed=1; }
+check() { # check NAME COMMAND...: PASS when the command succeeds
+    local name=$1
+    shift
+    if "$@"; then pass "$name"; else fail "$name"; fi
+}
+
+pid=
+cleanup() {
+    if [ -n "$pid" ]; then
+        kill "$pid" 2>/dev/null
+        wait "$pid" 2>/dev/null
+    fi
+}
+trap cleanup EXIT
+
+[ -x "$BIN" ] || { echo "no corral binary at $BIN (set CORRAL=...)" >&2; exit 1; }
+command -v nvidia-smi >/dev/null && nvidia-smi -L
+$PY -c 'import torch; assert torch.cuda.is_available(); print("torch", torch.__version__, torch.cuda.get_device_name(0))' \
+    || { echo "PyTorch with CUDA is needed ($PY)" >&2; exit 1; }
+
+echo "== 1. corral doctor"
+"$BIN" doctor --data-dir "$data" | tee "$work/doctor.txt"
+"$BIN" doctor --data-dir "$data" -o json >"$work/doctor.json"
+check "corral doctor is all OK" \
+    $PY -c 'import json,sys; r=json.load(open(sys.argv[1])); sys.exit(0 if r["allOk"] else 1)' "$work/doctor.json"
+check "doctor maps the NVML name to $GPU_TYPE" grep -q -- "-> type $GPU_TYPE" "$work/doctor.txt"
+check "doctor finds cgroup v2 enforced" \
+    $PY -c 'import json,sys; r=json.load(open(sys.argv[1])); sys.exit(0 if r["cgroupVersion"]=="v2" else 1)' "$work/doctor.json"
+
+echo "== corral up on port $port (log: $work/server.log)"
+"$BIN" up --data-dir "$data" --listen "127.0.0.1:$port" >"$work/server.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 200); do
+    curl -fsS "$server/healthz" >/dev/null 2>&1 && break
+    sleep 0.1
+done
+curl -fsS "$server/healthz" >/dev/null || { cat "$work/server.log"; echo "corral up did not answer" >&2; exit 1; }
+head -3 "$work/server.log"
+"$BIN" nodes
+
+# A replica that multiplies 8192x8192 matrices on its GPU for SECONDS seconds.
+matmul_job() { # NAME GPU_TYPES SECONDS
+    cat <<EOF
+apiVersion: corral.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: $1}
+spec:
+  framework: generic
+  replicas:
+    worker:
+      count: 1
+      restartPolicy: Never
+      resources: {cpu: "2", memory: 16Gi, gpu: 1, gpuTypes: [$2]}
+      template:
+        command:
+          - $PY
+          - -c
+          - |
+            import time, torch
+            a = torch.randn(8192, 8192, device="cuda")
+            end = time.time() + $3
+            while time.time() < end:
+                b = a @ a
+                torch.cuda.synchronize()
+            print("done on", torch.cuda.get_device_name(0))
+EOF
+}
+
+job_state() { # NAME -> state from `corral list`
+    "$BIN" list -o json | $PY -c "
+import json,sys
+items=json.load(sys.stdin)['items']
+print(next((j['state'] for j in items if j['name']=='$1'), 'missing'))"
+}
+
+wait_state() { # NAME WANTED SECONDS
+    local s
+    for _ in $(seq 1 $(($3 * 5))); do
+        s=$(job_state "$1")
+        [ "$s" = "$2" ] && return 0
+        case "$s" in Failed) [ "$2" != Failed ] && { "$BIN" describe "$1"; return 1; } ;; esac
+        sleep 0.2
+    done
+    echo "$1 is $s, not $2, after $3 s" >&2
+    "$BIN" describe "$1" >&2
+    return 1
+}
+
+echo "== 2 + 3. a job asking $GPU_TYPE; top and /metrics while it multiplies matrices"
+matmul_job by-label "$GPU_TYPE" 45 >"$work/by-label.yaml"
+"$BIN" validate "$work/by-label.yaml"
+"$BIN" submit "$work/by-label.yaml"
+check "job asking gpuTypes [$GPU_TYPE] runs" wait_state by-label Running 60
+
+top_ok() {
+    for _ in $(seq 1 60); do
+        "$BIN" top -o json >"$work/top.json" 2>/dev/null
+        if $PY - "$work/top.json" <<'EOF'
+import json, sys
+rows = [r for r in json.load(open(sys.argv[1]))["items"] if r["job"] == "by-label"]
+ok = rows and rows[0].get("gpuUtilizationPercent", 0) > 0 and rows[0].get("gpuMemoryBytes", 0) > 0
+sys.exit(0 if ok else 1)
+EOF
+        then
+            "$BIN" top
+            return 0
+        fi
+        sleep 0.5
+    done
+    cat "$work/top.json"
+    return 1
+}
+check "corral top shows the replica's GPU utilisation and GPU memory" top_ok
+
+metrics_ok() {
+    curl -fsS "$server/metrics" >"$work/metrics.txt" || return 1
+    grep -E '^(DCGM_FI_DEV_|corral_replica_gpu|corral_gpu_healthy)' "$work/metrics.txt"
+    grep -q "^DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"GPU-" "$work/metrics.txt" &&
+        grep -q '^DCGM_FI_DEV_FB_USED{.*job="by-label"' "$work/metrics.txt" &&
+        grep -q '^DCGM_FI_DEV_POWER_USAGE{' "$work/metrics.txt" &&
+        grep -q '^DCGM_FI_DEV_GPU_TEMP{' "$work/metrics.txt" &&
+        grep -q '^corral_replica_gpu_memory_bytes{namespace="default",job="by-label"' "$work/metrics.txt" &&
+        grep -q '^corral_replica_gpu_utilization_percent{namespace="default",job="by-label"' "$work/metrics.txt"
+}
+check "/metrics has per-GPU (DCGM_FI_DEV_*) and per-replica GPU series" metrics_ok
+if command -v promtool >/dev/null; then
+    check "promtool accepts /metrics" sh -c "promtool check metrics <'$work/metrics.txt'"
+fi
+"$BIN" nodes
+check "job asking $GPU_TYPE succeeds" wait_state by-label Succeeded 120
+
+matmul_job by-alias "$ALIAS" 5 >"$work/by-alias.yaml"
+"$BIN" submit "$work/by-alias.yaml"
+check "job asking gpuTypes [$ALIAS] runs and succeeds" wait_state by-alias Succeeded 120
+
+echo "== 4. a replica over its memory limit is OOM-killed alone (cgroup v2)"
+cat >"$work/oom.yaml" <<EOF
+apiVersion: corral.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: hog}
+spec:
+  framework: generic
+  replicas:
+    worker:
+      count: 1
+      restartPolicy: Never
+      resources: {cpu: "1", memory: 256Mi}
+      template:
+        command: [$PY, -c, "b = bytearray(1 << 30); [b.__setitem__(i, 1) for i in range(0, len(b), 4096)]; print('not killed')"]
+---
+apiVersion: corral.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: calm}
+spec:
+  framework: generic
+  replicas:
+    worker:
+      count: 1
+      restartPolicy: Never
+      resources: {cpu: "1", memory: 256Mi}
+      template:
+        command: [sleep, "60"]
+EOF
+"$BIN" submit "$work/oom.yaml"
+wait_state calm Running 60
+check "the replica over its limit fails" wait_state hog Failed 60
+oom_reported() {
+    curl -fsS "$api/hog/describe" >"$work/hog.json" || return 1
+    $PY - "$work/hog.json" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+reasons = [r.get("reason") for r in d["replicas"]]
+print("hog replicas:", reasons)
+sys.exit(0 if "OOMKilled" in reasons else 1)
+EOF
+}
+check "it is reported OOMKilled" oom_reported
+check "the other replica still runs" sh -c "[ \"\$('$BIN' list -o json | $PY -c \"import json,sys; print([j['state'] for j in json.load(sys.stdin)['items'] if j['name']=='calm'][0])\")\" = Running ]"
+"$BIN" delete calm hog by-label by-alias >/dev/null 2>&1
+
+echo
+echo "== summary ($work)"
+printf '%s\n' "${results[@]}"
+if [ "$failed" -ne 0 ]; then
+    echo "SOME CHECKS FAILED" >&2
+    exit 1
+fi
+echo "ALL CHECKS PASSED"
