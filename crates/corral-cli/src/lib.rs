@@ -8,6 +8,7 @@
 //! - [`manifests`]: `validate` and `convert` over files; [`plan`]: one scheduling cycle.
 //! - [`sim`], [`bench`]: the simulator and the scheduler benchmark.
 //! - [`input`], [`output`], [`explain`]: reading files, printing results.
+//! - [`snapshot`]: the code snapshot `submit --code DIR` ships.
 
 pub mod bench;
 pub mod explain;
@@ -18,4 +19,5 @@ pub mod plan;
 pub mod quickstart;
 pub mod remote;
 pub mod sim;
+pub mod snapshot;
 pub mod up;

@@ -122,6 +122,11 @@ pub struct SubmitArgs {
     /// reads standard input.
     #[arg(value_name = "FILE")]
     pub files: Vec<String>,
+    /// Ship this directory with the jobs (what .gitignore leaves; at most the server's
+    /// codeSnapshots.maxBytes): replicas run from a read-only copy of it, their working
+    /// directory unless the job sets one (in a container: /workspace).
+    #[arg(long, value_name = "DIR")]
+    pub code: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub namespace: NamespaceArgs,
     #[command(flatten)]
@@ -471,7 +476,32 @@ pub fn run_submit(args: &SubmitArgs) -> ExitCode {
             .or_else(|| declared_namespace(&text))
             .or_else(|| client.token_namespace().ok().flatten())
             .unwrap_or_else(|| "default".to_string());
-        match client.submit(&namespace, &text) {
+        let submitted = match &args.code {
+            None => client.submit(&namespace, &text),
+            Some(dir) => match crate::snapshot::upload(&text, dir) {
+                Ok(up) => {
+                    for p in &up.packed.left_out {
+                        eprintln!(
+                            "warning: {p} is left out of the code snapshot (not a regular file \
+                             or directory)"
+                        );
+                    }
+                    eprintln!(
+                        "code: {} ({} files, {} bytes, {})",
+                        dir.display(),
+                        up.packed.files,
+                        up.packed.bytes,
+                        up.digest
+                    );
+                    client.submit_with_code(&namespace, &up.boundary, &up.body)
+                }
+                Err(e) => {
+                    eprintln!("{e}");
+                    return ExitCode::FAILURE;
+                }
+            },
+        };
+        match submitted {
             Ok(results) => {
                 for r in results {
                     let from = r
@@ -482,6 +512,9 @@ pub fn run_submit(args: &SubmitArgs) -> ExitCode {
                         "trainingjob/{} submitted in namespace {}{from}",
                         r.name, r.namespace
                     );
+                    for w in &r.warnings {
+                        eprintln!("warning: TrainingJob {}: {w}", r.name);
+                    }
                 }
             }
             Err(e @ ClientError::Connect { .. }) => {

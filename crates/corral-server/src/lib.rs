@@ -76,14 +76,21 @@ pub struct AppState {
     /// Wakes the control loop after a change.
     wake: Arc<Notify>,
     body_limit: usize,
+    /// Where uploaded code snapshots are staged and kept, and their largest size.
+    code: Arc<corral_local::code::CodeStore>,
+    code_max_bytes: u64,
 }
 
 impl AppState {
     fn new(cluster: Cluster, body_limit: usize) -> Self {
         let file = Arc::new(cluster.config().file.clone());
         let submit_context = Arc::new(cluster.submit_context());
+        let code = Arc::new(cluster.code_store());
+        let code_max_bytes = cluster.config().file.settings.code_snapshots.max_bytes;
         AppState {
             submit_context,
+            code,
+            code_max_bytes,
             cluster: Arc::new(Mutex::new(cluster)),
             file,
             wake: Arc::new(Notify::new()),
