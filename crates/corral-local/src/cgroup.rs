@@ -193,6 +193,39 @@ impl CgroupRef {
         Some(format!("/{}", rel.display()))
     }
 
+    /// This cgroup as a container runtime sees it when it is a container's parent: one
+    /// path ([`CgroupRef::hierarchy_path`]) in every hierarchy. The CPU hierarchies' own
+    /// directories differ from it when this process sits elsewhere in them than in the
+    /// memory hierarchy; the container's CPU time is then at the runtime's path.
+    pub fn as_runtime_parent(&self) -> CgroupRef {
+        let CgroupRef::V1 {
+            memory,
+            cpu,
+            cpuacct,
+        } = self
+        else {
+            return self.clone();
+        };
+        let Some(rel) = self.hierarchy_path() else {
+            return self.clone();
+        };
+        let mounts = mounts();
+        let moved = |dir: &Option<PathBuf>| -> Option<PathBuf> {
+            let dir = dir.as_ref()?;
+            let point = mounts
+                .iter()
+                .filter(|m| m.fstype == "cgroup" && dir.starts_with(&m.point))
+                .map(|m| &m.point)
+                .max_by_key(|p| p.components().count())?;
+            Some(point.join(rel.trim_start_matches('/')))
+        };
+        CgroupRef::V1 {
+            memory: memory.clone(),
+            cpu: moved(cpu).or_else(|| cpu.clone()),
+            cpuacct: moved(cpuacct).or_else(|| cpuacct.clone()),
+        }
+    }
+
     /// Removes what a container runtime made below and beside this cgroup when it was the
     /// parent of a container: the same path in every hierarchy (podman makes it in each,
     /// with a `conmon` child), empty directories only, deepest first.

@@ -1097,6 +1097,7 @@ impl LocalExecutor {
                     global_args: rt.global_args.clone(),
                     kind: rt.kind,
                     name: n.clone(),
+                    memory_limit: None,
                 }
                 .remove()
             })
@@ -1141,8 +1142,12 @@ impl LocalExecutor {
             return None;
         }
         let rec = &t.record;
-        let from_cgroup = rec
-            .cgroup
+        // A container's cgroup is below the replica's, at the runtime's path.
+        let cgroup = rec.cgroup.as_ref().map(|cg| match rec.container {
+            Some(_) => cg.as_runtime_parent(),
+            None => cg.clone(),
+        });
+        let from_cgroup = cgroup
             .as_ref()
             .and_then(|cg| Some((cg.cpu_seconds()?, cg.memory_bytes()?)));
         let (cpu_seconds, memory_bytes) = match from_cgroup {
