@@ -140,14 +140,14 @@ pub fn upload(manifest: &str, dir: &Path) -> Result<Upload, String> {
          Content-Type: application/gzip\r\n\r\n"
     )
     .map_err(io)?;
+    // A second handle of the same file (one offset): the archive follows the header.
     let mut hashing = Hashing {
-        inner: io::BufWriter::new(&mut body),
+        inner: io::BufWriter::new(body.try_clone().map_err(io)?),
         hash: Sha256::new(),
     };
     let packed = write_archive(dir, &mut hashing)?;
     hashing.flush().map_err(io)?;
-    let Hashing { inner, hash } = hashing;
-    drop(inner);
+    let hash = hashing.hash;
     let digest = corral_local::code::format_digest(hash);
     write!(
         body,

@@ -229,22 +229,29 @@ impl CgroupRef {
     /// Removes what a container runtime made below and beside this cgroup when it was the
     /// parent of a container: the same path in every hierarchy (podman makes it in each,
     /// with a `conmon` child), empty directories only, deepest first.
-    pub fn remove_runtime_dirs(&self) {
+    /// Whether none is left.
+    pub fn remove_runtime_dirs(&self) -> bool {
         let Some(rel) = self.hierarchy_path() else {
-            return;
+            return true;
         };
+        let mut gone = true;
         for m in mounts()
             .into_iter()
             .filter(|m| m.fstype == "cgroup" || m.fstype == "cgroup2")
         {
-            remove_empty_tree(&m.point.join(rel.trim_start_matches('/')));
+            let dir = m.point.join(rel.trim_start_matches('/'));
+            remove_empty_tree(&dir);
+            gone &= !dir.exists();
         }
+        gone
     }
 
     /// One attempt to remove the cgroup directories, without waiting: true when none is
     /// left. A cgroup whose last process is exiting but not yet gone is still busy.
     pub fn try_remove(&self) -> bool {
-        let mut gone = true;
+        // What a container runtime made at this cgroup's path in the other hierarchies
+        // goes too (nothing there for a replica that ran on the host).
+        let mut gone = self.remove_runtime_dirs();
         for dir in self.dirs() {
             // Children a container runtime made (no processes of their own by now).
             remove_empty_children(dir);

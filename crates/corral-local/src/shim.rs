@@ -360,7 +360,8 @@ fn finish(
             eprintln!("corral shim: removing container {} failed", c.name);
         }
         if let Some(cg) = &launch.cgroup {
-            cg.remove_runtime_dirs();
+            // Best effort: the executor removes what is left when it retires the cgroup.
+            let _ = cg.remove_runtime_dirs();
         }
     }
     let rec = ExitRecord {
