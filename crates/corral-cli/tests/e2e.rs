@@ -69,6 +69,10 @@ fn main() -> ExitCode {
         Trial::test("cli_tables_and_up_options", cli_tables_and_up_options),
         Trial::test("api_bench_smoke", api_bench_smoke),
         Trial::test(
+            "what_kubernetes_accepts_but_is_not_honoured_is_a_warning",
+            what_kubernetes_accepts_but_is_not_honoured_is_a_warning,
+        ),
+        Trial::test(
             "code_snapshots_run_as_submitted_and_go_with_the_job",
             code_snapshots_run_as_submitted_and_go_with_the_job,
         ),
@@ -1516,4 +1520,96 @@ fn running_as_root() -> bool {
     std::fs::metadata("/proc/self")
         .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
         .unwrap_or(false)
+}
+
+fn what_kubernetes_accepts_but_is_not_honoured_is_a_warning() -> TestResult {
+    let c = TestCluster::start("")?;
+    // Kubeflow's own shape: tolerations, a node selector, a volume, a gang minimum.
+    let manifest = "apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata: {name: tolerated}
+spec:
+  runPolicy:
+    suspend: true
+    schedulingPolicy: {scheduleTimeoutSeconds: 60}
+  pytorchReplicaSpecs:
+    Master:
+      replicas: 1
+      template:
+        spec:
+          tolerations: [{key: gpu, operator: Exists}]
+          nodeSelector: {disk: ssd}
+          volumes: [{name: data, emptyDir: {}}]
+          containers:
+            - name: pytorch
+              image: busybox
+              command: [sleep, '1']
+              ports: [{name: pytorchjob-port, containerPort: 23456}]
+";
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut response = agent
+        .post(c.url("/api/v1/namespaces/default/trainingjobs"))
+        .header("Content-Type", "application/yaml")
+        .send(manifest)?;
+    let status = response.status().as_u16();
+    let headers: Vec<String> = response
+        .headers()
+        .get_all("warning")
+        .iter()
+        .filter_map(|v| v.to_str().ok().map(str::to_string))
+        .collect();
+    let body = json(&response.body_mut().read_to_string()?)?;
+    check(status == 201, format!("{status}: {body}"))?;
+    let warnings: Vec<String> = body["warnings"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|w| w.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    for path in [
+        "spec.runPolicy.schedulingPolicy.scheduleTimeoutSeconds",
+        "spec.replicas.master.template.podTemplate.spec.tolerations",
+        "spec.replicas.master.template.podTemplate.spec.nodeSelector",
+        "spec.replicas.master.template.podTemplate.spec.volumes",
+    ] {
+        check(
+            warnings
+                .iter()
+                .any(|w| w.starts_with("TrainingJob tolerated: ") && w.contains(path)),
+            format!("no warning for {path}: {warnings:?}"),
+        )?;
+    }
+    // The container's port is Corral's to choose: not worth a warning.
+    check(
+        !warnings.iter().any(|w| w.contains("ports")),
+        format!("{warnings:?}"),
+    )?;
+    check(
+        headers.len() == warnings.len() && headers.iter().all(|h| h.starts_with("299 - \"")),
+        format!("Warning headers: {headers:?}"),
+    )?;
+    let d = c.client(None).describe("default", "tolerated")?;
+    let events = d
+        .events
+        .iter()
+        .filter(|e| {
+            e.reason == "FieldIgnored" && e.type_ == corral_core::control::EventType::Warning
+        })
+        .count();
+    check(events == warnings.len(), format!("{:#?}", d.events))?;
+    // A dry run (`corral validate` against the server) says the same.
+    let dry = c.client(None).submit_dry_run(
+        "default",
+        &manifest.replace("name: tolerated", "name: tolerated-too"),
+    )?;
+    check(
+        dry.len() == 1 && dry[0].warnings.len() == warnings.len(),
+        format!("{dry:?}"),
+    )?;
+    Ok(())
 }
