@@ -226,7 +226,7 @@ fn what_cannot_be_converted_is_an_error() {
     // What Kubeflow accepts and Corral does not honour is a warning, not one of these.
     assert!(
         !e.iter()
-            .any(|f| f.path.contains("metrics") || f.path.contains("scheduleTimeout")),
+            .any(|f| f.contains("metrics") || f.contains("scheduleTimeout")),
         "{e:?}"
     );
     assert_has(
@@ -289,9 +289,9 @@ spec:
         paths,
         [
             "metadata.finalizers",
-            "spec.elasticPolicy.metrics",
             "spec.runPolicy.schedulingPolicy.minResources",
             "spec.runPolicy.schedulingPolicy.scheduleTimeoutSeconds",
+            "spec.elasticPolicy.metrics",
         ],
         "{warnings:?}"
     );
