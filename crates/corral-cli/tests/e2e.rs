@@ -1432,7 +1432,7 @@ fn code_snapshots_run_as_submitted_and_go_with_the_job() -> TestResult {
         log.contains(&format!("message=original cwd={}", copy.display())),
         format!("runs from its snapshot, as submitted: {log}"),
     )?;
-    check(log.contains("more=original"), format!("{log}"))?;
+    check(log.contains("more=original"), log.clone())?;
     check(log.contains("secret-absent"), format!(".gitignored: {log}"))?;
     // The copy is read-only by its modes, which root writes through.
     if !running_as_root() {

@@ -130,10 +130,10 @@ impl CodeStore {
         };
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
-            if name == INCOMING || !jobs.contains(&name) {
-                if let Err(err) = remove_tree(&e.path()) {
-                    notes.push(format!("cannot remove {}: {err}", e.path().display()));
-                }
+            if (name == INCOMING || !jobs.contains(&name))
+                && let Err(err) = remove_tree(&e.path())
+            {
+                notes.push(format!("cannot remove {}: {err}", e.path().display()));
             }
         }
         notes
