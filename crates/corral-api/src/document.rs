@@ -72,6 +72,9 @@ pub struct Parsed {
     pub index: usize,
     pub document: Document,
     pub converted_from: Option<String>,
+    /// What the document asks that Corral accepts but does not honour (a Kubeflow field
+    /// Kubernetes accepts and Corral has no use for): shown as warnings, never refused.
+    pub warnings: Vec<FieldError>,
     /// Problems found while decoding that did not stop it (unknown fields, unknown roles);
     /// reported together with the semantic errors.
     decode_errors: Vec<FieldError>,
@@ -308,11 +311,13 @@ pub fn decode(index: usize, raw: Value) -> Result<Parsed, DocumentError> {
         ));
     }
     if kubeflow::KINDS.contains(&kind) || api_version.starts_with("kubeflow.org/") {
-        let job = kubeflow::convert(&raw).map_err(|errors| fail(what.clone(), errors.0))?;
+        let (job, warnings) =
+            kubeflow::convert_with_warnings(&raw).map_err(|errors| fail(what.clone(), errors.0))?;
         return Ok(Parsed {
             index,
             document: Document::TrainingJob(Box::new(job)),
             converted_from: Some(kind.to_string()),
+            warnings,
             decode_errors: Vec::new(),
         });
     }
@@ -351,6 +356,7 @@ pub fn decode(index: usize, raw: Value) -> Result<Parsed, DocumentError> {
         index,
         document,
         converted_from: None,
+        warnings: Vec::new(),
         decode_errors,
     })
 }

@@ -14,7 +14,7 @@ use crate::node_pool::GPU_PRODUCT_LABEL;
 use crate::quantity::Quantity;
 use crate::suggest::did_you_mean;
 use crate::training_job::*;
-use crate::validate::ValidationErrors;
+use crate::validate::{FieldError, ValidationErrors};
 
 /// The Kubeflow kinds Corral accepts.
 pub const KINDS: [&str; 5] = ["TFJob", "PyTorchJob", "XGBoostJob", "JAXJob", "MPIJob"];
@@ -113,11 +113,17 @@ const CONVERTED_CONTAINER_FIELDS: &[&str] =
 
 struct Converter {
     errs: ValidationErrors,
+    /// What Kubernetes and the Kubeflow operators accept but Corral does not honour.
+    warnings: Vec<FieldError>,
 }
 
 impl Converter {
     fn err(&mut self, path: &str, msg: impl Into<String>) {
         self.errs.push(path, msg);
+    }
+
+    fn warn(&mut self, path: &str, msg: impl Into<String>) {
+        self.warnings.push(FieldError::new(path, msg));
     }
 
     fn string(&mut self, path: &str, v: &Value) -> Option<String> {
@@ -214,8 +220,19 @@ impl Converter {
 
 /// Converts a Kubeflow job manifest into a TrainingJob, or says what cannot be converted.
 pub fn convert(raw: &Value) -> Result<TrainingJob, ValidationErrors> {
+    convert_with_warnings(raw).map(|(job, _)| job)
+}
+
+/// [`convert`], and what the manifest asks that Corral does not honour although Kubernetes
+/// and the Kubeflow operators accept it (a gang's minimum, a scheduling timeout, metadata
+/// beyond names, labels and annotations): warnings, not errors, so that a manifest that runs
+/// on Kubeflow is accepted.
+pub fn convert_with_warnings(
+    raw: &Value,
+) -> Result<(TrainingJob, Vec<FieldError>), ValidationErrors> {
     let mut c = Converter {
         errs: ValidationErrors::default(),
+        warnings: Vec::new(),
     };
     let kind = raw.get("kind").and_then(Value::as_str).unwrap_or("");
     let api_version = raw.get("apiVersion").and_then(Value::as_str).unwrap_or("");
@@ -341,10 +358,10 @@ pub fn convert(raw: &Value) -> Result<TrainingJob, ValidationErrors> {
             if let Some(v) = spec.get("enableDynamicWorker")
                 && c.bool("spec.enableDynamicWorker", v) == Some(true)
             {
-                c.err(
-                        "spec.enableDynamicWorker",
-                        "dynamic TF workers cannot be converted: Corral admits whole gangs with a fixed cluster spec",
-                    );
+                c.warn(
+                    "spec.enableDynamicWorker",
+                    "ignored: Corral admits whole gangs with a fixed cluster spec (TF_CONFIG lists every worker)",
+                );
             }
         }
         "PyTorchJob" => {
@@ -369,12 +386,16 @@ pub fn convert(raw: &Value) -> Result<TrainingJob, ValidationErrors> {
         _ => {}
     }
 
-    c.errs.into_result().map(|()| TrainingJob {
-        api_version: API_VERSION.to_string(),
-        kind: "TrainingJob".to_string(),
-        metadata,
-        spec: job_spec,
-        status: None,
+    let warnings = c.warnings;
+    c.errs.into_result().map(|()| {
+        let job = TrainingJob {
+            api_version: API_VERSION.to_string(),
+            kind: "TrainingJob".to_string(),
+            metadata,
+            spec: job_spec,
+            status: None,
+        };
+        (job, warnings)
     })
 }
 
@@ -413,9 +434,9 @@ fn convert_metadata(c: &mut Converter, v: Option<&Value>) -> ObjectMeta {
                 }
             }
             s if SERVER_METADATA.contains(&s) => {}
-            _ => c.err(
+            _ => c.warn(
                 &path,
-                "cannot be converted: Corral keeps name, namespace, labels and annotations",
+                "ignored: Corral keeps name, namespace, labels and annotations",
             ),
         }
     }
@@ -768,20 +789,20 @@ fn convert_run_policy(c: &mut Converter, path: &str, v: &Value, spec: &mut Train
                         && m != total
                         && spec.framework != Framework::PyTorch
                     {
-                        c.err(
-                                &format!("{p}.minAvailable"),
-                                format!("{m} of {total} replicas cannot be converted: Corral admits whole gangs (all {total}); remove it, or use a PyTorchJob with elasticPolicy"),
-                            );
+                        c.warn(
+                            &format!("{p}.minAvailable"),
+                            format!("ignored: Corral admits whole gangs, so all {total} replicas start together, not {m}; for a job that runs with fewer, use a PyTorchJob with elasticPolicy"),
+                        );
                     }
                 }
                 if sp.contains_key("minResources") {
-                    c.err(
+                    c.warn(
                         &format!("{p}.minResources"),
-                        "cannot be converted: Corral computes a gang's resources from its replicas",
+                        "ignored: Corral computes a gang's resources from its replicas",
                     );
                 }
                 if sp.contains_key("scheduleTimeoutSeconds") {
-                    c.err(&format!("{p}.scheduleTimeoutSeconds"), "cannot be converted: a Corral job waits in its queue until admitted; use runPolicy.activeDeadlineSeconds to bound its run");
+                    c.warn(&format!("{p}.scheduleTimeoutSeconds"), "ignored: a Corral job waits in its queue until admitted; runPolicy.activeDeadlineSeconds bounds its run");
                 }
             }
             _ => {}
@@ -843,7 +864,7 @@ fn convert_elastic(
                     c.err(&p, "must be a list of {key, value}");
                 }
             }
-            "metrics" => c.err(&p, "autoscaling on metrics (HPA) cannot be converted; Corral resizes elastic jobs between minReplicas and maxReplicas as capacity allows"),
+            "metrics" => c.warn(&p, "ignored: Corral does not autoscale on metrics (HPA); it resizes elastic jobs between minReplicas and maxReplicas as capacity allows"),
             _ => {}
         }
     }

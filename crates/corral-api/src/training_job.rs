@@ -304,6 +304,12 @@ pub struct PythonEnv {
     /// e.g. `["torch==2.5.1", "numpy<2"]`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub requirements: Vec<String>,
+    /// A requirements file in the job's code snapshot (`corral submit --code DIR`), by its
+    /// path inside it, e.g. `requirements.txt`: one requirement per line (comments and blank
+    /// lines aside; no options), besides `requirements`. The environment is chosen by the
+    /// content, as read from the snapshot, so the same file gives the same environment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requirements_file: Option<String>,
 }
 
 /// An environment variable: a literal `value`, or on Kubernetes a `valueFrom` reference.

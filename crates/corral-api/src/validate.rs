@@ -801,11 +801,27 @@ fn check_replica(
         );
     }
     if let Some(py) = &t.python {
-        if py.requirements.is_empty() {
+        if py.requirements.is_empty() && py.requirements_file.is_none() {
             errs.push(
                 format!("{tpath}.python.requirements"),
-                "list at least one requirement (e.g. `numpy==2.1.0`), or remove `python`",
+                "list at least one requirement (e.g. `numpy==2.1.0`), name a \
+                 requirementsFile, or remove `python`",
             );
+        }
+        if let Some(f) = &py.requirements_file {
+            let inside = !f.is_empty()
+                && !f.starts_with('/')
+                && f.split('/').all(|c| !c.is_empty() && c != "..");
+            if !inside {
+                errs.push(
+                    format!("{tpath}.python.requirementsFile"),
+                    format!(
+                        "`{f}` is not a path inside the job's code snapshot; write it relative \
+                         to the directory given to `corral submit --code`, e.g. \
+                         `requirements.txt`"
+                    ),
+                );
+            }
         }
         for (i, r) in py.requirements.iter().enumerate() {
             if r.trim().is_empty() || r.contains(['\n', '\r']) || r.trim_start().starts_with('-') {

@@ -8,6 +8,7 @@
 //! - [`manifests`]: `validate` and `convert` over files; [`plan`]: one scheduling cycle.
 //! - [`sim`], [`bench`]: the simulator and the scheduler benchmark.
 //! - [`input`], [`output`], [`explain`]: reading files, printing results.
+//! - [`snapshot`]: the code snapshot `submit --code DIR` ships.
 
 pub mod bench;
 pub mod doctor;
@@ -19,4 +20,5 @@ pub mod plan;
 pub mod quickstart;
 pub mod remote;
 pub mod sim;
+pub mod snapshot;
 pub mod up;

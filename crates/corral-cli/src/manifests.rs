@@ -97,10 +97,16 @@ pub fn validate_report(
                 .or_else(|| client.token_namespace().ok().flatten())
                 .unwrap_or_else(|| "default".to_string());
             match client.submit_dry_run(&ns, text) {
-                Ok(_) => {
+                Ok(results) => {
                     checked_by_server = true;
-                    for w in remote::capacity_warnings(client, text) {
-                        report.err.push_str(&format!("warning: {name}: {w}\n"));
+                    // What the server accepts but does not honour: what `submit` prints.
+                    for r in &results {
+                        for w in &r.warnings {
+                            report.err.push_str(&format!(
+                                "{name}: warning: TrainingJob {}: {w}\n",
+                                r.name
+                            ));
+                        }
                     }
                 }
                 Err(ClientError::Connect { server, .. }) => server_down = Some(server),
@@ -117,6 +123,16 @@ pub fn validate_report(
                 Ok(parsed) => {
                     if matches!(parsed.document, Document::TrainingJob(_)) && !checked_by_server {
                         offline_jobs = true;
+                        // Offline, the conversion's warnings (the server adds its own).
+                        for w in &parsed.warnings {
+                            report.err.push_str(&format!(
+                                "{name}: warning: {} {}: {}: {}\n",
+                                parsed.document.kind(),
+                                parsed.document.name(),
+                                w.path,
+                                w.message
+                            ));
+                        }
                     }
                     if !quiet {
                         report

@@ -122,6 +122,11 @@ pub struct SubmitArgs {
     /// reads standard input.
     #[arg(value_name = "FILE")]
     pub files: Vec<String>,
+    /// Ship this directory with the jobs (what .gitignore leaves; at most the server's
+    /// codeSnapshots.maxBytes): replicas run from a read-only copy of it, their working
+    /// directory unless the job sets one (in a container: /workspace).
+    #[arg(long, value_name = "DIR")]
+    pub code: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub namespace: NamespaceArgs,
     #[command(flatten)]
@@ -471,11 +476,33 @@ pub fn run_submit(args: &SubmitArgs) -> ExitCode {
             .or_else(|| declared_namespace(&text))
             .or_else(|| client.token_namespace().ok().flatten())
             .unwrap_or_else(|| "default".to_string());
-        match client.submit(&namespace, &text) {
-            Ok(results) => {
-                for w in capacity_warnings(&client, &text) {
-                    eprintln!("warning: {shown}: {w}");
+        let submitted = match &args.code {
+            None => client.submit(&namespace, &text),
+            Some(dir) => match crate::snapshot::upload(&text, dir) {
+                Ok(up) => {
+                    for p in &up.packed.left_out {
+                        eprintln!(
+                            "warning: {p} is left out of the code snapshot (not a regular file \
+                             or directory)"
+                        );
+                    }
+                    eprintln!(
+                        "code: {} ({} files, {} bytes, {})",
+                        dir.display(),
+                        up.packed.files,
+                        up.packed.bytes,
+                        up.digest
+                    );
+                    client.submit_with_code(&namespace, &up.boundary, &up.body)
                 }
+                Err(e) => {
+                    eprintln!("{e}");
+                    return ExitCode::FAILURE;
+                }
+            },
+        };
+        match submitted {
+            Ok(results) => {
                 for r in results {
                     let from = r
                         .converted_from
@@ -485,6 +512,9 @@ pub fn run_submit(args: &SubmitArgs) -> ExitCode {
                         "trainingjob/{} submitted in namespace {}{from}",
                         r.name, r.namespace
                     );
+                    for w in &r.warnings {
+                        eprintln!("warning: TrainingJob {}: {w}", r.name);
+                    }
                 }
             }
             Err(e @ ClientError::Connect { .. }) => {
@@ -502,41 +532,6 @@ pub fn run_submit(args: &SubmitArgs) -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
-}
-
-/// Warnings for jobs of `text` that the server accepted but no node it has can hold now
-/// (`corral_api::validate::capacity_warnings`), each naming the job and what exists. Empty
-/// when the server's nodes cannot be read.
-pub fn capacity_warnings(client: &Client, text: &str) -> Vec<String> {
-    use corral_api::document::{Document, parse_documents};
-    use corral_api::validate::{NodeFacts, ValidationContext};
-    let Ok(nodes) = client.nodes() else {
-        return Vec::new();
-    };
-    let ctx = ValidationContext {
-        nodes: Some(
-            nodes
-                .iter()
-                .map(|n| NodeFacts {
-                    gpu_type: n.gpu_type.clone(),
-                    gpus: u32::try_from(n.gpus.len()).unwrap_or(u32::MAX),
-                })
-                .collect(),
-        ),
-        ..Default::default()
-    };
-    let mut out = Vec::new();
-    for parsed in parse_documents(text, &ValidationContext::default())
-        .into_iter()
-        .flatten()
-    {
-        if let Document::TrainingJob(job) = &parsed.document {
-            for w in corral_api::validate::capacity_warnings(job, &ctx) {
-                out.push(format!("trainingjob/{}: {w}", job.metadata.name));
-            }
-        }
-    }
-    out
 }
 
 /// `corral list`

@@ -173,11 +173,94 @@ impl CgroupRef {
         }
     }
 
+    /// The highest memory use the cgroup (and its children) ever had, in bytes.
+    pub fn peak_memory_bytes(&self) -> Option<u64> {
+        let file = match self {
+            CgroupRef::V2 { .. } => "memory.peak",
+            CgroupRef::V1 { .. } => "memory.max_usage_in_bytes",
+        };
+        procfs::read_trimmed(&self.memory_dir()?.join(file))?
+            .parse()
+            .ok()
+    }
+
+    /// The cgroup's path inside its hierarchy (`/corral/<leaf>`), as a container runtime
+    /// with the cgroupfs manager takes it for `--cgroup-parent`: the memory hierarchy's,
+    /// which holds the limits that matter.
+    pub fn hierarchy_path(&self) -> Option<String> {
+        let dir = self.memory_dir()?;
+        let point = mounts()
+            .into_iter()
+            .filter(|m| m.fstype == "cgroup" || m.fstype == "cgroup2")
+            .map(|m| m.point)
+            .filter(|p| dir.starts_with(p))
+            .max_by_key(|p| p.components().count())?;
+        let rel = dir.strip_prefix(&point).ok()?;
+        Some(format!("/{}", rel.display()))
+    }
+
+    /// This cgroup as a container runtime sees it when it is a container's parent: one
+    /// path ([`CgroupRef::hierarchy_path`]) in every hierarchy. The CPU hierarchies' own
+    /// directories differ from it when this process sits elsewhere in them than in the
+    /// memory hierarchy; the container's CPU time is then at the runtime's path.
+    pub fn as_runtime_parent(&self) -> CgroupRef {
+        let CgroupRef::V1 {
+            memory,
+            cpu,
+            cpuacct,
+        } = self
+        else {
+            return self.clone();
+        };
+        let Some(rel) = self.hierarchy_path() else {
+            return self.clone();
+        };
+        let mounts = mounts();
+        let moved = |dir: &Option<PathBuf>| -> Option<PathBuf> {
+            let dir = dir.as_ref()?;
+            let point = mounts
+                .iter()
+                .filter(|m| m.fstype == "cgroup" && dir.starts_with(&m.point))
+                .map(|m| &m.point)
+                .max_by_key(|p| p.components().count())?;
+            Some(point.join(rel.trim_start_matches('/')))
+        };
+        CgroupRef::V1 {
+            memory: memory.clone(),
+            cpu: moved(cpu).or_else(|| cpu.clone()),
+            cpuacct: moved(cpuacct).or_else(|| cpuacct.clone()),
+        }
+    }
+
+    /// Removes what a container runtime made below and beside this cgroup when it was the
+    /// parent of a container: the same path in every hierarchy (podman makes it in each,
+    /// with a `conmon` child), empty directories only, deepest first.
+    /// Whether none is left.
+    pub fn remove_runtime_dirs(&self) -> bool {
+        let Some(rel) = self.hierarchy_path() else {
+            return true;
+        };
+        let mut gone = true;
+        for m in mounts()
+            .into_iter()
+            .filter(|m| m.fstype == "cgroup" || m.fstype == "cgroup2")
+        {
+            let dir = m.point.join(rel.trim_start_matches('/'));
+            remove_empty_tree(&dir);
+            gone &= !dir.exists();
+        }
+        gone
+    }
+
     /// One attempt to remove the cgroup directories, without waiting: true when none is
     /// left. A cgroup whose last process is exiting but not yet gone is still busy.
     pub fn try_remove(&self) -> bool {
-        let mut gone = true;
+        // What a container runtime made at this cgroup's path in the other hierarchies
+        // goes too (nothing there for a replica that ran on the host).
+        let mut gone = self.remove_runtime_dirs();
         for dir in self.dirs() {
+            // Children a container runtime made (no processes of their own by now).
+            remove_empty_children(dir);
             if let Err(e) = fs::remove_dir(dir)
                 && e.kind() != io::ErrorKind::NotFound
             {
@@ -192,6 +275,7 @@ impl CgroupRef {
         let mut last = Ok(());
         for dir in self.dirs() {
             last = Ok(());
+            remove_empty_children(dir);
             for _ in 0..50 {
                 match fs::remove_dir(dir) {
                     Ok(()) => break,
@@ -205,6 +289,25 @@ impl CgroupRef {
         }
         last
     }
+}
+
+/// Removes the child cgroups of `dir` (empty of processes), deepest first.
+fn remove_empty_children(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            remove_empty_tree(&e.path());
+        }
+    }
+}
+
+/// Removes the cgroup `dir` and its children, deepest first (cgroup directories go with
+/// `rmdir`; their files are the kernel's).
+fn remove_empty_tree(dir: &Path) {
+    remove_empty_children(dir);
+    let _ = fs::remove_dir(dir);
 }
 
 /// `key value` lines (memory.events, memory.stat, cpu.stat, memory.oom_control).

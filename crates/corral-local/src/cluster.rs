@@ -143,6 +143,10 @@ pub struct SubmitResult {
     pub uid: String,
     /// The Kubeflow kind it was converted from (`PyTorchJob`), if any.
     pub converted_from: Option<String>,
+    /// What it asks that this cluster accepts but does not honour (`path: message`); each
+    /// is also a Warning event of the job.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// Where a job is in its life, in one word: the lifecycle's definition, shared by every shell.

@@ -38,6 +38,8 @@
 //!                                       # runs its command on the host (a Warning event
 //!                                       # says the image is not used), `reject` refuses it
 //!                                       # at submit
+//! codeSnapshots:                        # `corral submit --code DIR`
+//!   maxBytes: 104857600                 # largest snapshot, files' bytes (default 100 MiB)
 //! ```
 
 use std::collections::BTreeMap;
@@ -148,6 +150,33 @@ pub struct Settings {
     /// by default below the server's own cgroup, else `<mount>/corral`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cgroup_root: Option<std::path::PathBuf>,
+    /// Code snapshots shipped with jobs (`corral submit --code DIR`).
+    #[serde(default)]
+    pub code_snapshots: CodeSnapshotSettings,
+}
+
+/// Default largest code snapshot: 100 MiB of files.
+pub const DEFAULT_CODE_SNAPSHOT_MAX_BYTES: u64 = 100 * 1024 * 1024;
+
+/// The `codeSnapshots` settings.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CodeSnapshotSettings {
+    /// Largest snapshot: the sum of its files' sizes, and of its archive (default 100 MiB).
+    #[serde(default = "default_code_max")]
+    pub max_bytes: u64,
+}
+
+fn default_code_max() -> u64 {
+    DEFAULT_CODE_SNAPSHOT_MAX_BYTES
+}
+
+impl Default for CodeSnapshotSettings {
+    fn default() -> Self {
+        CodeSnapshotSettings {
+            max_bytes: DEFAULT_CODE_SNAPSHOT_MAX_BYTES,
+        }
+    }
 }
 
 /// The `containers` settings (see the module docs).

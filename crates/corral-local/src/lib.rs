@@ -10,6 +10,7 @@ pub mod store;
 pub use cluster::{Cluster, ClusterConfig, ClusterError};
 pub use config::ClusterFileConfig;
 pub mod cgroup;
+pub mod code;
 pub mod doctor;
 pub mod executor;
 pub mod gpu;

@@ -125,7 +125,13 @@ fn supervise(dir: &Path) -> Result<i32, String> {
     // (1 ms per 100 ms) held back every start by a whole period. The cgroups' process
     // lists are opened now and written by the command's process itself between fork and
     // exec (see `join_in_child`), so the command and all it starts are limited.
-    let cgroup_procs: Vec<std::fs::File> = match &launch.cgroup {
+    // A container's cgroup is made by its runtime below the replica's; the runtime's
+    // client stays out.
+    let joined = launch
+        .cgroup
+        .as_ref()
+        .filter(|_| launch.container.is_none());
+    let cgroup_procs: Vec<std::fs::File> = match joined {
         Some(cg) => cg
             .dirs()
             .into_iter()
@@ -281,7 +287,7 @@ fn supervise(dir: &Path) -> Result<i32, String> {
     // The replica is over when its command is: nothing it started may outlive it. The
     // cgroup holds everything the command started, including processes that left the group
     // (setsid), and listing it is cheap; without one, the group is found by scanning /proc.
-    match &launch.cgroup {
+    match joined {
         Some(cg) => cg.kill_all(Some(me)),
         None => {
             procfs::kill_group_except(me, me);
@@ -320,6 +326,24 @@ fn join_in_child(cmd: &mut Command, cgroup_procs: Vec<std::fs::File>) {
     }
 }
 
+/// Where the runtime does not report an OOM kill (podman with runc on cgroup v1) and the
+/// kernel counted it only in the container's own cgroup, gone with the container: the
+/// container was SIGKILLed (its client exits 137) after its cgroup, below the replica's,
+/// reached its memory limit. Only a kill from inside the container at that moment would
+/// read the same; Corral's own stops do not reach the limit.
+fn killed_at_its_memory_limit(
+    c: &crate::executor::container::ContainerHandle,
+    launch: &LaunchFile,
+    code: Option<i32>,
+    signal: Option<i32>,
+) -> bool {
+    let killed = code == Some(137) || signal == Some(9);
+    match (c.memory_limit, &launch.cgroup) {
+        (Some(limit), Some(cg)) if killed => cg.peak_memory_bytes().is_some_and(|p| p >= limit),
+        _ => false,
+    }
+}
+
 fn finish(
     dir: &Path,
     launch: &LaunchFile,
@@ -327,12 +351,17 @@ fn finish(
     signal: Option<i32>,
     error: Option<String>,
 ) -> Result<(), String> {
+    // cgroup v2 counts OOM kills of child cgroups too (a container's, below the replica's).
     let mut oom_killed = launch.cgroup.as_ref().is_some_and(|cg| cg.oom_kills() > 0);
     // A container is asked how it ended, then removed: nothing of a replica outlives it.
     if let Some(c) = &launch.container {
-        oom_killed |= c.oom_killed();
+        oom_killed |= c.oom_killed() || killed_at_its_memory_limit(c, launch, code, signal);
         if !c.remove() {
             eprintln!("corral shim: removing container {} failed", c.name);
+        }
+        if let Some(cg) = &launch.cgroup {
+            // Best effort: the executor removes what is left when it retires the cgroup.
+            let _ = cg.remove_runtime_dirs();
         }
     }
     let rec = ExitRecord {

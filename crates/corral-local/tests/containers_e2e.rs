@@ -279,10 +279,27 @@ spec:
         .describe("default", "hog")
         .expect("describe")
         .expect("job");
-    // SIGKILLed by the kernel. (podman 4.3 with runc on cgroup v1 does not report OOMKilled,
-    // so the reason is not always "OOMKilled".)
+    // SIGKILLed by the kernel, and said so as a host replica's OOM kill is (podman 4.3 with
+    // runc on cgroup v1 does not report it: the replica's cgroup, the container's parent,
+    // does).
     assert_eq!(d.replicas[0].exit_code, Some(137), "{:#?}", d.replicas);
+    assert_eq!(
+        d.replicas[0].reason.as_deref(),
+        Some("OOMKilled"),
+        "{:#?}",
+        d.replicas
+    );
     assert!(log_of(&c, "calm", "calm-worker-0").contains("calm done"));
+    let calm = c
+        .describe("default", "calm")
+        .expect("describe")
+        .expect("job");
+    assert_ne!(
+        calm.replicas[0].reason.as_deref(),
+        Some("OOMKilled"),
+        "{:#?}",
+        calm.replicas
+    );
 }
 
 fn a_killed_server_readopts_the_running_container_and_delete_removes_it() {
@@ -387,8 +404,87 @@ fn without_a_runtime_the_image_is_not_used_and_an_event_says_so_or_it_is_refused
     assert!(c2.list(None).expect("list").is_empty());
 }
 
+fn top_shows_the_container_and_its_code_snapshot_is_mounted_read_only() {
+    if image().is_none() {
+        return;
+    }
+    let (mut h, mut c) = Harness::new(WAITS, 32500, "");
+    // A snapshot, staged as the server stages an upload (see corral_local::code).
+    let src = h.path("src");
+    std::fs::create_dir_all(&src).expect("mkdir");
+    std::fs::write(src.join("msg.txt"), "from-the-snapshot\n").expect("write");
+    let tar = h.path("code.tar.gz");
+    let made = Command::new("tar")
+        .arg("-czf")
+        .arg(&tar)
+        .arg("-C")
+        .arg(&src)
+        .arg("msg.txt")
+        .status()
+        .expect("tar");
+    assert!(made.success());
+    let store = c.code_store();
+    let staged = store.incoming_path(".d").expect("staging");
+    corral_local::code::unpack(std::fs::File::open(&tar).expect("open"), &staged, 1 << 20)
+        .expect("unpack");
+    // The hog of memory and CPU holds 16 MiB and spins until stopped.
+    let script = "cat msg.txt; pwd; if echo x > w 2>/dev/null; then echo writable; else echo read-only; fi; \
+                  dd if=/dev/zero bs=16M count=1 | sleep 300 & while :; do :; done";
+    let checked = corral_local::Cluster::check_submission(
+        &c.submit_context(),
+        &image_job(
+            "busy",
+            "      resources: {memory: 256Mi, cpu: 200m}\n",
+            &format!("        command: [/bin/sh, -c, '{script}']\n"),
+        ),
+        "default",
+    )
+    .expect("valid")
+    .with_code("sha256:0000000000000000000000000000000000000000000000000000000000000000");
+    let uid = c
+        .submit_checked_with_code(checked, Some(&staged), h.now)
+        .expect("submit")[0]
+        .uid
+        .clone();
+    assert!(!staged.exists(), "the staged snapshot moved to the job");
+    h.until(&mut c, "running", |c| {
+        state(c, "busy") == Some(JobState::Running)
+    });
+    let deadline = Instant::now() + WAITS.deadline;
+    let row = loop {
+        let rows = c.top();
+        let row = rows
+            .into_iter()
+            .find(|r| r.replica == "busy-worker-0" && r.memory_bytes.unwrap_or(0) > 16 << 20);
+        if let Some(r) = row
+            && r.cpu_seconds.unwrap_or(0.0) > 0.2
+        {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "top: {:?}", c.top());
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    // The container's, not its runtime client's (podman's client holds tens of MiB but
+    // spends little CPU while it waits).
+    assert!(row.memory_bytes.unwrap_or(0) < 200 << 20, "{row:?}");
+    let log = log_of(&c, "busy", "busy-worker-0");
+    assert!(log.contains("from-the-snapshot"), "{log}");
+    assert!(log.contains("/workspace"), "working directory: {log}");
+    assert!(log.contains("read-only"), "{log}");
+    c.delete("default", "busy", h.now).expect("delete");
+    h.until(&mut c, "deleted", |c| state(c, "busy").is_none());
+    assert!(
+        !store.job_dir(&uid).exists(),
+        "the snapshot goes with the job"
+    );
+}
+
 fn main() -> std::process::ExitCode {
     common::main(vec![
+        (
+            "top_shows_the_container_and_its_code_snapshot_is_mounted_read_only",
+            top_shows_the_container_and_its_code_snapshot_is_mounted_read_only,
+        ),
         (
             "a_training_job_runs_in_its_image_with_the_contract_env",
             a_training_job_runs_in_its_image_with_the_contract_env,

@@ -126,8 +126,84 @@ fn a_set_that_does_not_resolve_fails_the_job_with_uvs_message_and_no_retry() {
     assert!(log_of(&c, "broken", "broken-worker-0").contains("No solution found"));
 }
 
+fn a_requirements_file_in_the_code_snapshot_makes_the_environment() {
+    if !uv_present() {
+        return;
+    }
+    let (mut h, mut c) = Harness::new(WAITS, 32550, "");
+    let stage = |c: &corral_local::Cluster, h: &Harness, pin: &str| {
+        let src = h.path(&format!("src-{pin}"));
+        std::fs::create_dir_all(&src).expect("mkdir");
+        std::fs::write(
+            src.join("requirements.txt"),
+            format!("# pinned\nsix=={pin}\n"),
+        )
+        .expect("write");
+        let tar = h.path(&format!("code-{pin}.tar.gz"));
+        let made = std::process::Command::new("tar")
+            .arg("-czf")
+            .arg(&tar)
+            .arg("-C")
+            .arg(&src)
+            .arg("requirements.txt")
+            .status()
+            .expect("tar");
+        assert!(made.success());
+        let staged = c.code_store().incoming_path(".d").expect("staging");
+        corral_local::code::unpack(std::fs::File::open(&tar).expect("open"), &staged, 1 << 20)
+            .expect("unpack");
+        staged
+    };
+    let job = |name: &str| {
+        format!(
+            r#"apiVersion: corral.dev/v1alpha1
+kind: TrainingJob
+metadata: {{name: {name}}}
+spec:
+  framework: generic
+  replicas:
+    worker:
+      count: 1
+      restartPolicy: Never
+      template:
+        command: [python, -c, 'import six; print("six", six.__version__)']
+        python: {{requirementsFile: requirements.txt}}
+"#
+        )
+    };
+    // Without a snapshot the file is nowhere: refused at submit.
+    let e = c
+        .submit(&job("nofile"), "default", h.now)
+        .expect_err("refused");
+    assert!(format!("{e}").contains("python.requirementsFile"), "{e}");
+    for (name, pin) in [("first", "1.15.0"), ("second", "1.16.0")] {
+        let staged = stage(&c, &h, pin);
+        let checked =
+            corral_local::Cluster::check_submission(&c.submit_context(), &job(name), "default")
+                .expect("valid")
+                .with_code(
+                    "sha256:0000000000000000000000000000000000000000000000000000000000000000",
+                );
+        c.submit_checked_with_code(checked, Some(&staged), h.now)
+            .expect("submit");
+    }
+    h.until(&mut c, "both succeed", |c| {
+        state(c, "first") == Some(JobState::Succeeded)
+            && state(c, "second") == Some(JobState::Succeeded)
+    });
+    // The same file name, another content: another environment.
+    let first = log_of(&c, "first", "first-worker-0");
+    let second = log_of(&c, "second", "second-worker-0");
+    assert!(first.contains("six 1.15.0"), "{first}");
+    assert!(second.contains("six 1.16.0"), "{second}");
+}
+
 fn main() -> std::process::ExitCode {
     common::main(vec![
+        (
+            "a_requirements_file_in_the_code_snapshot_makes_the_environment",
+            a_requirements_file_in_the_code_snapshot_makes_the_environment,
+        ),
         (
             "conflicting_versions_run_side_by_side_and_one_set_is_built_once",
             conflicting_versions_run_side_by_side_and_one_set_is_built_once,

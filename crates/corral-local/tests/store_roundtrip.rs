@@ -63,6 +63,7 @@ fn jobs_status_and_records_survive_a_reopen() {
                         global_args: vec!["--runtime".into(), "runc".into()],
                         kind: RuntimeKind::Podman,
                         name: "corral-default.a-worker-0--uid-a-2.0-0badcafe".into(),
+                        memory_limit: Some(64 << 20),
                     }),
                 },
                 port: Some(29501),

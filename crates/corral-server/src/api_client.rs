@@ -255,6 +255,30 @@ impl Client {
         serde_json::from_value(items).map_err(|e| ClientError::Protocol(e.to_string()))
     }
 
+    /// Submits jobs with a code snapshot: `body` is a multipart/form-data body with the
+    /// parts `manifest`, `code` and `digest` (see the `submissions` route), separated by
+    /// `boundary`. Sent with its length and `Expect: 100-continue`, so that a server that
+    /// refuses its size says so before the upload.
+    pub fn submit_with_code(
+        &self,
+        namespace: &str,
+        boundary: &str,
+        body: &std::fs::File,
+    ) -> Result<Vec<SubmitResult>, ClientError> {
+        let path = format!("/api/v1/namespaces/{}/submissions", encode(namespace));
+        let req = self
+            .auth(self.agent.post(self.url(&path)))
+            .header(
+                "Content-Type",
+                &format!("multipart/form-data; boundary={boundary}"),
+            )
+            .header("Expect", "100-continue");
+        let response = req.send(body);
+        let v = parse(&self.finish(response)?)?;
+        let items = v.get("items").cloned().unwrap_or(Value::Array(Vec::new()));
+        serde_json::from_value(items).map_err(|e| ClientError::Protocol(e.to_string()))
+    }
+
     /// The namespace this client's token acts in; `None` without a token, or for a token of
     /// every namespace.
     pub fn token_namespace(&self) -> Result<Option<String>, ClientError> {

@@ -77,6 +77,9 @@ pub struct AppState {
     /// Wakes the control loop after a change.
     wake: Arc<Notify>,
     body_limit: usize,
+    /// Where uploaded code snapshots are staged and kept, and their largest size.
+    code: Arc<corral_local::code::CodeStore>,
+    code_max_bytes: u64,
     /// Checked submissions waiting for the cluster: whoever takes the lock stores all
     /// that wait, in one transaction.
     submissions: Arc<SubmitQueue>,
@@ -100,8 +103,12 @@ impl AppState {
     fn new(cluster: Cluster, body_limit: usize) -> Self {
         let file = Arc::new(cluster.config().file.clone());
         let submit_context = Arc::new(cluster.submit_context());
+        let code = Arc::new(cluster.code_store());
+        let code_max_bytes = cluster.config().file.settings.code_snapshots.max_bytes;
         AppState {
             submit_context,
+            code,
+            code_max_bytes,
             cluster: Arc::new(Mutex::new(cluster)),
             file,
             wake: Arc::new(Notify::new()),

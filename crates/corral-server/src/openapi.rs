@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/api/v1/namespaces/{namespace}/trainingjobs"),
     ("get", "/api/v1/namespaces/{namespace}/trainingjobs"),
+    ("post", "/api/v1/namespaces/{namespace}/submissions"),
     ("get", "/api/v1/namespaces/{namespace}/trainingjobs/{name}"),
     (
         "delete",
@@ -189,13 +190,30 @@ fn unranged_document() -> Value {
                         "application/json": {"schema": reference("TrainingJob")},
                         "text/plain": {"schema": {"type": "string"}},
                     }},
-                    "responses": responses(("201", json_response("Submitted", list_of("SubmitResult"))), &[400, 401, 403, 409, 413]),
+                    "responses": responses(("201", json_response("Submitted", reference("Submitted"))), &[400, 401, 403, 409, 413]),
                 },
                 "get": {
                     "operationId": "listTrainingJobs",
                     "summary": "The namespace's jobs, by name",
                     "parameters": [ns_param.clone()],
                     "responses": responses(("200", json_response("Jobs", list_of("JobSummary"))), &[401, 403]),
+                },
+            },
+            "/api/v1/namespaces/{namespace}/submissions": {
+                "post": {
+                    "operationId": "submitTrainingJobsWithCode",
+                    "summary": "Submit jobs with a code snapshot (`corral submit --code DIR`): replicas run from a read-only copy of it, kept with each job and removed with it; the job's `corral.dev/code` annotation names its digest. All or nothing; a request larger than the server's codeSnapshots.maxBytes is refused (413) before it is read when it has a Content-Length",
+                    "parameters": [ns_param.clone()],
+                    "requestBody": {"required": true, "content": {
+                        "multipart/form-data": {
+                            "schema": {"type": "object", "required": ["manifest", "digest", "code"], "properties": {
+                                "manifest": {"type": "string", "description": "what POST trainingjobs takes: TrainingJobs or Kubeflow jobs, YAML or JSON"},
+                                "digest": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$", "description": "SHA-256 of the `code` part's bytes"},
+                                "code": {"type": "string", "format": "binary", "description": "the directory as a tar.gz archive: regular files and directories, relative paths"},
+                            }},
+                        },
+                    }},
+                    "responses": responses(("201", json_response("Submitted", reference("Submitted"))), &[400, 401, 403, 409, 413]),
                 },
             },
             "/api/v1/namespaces/{namespace}/trainingjobs/{name}": {
@@ -319,6 +337,11 @@ fn unranged_document() -> Value {
                 "SubmitResult": {"type": "object", "properties": {
                     "namespace": {"type": "string"}, "name": {"type": "string"}, "uid": {"type": "string"},
                     "convertedFrom": {"type": "string", "nullable": true},
+                    "warnings": {"type": "array", "items": {"type": "string"}, "description": "`path: message` of what the job asks that this cluster accepts but does not honour (e.g. a pod template's tolerations); each is also a Warning event of the job"},
+                }},
+                "Submitted": {"type": "object", "required": ["items", "warnings"], "properties": {
+                    "items": {"type": "array", "items": reference("SubmitResult")},
+                    "warnings": {"type": "array", "items": {"type": "string"}, "description": "every job's warnings, each naming its job; also sent as `Warning: 299 - \"...\"` headers (RFC 7234), which kubectl prints"},
                 }},
                 "JobSummary": {"type": "object", "properties": {
                     "namespace": {"type": "string"}, "name": {"type": "string"}, "uid": {"type": "string"},

@@ -14,7 +14,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use corral_api::training_job::Role;
-use corral_local::cluster::{Cluster, JobState, NodeInfo, ReplicaLog};
+use corral_local::cluster::{Cluster, JobState, NodeInfo, ReplicaLog, SubmitResult};
 use jiff::Timestamp;
 use serde::Deserialize;
 use serde_json::json;
@@ -46,9 +46,18 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/openapi.json", get(openapi))
-        .fallback(not_found);
-    api.layer(DefaultBodyLimit::disable())
-        .layer(RequestBodyLimitLayer::new(limit))
+        .layer(DefaultBodyLimit::disable())
+        .layer(RequestBodyLimitLayer::new(limit));
+    // A submission with code is as large as its snapshot: it checks its own limit while
+    // it streams.
+    let code = Router::new()
+        .route(
+            "/api/v1/namespaces/{namespace}/submissions",
+            post(submit_with_code),
+        )
+        .layer(DefaultBodyLimit::disable());
+    api.merge(code)
+        .fallback(not_found)
         .layer(middleware::from_fn_with_state(limit, json_errors))
         .with_state(state)
 }
@@ -173,23 +182,239 @@ async fn submit(
             .map_err(|e| ApiError::internal(format!("the request handler failed: {e}")))??
     };
     if dry_run {
-        let items: Vec<_> = checked
+        let items: Vec<SubmitResult> = checked
             .jobs()
             .iter()
-            .map(|(job, converted_from)| {
-                json!({
-                    "namespace": namespace,
-                    "name": job.metadata.name,
-                    "uid": "",
-                    "convertedFrom": converted_from,
-                })
+            .zip(checked.warnings())
+            .map(|((job, converted_from), warnings)| SubmitResult {
+                namespace: namespace.clone(),
+                name: job.metadata.name.clone(),
+                uid: String::new(),
+                converted_from: converted_from.clone(),
+                warnings: warnings.clone(),
             })
             .collect();
-        return Ok(Json(json!({ "items": items })).into_response());
+        return Ok(submitted_response(StatusCode::OK, items));
     }
     let submitted = state.submit(checked).await??;
     state.wake();
-    Ok((StatusCode::CREATED, Json(json!({ "items": submitted }))).into_response())
+    Ok(submitted_response(StatusCode::CREATED, submitted))
+}
+
+/// The answer to a submission: the jobs, and every warning twice, in the body (`warnings`,
+/// each naming its job) and as an HTTP `Warning: 299` header, which is what kubectl prints.
+fn submitted_response(status: StatusCode, items: Vec<SubmitResult>) -> Response {
+    let warnings: Vec<String> = items
+        .iter()
+        .flat_map(|r| {
+            r.warnings
+                .iter()
+                .map(move |w| format!("TrainingJob {}: {w}", r.name))
+        })
+        .collect();
+    let mut response = (
+        status,
+        Json(json!({ "items": items, "warnings": warnings })),
+    )
+        .into_response();
+    for w in &warnings {
+        // RFC 7234 warn-text is a quoted string of visible ASCII.
+        let text: String = w
+            .chars()
+            .map(|c| match c {
+                '"' | '\\' => '\'',
+                c if c.is_ascii_graphic() || c == ' ' => c,
+                _ => '?',
+            })
+            .collect();
+        if let Ok(v) = HeaderValue::from_str(&format!("299 - \"{text}\"")) {
+            response.headers_mut().append(header::WARNING, v);
+        }
+    }
+    response
+}
+
+/// Files of one submission with code, removed when the request ends whatever happened (a
+/// submission that succeeded has moved its snapshot away).
+struct Staged(Vec<PathBuf>);
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            let _ = corral_local::code::remove_tree(p);
+        }
+    }
+}
+
+fn code_too_large(max: u64, what: String) -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "PayloadTooLarge",
+        format!(
+            "the code snapshot {what} is larger than this server's limit of {max} bytes \
+             ({} MiB; codeSnapshots.maxBytes in the server's corral.yaml): leave out what the \
+             job need not ship (.gitignore it)",
+            max / (1024 * 1024)
+        ),
+    )
+}
+
+/// Reads one small part whole, refusing more than `cap` bytes.
+async fn read_part(
+    mut field: axum::extract::multipart::Field<'_>,
+    cap: usize,
+    what: &str,
+) -> Result<String, ApiError> {
+    let mut out = Vec::new();
+    while let Some(chunk) = field
+        .chunk()
+        .await
+        .map_err(|e| ApiError::bad_request(format!("cannot read the `{what}` part: {e}")))?
+    {
+        out.extend_from_slice(&chunk);
+        if out.len() > cap {
+            return Err(ApiError::too_large(cap));
+        }
+    }
+    String::from_utf8(out)
+        .map_err(|_| ApiError::bad_request(format!("the `{what}` part is not UTF-8 text")))
+}
+
+/// `POST /api/v1/namespaces/{namespace}/submissions`: jobs with a code snapshot, one
+/// multipart/form-data request with the parts `manifest` (what `trainingjobs` takes),
+/// `digest` (`sha256:<hex>` of the archive) and `code` (the tar.gz archive, streamed to
+/// disk). All or nothing: a refused submission leaves no job and no snapshot.
+async fn submit_with_code(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(namespace): Path<String>,
+    headers: axum::http::HeaderMap,
+    multipart: Result<axum::extract::Multipart, axum::extract::multipart::MultipartRejection>,
+) -> ApiResult {
+    use sha2::Digest;
+    use tokio::io::AsyncWriteExt;
+
+    caller.check(&namespace)?;
+    check_name("namespace", &namespace)?;
+    let max = state.code_max_bytes;
+    // The whole request may hold the manifest and the archive; a larger one is refused
+    // before it is read (a client that sent `Expect: 100-continue` has not sent it yet).
+    let allowed = max.saturating_add(state.body_limit as u64);
+    let length = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if let Some(len) = length
+        && len > allowed
+    {
+        return Err(code_too_large(max, format!("upload ({len} bytes)")));
+    }
+    let mut multipart = multipart.map_err(|e| {
+        ApiError::bad_request(format!(
+            "send multipart/form-data with the parts manifest, digest and code: {e}"
+        ))
+    })?;
+    let mut staged = Staged(Vec::new());
+    let (mut manifest, mut digest, mut archive) = (None, None, None);
+    while let Some(mut field) = multipart
+        .next_field()
+        .await
+        .map_err(|e| ApiError::bad_request(format!("cannot read the request: {e}")))?
+    {
+        match field.name().unwrap_or_default() {
+            "manifest" => manifest = Some(read_part(field, state.body_limit, "manifest").await?),
+            "digest" => digest = Some(read_part(field, 128, "digest").await?),
+            "code" => {
+                let path = state
+                    .code
+                    .incoming_path(".tar.gz")
+                    .map_err(|e| ApiError::internal(e.to_string()))?;
+                staged.0.push(path.clone());
+                let mut file = tokio::fs::File::create(&path)
+                    .await
+                    .map_err(|e| ApiError::internal(format!("{}: {e}", path.display())))?;
+                let mut hash = sha2::Sha256::new();
+                let mut size: u64 = 0;
+                while let Some(chunk) = field.chunk().await.map_err(|e| {
+                    ApiError::bad_request(format!("cannot read the `code` part: {e}"))
+                })? {
+                    size += chunk.len() as u64;
+                    if size > max {
+                        return Err(code_too_large(max, format!("archive (over {max} bytes)")));
+                    }
+                    hash.update(&chunk);
+                    file.write_all(&chunk)
+                        .await
+                        .map_err(|e| ApiError::internal(format!("{}: {e}", path.display())))?;
+                }
+                file.flush()
+                    .await
+                    .map_err(|e| ApiError::internal(format!("{}: {e}", path.display())))?;
+                archive = Some((path, corral_local::code::format_digest(hash)));
+            }
+            other => {
+                return Err(ApiError::bad_request(format!(
+                    "unknown part `{other}`: send manifest, digest and code"
+                )));
+            }
+        }
+    }
+    let missing = |part: &str| ApiError::bad_request(format!("the `{part}` part is missing"));
+    let text = manifest.ok_or_else(|| missing("manifest"))?;
+    let claimed = digest.ok_or_else(|| missing("digest"))?;
+    let (archive, got) = archive.ok_or_else(|| missing("code"))?;
+    let claimed = claimed.trim();
+    if !corral_local::code::is_digest(claimed) {
+        return Err(ApiError::bad_request(format!(
+            "digest `{claimed}` is not valid: write sha256:<64 lowercase hex digits>"
+        )));
+    }
+    if claimed != got {
+        return Err(ApiError::bad_request(format!(
+            "the code archive's digest is {got}, not {claimed} as sent: it changed in transit; \
+             submit again"
+        )));
+    }
+    let ctx = state.submit_context();
+    let ns = namespace.clone();
+    let checked = tokio::task::spawn_blocking(move || Cluster::check_submission(&ctx, &text, &ns))
+        .await
+        .map_err(|e| ApiError::internal(format!("the request handler failed: {e}")))??;
+    let checked = checked.with_code(claimed);
+    let tree = state
+        .code
+        .incoming_path(".d")
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    staged.0.push(tree.clone());
+    let unpack_to = tree.clone();
+    let unpacked = tokio::task::spawn_blocking(move || {
+        use corral_local::code::{CodeError, unpack};
+        let file = std::fs::File::open(&archive).map_err(|source| CodeError::Io {
+            context: archive.display().to_string(),
+            source,
+        })?;
+        let r = unpack(std::io::BufReader::new(file), &unpack_to, max);
+        let _ = std::fs::remove_file(&archive);
+        r
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("the request handler failed: {e}")))?;
+    match unpacked {
+        Ok(_) => {}
+        Err(corral_local::code::CodeError::TooLarge { .. }) => {
+            return Err(code_too_large(max, "(its files)".into()));
+        }
+        Err(e @ corral_local::code::CodeError::Invalid(_)) => {
+            return Err(ApiError::bad_request(e.to_string()));
+        }
+        Err(e) => return Err(ApiError::internal(e.to_string())),
+    }
+    let submitted = state
+        .with_cluster(move |c| c.submit_checked_with_code(checked, Some(&tree), Timestamp::now()))
+        .await??;
+    drop(staged);
+    state.wake();
+    Ok(submitted_response(StatusCode::CREATED, submitted))
 }
 
 async fn list_namespace(

@@ -198,6 +198,12 @@ impl Cluster {
                 self.executor.ports_mut().release(&uid);
                 self.ports_to_release.remove(&uid);
                 self.store.remove_job(&uid)?;
+                // The job's code snapshot goes with it.
+                if let Err(e) = self.code_store().remove(&uid) {
+                    report
+                        .errors
+                        .push(format!("{job}: removing its code snapshot: {e}"));
+                }
                 self.forget_job(&job);
                 report.deleted.push(job);
             }
@@ -403,6 +409,12 @@ impl Cluster {
             })
             .collect();
         let containers = self.executor.config().containers.is_some();
+        // The job's own snapshot, never another's.
+        let code = job
+            .metadata
+            .annotations
+            .contains_key(crate::code::ANNOTATION)
+            .then(|| self.code_store().job_dir(&stored.uid));
         let process = process_spec(
             &job,
             &stored,
@@ -411,7 +423,7 @@ impl Cluster {
             env,
             files,
             gpu_indices,
-            containers,
+            (containers, code),
         );
         let Some(process) = process else {
             return Ok(None);
@@ -477,10 +489,15 @@ impl Cluster {
             .python
             .as_ref()
             .zip(self.executor.config().python.as_ref())
-            .map(|(env, (uv, dir))| {
-                let launch =
-                    crate::executor::python::PythonLaunch::new(uv.clone(), dir.clone(), env);
-                dir.join(launch.key())
+            .and_then(|(env, (uv, dir))| {
+                let launch = crate::executor::python::PythonLaunch::new(
+                    uv.clone(),
+                    dir.clone(),
+                    env,
+                    process.code.as_deref(),
+                )
+                .ok()?;
+                Some(dir.join(launch.key()))
             });
         let image = process.container.as_ref().map(|c| c.image.clone());
         let record = match result {
@@ -632,7 +649,7 @@ fn process_spec(
     env: Vec<(String, String)>,
     files: Vec<(PathBuf, String)>,
     gpu_indices: &[u32],
-    containers: bool,
+    (containers, code): (bool, Option<PathBuf>),
 ) -> Option<ReplicaProcessSpec> {
     let mut spec = job.spec.clone();
     spec.apply_defaults();
@@ -657,7 +674,12 @@ fn process_spec(
         incarnation: label,
         command,
         env,
-        working_dir: rspec.template.working_dir.as_ref().map(PathBuf::from),
+        // With a snapshot, a relative working directory is inside it.
+        working_dir: rspec.template.working_dir.as_ref().map(|wd| match &code {
+            Some(code) if !wd.starts_with('/') => code.join(wd),
+            _ => PathBuf::from(wd),
+        }),
+        code,
         files,
         cpu_milli,
         memory_bytes,

@@ -21,8 +21,14 @@ pub struct SubmitContext {
     images: ImagePolicy,
 }
 
-/// A submission's rows as inserted, with their submission order (`seq`).
-type Inserted = (Vec<NewJob>, Vec<i64>);
+/// A submission as inserted in the open batch: its rows with their submission order
+/// (`seq`), each job's warnings, and the code copies to remove if the batch fails.
+struct Inserted {
+    jobs: Vec<NewJob>,
+    seqs: Vec<i64>,
+    warnings: Vec<Vec<String>>,
+    code_dirs: Vec<std::path::PathBuf>,
+}
 
 /// Documents of a submission, parsed and checked ([`Cluster::check_submission`]).
 #[derive(Debug)]
@@ -30,12 +36,31 @@ pub struct CheckedSubmission {
     namespace: String,
     /// Each job, with the kind it was converted from.
     jobs: Vec<(TrainingJob, Option<String>)>,
+    /// Each job's warnings (same order): what it asks that this cluster accepts but does
+    /// not honour.
+    warnings: Vec<Vec<String>>,
 }
 
 impl CheckedSubmission {
     /// Each checked job, with the kind it was converted from.
     pub fn jobs(&self) -> &[(TrainingJob, Option<String>)] {
         &self.jobs
+    }
+
+    /// Each job's warnings, in the order of [`CheckedSubmission::jobs`]: `path: message`.
+    pub fn warnings(&self) -> &[Vec<String>] {
+        &self.warnings
+    }
+
+    /// Names the code snapshot (`sha256:...` of its archive) that every job of the
+    /// submission runs from ([`crate::code`]).
+    pub fn with_code(mut self, digest: &str) -> Self {
+        for (job, _) in &mut self.jobs {
+            job.metadata
+                .annotations
+                .insert(crate::code::ANNOTATION.to_string(), digest.to_string());
+        }
+        self
     }
 }
 
@@ -94,6 +119,7 @@ impl Cluster {
         let images = ctx.images;
         let mut problems = Vec::new();
         let mut accepted = Vec::new();
+        let mut warned = Vec::new();
         for r in parse_documents(text, &ctx.validation) {
             match r {
                 Err(e) => problems.push(DocumentProblem {
@@ -114,13 +140,36 @@ impl Cluster {
                         None => format!("{} {}", p.document.kind(), p.document.name()),
                     });
                     let mut errors = Vec::new();
+                    let mut warnings: Vec<FieldProblem> = p
+                        .warnings
+                        .iter()
+                        .map(|w| FieldProblem {
+                            path: w.path.clone(),
+                            message: w.message.clone(),
+                        })
+                        .collect();
                     match p.document {
                         Document::TrainingJob(job) => {
                             let mut job = *job;
-                            check_local(&job, namespace, images, &mut errors);
+                            check_local(&job, namespace, images, &mut errors, &mut warnings);
+                            // What this cluster's nodes can never hold (it waits Unschedulable).
+                            warnings.extend(
+                                corral_api::validate::capacity_warnings(&job, &ctx.validation)
+                                    .into_iter()
+                                    .map(|w| FieldProblem {
+                                        path: w.path,
+                                        message: w.message,
+                                    }),
+                            );
                             job.metadata.namespace = Some(namespace.to_string());
                             if errors.is_empty() {
                                 accepted.push((job, p.converted_from.clone()));
+                                warned.push(
+                                    warnings
+                                        .iter()
+                                        .map(|w| format!("{}: {}", w.path, w.message))
+                                        .collect(),
+                                );
                             }
                         }
                         other => errors.push(FieldProblem {
@@ -161,6 +210,7 @@ impl Cluster {
         Ok(CheckedSubmission {
             namespace: namespace.to_string(),
             jobs: accepted,
+            warnings: warned,
         })
     }
 
@@ -170,7 +220,19 @@ impl Cluster {
         checked: CheckedSubmission,
         now: Timestamp,
     ) -> Result<Vec<SubmitResult>, ClusterError> {
-        self.submit_checked_all(vec![checked], now)
+        self.submit_checked_with_code(checked, None, now)
+    }
+
+    /// [`Cluster::submit_checked`] with a code snapshot unpacked at `code` (in the code
+    /// store's staging directory, see [`crate::code`]): each job gets its own copy. All or
+    /// nothing: when the submission fails no copy is left (the staged one is the caller's).
+    pub fn submit_checked_with_code(
+        &mut self,
+        checked: CheckedSubmission,
+        code: Option<&std::path::Path>,
+        now: Timestamp,
+    ) -> Result<Vec<SubmitResult>, ClusterError> {
+        self.store_submissions(vec![(checked, code)], now)
             .pop()
             .unwrap_or_else(|| Err(ClusterError::Store("the submission was not stored".into())))
     }
@@ -184,6 +246,14 @@ impl Cluster {
         batch: Vec<CheckedSubmission>,
         now: Timestamp,
     ) -> Vec<Result<Vec<SubmitResult>, ClusterError>> {
+        self.store_submissions(batch.into_iter().map(|c| (c, None)).collect(), now)
+    }
+
+    fn store_submissions(
+        &mut self,
+        batch: Vec<(CheckedSubmission, Option<&std::path::Path>)>,
+        now: Timestamp,
+    ) -> Vec<Result<Vec<SubmitResult>, ClusterError>> {
         let images = self.image_policy();
         let submitted_ms = millis(now);
         if let Err(e) = self.store.begin_batch() {
@@ -194,17 +264,26 @@ impl Cluster {
                 .collect();
         }
         // Each submission: the control plane first (it refuses what it cannot schedule,
-        // and nothing is stored then), then its rows and events in a savepoint.
+        // and nothing is stored then), its code, then its rows and events in a savepoint.
         let mut stored: Vec<Result<Inserted, ClusterError>> = Vec::with_capacity(batch.len());
-        for checked in batch {
+        for (checked, code) in batch {
+            let files = requirements_files(&checked.jobs, code);
+            if !files.is_empty() {
+                stored.push(Err(ClusterError::Invalid(files)));
+                continue;
+            }
+            let warnings = checked.warnings.clone();
             let new_jobs = self.new_jobs(checked, now, submitted_ms);
-            stored.push(self.plan_and_insert(new_jobs, images, now));
+            stored.push(self.plan_and_insert(new_jobs, warnings, code, images, now));
         }
         if let Err(e) = self.store.commit_batch() {
             let _ = self.store.rollback_batch();
             let message = e.to_string();
-            for (new_jobs, _) in stored.iter().flatten() {
-                self.unsubmit(new_jobs);
+            for inserted in stored.iter().flatten() {
+                for dir in &inserted.code_dirs {
+                    let _ = crate::code::remove_tree(dir);
+                }
+                self.unsubmit(&inserted.jobs);
             }
             let _ = self.plane.settle(now);
             return stored
@@ -214,7 +293,7 @@ impl Cluster {
         }
         stored
             .into_iter()
-            .map(|r| r.map(|(new_jobs, seqs)| self.cache_submitted(new_jobs, seqs)))
+            .map(|r| r.map(|inserted| self.cache_submitted(inserted)))
             .collect()
     }
 
@@ -225,7 +304,9 @@ impl Cluster {
         now: Timestamp,
         submitted_ms: u64,
     ) -> Vec<NewJob> {
-        let CheckedSubmission { namespace, jobs } = checked;
+        let CheckedSubmission {
+            namespace, jobs, ..
+        } = checked;
         let mut new_jobs = Vec::with_capacity(jobs.len());
         for (mut job, converted_from) in jobs {
             self.uid_counter += 1;
@@ -246,11 +327,14 @@ impl Cluster {
         new_jobs
     }
 
-    /// Hands one submission to the control plane and writes its rows and events inside
-    /// the open batch; undoes both when either refuses (all or nothing).
+    /// Hands one submission to the control plane, gives each job its copy of the code
+    /// (before the jobs are stored: a job never runs without its code) and writes its rows
+    /// and events inside the open batch; undoes all of it when any step refuses.
     fn plan_and_insert(
         &mut self,
         new_jobs: Vec<NewJob>,
+        warnings: Vec<Vec<String>>,
+        code: Option<&std::path::Path>,
         images: ImagePolicy,
         now: Timestamp,
     ) -> Result<Inserted, ClusterError> {
@@ -273,15 +357,42 @@ impl Cluster {
                 });
             }
         }
+        let code_dirs = match code.map(|staged| self.place_code(staged, &new_jobs)) {
+            None => Vec::new(),
+            Some(Ok(dirs)) => dirs,
+            Some(Err(e)) => {
+                self.unsubmit(&new_jobs);
+                let _ = self.plane.settle(now);
+                return Err(e);
+            }
+        };
         // insert_jobs is a savepoint: a refused submission leaves no row behind.
         match self.store.insert_jobs(&new_jobs) {
             Ok(seqs) => {
-                for j in &new_jobs {
+                for (j, warned) in new_jobs.iter().zip(&warnings) {
                     self.submitted_events(j, images, now);
+                    for w in warned {
+                        self.event(
+                            &j.namespace,
+                            &j.name,
+                            now,
+                            EventType::Warning,
+                            "FieldIgnored",
+                            w.clone(),
+                        );
+                    }
                 }
-                Ok((new_jobs, seqs))
+                Ok(Inserted {
+                    jobs: new_jobs,
+                    seqs,
+                    warnings,
+                    code_dirs,
+                })
             }
             Err(e) => {
+                for dir in &code_dirs {
+                    let _ = crate::code::remove_tree(dir);
+                }
                 self.unsubmit(&new_jobs);
                 let _ = self.plane.settle(now);
                 Err(e.into())
@@ -297,15 +408,22 @@ impl Cluster {
     }
 
     /// Counts and caches stored jobs (as stored, without reading them back).
-    fn cache_submitted(&mut self, new_jobs: Vec<NewJob>, seqs: Vec<i64>) -> Vec<SubmitResult> {
-        let mut out = Vec::with_capacity(new_jobs.len());
-        for (j, seq) in new_jobs.into_iter().zip(seqs) {
+    fn cache_submitted(&mut self, inserted: Inserted) -> Vec<SubmitResult> {
+        let Inserted {
+            jobs,
+            seqs,
+            warnings,
+            ..
+        } = inserted;
+        let mut out = Vec::with_capacity(jobs.len());
+        for ((j, seq), warnings) in jobs.into_iter().zip(seqs).zip(warnings) {
             self.counters.jobs_submitted += 1;
             out.push(SubmitResult {
                 namespace: j.namespace.clone(),
                 name: j.name.clone(),
                 uid: j.uid.clone(),
                 converted_from: j.converted_from.clone(),
+                warnings,
             });
             self.cache(StoredJob {
                 namespace: j.namespace,
@@ -319,6 +437,38 @@ impl Cluster {
             });
         }
         out
+    }
+
+    /// Gives every new job its copy of the staged snapshot: the staged tree itself for
+    /// the last, hard-linked copies for the others. On error, removes what it placed.
+    fn place_code(
+        &self,
+        staged: &std::path::Path,
+        jobs: &[NewJob],
+    ) -> Result<Vec<std::path::PathBuf>, ClusterError> {
+        let store = self.code_store();
+        let mut placed = Vec::with_capacity(jobs.len());
+        for (i, j) in jobs.iter().enumerate() {
+            let r = if i + 1 == jobs.len() {
+                store.place(staged, &j.uid)
+            } else {
+                store.copy(staged, &j.uid)
+            };
+            match r {
+                Ok(dir) => placed.push(dir),
+                Err(e) => {
+                    for dir in &placed {
+                        let _ = crate::code::remove_tree(dir);
+                    }
+                    let _ = crate::code::remove_tree(&store.job_dir(&j.uid));
+                    return Err(ClusterError::Store(format!(
+                        "placing the code snapshot of {}/{}: {e}",
+                        j.namespace, j.name
+                    )));
+                }
+            }
+        }
+        Ok(placed)
     }
 
     /// A new job's events: Submitted, and a Warning when its image cannot be used here.
@@ -466,6 +616,7 @@ fn check_local(
     namespace: &str,
     images: ImagePolicy,
     errors: &mut Vec<FieldProblem>,
+    warnings: &mut Vec<FieldProblem>,
 ) {
     if let Some(ns) = &job.metadata.namespace
         && ns != namespace
@@ -482,6 +633,18 @@ fn check_local(
         errors.push(FieldProblem {
             path: "metadata.namespace".into(),
             message: e,
+        });
+    }
+    if job
+        .metadata
+        .annotations
+        .contains_key(crate::code::ANNOTATION)
+    {
+        errors.push(FieldProblem {
+            path: format!("metadata.annotations.{}", crate::code::ANNOTATION),
+            message: "is set by the server when code is shipped with the job (`corral submit \
+                      --code DIR`); remove it"
+                .into(),
         });
     }
     for (role, spec) in &job.spec.replicas {
@@ -531,12 +694,126 @@ fn check_local(
             _ => {}
         }
         for (i, v) in spec.template.env.iter().enumerate() {
-            if v.value.is_none() && v.value_from.is_some() {
+            let Some(from) = v.value_from.as_ref().filter(|_| v.value.is_none()) else {
+                continue;
+            };
+            let path = format!("spec.replicas.{role}.template.env[{i}].valueFrom");
+            // A Secret or ConfigMap this cluster does not have: Kubernetes would not start
+            // the pod either. What the pod says of itself is only not there.
+            if from.contains_key("secretKeyRef") || from.contains_key("configMapKeyRef") {
                 errors.push(FieldProblem {
-                    path: format!("spec.replicas.{role}.template.env[{i}].valueFrom"),
+                    path,
                     message: "valueFrom works on Kubernetes only; give a literal `value`".into(),
+                });
+            } else {
+                warnings.push(FieldProblem {
+                    path,
+                    message: format!(
+                        "ignored on the embedded cluster: {} is not set (Kubernetes resolves \
+                         valueFrom)",
+                        v.name
+                    ),
                 });
             }
         }
+        // Pod fields Kubernetes applies (volumes, node selectors, tolerations, sidecars,
+        // security contexts): kept for it, not honoured here.
+        if let Some(pod) = &spec.template.pod_template {
+            let base = format!("spec.replicas.{role}.template.podTemplate");
+            pod_warnings(&base, pod, warnings);
+        }
     }
+}
+
+/// What a replica's pod template asks that only Kubernetes applies. Container ports and pull
+/// policies say nothing here (Corral allocates ports; images are local), so they are not
+/// worth a warning.
+fn pod_warnings(
+    base: &str,
+    pod: &serde_json::Map<String, serde_json::Value>,
+    warnings: &mut Vec<FieldProblem>,
+) {
+    const IGNORED: &str = "ignored on the embedded cluster (applied on Kubernetes only)";
+    let mut warn = |path: String, message: String| warnings.push(FieldProblem { path, message });
+    for (k, v) in pod {
+        let Some(inner) = v.as_object().filter(|_| k == "spec" || k == "metadata") else {
+            warn(format!("{base}.{k}"), IGNORED.into());
+            continue;
+        };
+        for (key, value) in inner {
+            let path = format!("{base}.{k}.{key}");
+            let containers = value
+                .as_array()
+                .filter(|_| k == "spec" && key == "containers");
+            let Some(containers) = containers else {
+                warn(path, IGNORED.into());
+                continue;
+            };
+            for (i, c) in containers.iter().enumerate() {
+                let Some(c) = c.as_object() else { continue };
+                let name = c.get("name").and_then(|n| n.as_str()).unwrap_or("");
+                if c.contains_key("image") {
+                    warn(
+                        format!("{path}[{i}]"),
+                        format!(
+                            "sidecar `{name}` does not run on the embedded cluster (Kubernetes \
+                             only)"
+                        ),
+                    );
+                    continue;
+                }
+                for f in c.keys() {
+                    if !matches!(f.as_str(), "name" | "ports" | "imagePullPolicy") {
+                        warn(format!("{path}[{i}].{f}"), IGNORED.into());
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Each requirements file a job names must be in its code snapshot (`code`, unpacked) and
+/// list packages only.
+fn requirements_files(
+    jobs: &[(TrainingJob, Option<String>)],
+    code: Option<&std::path::Path>,
+) -> Vec<DocumentProblem> {
+    let mut problems = Vec::new();
+    for (i, (job, _)) in jobs.iter().enumerate() {
+        let mut errors = Vec::new();
+        for (role, spec) in &job.spec.replicas {
+            let Some(file) = spec
+                .template
+                .python
+                .as_ref()
+                .and_then(|p| p.requirements_file.as_ref())
+            else {
+                continue;
+            };
+            let path = format!("spec.replicas.{role}.template.python.requirementsFile");
+            let message = match code {
+                None => Some(format!(
+                    "`{file}` is read from the job's code snapshot, and this submission has \
+                     none: submit with `corral submit --code DIR`"
+                )),
+                Some(dir) => match std::fs::read_to_string(dir.join(file)) {
+                    Err(e) => Some(format!("`{file}` is not in the code snapshot ({e})")),
+                    Ok(text) => crate::executor::python::requirement_lines(&text)
+                        .err()
+                        .map(|e| format!("`{file}`: {e}")),
+                },
+            };
+            if let Some(message) = message {
+                errors.push(FieldProblem { path, message });
+            }
+        }
+        if !errors.is_empty() {
+            problems.push(DocumentProblem {
+                index: i + 1,
+                what: Some(format!("TrainingJob {}", job.metadata.name)),
+                errors,
+            });
+        }
+    }
+    problems
 }

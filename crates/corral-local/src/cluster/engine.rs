@@ -31,6 +31,13 @@ impl From<StoreError> for ClusterError {
     }
 }
 
+impl Cluster {
+    /// The code snapshots of this data directory.
+    pub fn code_store(&self) -> crate::code::CodeStore {
+        crate::code::CodeStore::new(&self.config.data_dir)
+    }
+}
+
 pub(super) fn millis(t: Timestamp) -> Millis {
     u64::try_from(t.as_millisecond()).unwrap_or(0)
 }

@@ -88,6 +88,8 @@ pub(super) fn open(
         Ok(())
     })?;
     let retired_uids: HashSet<&str> = retired.iter().map(|(_, s)| s.uid.as_str()).collect();
+    // Uploads of requests that never ended, and snapshots of jobs that were never stored.
+    warnings.extend(crate::code::CodeStore::new(&config.data_dir).sweep(&all_uids));
     let replicas = adopt_replicas(
         &mut store,
         &mut executor,

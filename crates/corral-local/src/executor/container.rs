@@ -62,6 +62,10 @@ pub struct ContainerRuntime {
     /// `--ulimit name=soft:hard` for every container: set when this process may not raise
     /// its limits, so that the runtime's defaults (higher) would make every start fail.
     pub ulimits: Vec<(String, u64, u64)>,
+    /// Whether the runtime manages cgroups as plain directories (cgroupfs): then a
+    /// container's cgroup is made below the replica's own (`--cgroup-parent`), where Corral
+    /// reads its CPU, memory and OOM kills. (With systemd's manager a parent is a slice.)
+    pub cgroupfs: bool,
 }
 
 impl ContainerRuntime {
@@ -72,6 +76,7 @@ impl ContainerRuntime {
             global_args: self.global_args.clone(),
             kind: self.kind,
             name: container_name(name, incarnation),
+            memory_limit: None,
         }
     }
 }
@@ -93,6 +98,10 @@ pub struct ContainerHandle {
     pub global_args: Vec<String>,
     pub kind: RuntimeKind,
     pub name: String,
+    /// The container's memory limit, in bytes: with it, how the container ended says
+    /// whether the kernel killed it for memory where the runtime does not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_limit: Option<u64>,
 }
 
 impl ContainerHandle {
@@ -183,6 +192,11 @@ pub struct RunOptions<'a> {
     /// Variables whose value holds a newline: an env file cannot carry them.
     pub multiline_env: Vec<(String, String)>,
     pub working_dir: Option<&'a Path>,
+    /// The job's code snapshot: mounted read-only at [`crate::code::CONTAINER_DIR`], the
+    /// working directory unless the job names one.
+    pub code: Option<&'a Path>,
+    /// `--cgroup-parent`: the replica's own cgroup, in its hierarchy.
+    pub cgroup_parent: Option<String>,
     pub cpu_milli: Option<u64>,
     pub memory_bytes: Option<u64>,
     pub gpu_indices: &'a [u32],
@@ -218,7 +232,22 @@ pub fn run_args(
     a.push("--volume".into());
     let dir = opts.replica_dir.display();
     a.push(format!("{dir}:{dir}"));
-    if let Some(wd) = opts.working_dir {
+    if let Some(parent) = &opts.cgroup_parent {
+        a.push("--cgroup-parent".into());
+        a.push(parent.clone());
+    }
+    if let Some(code) = opts.code {
+        a.push("--volume".into());
+        a.push(format!(
+            "{}:{}:ro",
+            code.display(),
+            crate::code::CONTAINER_DIR
+        ));
+    }
+    let workdir = opts
+        .working_dir
+        .or(opts.code.map(|_| Path::new(crate::code::CONTAINER_DIR)));
+    if let Some(wd) = workdir {
         a.push("--workdir".into());
         a.push(wd.display().to_string());
     }
@@ -341,16 +370,21 @@ pub fn detect(choice: &RuntimeChoice) -> Result<(Option<ContainerRuntime>, Vec<S
                 global_args.push(oci);
             }
         }
+        let manager = match kind {
+            RuntimeKind::Podman => "{{.Host.CgroupManager}}",
+            RuntimeKind::Docker => "{{.CgroupDriver}}",
+        };
         let works = Command::new(&path)
             .args(&global_args)
-            .arg("info")
+            .args(["info", "--format", manager])
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .output();
         match works {
             Ok(o) if o.status.success() => {
                 let ulimits = ulimits_to_pin(&mut notes);
+                let cgroupfs = String::from_utf8_lossy(&o.stdout).trim() == "cgroupfs";
                 notes.push(format!(
                     "containers: replicas with an image run with {}",
                     path.display()
@@ -361,6 +395,7 @@ pub fn detect(choice: &RuntimeChoice) -> Result<(Option<ContainerRuntime>, Vec<S
                         program: path,
                         global_args,
                         ulimits,
+                        cgroupfs,
                     }),
                     notes,
                 ));
@@ -512,6 +547,7 @@ mod tests {
                 Vec::new()
             },
             ulimits: vec![("nofile".into(), 1024, 4096)],
+            cgroupfs: true,
         }
     }
 
@@ -523,6 +559,8 @@ mod tests {
             replica_dir: dir,
             multiline_env: vec![("NOTE".into(), "a\nb".into())],
             working_dir: None,
+            code: None,
+            cgroup_parent: None,
             cpu_milli: Some(1500),
             memory_bytes: Some(64 << 20),
             gpu_indices: gpus,

@@ -206,8 +206,11 @@ pub struct ReplicaProcessSpec {
     /// Program and arguments.
     pub command: Vec<String>,
     pub env: Vec<(String, String)>,
-    /// Default: the replica directory.
+    /// Default: the code snapshot, else the replica directory.
     pub working_dir: Option<PathBuf>,
+    /// The job's code snapshot (read-only): the default working directory; in a container
+    /// mounted read-only at [`crate::code::CONTAINER_DIR`].
+    pub code: Option<PathBuf>,
     /// Files written before the start (e.g. an MPI hostfile); relative paths are relative to
     /// the replica directory.
     pub files: Vec<(PathBuf, String)>,
@@ -648,20 +651,31 @@ impl LocalExecutor {
             .container
             .as_ref()
             .zip(self.config.containers.as_ref())
-            .map(|(_, rt)| rt.handle(&spec.name, &spec.incarnation));
-        // A container's limits are the runtime's (its own cgroup); the shim's cgroup would
-        // hold only the runtime's client, which a small memory limit would kill.
+            .map(|(_, rt)| {
+                let mut h = rt.handle(&spec.name, &spec.incarnation);
+                h.memory_limit = spec.memory_bytes;
+                h
+            });
+        // A container's limits are the runtime's (its own cgroup). With the cgroupfs
+        // manager that cgroup is made below the replica's (no limits of its own; the
+        // runtime's client does not join it): there Corral reads the container's CPU,
+        // memory and OOM kills as a host replica's.
+        let cgroupfs = self.config.containers.as_ref().is_some_and(|r| r.cgroupfs);
         let cgroup = match &self.cgroups {
-            Some(m) if handle.is_none() => Some(
+            Some(m) if handle.is_none() || cgroupfs => Some(
                 m.create(
                     &format!(
                         "{}--{}",
                         path_component(&spec.name),
                         path_component(&spec.incarnation)
                     ),
-                    &CgroupLimits {
-                        memory_bytes: spec.memory_bytes,
-                        cpu_milli: spec.cpu_milli,
+                    &if handle.is_none() {
+                        CgroupLimits {
+                            memory_bytes: spec.memory_bytes,
+                            cpu_milli: spec.cpu_milli,
+                        }
+                    } else {
+                        CgroupLimits::default()
                     },
                 )
                 .map_err(io_err(format!("creating the cgroup of {}", spec.name)))?,
@@ -710,6 +724,8 @@ impl LocalExecutor {
                         replica_dir: &dir,
                         multiline_env,
                         working_dir: spec.working_dir.as_deref(),
+                        code: spec.code.as_deref(),
+                        cgroup_parent: cgroup.as_ref().and_then(CgroupRef::hierarchy_path),
                         cpu_milli: spec.cpu_milli,
                         memory_bytes: spec.memory_bytes,
                         gpu_indices: &spec.gpu_indices,
@@ -720,28 +736,44 @@ impl LocalExecutor {
             _ => (
                 spec.command.clone(),
                 env,
-                spec.working_dir.clone().unwrap_or_else(|| dir.clone()),
+                spec.working_dir
+                    .clone()
+                    .or_else(|| spec.code.clone())
+                    .unwrap_or_else(|| dir.clone()),
             ),
         };
-        let launch =
-            LaunchFile {
-                command,
-                env,
-                working_dir: Some(working_dir),
-                log_path: dir.join(LOG_FILE),
-                log_limit_bytes: self.config.log_limit_bytes,
-                cgroup: cgroup.clone(),
-                record: Some(files::RecordDraft {
-                    name: spec.name.clone(),
-                    job: spec.job.clone(),
-                    incarnation: spec.incarnation.clone(),
-                    gpu_indices: spec.gpu_indices.clone(),
-                }),
-                container: handle.clone(),
-                python: spec.python.as_ref().zip(self.config.python.as_ref()).map(
-                    |(env, (uv, dir))| python::PythonLaunch::new(uv.clone(), dir.clone(), env),
-                ),
-            };
+        let python = match spec.python.as_ref().zip(self.config.python.as_ref()) {
+            None => None,
+            Some((env, (uv, envs))) => {
+                match python::PythonLaunch::new(uv.clone(), envs.clone(), env, spec.code.as_deref())
+                {
+                    Ok(p) => Some(p),
+                    Err(e) => {
+                        cleanup(&cgroup);
+                        return Err(ExecutorError::Io {
+                            context: format!("the python environment of {}", spec.name),
+                            source: io::Error::other(e),
+                        });
+                    }
+                }
+            }
+        };
+        let launch = LaunchFile {
+            command,
+            env,
+            working_dir: Some(working_dir),
+            log_path: dir.join(LOG_FILE),
+            log_limit_bytes: self.config.log_limit_bytes,
+            cgroup: cgroup.clone(),
+            record: Some(files::RecordDraft {
+                name: spec.name.clone(),
+                job: spec.job.clone(),
+                incarnation: spec.incarnation.clone(),
+                gpu_indices: spec.gpu_indices.clone(),
+            }),
+            container: handle.clone(),
+            python,
+        };
         if let Err(e) = files::write_json_atomic(&dir.join(LAUNCH_FILE), &launch) {
             cleanup(&cgroup);
             return Err(io_err(format!(
@@ -1084,6 +1116,7 @@ impl LocalExecutor {
                     global_args: rt.global_args.clone(),
                     kind: rt.kind,
                     name: n.clone(),
+                    memory_limit: None,
                 }
                 .remove()
             })
@@ -1128,8 +1161,12 @@ impl LocalExecutor {
             return None;
         }
         let rec = &t.record;
-        let from_cgroup = rec
-            .cgroup
+        // A container's cgroup is below the replica's, at the runtime's path.
+        let cgroup = rec.cgroup.as_ref().map(|cg| match rec.container {
+            Some(_) => cg.as_runtime_parent(),
+            None => cg.clone(),
+        });
+        let from_cgroup = cgroup
             .as_ref()
             .and_then(|cg| Some((cg.cpu_seconds()?, cg.memory_bytes()?)));
         let (cpu_seconds, memory_bytes) = match from_cgroup {

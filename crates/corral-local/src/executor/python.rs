@@ -38,21 +38,66 @@ pub struct PythonLaunch {
     pub requirements: Vec<String>,
 }
 
+/// The requirements of a requirements file: one per line, without comments and blank
+/// lines. Options (`-r`, `-c`, `--index-url`, ...) are refused: an included file would not be
+/// covered by the environment's hash, and an index is the cluster's choice.
+pub fn requirement_lines(text: &str) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = match line.find(" #") {
+            Some(at) => &line[..at],
+            None => line,
+        }
+        .trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if line.starts_with('-') {
+            return Err(format!(
+                "line {}: `{line}` is an option; list one package per line (options and \
+                 included files are not followed)",
+                i + 1
+            ));
+        }
+        out.push(line.to_string());
+    }
+    Ok(out)
+}
+
 impl PythonLaunch {
-    pub fn new(uv: PathBuf, envs_dir: PathBuf, env: &PythonEnv) -> Self {
+    /// The set of `env`; its `requirementsFile` is read from the job's code snapshot
+    /// `code` (the snapshot never changes, so neither does the set).
+    pub fn new(
+        uv: PathBuf,
+        envs_dir: PathBuf,
+        env: &PythonEnv,
+        code: Option<&Path>,
+    ) -> Result<Self, String> {
         let mut requirements: Vec<String> = env
             .requirements
             .iter()
             .map(|r| r.trim().to_string())
             .collect();
+        if let Some(file) = &env.requirements_file {
+            let code = code.ok_or_else(|| {
+                format!("python.requirementsFile `{file}`: the job has no code snapshot")
+            })?;
+            let path = code.join(file);
+            let text = fs::read_to_string(&path)
+                .map_err(|e| format!("python.requirementsFile {}: {e}", path.display()))?;
+            requirements.extend(
+                requirement_lines(&text)
+                    .map_err(|e| format!("python.requirementsFile `{file}`: {e}"))?,
+            );
+        }
         requirements.sort();
         requirements.dedup();
-        PythonLaunch {
+        Ok(PythonLaunch {
             uv,
             envs_dir,
             version: env.version.clone(),
             requirements,
-        }
+        })
     }
 
     /// The set as one text: what decides which environment is whose.
@@ -234,8 +279,41 @@ mod tests {
             &PythonEnv {
                 version: version.map(String::from),
                 requirements: reqs.iter().map(|r| r.to_string()).collect(),
+                requirements_file: None,
             },
+            None,
         )
+        .expect("no file")
+    }
+
+    #[test]
+    fn a_requirements_file_joins_the_set_by_its_content() {
+        let code = tempfile::tempdir().expect("tmp");
+        std::fs::write(
+            code.path().join("req.txt"),
+            "# pinned\nb==1  # inline\n\na==2\n",
+        )
+        .expect("write");
+        let env = PythonEnv {
+            version: None,
+            requirements: Vec::new(),
+            requirements_file: Some("req.txt".into()),
+        };
+        let from_file =
+            PythonLaunch::new("uv".into(), "/d".into(), &env, Some(code.path())).expect("read");
+        assert_eq!(from_file.requirements, ["a==2", "b==1"]);
+        assert_eq!(from_file.key(), launch(None, &["a==2", "b==1"]).key());
+        std::fs::write(code.path().join("req.txt"), "b==2\n").expect("write");
+        let changed =
+            PythonLaunch::new("uv".into(), "/d".into(), &env, Some(code.path())).expect("read");
+        assert_ne!(
+            changed.key(),
+            from_file.key(),
+            "the hash covers the content"
+        );
+        assert!(PythonLaunch::new("uv".into(), "/d".into(), &env, None).is_err());
+        let e = requirement_lines("-r other.txt\n").expect_err("option");
+        assert!(e.contains("line 1"), "{e}");
     }
 
     #[test]
