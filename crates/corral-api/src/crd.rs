@@ -7,9 +7,9 @@ use schemars::generate::SchemaSettings;
 use serde_json::{Map, Value, json};
 
 use crate::NoStatus;
+use crate::job_priority_class::{JobPriorityClassSpec, LEGACY_KIND, LEGACY_PLURAL, LEGACY_WARNING};
 use crate::meta::{API_GROUP, Kind};
 use crate::node_pool::NodePoolSpec;
-use crate::priority_class::PriorityClassSpec;
 use crate::queue::QueueSpec;
 use crate::training_job::{TrainingJobSpec, TrainingJobStatus};
 
@@ -223,7 +223,7 @@ pub fn crd<Spec: Kind + JsonSchema, Status: JsonSchema>(
 /// The CRDs of every Corral kind, in the order they should be applied.
 pub fn all_crds() -> Vec<Value> {
     let age = json!({"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"});
-    vec![
+    let mut crds = vec![
         crd::<TrainingJobSpec, TrainingJobStatus>(
             &["tj"],
             json!([
@@ -250,14 +250,40 @@ pub fn all_crds() -> Vec<Value> {
                 age.clone(),
             ]),
         ),
-        crd::<PriorityClassSpec, NoStatus>(
-            &["cpc"],
+        crd::<JobPriorityClassSpec, NoStatus>(
+            &["jpc"],
             json!([
                 {"name": "Value", "type": "integer", "jsonPath": ".spec.value"},
                 age,
             ]),
         ),
-    ]
+    ];
+    let legacy = legacy_priority_class_crd(&crds[3]);
+    crds.push(legacy);
+    crds
+}
+
+/// The former kind's CRD (`priorityclasses.corral.dev`), served for one more release with the
+/// same schema, marked deprecated so that kubectl prints the warning on every use.
+fn legacy_priority_class_crd(current: &Value) -> Value {
+    let mut legacy = current.clone();
+    legacy["metadata"]["name"] = json!(format!("{LEGACY_PLURAL}.{API_GROUP}"));
+    legacy["spec"]["names"] = json!({
+        "kind": LEGACY_KIND,
+        "listKind": format!("{LEGACY_KIND}List"),
+        "plural": LEGACY_PLURAL,
+        "singular": LEGACY_KIND.to_ascii_lowercase(),
+        "shortNames": ["cpc"],
+        "categories": ["corral"],
+    });
+    if let Some(v) = legacy["spec"]["versions"].get_mut(0) {
+        v["deprecated"] = json!(true);
+        v["deprecationWarning"] = json!(LEGACY_WARNING);
+        v["schema"]["openAPIV3Schema"]["description"] = json!(format!(
+            "{LEGACY_KIND} (corral.dev), deprecated: use JobPriorityClass"
+        ));
+    }
+    legacy
 }
 
 /// The field names valid at `path` (dot-separated object keys; `[i]` for list items) of a

@@ -34,7 +34,7 @@ pub struct TrainingJobSpec {
     /// The queue this job waits in (default: `default`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<String>,
-    /// Name of a PriorityClass.
+    /// Name of a JobPriorityClass.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority_class: Option<String>,
     /// Elastic training (PyTorch): the worker count may move between min and max.

@@ -5,9 +5,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
+use crate::job_priority_class::JobPriorityClass;
 use crate::meta::ObjectMeta;
 use crate::node_pool::NodePool;
-use crate::priority_class::PriorityClass;
 use crate::quantity::Quantity;
 use crate::queue::{Queue, ResourceAmounts};
 use crate::suggest::did_you_mean;
@@ -97,7 +97,7 @@ impl std::error::Error for ValidationErrors {}
 #[derive(Clone, Debug, Default)]
 pub struct ValidationContext {
     pub node_pools: Vec<NodePool>,
-    pub priority_classes: Vec<PriorityClass>,
+    pub priority_classes: Vec<JobPriorityClass>,
     pub queues: Vec<Queue>,
     /// The nodes of the cluster the job goes to, when validation runs against one (a submit,
     /// `corral validate` with a reachable server). With them, what the cluster does not
@@ -422,7 +422,7 @@ pub fn validate_training_job(
                 .collect();
             let message = if names.is_empty() {
                 format!(
-                    "there is no priority class `{pc}`: this cluster declares none; remove `priorityClass` or declare a PriorityClass in the cluster's configuration"
+                    "there is no priority class `{pc}`: this cluster declares none; remove `priorityClass` or declare a JobPriorityClass in the cluster's configuration"
                 )
             } else {
                 unknown_name("priority class", pc, &names)
@@ -897,7 +897,7 @@ pub fn validate_node_pool(p: &NodePool) -> Result<(), ValidationErrors> {
     errs.into_result()
 }
 
-pub fn validate_priority_class(p: &PriorityClass) -> Result<(), ValidationErrors> {
+pub fn validate_priority_class(p: &JobPriorityClass) -> Result<(), ValidationErrors> {
     let mut errs = ValidationErrors::default();
     check_meta(&p.metadata, false, &mut errs);
     if p.spec.value > MAX_USER_PRIORITY {

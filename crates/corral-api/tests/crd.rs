@@ -80,7 +80,34 @@ fn crds_are_structural_and_complete() {
         .iter()
         .filter_map(|c| c["spec"]["names"]["kind"].as_str())
         .collect();
-    assert_eq!(kinds, ["TrainingJob", "Queue", "NodePool", "PriorityClass"]);
+    assert_eq!(
+        kinds,
+        [
+            "TrainingJob",
+            "Queue",
+            "NodePool",
+            "JobPriorityClass",
+            "PriorityClass"
+        ]
+    );
+    // The former name is served one more release, deprecated (kubectl prints the warning),
+    // with the same schema as its successor.
+    let legacy = &crds[4];
+    assert_eq!(legacy["metadata"]["name"], "priorityclasses.corral.dev");
+    assert_eq!(legacy["spec"]["versions"][0]["deprecated"], true);
+    assert!(
+        legacy["spec"]["versions"][0]["deprecationWarning"]
+            .as_str()
+            .is_some_and(|w| w.contains("JobPriorityClass"))
+    );
+    assert_eq!(
+        legacy["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"],
+        crds[3]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+    );
+    assert_ne!(
+        crds[3]["spec"]["names"]["shortNames"],
+        legacy["spec"]["names"]["shortNames"]
+    );
     for crd in &crds {
         assert_eq!(crd["apiVersion"], "apiextensions.k8s.io/v1");
         assert_eq!(crd["kind"], "CustomResourceDefinition");

@@ -253,10 +253,10 @@ fn kinds_versions_and_cross_references() {
         job("framework: jax\nqueue: team-b\nreplicas:\n  worker: {template: {command: [x]}}\n")
     );
     assert_has(&errors(&text), "spec.queue", "no queue `team-b`");
-    let text = "apiVersion: corral.dev/v1alpha1\nkind: PriorityClass\nmetadata: {name: a}\nspec: {value: 2000000000, globalDefault: true}\n---\napiVersion: corral.dev/v1alpha1\nkind: PriorityClass\nmetadata: {name: b}\nspec: {value: 1, globalDefault: true}\n";
+    let text = "apiVersion: corral.dev/v1alpha1\nkind: JobPriorityClass\nmetadata: {name: a}\nspec: {value: 2000000000, globalDefault: true}\n---\napiVersion: corral.dev/v1alpha1\nkind: JobPriorityClass\nmetadata: {name: b}\nspec: {value: 1, globalDefault: true}\n";
     let e = errors(text);
     assert_has(&e, "spec.value", "reserved for system");
-    assert_has(&e, "spec.globalDefault", "only one PriorityClass");
+    assert_has(&e, "spec.globalDefault", "only one JobPriorityClass");
 }
 
 #[test]
@@ -276,4 +276,32 @@ fn huge_input_is_refused_before_parsing() {
     );
     let e = errors(&big);
     assert!(e[0].contains("limit is 4 MiB"), "{e:?}");
+}
+
+#[test]
+fn the_former_priority_class_kind_is_read_as_job_priority_class_with_a_warning() {
+    use corral_api::document::{Document, parse_documents};
+    let text = "apiVersion: corral.dev/v1alpha1\nkind: PriorityClass\nmetadata: {name: high}\nspec: {value: 1000}\n";
+    let parsed = parse_documents(text, &Default::default());
+    let p = parsed[0]
+        .as_ref()
+        .expect("the deprecated kind still parses");
+    let Document::JobPriorityClass(c) = &p.document else {
+        panic!("read as {}", p.document.kind());
+    };
+    assert_eq!(c.kind, "JobPriorityClass", "normalized to the new kind");
+    assert_eq!(c.spec.value, 1000);
+    assert!(
+        p.warnings
+            .iter()
+            .any(|w| w.contains("deprecated") && w.contains("JobPriorityClass")),
+        "{:?}",
+        p.warnings
+    );
+    // The new kind carries no warning; Kubernetes' own PriorityClass is not Corral's.
+    let text = text.replace("kind: PriorityClass", "kind: JobPriorityClass");
+    let parsed = parse_documents(&text, &Default::default());
+    assert!(parsed[0].as_ref().expect("valid").warnings.is_empty());
+    let k8s = "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: high}\nvalue: 1000\n";
+    assert_has(&errors(k8s), "kind", "JobPriorityClass");
 }

@@ -113,6 +113,9 @@ pub fn validate_report(
                     if matches!(parsed.document, Document::TrainingJob(_)) && !checked_by_server {
                         offline_jobs = true;
                     }
+                    for w in &parsed.warnings {
+                        report.err.push_str(&format!("{name}: warning: {w}\n"));
+                    }
                     if !quiet {
                         report
                             .out

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use corral_api::training_job::ConditionType;
-use corral_api::{PriorityClass, TrainingJob};
+use corral_api::{JobPriorityClass, TrainingJob};
 use corral_core::control::{
     Change, ControlConfig, ControlError, ControlPlane, HeldAdmission, JobRecord, RestoredJob, Step,
 };
@@ -40,9 +40,9 @@ spec:
     serde_saphyr::from_str(&yaml).expect("test job")
 }
 
-fn class(name: &str, value: i32) -> PriorityClass {
+fn class(name: &str, value: i32) -> JobPriorityClass {
     serde_saphyr::from_str(&format!(
-        "apiVersion: corral.dev/v1alpha1\nkind: PriorityClass\nmetadata: {{name: {name}}}\nspec: {{value: {value}}}\n"
+        "apiVersion: corral.dev/v1alpha1\nkind: JobPriorityClass\nmetadata: {{name: {name}}}\nspec: {{value: {value}}}\n"
     ))
     .expect("test class")
 }

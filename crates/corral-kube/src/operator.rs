@@ -20,7 +20,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Error};
 use tokio::sync::{Notify, watch};
 
-use corral_api::{NodePool, PriorityClass, Queue, TrainingJob};
+use corral_api::{JobPriorityClass, NodePool, Queue, TrainingJob};
 
 use crate::apply::{Applier, ApplyReport, RateLimiter};
 use crate::build::BuildOptions;
@@ -102,7 +102,13 @@ pub async fn observe_api(client: &Client) -> Result<World, Error> {
     let jobs = dynamic(convert::training_jobs()).list(&lp).await?;
     let queues = dynamic(convert::queues()).list(&lp).await?;
     let pools = dynamic(convert::node_pools()).list(&lp).await?;
-    let classes = dynamic(convert::priority_classes()).list(&lp).await?;
+    let classes = dynamic(convert::job_priority_classes()).list(&lp).await?;
+    // The deprecated kind's CRD may be absent (installed without it): then there is nothing.
+    let legacy = dynamic(convert::legacy_priority_classes())
+        .list(&lp)
+        .await
+        .map(|l| l.items.into_iter().map(Arc::new).collect::<Vec<_>>())
+        .unwrap_or_default();
     let items = |l: kube::api::ObjectList<DynamicObject>| {
         l.items.into_iter().map(Arc::new).collect::<Vec<_>>()
     };
@@ -112,6 +118,7 @@ pub async fn observe_api(client: &Client) -> Result<World, Error> {
         &items(queues),
         &items(pools),
         &items(classes),
+        &legacy,
     );
     world.pods = Api::<Pod>::all(client.clone()).list(&lp).await?.items;
     world.nodes = Api::<Node>::all(client.clone()).list(&lp).await?.items;
@@ -143,6 +150,7 @@ fn decode_into(
     queues: &[Arc<DynamicObject>],
     pools: &[Arc<DynamicObject>],
     classes: &[Arc<DynamicObject>],
+    legacy_classes: &[Arc<DynamicObject>],
 ) {
     let mut w = Vec::new();
     world.jobs = decode_all::<TrainingJob>(jobs, &mut w);
@@ -160,7 +168,22 @@ fn decode_into(
         .collect();
     world.queues = decode_all::<Queue>(queues, &mut w);
     world.pools = decode_all::<NodePool>(pools, &mut w);
-    world.classes = decode_all::<PriorityClass>(classes, &mut w);
+    world.classes = decode_all::<JobPriorityClass>(classes, &mut w);
+    // Objects of the deprecated kind count unless a JobPriorityClass of that name exists.
+    for c in decode_all::<JobPriorityClass>(legacy_classes, &mut w) {
+        w.push(format!(
+            "PriorityClass {}: {}",
+            c.metadata.name,
+            corral_api::job_priority_class::LEGACY_WARNING
+        ));
+        if !world
+            .classes
+            .iter()
+            .any(|x| x.metadata.name == c.metadata.name)
+        {
+            world.classes.push(c);
+        }
+    }
     world.warnings = w;
 }
 
@@ -191,6 +214,8 @@ struct Stores {
     queues: Store<DynamicObject>,
     pools: Store<DynamicObject>,
     classes: Store<DynamicObject>,
+    /// The deprecated kind's objects, when its CRD is installed.
+    legacy_classes: Option<Store<DynamicObject>>,
     pods: Store<Pod>,
     nodes: Store<Node>,
     services: Store<Service>,
@@ -205,6 +230,11 @@ impl Stores {
             &self.queues.state(),
             &self.pools.state(),
             &self.classes.state(),
+            &self
+                .legacy_classes
+                .as_ref()
+                .map(|s| s.state())
+                .unwrap_or_default(),
         );
         world.pods = self.pods.state().iter().map(|p| (**p).clone()).collect();
         world.nodes = self.nodes.state().iter().map(|p| (**p).clone()).collect();
@@ -396,6 +426,21 @@ async fn lead(
     let mut tasks = Vec::new();
     let ar = |r: ApiResource| Api::<DynamicObject>::all_with(client.clone(), &r);
     let wc = watcher::Config::default;
+    // Watch the deprecated kind only where its CRD is served: a watch of a missing resource
+    // would fail forever.
+    let legacy_served = ar(convert::legacy_priority_classes())
+        .list(&ListParams::default().limit(1))
+        .await
+        .is_ok();
+    let legacy_classes = legacy_served.then(|| {
+        reflect(
+            ar(convert::legacy_priority_classes()),
+            wc(),
+            convert::legacy_priority_classes(),
+            notify.clone(),
+            &mut tasks,
+        )
+    });
     let stores = Stores {
         jobs: reflect(
             ar(convert::training_jobs()),
@@ -419,12 +464,13 @@ async fn lead(
             &mut tasks,
         ),
         classes: reflect(
-            ar(convert::priority_classes()),
+            ar(convert::job_priority_classes()),
             wc(),
-            convert::priority_classes(),
+            convert::job_priority_classes(),
             notify.clone(),
             &mut tasks,
         ),
+        legacy_classes,
         pods: reflect(
             Api::all(client.clone()),
             wc(),

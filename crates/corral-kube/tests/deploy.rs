@@ -201,6 +201,7 @@ fn rbac_grants_what_the_operator_calls_and_no_wildcards() {
         ("corral.dev", "trainingjobs/status", &["patch"][..]),
         ("corral.dev", "queues", &["list", "watch"][..]),
         ("corral.dev", "nodepools", &["list", "watch"][..]),
+        ("corral.dev", "jobpriorityclasses", &["list", "watch"][..]),
         ("corral.dev", "priorityclasses", &["list", "watch"][..]),
         ("", "pods", &["list", "watch", "create", "delete"][..]),
         ("", "pods/binding", &["create"][..]),

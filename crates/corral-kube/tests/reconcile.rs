@@ -215,7 +215,7 @@ async fn preemption_deletes_victims_with_grace_then_binds_the_preemptor() {
     fake.state.lock().expect("lock").graceful_deletes = true;
     for (name, value) in [("low", 10), ("high", 1000)] {
         fake.insert(
-            "apis/corral.dev/v1alpha1/priorityclasses",
+            "apis/corral.dev/v1alpha1/jobpriorityclasses",
             json!({"metadata": {"name": name}, "spec": {"value": value}}),
         );
     }

@@ -6,7 +6,7 @@ use std::fmt;
 use std::time::Duration;
 
 use corral_api::training_job::{ConditionStatus, ConditionType};
-use corral_api::{PriorityClass, TrainingJob, TrainingJobStatus};
+use corral_api::{JobPriorityClass, TrainingJob, TrainingJobStatus};
 use jiff::Timestamp;
 
 use super::events::{EventType, JobEvent, event_reason, status_events};
@@ -30,7 +30,7 @@ pub struct ControlConfig {
     pub scheduler: SchedulerConfig,
     /// The grace period of jobs that set none of their own (`None`: 30 s).
     pub grace_period: Option<Duration>,
-    pub priority_classes: Vec<PriorityClass>,
+    pub priority_classes: Vec<JobPriorityClass>,
 }
 
 /// What the scheduler should know of a job beyond its spec: constraints the shell reads

@@ -61,6 +61,11 @@ const KINDS: &[(&str, &str, &str)] = &[
         "NodePool",
     ),
     (
+        "apis/corral.dev/v1alpha1/jobpriorityclasses",
+        "corral.dev/v1alpha1",
+        "JobPriorityClass",
+    ),
+    (
         "apis/corral.dev/v1alpha1/priorityclasses",
         "corral.dev/v1alpha1",
         "PriorityClass",
