@@ -258,9 +258,46 @@ pub fn all_crds() -> Vec<Value> {
             ]),
         ),
     ];
+    require_images(&mut crds[0]);
     let legacy = legacy_priority_class_crd(&crds[3]);
     crds.push(legacy);
     crds
+}
+
+/// On Kubernetes every replica is a pod from a container image: the API server refuses a
+/// TrainingJob whose template names none (`spec.replicas.worker.template.image: Required
+/// value`), so it is never admitted. (The embedded cluster runs commands without images; its
+/// validation does not ask for one.)
+fn require_images(training_job_crd: &mut Value) {
+    let Some(replicas) = training_job_crd
+        .pointer_mut("/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/replicas")
+    else {
+        return;
+    };
+    let roles: Vec<&mut Value> = if replicas.get("properties").is_some() {
+        replicas
+            .get_mut("properties")
+            .and_then(Value::as_object_mut)
+            .map(|p| p.values_mut().collect())
+            .unwrap_or_default()
+    } else {
+        replicas
+            .get_mut("additionalProperties")
+            .into_iter()
+            .collect()
+    };
+    for role in roles {
+        if let Some(t @ Value::Object(_)) = role.pointer_mut("/properties/template") {
+            let required = t
+                .as_object_mut()
+                .map(|o| o.entry("required").or_insert_with(|| json!([])));
+            if let Some(Value::Array(list)) = required
+                && !list.iter().any(|v| v == "image")
+            {
+                list.push(json!("image"));
+            }
+        }
+    }
 }
 
 /// The former kind's CRD (`priorityclasses.corral.dev`), served for one more release with the

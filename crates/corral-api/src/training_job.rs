@@ -467,7 +467,8 @@ pub struct TrainingJobStatus {
     #[serde(default, skip_serializing_if = "is_zero")]
     pub gpus: u32,
     /// What keeps a waiting job from being admitted, by kind (Capacity, Quota, NodeSize,
-    /// PoolSize, NoMatchingPool, NoSuchQueue, NoSuitableNode, Protected, AwaitingCycle):
+    /// PoolSize, NoMatchingPool, NoSuchQueue, NamespaceNotAllowed, NoSuitableNode, Protected,
+    /// AwaitingCycle):
     /// the `Queued` condition's message in words, this for programs. Empty unless waiting.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub blocked_by: Vec<String>,

@@ -92,6 +92,22 @@ impl fmt::Display for ValidationErrors {
 
 impl std::error::Error for ValidationErrors {}
 
+/// Roles with replicas but no `template.image`, on a cluster that runs images only
+/// (Kubernetes): such a job could never start a replica there, so it is never admitted.
+pub fn missing_images(spec: &crate::TrainingJobSpec) -> Vec<FieldError> {
+    spec.replicas
+        .iter()
+        .filter(|(_, r)| r.count > 0 && r.template.image.as_deref().is_none_or(str::is_empty))
+        .map(|(role, _)| {
+            FieldError::new(
+                format!("spec.replicas.{role}.template.image"),
+                "is required on Kubernetes: each replica runs as a pod from a container image \
+                 (e.g. `image: pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime`)",
+            )
+        })
+        .collect()
+}
+
 /// What validation knows of the cluster: node pools, priority classes and queues, when the
 /// caller has them. With none, only built-in bounds apply.
 #[derive(Clone, Debug, Default)]
@@ -106,6 +122,9 @@ pub struct ValidationContext {
     /// refuses a pod naming a missing priority class at admission). Without them (files
     /// alone), those checks only apply to what the files declare.
     pub nodes: Option<Vec<NodeFacts>>,
+    /// The cluster runs replicas from container images only (Kubernetes): every role with
+    /// replicas needs `template.image`.
+    pub requires_image: bool,
 }
 
 /// One node of a cluster, as validation sees it.
@@ -340,6 +359,9 @@ pub fn validate_training_job(
                 role_list(fw.roles())
             ),
         );
+    }
+    if ctx.requires_image {
+        errs.0.extend(missing_images(spec));
     }
     for (role, replica) in &spec.replicas {
         let path = format!("spec.replicas.{role}");

@@ -164,3 +164,24 @@ fn crd_golden() {
         .collect();
     insta::assert_snapshot!("crds", text.join("---\n"));
 }
+
+#[test]
+fn every_replica_template_requires_an_image_on_kubernetes() {
+    let crds = all_crds();
+    let replicas = &crds[0]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        ["properties"]["replicas"];
+    let roles: Vec<&Value> = match replicas["properties"].as_object() {
+        Some(p) => p.values().collect(),
+        None => vec![&replicas["additionalProperties"]],
+    };
+    assert!(!roles.is_empty());
+    for role in roles {
+        let required = &role["properties"]["template"]["required"];
+        assert!(
+            required
+                .as_array()
+                .is_some_and(|r| r.iter().any(|v| v == "image")),
+            "{role}"
+        );
+    }
+}

@@ -305,3 +305,27 @@ fn the_former_priority_class_kind_is_read_as_job_priority_class_with_a_warning()
     let k8s = "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: high}\nvalue: 1000\n";
     assert_has(&errors(k8s), "kind", "JobPriorityClass");
 }
+
+#[test]
+fn on_kubernetes_a_job_without_an_image_is_refused_naming_the_field() {
+    use corral_api::document::parse_documents;
+    use corral_api::validate::ValidationContext;
+    let text = job(
+        "framework: pytorch\nreplicas:\n  master: {template: {command: [python, train.py]}}\n  worker: {count: 2, template: {image: 'pytorch/pytorch:2.5.1', command: [python, train.py]}}\n",
+    );
+    assert!(parse_documents(&text, &ValidationContext::default())[0].is_ok());
+    let kube = ValidationContext {
+        requires_image: true,
+        ..ValidationContext::default()
+    };
+    let errs: Vec<String> = match &parse_documents(&text, &kube)[0] {
+        Err(e) => e.errors.iter().map(ToString::to_string).collect(),
+        Ok(_) => panic!("accepted without an image"),
+    };
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert_has(
+        &errs,
+        "spec.replicas.master.template.image",
+        "is required on Kubernetes",
+    );
+}

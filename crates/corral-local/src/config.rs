@@ -271,6 +271,7 @@ impl ClusterFileConfig {
             priority_classes: self.priority_classes.clone(),
             queues: self.queues.clone(),
             nodes: None,
+            requires_image: false,
         }
     }
 

@@ -69,6 +69,7 @@ impl QueueConfig {
             name: name.to_string(),
             cohort: queue.spec.cohort.clone(),
             weight: queue.spec.weight,
+            namespaces: queue.spec.namespaces.clone(),
             quotas,
         })
     }
