@@ -74,6 +74,56 @@ pub struct OperatorArgs {
     /// terminationGracePeriodSeconds (default: 30).
     #[arg(long)]
     pub grace_period_secs: Option<u64>,
+    /// Log lines as text (for a terminal) or JSON (one object per line, for a log
+    /// collector). The level and targets come from RUST_LOG (default: info).
+    #[arg(long, env = "CORRAL_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Installs the operator's log subscriber: RUST_LOG's filter (default `info`), text or
+/// JSON. Lines about a job carry its `namespace` and name (`job`), fields of the `job` span
+/// of every apply.
+/// Fails only when a subscriber is installed already.
+pub fn init_logging(format: LogFormat) -> Result<(), OperatorError> {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let subscriber = log_subscriber(format, filter, std::io::stderr, ansi);
+    tracing::subscriber::set_global_default(subscriber)
+        .map_err(|e| OperatorError::Config(format!("logging: {e}")))
+}
+
+/// The operator's log subscriber writing to `writer`: text (with the spans as
+/// `job{namespace=.. job=..}:` prefixes) or JSON (one object per line; the fields of the
+/// current span, `namespace` and `job` for a job, under `span`).
+pub fn log_subscriber<W>(
+    format: LogFormat,
+    filter: tracing_subscriber::EnvFilter,
+    writer: W,
+    ansi: bool,
+) -> Box<dyn tracing::Subscriber + Send + Sync>
+where
+    W: for<'a> tracing_subscriber::fmt::MakeWriter<'a> + Send + Sync + 'static,
+{
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(writer);
+    match format {
+        LogFormat::Text => Box::new(builder.with_ansi(ansi).finish()),
+        LogFormat::Json => Box::new(
+            builder
+                .json()
+                .with_current_span(true)
+                .with_span_list(false)
+                .finish(),
+        ),
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -88,6 +138,7 @@ pub enum OperatorError {
 
 /// Runs the operator until SIGTERM or Ctrl-C. Blocking: it brings its own runtime.
 pub fn run_operator(args: OperatorArgs) -> Result<(), OperatorError> {
+    init_logging(args.log_format)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -291,9 +342,98 @@ where
     reader
 }
 
-#[derive(Default)]
-struct Health {
-    ready: AtomicBool,
+/// What `/readyz` answers. Ready means: the API server answered with the operator's
+/// credentials and serves every Corral CRD (checked at start and every
+/// [`API_CHECK_EVERY`]), and, while this replica leads, its watch caches have synced. A
+/// standby is ready on the first two alone: it serves health and metrics and waits.
+pub struct Health {
+    /// Why the API server is not usable; `None` once the last check passed.
+    api: std::sync::Mutex<Option<String>>,
+    leading: AtomicBool,
+    synced: AtomicBool,
+}
+
+/// How often readiness asks the API server again.
+pub const API_CHECK_EVERY: Duration = Duration::from_secs(10);
+
+impl Default for Health {
+    fn default() -> Self {
+        Health {
+            api: std::sync::Mutex::new(Some("no contact with the API server yet".into())),
+            leading: AtomicBool::new(false),
+            synced: AtomicBool::new(false),
+        }
+    }
+}
+
+impl Health {
+    /// The outcome of [`check_api`].
+    pub fn set_api(&self, outcome: Result<(), String>) {
+        if let Ok(mut a) = self.api.lock() {
+            *a = outcome.err();
+        }
+    }
+
+    /// This replica leads (`true`) or stands by; leading starts unsynced.
+    pub fn set_leading(&self, leading: bool) {
+        self.leading.store(leading, Ordering::Relaxed);
+        self.synced.store(false, Ordering::Relaxed);
+    }
+
+    /// The leader's watch caches have their first full list.
+    pub fn set_synced(&self) {
+        self.synced.store(true, Ordering::Relaxed);
+    }
+
+    /// `Ok` when ready, else why not (the body of a 503).
+    pub fn readiness(&self) -> Result<(), String> {
+        match self.api.lock() {
+            Ok(a) => {
+                if let Some(why) = a.as_ref() {
+                    return Err(why.clone());
+                }
+            }
+            Err(_) => return Err("readiness state unavailable".into()),
+        }
+        if self.leading.load(Ordering::Relaxed) && !self.synced.load(Ordering::Relaxed) {
+            return Err("leading; the watch caches have not synced yet".into());
+        }
+        Ok(())
+    }
+}
+
+/// Whether the API server answers this client and serves Corral's CRDs: one list of at
+/// most one object of each kind. The error says what is wrong in words an operator of the
+/// cluster can act on.
+pub async fn check_api(client: &Client) -> Result<(), String> {
+    for ar in [
+        convert::training_jobs(),
+        convert::queues(),
+        convert::node_pools(),
+        convert::job_priority_classes(),
+    ] {
+        let crd = format!("{}.{}", ar.plural, ar.group);
+        let listed = Api::<DynamicObject>::all_with(client.clone(), &ar)
+            .list(&ListParams::default().limit(1))
+            .await;
+        if let Err(e) = listed {
+            return Err(match &e {
+                Error::Api(s) if s.code == 401 => format!(
+                    "the API server refused the operator's credentials (401 Unauthorized): {}",
+                    s.message
+                ),
+                Error::Api(s) if s.code == 403 => format!(
+                    "not allowed to list {crd} (403 Forbidden; see deploy/rbac.yaml): {}",
+                    s.message
+                ),
+                Error::Api(s) if s.code == 404 => {
+                    format!("the CRD {crd} is not installed (404); apply deploy/crds.yaml")
+                }
+                other => format!("the API server did not answer a list of {crd}: {other}"),
+            });
+        }
+    }
+    Ok(())
 }
 
 async fn serve(
@@ -311,10 +451,9 @@ async fn serve(
             get(move || {
                 let h = h.clone();
                 async move {
-                    if h.ready.load(Ordering::Relaxed) {
-                        (StatusCode::OK, "ready")
-                    } else {
-                        (StatusCode::SERVICE_UNAVAILABLE, "starting")
+                    match h.readiness() {
+                        Ok(()) => (StatusCode::OK, "ready".to_string()),
+                        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}")),
                     }
                 }
             }),
@@ -384,8 +523,24 @@ async fn run(args: OperatorArgs) -> Result<(), OperatorError> {
             .clamp(1, args.lease_duration_secs.max(2) - 1),
     );
     let mut stop = stop_rx.clone();
-    // Standby replicas are ready (they serve health and metrics) and wait for the lease.
-    health.ready.store(true, Ordering::Relaxed);
+    // Readiness follows the API server: credentials accepted and CRDs served, checked now
+    // and every API_CHECK_EVERY (a standby is ready on that alone).
+    {
+        let (client, health, mut stop) = (client.clone(), health.clone(), stop_rx.clone());
+        tokio::spawn(async move {
+            loop {
+                let outcome = check_api(&client).await;
+                if let Err(why) = &outcome {
+                    tracing::warn!("not ready: {why}");
+                }
+                health.set_api(outcome);
+                tokio::select! {
+                    _ = tokio::time::sleep(API_CHECK_EVERY) => {}
+                    _ = stop.wait_for(|s| *s) => break,
+                }
+            }
+        });
+    }
     loop {
         if *stop.borrow() {
             break;
@@ -393,8 +548,19 @@ async fn run(args: OperatorArgs) -> Result<(), OperatorError> {
         match lock.try_acquire_or_renew(Timestamp::now()).await {
             Ok(true) => {
                 metrics.leader.set(1);
+                health.set_leading(true);
                 tracing::info!("leading as {}", args.identity);
-                lead(&args, &client, &lock, renew, &metrics, stop.clone()).await;
+                lead(
+                    &args,
+                    &client,
+                    &lock,
+                    renew,
+                    &metrics,
+                    &health,
+                    stop.clone(),
+                )
+                .await;
+                health.set_leading(false);
                 metrics.leader.set(0);
                 if *stop.borrow() {
                     let _ = lock.release().await;
@@ -420,6 +586,7 @@ async fn lead(
     lock: &LeaseLock,
     renew: Duration,
     metrics: &Metrics,
+    health: &Health,
     mut stop: watch::Receiver<bool>,
 ) {
     let notify = Arc::new(Notify::new());
@@ -514,6 +681,8 @@ async fn lead(
         ok = stores.ready() => if !ok { return; },
         _ = stop.wait_for(|s| *s) => { for t in tasks { t.abort(); } return; }
     }
+    health.set_synced();
+    tracing::info!("watch caches synced");
     let mut last_renew = Instant::now();
     loop {
         if last_renew.elapsed() >= renew {
@@ -535,11 +704,18 @@ async fn lead(
         let started = Instant::now();
         let (plan, report) = pass(&world, &cfg, &applier, Timestamp::now()).await;
         metrics.record(&plan, &report, started.elapsed().as_secs_f64());
-        for e in &report.errors {
-            tracing::warn!("apply: {e}");
-        }
+        // Errors were logged with their job's span by the applier.
+        tracing::debug!(
+            jobs = plan.jobs.len(),
+            errors = report.errors.len(),
+            seconds = started.elapsed().as_secs_f64(),
+            "pass"
+        );
         let next_after = plan
             .requeue_after()
+            .into_iter()
+            .chain(report.retry_in)
+            .min()
             .unwrap_or(Duration::from_secs(args.resync_secs.max(1)))
             .min(Duration::from_secs(args.resync_secs.max(1)))
             .min(renew)
