@@ -7,9 +7,9 @@ use schemars::generate::SchemaSettings;
 use serde_json::{Map, Value, json};
 
 use crate::NoStatus;
+use crate::job_priority_class::{JobPriorityClassSpec, LEGACY_KIND, LEGACY_PLURAL, LEGACY_WARNING};
 use crate::meta::{API_GROUP, Kind};
 use crate::node_pool::NodePoolSpec;
-use crate::priority_class::PriorityClassSpec;
 use crate::queue::QueueSpec;
 use crate::training_job::{TrainingJobSpec, TrainingJobStatus};
 
@@ -223,7 +223,7 @@ pub fn crd<Spec: Kind + JsonSchema, Status: JsonSchema>(
 /// The CRDs of every Corral kind, in the order they should be applied.
 pub fn all_crds() -> Vec<Value> {
     let age = json!({"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"});
-    vec![
+    let mut crds = vec![
         crd::<TrainingJobSpec, TrainingJobStatus>(
             &["tj"],
             json!([
@@ -250,14 +250,77 @@ pub fn all_crds() -> Vec<Value> {
                 age.clone(),
             ]),
         ),
-        crd::<PriorityClassSpec, NoStatus>(
-            &["cpc"],
+        crd::<JobPriorityClassSpec, NoStatus>(
+            &["jpc"],
             json!([
                 {"name": "Value", "type": "integer", "jsonPath": ".spec.value"},
                 age,
             ]),
         ),
-    ]
+    ];
+    require_images(&mut crds[0]);
+    let legacy = legacy_priority_class_crd(&crds[3]);
+    crds.push(legacy);
+    crds
+}
+
+/// On Kubernetes every replica is a pod from a container image: the API server refuses a
+/// TrainingJob whose template names none (`spec.replicas.worker.template.image: Required
+/// value`), so it is never admitted. (The embedded cluster runs commands without images; its
+/// validation does not ask for one.)
+fn require_images(training_job_crd: &mut Value) {
+    let Some(replicas) = training_job_crd
+        .pointer_mut("/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/replicas")
+    else {
+        return;
+    };
+    let roles: Vec<&mut Value> = if replicas.get("properties").is_some() {
+        replicas
+            .get_mut("properties")
+            .and_then(Value::as_object_mut)
+            .map(|p| p.values_mut().collect())
+            .unwrap_or_default()
+    } else {
+        replicas
+            .get_mut("additionalProperties")
+            .into_iter()
+            .collect()
+    };
+    for role in roles {
+        if let Some(t @ Value::Object(_)) = role.pointer_mut("/properties/template") {
+            let required = t
+                .as_object_mut()
+                .map(|o| o.entry("required").or_insert_with(|| json!([])));
+            if let Some(Value::Array(list)) = required
+                && !list.iter().any(|v| v == "image")
+            {
+                list.push(json!("image"));
+            }
+        }
+    }
+}
+
+/// The former kind's CRD (`priorityclasses.corral.dev`), served for one more release with the
+/// same schema, marked deprecated so that kubectl prints the warning on every use.
+fn legacy_priority_class_crd(current: &Value) -> Value {
+    let mut legacy = current.clone();
+    legacy["metadata"]["name"] = json!(format!("{LEGACY_PLURAL}.{API_GROUP}"));
+    legacy["spec"]["names"] = json!({
+        "kind": LEGACY_KIND,
+        "listKind": format!("{LEGACY_KIND}List"),
+        "plural": LEGACY_PLURAL,
+        "singular": LEGACY_KIND.to_ascii_lowercase(),
+        "shortNames": ["cpc"],
+        "categories": ["corral"],
+    });
+    if let Some(v) = legacy["spec"]["versions"].get_mut(0) {
+        v["deprecated"] = json!(true);
+        v["deprecationWarning"] = json!(LEGACY_WARNING);
+        v["schema"]["openAPIV3Schema"]["description"] = json!(format!(
+            "{LEGACY_KIND} (corral.dev), deprecated: use JobPriorityClass"
+        ));
+    }
+    legacy
 }
 
 /// The field names valid at `path` (dot-separated object keys; `[i]` for list items) of a

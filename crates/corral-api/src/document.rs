@@ -9,10 +9,12 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::crd::{fields_at, structural_schema};
+use crate::job_priority_class::{
+    JobPriorityClass, JobPriorityClassSpec, LEGACY_KIND, LEGACY_WARNING,
+};
 use crate::kubeflow;
 use crate::meta::{API_VERSION, Kind};
 use crate::node_pool::{NodePool, NodePoolSpec};
-use crate::priority_class::{PriorityClass, PriorityClassSpec};
 use crate::queue::{Queue, QueueSpec};
 use crate::suggest::did_you_mean;
 use crate::training_job::{TrainingJob, TrainingJobSpec};
@@ -30,7 +32,7 @@ pub enum Document {
     TrainingJob(Box<TrainingJob>),
     Queue(Queue),
     NodePool(NodePool),
-    PriorityClass(PriorityClass),
+    JobPriorityClass(JobPriorityClass),
 }
 
 impl Document {
@@ -39,7 +41,7 @@ impl Document {
             Document::TrainingJob(_) => TrainingJobSpec::KIND,
             Document::Queue(_) => QueueSpec::KIND,
             Document::NodePool(_) => NodePoolSpec::KIND,
-            Document::PriorityClass(_) => PriorityClassSpec::KIND,
+            Document::JobPriorityClass(_) => JobPriorityClassSpec::KIND,
         }
     }
 
@@ -48,7 +50,7 @@ impl Document {
             Document::TrainingJob(j) => &j.metadata.name,
             Document::Queue(q) => &q.metadata.name,
             Document::NodePool(p) => &p.metadata.name,
-            Document::PriorityClass(p) => &p.metadata.name,
+            Document::JobPriorityClass(p) => &p.metadata.name,
         }
     }
 
@@ -58,7 +60,7 @@ impl Document {
             Document::TrainingJob(j) => serde_json::to_value(j),
             Document::Queue(q) => serde_json::to_value(q),
             Document::NodePool(p) => serde_json::to_value(p),
-            Document::PriorityClass(p) => serde_json::to_value(p),
+            Document::JobPriorityClass(p) => serde_json::to_value(p),
         };
         // Serializing plain data structs to a Value cannot fail (no non-string map keys).
         v.unwrap_or(Value::Null)
@@ -200,7 +202,7 @@ pub fn parse_documents(text: &str, ctx: &ValidationContext) -> ParseResult {
         match &p.document {
             Document::NodePool(np) => upsert(&mut full.node_pools, np),
             Document::Queue(q) => upsert(&mut full.queues, q),
-            Document::PriorityClass(pc) => upsert(&mut full.priority_classes, pc),
+            Document::JobPriorityClass(pc) => upsert(&mut full.priority_classes, pc),
             Document::TrainingJob(_) => {}
         }
     }
@@ -212,7 +214,7 @@ pub fn parse_documents(text: &str, ctx: &ValidationContext) -> ParseResult {
                 Document::TrainingJob(j) => validate_training_job(j, &full),
                 Document::Queue(q) => validate_queue(q, &full),
                 Document::NodePool(np) => validate_node_pool(np),
-                Document::PriorityClass(pc) => validate_priority_class(pc),
+                Document::JobPriorityClass(pc) => validate_priority_class(pc),
             };
             let mut errors = ValidationErrors(p.decode_errors.clone());
             if let Err(semantic) = checked {
@@ -253,7 +255,7 @@ fn duplicate_default_priority(ctx: &ValidationContext) -> Option<Result<Parsed, 
             errors: ValidationErrors(vec![FieldError::new(
                 "spec.globalDefault",
                 format!(
-                    "only one PriorityClass may be the default; {} all set it",
+                    "only one JobPriorityClass may be the default; {} all set it",
                     defaults.join(", ")
                 ),
             )]),
@@ -261,7 +263,7 @@ fn duplicate_default_priority(ctx: &ValidationContext) -> Option<Result<Parsed, 
     })
 }
 
-const CORRAL_KINDS: [&str; 4] = ["TrainingJob", "Queue", "NodePool", "PriorityClass"];
+const CORRAL_KINDS: [&str; 4] = ["TrainingJob", "Queue", "NodePool", "JobPriorityClass"];
 
 /// One raw document to a typed one (no semantic validation yet).
 pub fn decode(index: usize, raw: Value) -> Result<Parsed, DocumentError> {
@@ -322,6 +324,7 @@ pub fn decode(index: usize, raw: Value) -> Result<Parsed, DocumentError> {
         });
     }
     let mut raw = raw;
+    let mut warnings = Vec::new();
     let (document, decode_errors) = match kind {
         "TrainingJob" => {
             let role_errors = take_unknown_roles(&mut raw);
@@ -331,8 +334,15 @@ pub fn decode(index: usize, raw: Value) -> Result<Parsed, DocumentError> {
         "Queue" => typed::<Queue, QueueSpec>(raw, Vec::new()).map(|(q, e)| (Document::Queue(q), e)),
         "NodePool" => typed::<NodePool, NodePoolSpec>(raw, Vec::new())
             .map(|(p, e)| (Document::NodePool(p), e)),
-        "PriorityClass" => typed::<PriorityClass, PriorityClassSpec>(raw, Vec::new())
-            .map(|(p, e)| (Document::PriorityClass(p), e)),
+        "JobPriorityClass" => typed::<JobPriorityClass, JobPriorityClassSpec>(raw, Vec::new())
+            .map(|(p, e)| (Document::JobPriorityClass(p), e)),
+        LEGACY_KIND if api_version == API_VERSION => {
+            warnings.push(FieldError::new("kind", LEGACY_WARNING));
+            typed::<JobPriorityClass, JobPriorityClassSpec>(raw, Vec::new()).map(|(mut p, e)| {
+                p.kind = JobPriorityClassSpec::KIND.to_string();
+                (Document::JobPriorityClass(p), e)
+            })
+        }
         other => {
             let all: Vec<&str> = CORRAL_KINDS
                 .iter()
@@ -356,7 +366,7 @@ pub fn decode(index: usize, raw: Value) -> Result<Parsed, DocumentError> {
         index,
         document,
         converted_from: None,
-        warnings: Vec::new(),
+        warnings,
         decode_errors,
     })
 }

@@ -18,7 +18,8 @@ pub struct QueueSpec {
     /// queue with weight 1 (default 1).
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub weight: u32,
-    /// Namespaces whose jobs may submit into this queue (empty: only the queue's own).
+    /// Namespaces whose jobs may use this queue (empty: every namespace). A job of another
+    /// namespace is not admitted; its status names the queue and these namespaces.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub namespaces: Vec<String>,
     /// Quota per node pool. A resource a quota does not name is not limited by it.

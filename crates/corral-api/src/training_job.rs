@@ -34,7 +34,7 @@ pub struct TrainingJobSpec {
     /// The queue this job waits in (default: `default`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<String>,
-    /// Name of a PriorityClass.
+    /// Name of a JobPriorityClass.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority_class: Option<String>,
     /// Elastic training (PyTorch): the worker count may move between min and max.
@@ -473,7 +473,8 @@ pub struct TrainingJobStatus {
     #[serde(default, skip_serializing_if = "is_zero")]
     pub gpus: u32,
     /// What keeps a waiting job from being admitted, by kind (Capacity, Quota, NodeSize,
-    /// PoolSize, NoMatchingPool, NoSuchQueue, NoSuitableNode, Protected, AwaitingCycle):
+    /// PoolSize, NoMatchingPool, NoSuchQueue, NamespaceNotAllowed, NoSuitableNode, Protected,
+    /// AwaitingCycle):
     /// the `Queued` condition's message in words, this for programs. Empty unless waiting.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub blocked_by: Vec<String>,

@@ -6,9 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use crate::gpu_type;
+use crate::job_priority_class::JobPriorityClass;
 use crate::meta::ObjectMeta;
 use crate::node_pool::NodePool;
-use crate::priority_class::PriorityClass;
 use crate::quantity::Quantity;
 use crate::queue::{Queue, ResourceAmounts};
 use crate::suggest::did_you_mean;
@@ -93,12 +93,28 @@ impl fmt::Display for ValidationErrors {
 
 impl std::error::Error for ValidationErrors {}
 
+/// Roles with replicas but no `template.image`, on a cluster that runs images only
+/// (Kubernetes): such a job could never start a replica there, so it is never admitted.
+pub fn missing_images(spec: &crate::TrainingJobSpec) -> Vec<FieldError> {
+    spec.replicas
+        .iter()
+        .filter(|(_, r)| r.count > 0 && r.template.image.as_deref().is_none_or(str::is_empty))
+        .map(|(role, _)| {
+            FieldError::new(
+                format!("spec.replicas.{role}.template.image"),
+                "is required on Kubernetes: each replica runs as a pod from a container image \
+                 (e.g. `image: pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime`)",
+            )
+        })
+        .collect()
+}
+
 /// What validation knows of the cluster: node pools, priority classes and queues, when the
 /// caller has them. With none, only built-in bounds apply.
 #[derive(Clone, Debug, Default)]
 pub struct ValidationContext {
     pub node_pools: Vec<NodePool>,
-    pub priority_classes: Vec<PriorityClass>,
+    pub priority_classes: Vec<JobPriorityClass>,
     pub queues: Vec<Queue>,
     /// The nodes of the cluster the job goes to, when validation runs against one (a submit,
     /// `corral validate` with a reachable server). With them, what the cluster does not
@@ -107,6 +123,9 @@ pub struct ValidationContext {
     /// refuses a pod naming a missing priority class at admission). Without them (files
     /// alone), those checks only apply to what the files declare.
     pub nodes: Option<Vec<NodeFacts>>,
+    /// The cluster runs replicas from container images only (Kubernetes): every role with
+    /// replicas needs `template.image`.
+    pub requires_image: bool,
 }
 
 /// One node of a cluster, as validation sees it.
@@ -394,6 +413,9 @@ pub fn validate_training_job(
             ),
         );
     }
+    if ctx.requires_image {
+        errs.0.extend(missing_images(spec));
+    }
     for (role, replica) in &spec.replicas {
         let path = format!("spec.replicas.{role}");
         if !fw.roles().contains(role) {
@@ -475,7 +497,7 @@ pub fn validate_training_job(
                 .collect();
             let message = if names.is_empty() {
                 format!(
-                    "there is no priority class `{pc}`: this cluster declares none; remove `priorityClass` or declare a PriorityClass in the cluster's configuration"
+                    "there is no priority class `{pc}`: this cluster declares none; remove `priorityClass` or declare a JobPriorityClass in the cluster's configuration"
                 )
             } else {
                 unknown_name("priority class", pc, &names)
@@ -1001,7 +1023,7 @@ pub fn validate_node_pool(p: &NodePool) -> Result<(), ValidationErrors> {
     errs.into_result()
 }
 
-pub fn validate_priority_class(p: &PriorityClass) -> Result<(), ValidationErrors> {
+pub fn validate_priority_class(p: &JobPriorityClass) -> Result<(), ValidationErrors> {
     let mut errs = ValidationErrors::default();
     check_meta(&p.metadata, false, &mut errs);
     if p.spec.value > MAX_USER_PRIORITY {

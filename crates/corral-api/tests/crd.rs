@@ -80,7 +80,34 @@ fn crds_are_structural_and_complete() {
         .iter()
         .filter_map(|c| c["spec"]["names"]["kind"].as_str())
         .collect();
-    assert_eq!(kinds, ["TrainingJob", "Queue", "NodePool", "PriorityClass"]);
+    assert_eq!(
+        kinds,
+        [
+            "TrainingJob",
+            "Queue",
+            "NodePool",
+            "JobPriorityClass",
+            "PriorityClass"
+        ]
+    );
+    // The former name is served one more release, deprecated (kubectl prints the warning),
+    // with the same schema as its successor.
+    let legacy = &crds[4];
+    assert_eq!(legacy["metadata"]["name"], "priorityclasses.corral.dev");
+    assert_eq!(legacy["spec"]["versions"][0]["deprecated"], true);
+    assert!(
+        legacy["spec"]["versions"][0]["deprecationWarning"]
+            .as_str()
+            .is_some_and(|w| w.contains("JobPriorityClass"))
+    );
+    assert_eq!(
+        legacy["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"],
+        crds[3]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+    );
+    assert_ne!(
+        crds[3]["spec"]["names"]["shortNames"],
+        legacy["spec"]["names"]["shortNames"]
+    );
     for crd in &crds {
         assert_eq!(crd["apiVersion"], "apiextensions.k8s.io/v1");
         assert_eq!(crd["kind"], "CustomResourceDefinition");
@@ -136,4 +163,25 @@ fn crd_golden() {
         .map(|c| serde_saphyr::to_string(c).expect("yaml"))
         .collect();
     insta::assert_snapshot!("crds", text.join("---\n"));
+}
+
+#[test]
+fn every_replica_template_requires_an_image_on_kubernetes() {
+    let crds = all_crds();
+    let replicas = &crds[0]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        ["properties"]["replicas"];
+    let roles: Vec<&Value> = match replicas["properties"].as_object() {
+        Some(p) => p.values().collect(),
+        None => vec![&replicas["additionalProperties"]],
+    };
+    assert!(!roles.is_empty());
+    for role in roles {
+        let required = &role["properties"]["template"]["required"];
+        assert!(
+            required
+                .as_array()
+                .is_some_and(|r| r.iter().any(|v| v == "image")),
+            "{role}"
+        );
+    }
 }

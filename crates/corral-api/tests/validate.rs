@@ -253,10 +253,10 @@ fn kinds_versions_and_cross_references() {
         job("framework: jax\nqueue: team-b\nreplicas:\n  worker: {template: {command: [x]}}\n")
     );
     assert_has(&errors(&text), "spec.queue", "no queue `team-b`");
-    let text = "apiVersion: corral.dev/v1alpha1\nkind: PriorityClass\nmetadata: {name: a}\nspec: {value: 2000000000, globalDefault: true}\n---\napiVersion: corral.dev/v1alpha1\nkind: PriorityClass\nmetadata: {name: b}\nspec: {value: 1, globalDefault: true}\n";
+    let text = "apiVersion: corral.dev/v1alpha1\nkind: JobPriorityClass\nmetadata: {name: a}\nspec: {value: 2000000000, globalDefault: true}\n---\napiVersion: corral.dev/v1alpha1\nkind: JobPriorityClass\nmetadata: {name: b}\nspec: {value: 1, globalDefault: true}\n";
     let e = errors(text);
     assert_has(&e, "spec.value", "reserved for system");
-    assert_has(&e, "spec.globalDefault", "only one PriorityClass");
+    assert_has(&e, "spec.globalDefault", "only one JobPriorityClass");
 }
 
 #[test]
@@ -276,4 +276,56 @@ fn huge_input_is_refused_before_parsing() {
     );
     let e = errors(&big);
     assert!(e[0].contains("limit is 4 MiB"), "{e:?}");
+}
+
+#[test]
+fn the_former_priority_class_kind_is_read_as_job_priority_class_with_a_warning() {
+    use corral_api::document::{Document, parse_documents};
+    let text = "apiVersion: corral.dev/v1alpha1\nkind: PriorityClass\nmetadata: {name: high}\nspec: {value: 1000}\n";
+    let parsed = parse_documents(text, &Default::default());
+    let p = parsed[0]
+        .as_ref()
+        .expect("the deprecated kind still parses");
+    let Document::JobPriorityClass(c) = &p.document else {
+        panic!("read as {}", p.document.kind());
+    };
+    assert_eq!(c.kind, "JobPriorityClass", "normalized to the new kind");
+    assert_eq!(c.spec.value, 1000);
+    assert!(
+        p.warnings.iter().any(|w| w.path == "kind"
+            && w.message.contains("deprecated")
+            && w.message.contains("JobPriorityClass")),
+        "{:?}",
+        p.warnings
+    );
+    // The new kind carries no warning; Kubernetes' own PriorityClass is not Corral's.
+    let text = text.replace("kind: PriorityClass", "kind: JobPriorityClass");
+    let parsed = parse_documents(&text, &Default::default());
+    assert!(parsed[0].as_ref().expect("valid").warnings.is_empty());
+    let k8s = "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: high}\nvalue: 1000\n";
+    assert_has(&errors(k8s), "kind", "JobPriorityClass");
+}
+
+#[test]
+fn on_kubernetes_a_job_without_an_image_is_refused_naming_the_field() {
+    use corral_api::document::parse_documents;
+    use corral_api::validate::ValidationContext;
+    let text = job(
+        "framework: pytorch\nreplicas:\n  master: {template: {command: [python, train.py]}}\n  worker: {count: 2, template: {image: 'pytorch/pytorch:2.5.1', command: [python, train.py]}}\n",
+    );
+    assert!(parse_documents(&text, &ValidationContext::default())[0].is_ok());
+    let kube = ValidationContext {
+        requires_image: true,
+        ..ValidationContext::default()
+    };
+    let errs: Vec<String> = match &parse_documents(&text, &kube)[0] {
+        Err(e) => e.errors.iter().map(ToString::to_string).collect(),
+        Ok(_) => panic!("accepted without an image"),
+    };
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert_has(
+        &errs,
+        "spec.replicas.master.template.image",
+        "is required on Kubernetes",
+    );
 }

@@ -86,8 +86,8 @@ pub fn summary(parsed: &Parsed) -> String {
                 .map(|n| n.to_string())
                 .unwrap_or_else(|| "?".into()),
         ),
-        Document::PriorityClass(p) => format!(
-            "PriorityClass {}: valid. value {}{}",
+        Document::JobPriorityClass(p) => format!(
+            "JobPriorityClass {}: valid. value {}{}",
             p.metadata.name,
             p.spec.value,
             if p.spec.global_default {

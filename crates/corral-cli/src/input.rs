@@ -25,7 +25,7 @@ pub fn read(path: &str) -> Result<String, String> {
         .map_err(|e| format!("not UTF-8 text (byte {})", e.utf8_error().valid_up_to()))
 }
 
-/// The NodePools, Queues and PriorityClasses of all inputs, so that documents of one file may
+/// The NodePools, Queues and JobPriorityClasses of all inputs, so that documents of one file may
 /// refer to those of another.
 pub fn shared_context(texts: &[&str], base: &ValidationContext) -> ValidationContext {
     let mut ctx = base.clone();
@@ -34,7 +34,7 @@ pub fn shared_context(texts: &[&str], base: &ValidationContext) -> ValidationCon
             match parsed.document {
                 Document::NodePool(p) => ctx.node_pools.push(p),
                 Document::Queue(q) => ctx.queues.push(q),
-                Document::PriorityClass(p) => ctx.priority_classes.push(p),
+                Document::JobPriorityClass(p) => ctx.priority_classes.push(p),
                 Document::TrainingJob(_) => {}
             }
         }

@@ -57,7 +57,7 @@ enum Command {
     Nodes(remote::ClusterViewArgs),
     /// CPU, memory and GPUs of every running replica.
     Top(remote::TopArgs),
-    /// Check TrainingJob, Queue, NodePool, PriorityClass and Kubeflow job files; explain
+    /// Check TrainingJob, Queue, NodePool, JobPriorityClass and Kubeflow job files; explain
     /// each valid one. `-` reads standard input. With a reachable server, jobs are checked
     /// as `submit` would (priority classes, queues, GPUs); exits 1 if anything is invalid.
     Validate(manifests::ValidateArgs),

@@ -121,9 +121,13 @@ pub fn validate_report(
         for result in parsed {
             match result {
                 Ok(parsed) => {
-                    if matches!(parsed.document, Document::TrainingJob(_)) && !checked_by_server {
+                    let is_job = matches!(parsed.document, Document::TrainingJob(_));
+                    if is_job && !checked_by_server {
                         offline_jobs = true;
-                        // Offline, the conversion's warnings (the server adds its own).
+                    }
+                    // A job's warnings come from the server when it checked the file (its
+                    // own included); those of other kinds (a deprecated kind) from here.
+                    if !(is_job && checked_by_server) {
                         for w in &parsed.warnings {
                             report.err.push_str(&format!(
                                 "{name}: warning: {} {}: {}: {}\n",

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use corral_api::document::{Document, parse_documents};
 use corral_api::validate::ValidationContext;
-use corral_api::{NodePool, PriorityClass, Queue, TrainingJob};
+use corral_api::{JobPriorityClass, NodePool, Queue, TrainingJob};
 use corral_core::sched::{
     ClusterSnapshot, JobRequest, Node, NodePoolConfig, QueueConfig, SchedulerConfig,
     known_gpu_speeds, priority_of, schedule,
@@ -29,7 +29,7 @@ struct Declared {
     jobs: Vec<TrainingJob>,
     pools: Vec<NodePool>,
     queues: Vec<Queue>,
-    classes: Vec<PriorityClass>,
+    classes: Vec<JobPriorityClass>,
 }
 
 pub fn run(args: &PlanArgs) -> Result<String, String> {
@@ -48,7 +48,7 @@ pub fn run(args: &PlanArgs) -> Result<String, String> {
                     Document::TrainingJob(j) => declared.jobs.push(*j),
                     Document::NodePool(n) => declared.pools.push(n),
                     Document::Queue(q) => declared.queues.push(q),
-                    Document::PriorityClass(c) => declared.classes.push(c),
+                    Document::JobPriorityClass(c) => declared.classes.push(c),
                 },
                 Err(e) => problems.push(format!("{f}: {e}")),
             }

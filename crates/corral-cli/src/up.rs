@@ -15,7 +15,7 @@ pub struct UpArgs {
     /// $XDG_DATA_HOME/corral, else ~/.local/share/corral).
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
-    /// Cluster configuration: NodePools, Queues, PriorityClasses and one CorralConfig
+    /// Cluster configuration: NodePools, Queues, JobPriorityClasses and one CorralConfig
     /// (tokens, ports, node overrides), in YAML or JSON.
     #[arg(short, long, value_name = "FILE")]
     pub config: Option<PathBuf>,

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use corral_api::training_job::ConditionType;
-use corral_api::{PriorityClass, TrainingJob};
+use corral_api::{JobPriorityClass, TrainingJob};
 use corral_core::control::{
     Change, ControlConfig, ControlError, ControlPlane, HeldAdmission, JobRecord, RestoredJob, Step,
 };
@@ -40,9 +40,9 @@ spec:
     serde_saphyr::from_str(&yaml).expect("test job")
 }
 
-fn class(name: &str, value: i32) -> PriorityClass {
+fn class(name: &str, value: i32) -> JobPriorityClass {
     serde_saphyr::from_str(&format!(
-        "apiVersion: corral.dev/v1alpha1\nkind: PriorityClass\nmetadata: {{name: {name}}}\nspec: {{value: {value}}}\n"
+        "apiVersion: corral.dev/v1alpha1\nkind: JobPriorityClass\nmetadata: {{name: {name}}}\nspec: {{value: {value}}}\n"
     ))
     .expect("test class")
 }
@@ -68,6 +68,7 @@ fn config() -> ControlConfig {
         },
         grace_period: Some(Duration::from_secs(7)),
         priority_classes: vec![class("high", 100), class("low", 0)],
+        requires_image: false,
     }
 }
 
@@ -752,4 +753,199 @@ fn a_finished_job_is_retired_to_its_name_and_can_still_be_deleted() {
         .plane
         .submit(record(job("done", 1, 1, None), 3))
         .expect("the name is free after the delete");
+}
+
+#[test]
+fn a_queue_spends_its_quota_only_on_the_namespaces_it_lists() {
+    use corral_core::sched::{PoolQuota, QueueConfig, ResourceAmount};
+    let mut snapshot = cluster(8);
+    snapshot.queues = vec![QueueConfig {
+        name: "team-vision".into(),
+        cohort: None,
+        weight: 1,
+        namespaces: vec!["vision".into()],
+        quotas: [(
+            "H100".to_string(),
+            PoolQuota {
+                nominal: ResourceAmount::gpus(8),
+                borrowing_limit: None,
+                lending_limit: None,
+            },
+        )]
+        .into(),
+    }];
+    let plane = ControlPlane::new(snapshot, config()).expect("plane");
+    let mut shell = FakeShell::new(plane);
+    // `job()` is in namespace `team`; a second copy in `vision`.
+    let mut foreign = job("steal", 1, 1, None);
+    foreign.spec.queue = Some("team-vision".into());
+    let mut own = foreign.clone();
+    own.metadata.name = "own".into();
+    own.metadata.namespace = Some("vision".into());
+    shell.plane.submit(record(foreign, 1)).expect("submit");
+    shell.plane.submit(record(own, 2)).expect("submit");
+    shell.run(1);
+    assert_eq!(shell.state("vision/own"), JobState::Running);
+    assert_eq!(shell.state("team/steal"), JobState::Queued);
+    let status = shell
+        .job("team/steal")
+        .and_then(|j| j.status)
+        .expect("status");
+    assert!(conditions::is_true(&status, ConditionType::Unschedulable));
+    assert_eq!(status.blocked_by, ["NamespaceNotAllowed"]);
+    let queued = conditions::get(&status, ConditionType::Queued).expect("Queued condition");
+    assert!(
+        queued
+            .message
+            .contains("queue team-vision admits only jobs of namespace vision, not of team"),
+        "{}",
+        queued.message
+    );
+    assert!(shell.events("team/steal").contains(&"Unschedulable"));
+    // Announced once, not every pass.
+    shell.run(60);
+    shell.run(60);
+    let unschedulable = shell
+        .events("team/steal")
+        .iter()
+        .filter(|e| **e == "Unschedulable")
+        .count();
+    assert_eq!(unschedulable, 1);
+}
+
+#[test]
+fn a_launch_the_platform_refuses_fails_the_job_and_releases_its_gpus() {
+    use corral_core::control::LaunchRejection;
+    let plane = ControlPlane::new(cluster(8), config()).expect("plane");
+    let mut shell = FakeShell::new(plane);
+    shell
+        .plane
+        .submit(record(job("bad", 2, 4, None), 1))
+        .expect("submit");
+    shell
+        .plane
+        .submit(record(job("next", 1, 8, None), 2))
+        .expect("submit");
+    // The shell persists the admission and tries to start the gang; the platform starts
+    // worker-0 and refuses worker-1 (e.g. 422: a toleration operator `Sometimes`).
+    shell.now += 1;
+    let step = shell.plane.step(shell.ts());
+    shell.persist(&step);
+    let starts: Vec<Action> = step
+        .actions
+        .iter()
+        .filter(|a| a.job == "team/bad")
+        .map(|a| a.action.clone())
+        .collect();
+    assert_eq!(starts.len(), 2);
+    shell.log.push(step.clone());
+    shell.apply("team/bad", starts[0].clone());
+    let Action::Start {
+        replica: refused,
+        incarnation: inc,
+        ..
+    } = starts[1]
+    else {
+        panic!("a start: {:?}", starts[1]);
+    };
+    let message = "Pod \"bad-worker-1\" is invalid: spec.tolerations[0].operator: Unsupported value: \"Sometimes\"";
+    // A rejection of an older incarnation is stale and changes nothing.
+    shell.plane.launch_rejected(
+        "team/bad",
+        LaunchRejection {
+            replica: refused,
+            incarnation: Incarnation {
+                attempt: inc.attempt + 7,
+                retry: 0,
+            },
+            message: "stale".into(),
+        },
+    );
+    shell.run(0);
+    assert_ne!(shell.state("team/bad"), JobState::Failed);
+    shell.plane.launch_rejected(
+        "team/bad",
+        LaunchRejection {
+            replica: refused,
+            incarnation: inc,
+            message: message.into(),
+        },
+    );
+    shell.run(1);
+    assert_eq!(shell.state("team/bad"), JobState::Failed);
+    let status = shell
+        .job("team/bad")
+        .and_then(|j| j.status)
+        .expect("status");
+    let failed = conditions::get(&status, ConditionType::Failed).expect("Failed");
+    assert_eq!(failed.reason, "LaunchRejected");
+    assert!(
+        failed.message.contains("bad-worker-1"),
+        "{}",
+        failed.message
+    );
+    assert!(failed.message.contains(message), "{}", failed.message);
+    assert_eq!(status.gpus, 0);
+    assert!(shell.events("team/bad").contains(&"Failed"));
+    // The replica that did start is stopped and the admission given back: the 8-GPU job
+    // that waited behind it runs.
+    assert_eq!(shell.running("team/bad"), 0);
+    assert_eq!(shell.admission_changes("team/bad").last(), Some(&false));
+    shell.run(1);
+    assert_eq!(shell.state("team/next"), JobState::Running);
+}
+
+#[test]
+fn a_replica_removed_from_outside_restarts_the_gang_counted_and_announced() {
+    let plane = ControlPlane::new(cluster(8), config()).expect("plane");
+    let mut shell = FakeShell::new(plane);
+    shell
+        .plane
+        .submit(record(job("ddp", 2, 2, None), 1))
+        .expect("submit");
+    shell.run(1);
+    assert_eq!(shell.state("team/ddp"), JobState::Running);
+    let before = shell
+        .job("team/ddp")
+        .and_then(|j| j.status)
+        .expect("status");
+    assert_eq!(before.restart_count, 0);
+    // `kubectl delete pod ddp-worker-1` (or a drain): the replica's record is gone.
+    let (lost, inc) = *shell.live["team/ddp"]
+        .keys()
+        .find(|(id, _)| id.index == 1)
+        .expect("worker-1");
+    shell
+        .live
+        .get_mut("team/ddp")
+        .map(|l| l.remove(&(lost, inc)));
+    shell.plane.forget_replica("team/ddp", lost, inc);
+    shell.run(1);
+    let status = shell
+        .job("team/ddp")
+        .and_then(|j| j.status)
+        .expect("status");
+    assert_eq!(status.restart_count, 1, "the loss is counted as a restart");
+    assert_eq!(
+        status.attempt,
+        before.attempt + 1,
+        "the whole gang restarts"
+    );
+    let restarting = conditions::get(&status, ConditionType::Restarting).expect("Restarting");
+    assert!(
+        restarting.message.contains("ddp-worker-1 vanished"),
+        "{}",
+        restarting.message
+    );
+    assert!(shell.events("team/ddp").contains(&"Restarting"));
+    // Not in the same incarnation: every replica of the new attempt starts after back-off.
+    shell.run(60);
+    assert_eq!(shell.state("team/ddp"), JobState::Running);
+    let live: Vec<Incarnation> = shell.live["team/ddp"]
+        .iter()
+        .filter(|(_, p)| **p == ReplicaPhase::Running)
+        .map(|((_, i), _)| *i)
+        .collect();
+    assert_eq!(live.len(), 2);
+    assert!(live.iter().all(|i| i.attempt == before.attempt + 1));
 }

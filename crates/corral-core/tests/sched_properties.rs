@@ -59,6 +59,7 @@ fn queues(cohort: bool, spec: &[(u64, Option<u64>, Option<u64>)]) -> Vec<QueueCo
             name: format!("q{i}"),
             cohort: cohort.then(|| "c".to_string()),
             weight: 1,
+            namespaces: Vec::new(),
             quotas: TYPES
                 .iter()
                 .map(|t| {
@@ -249,7 +250,7 @@ proptest! {
     ) {
         // Unlimited quotas: this property is about placement, reservations and backfill.
         let q: Vec<QueueConfig> = (0..3).map(|i| QueueConfig {
-            name: format!("q{i}"), cohort: None, weight: 1,
+            name: format!("q{i}"), cohort: None, weight: 1, namespaces: Vec::new(),
             quotas: TYPES.iter().map(|t| (t.to_string(), PoolQuota {
                 nominal: ResourceAmount::UNLIMITED, borrowing_limit: None, lending_limit: None,
             })).collect(),
@@ -289,7 +290,7 @@ proptest! {
         nodes in arb_nodes(), low in arb_jobs(), high_groups in prop::collection::vec((1..3u32, 1..5u32), 1..3),
     ) {
         let q = vec![QueueConfig {
-            name: "q0".into(), cohort: None, weight: 1,
+            name: "q0".into(), cohort: None, weight: 1, namespaces: Vec::new(),
             quotas: TYPES.iter().map(|t| (t.to_string(), PoolQuota {
                 nominal: ResourceAmount::UNLIMITED, borrowing_limit: None, lending_limit: None,
             })).collect(),
@@ -328,7 +329,7 @@ proptest! {
     #[test]
     fn recently_admitted_jobs_are_not_preempted(nodes in arb_nodes(), low in arb_jobs()) {
         let q = vec![QueueConfig {
-            name: "q0".into(), cohort: None, weight: 1,
+            name: "q0".into(), cohort: None, weight: 1, namespaces: Vec::new(),
             quotas: TYPES.iter().map(|t| (t.to_string(), PoolQuota {
                 nominal: ResourceAmount::UNLIMITED, borrowing_limit: None, lending_limit: None,
             })).collect(),
@@ -342,5 +343,67 @@ proptest! {
         s.submit(job(999, &(1000, 0, vec![(1, 1)], 0), 1)).unwrap();
         let out = s.cycle(30_000);
         prop_assert!(out.preempted.is_empty());
+    }
+}
+
+const NAMESPACES: [&str; 3] = ["vision", "nlp", "infra"];
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// `Queue.spec.namespaces` walls tenants off: over several cycles no job is ever admitted
+    /// into a queue that does not list its namespace, and every such job waits with a reason
+    /// naming the queue and the namespaces it admits. Queues that list none admit all.
+    #[test]
+    fn a_queue_admits_only_the_namespaces_it_lists(
+        nodes in arb_nodes(),
+        (cohort, qs) in arb_queues(),
+        masks in prop::collection::vec(0..8u8, 3),
+        jobs in arb_jobs(),
+        job_ns in prop::collection::vec(0..3usize, 12),
+    ) {
+        let mut q = queues(cohort, &qs);
+        for (i, queue) in q.iter_mut().enumerate() {
+            queue.namespaces = NAMESPACES
+                .iter()
+                .enumerate()
+                .filter(|(b, _)| masks[i] & (1 << b) != 0)
+                .map(|(_, n)| n.to_string())
+                .collect();
+        }
+        let allowed = |queue: &str, ns: &str| {
+            q.iter().find(|x| x.name == queue).is_some_and(|x| {
+                x.namespaces.is_empty() || x.namespaces.iter().any(|n| n == ns)
+            })
+        };
+        let snapshot = ClusterSnapshot { nodes, pools: vec![], queues: q.clone(), running: vec![] };
+        let mut s = Scheduler::new(&snapshot, SchedulerConfig { preemption_protection_ms: 0, ..Default::default() }).unwrap();
+        let mut requests = Vec::new();
+        for (i, j) in jobs.iter().enumerate() {
+            let mut r = job(i, j, qs.len());
+            r.key = format!("{}/j{i}", NAMESPACES[job_ns[i]]);
+            s.submit(r.clone()).unwrap();
+            requests.push(r);
+        }
+        for round in 0..3u64 {
+            let out = s.cycle(round * 1000);
+            for r in s.running_jobs() {
+                let ns = r.request.key.split('/').next().unwrap();
+                prop_assert!(allowed(&r.request.queue, ns), "{} admitted into {}", r.request.key, r.request.queue);
+            }
+            for p in &out.pending {
+                let r = requests.iter().find(|r| r.key == p.job).unwrap();
+                let ns = r.key.split('/').next().unwrap();
+                if !allowed(&r.queue, ns) {
+                    let text = p.reason.to_string();
+                    prop_assert!(p.reason.never_fits(), "{}", text);
+                    prop_assert!(text.contains(&format!("queue {} admits only", r.queue)), "{}", text);
+                    prop_assert!(text.contains(&format!("not of {ns}")), "{}", text);
+                }
+            }
+            if let Some(r) = s.running_jobs().first() {
+                s.finish(&r.request.key);
+            }
+        }
     }
 }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use corral_core::sched::{
     Blocker, ClusterSnapshot, JobRequest, Needs, Node, NodeAllocation, PendingReason, PoolQuota,
     PreemptionReason, QueueConfig, QuotaResource, ReplicaGroup, ReplicaPlacement, ResourceAmount,
-    RunningJob, SchedulerConfig, schedule,
+    RunningJob, SchedulerConfig, TaintBlock, schedule,
 };
 
 fn needs(replicas: u64, per: Option<u32>, total: u64, types: &[&str]) -> Needs {
@@ -75,12 +75,14 @@ fn issue_example_reads_as_written() {
                 name: "team-a".into(),
                 cohort: Some("org".into()),
                 weight: 1,
+                namespaces: Vec::new(),
                 quotas: [("A100".to_string(), quota(16))].into(),
             },
             QueueConfig {
                 name: "team-b".into(),
                 cohort: Some("org".into()),
                 weight: 1,
+                namespaces: Vec::new(),
                 quotas: [("A100".to_string(), quota(0))].into(),
             },
         ],
@@ -177,6 +179,7 @@ fn aliases_and_nvml_names_select_the_product_label_pool() {
                 name: "q".into(),
                 cohort: None,
                 weight: 1,
+                namespaces: Vec::new(),
                 quotas: [(
                     "NVIDIA-H100-80GB-HBM3".to_string(),
                     PoolQuota {
@@ -247,6 +250,7 @@ fn no_suitable_node() {
         reason(vec![Blocker::NoSuitableNode {
             pool: "A100".into(),
             gpu_type: Some("A100".into()),
+            taint: None,
         }])
         .ends_with("no node matches the job's node selector, tolerations, CPU, memory and extended resources")
     );
@@ -263,6 +267,8 @@ fn capacity(largest: u32, free: u64, fit: u64, replicas: u64, reserved: &[&str])
         replicas_that_fit: fit,
         replicas,
         reserved_for: reserved.iter().map(|s| s.to_string()).collect(),
+        reserved_free: if reserved.is_empty() { 0 } else { 8 },
+        tainted: None,
     }
 }
 
@@ -282,7 +288,7 @@ fn capacity_messages() {
     assert_eq!(
         capacity(8, 20, 2, 4, &["ns/big"]).to_string(),
         "the largest free block is 8 GPUs on node-3 (20 GPUs free in all; room for 2 of 4 replicas); \
-         nodes are reserved for ns/big so that it is not starved"
+         8 free GPUs are on nodes reserved for ns/big so that it is not starved"
     );
 }
 
@@ -356,4 +362,197 @@ fn preemption_reasons() {
         .to_string()
         .starts_with("preempted because queue team-a reclaims its quota in pool A100")
     );
+}
+
+#[test]
+fn a_namespace_the_queue_does_not_list_waits_with_the_queue_and_its_namespaces() {
+    let queue = |name: &str, namespaces: &[&str]| QueueConfig {
+        name: name.into(),
+        cohort: None,
+        weight: 1,
+        namespaces: namespaces.iter().map(|n| n.to_string()).collect(),
+        quotas: [(
+            "A100".to_string(),
+            PoolQuota {
+                nominal: ResourceAmount::UNLIMITED,
+                borrowing_limit: None,
+                lending_limit: None,
+            },
+        )]
+        .into(),
+    };
+    let snapshot = ClusterSnapshot {
+        nodes: vec![a100_node("node-0", &[])],
+        pools: vec![],
+        queues: vec![queue("team-vision", &["vision"]), queue("open", &[])],
+        running: vec![],
+    };
+    // The issue's case: a job of namespace nlp names team-vision on an empty cluster.
+    let pending = [
+        job("nlp/steal", "team-vision", vec![group("worker", 1, 1)]),
+        job("vision/own", "team-vision", vec![group("worker", 1, 1)]),
+        job("nlp/open", "open", vec![group("worker", 1, 1)]),
+    ];
+    let out = schedule(&snapshot, &pending, SchedulerConfig::default(), 1).unwrap();
+    let mut admitted: Vec<&str> = out.admitted.iter().map(|a| a.job.as_str()).collect();
+    admitted.sort();
+    assert_eq!(admitted, ["nlp/open", "vision/own"]);
+    assert_eq!(out.pending.len(), 1);
+    let reason = &out.pending[0].reason;
+    assert_eq!(
+        reason.blockers,
+        [Blocker::NamespaceNotAllowed {
+            queue: "team-vision".into(),
+            namespace: "nlp".into(),
+            allowed: vec!["vision".into()],
+        }]
+    );
+    assert!(reason.never_fits());
+    assert_eq!(
+        reason.to_string(),
+        "needs 1 GPU of type A100 on one node; queue team-vision admits only jobs of namespace \
+         vision, not of nlp; use a queue of namespace nlp or ask for it to be listed in the \
+         queue's spec.namespaces"
+    );
+}
+
+/// The issue's case: a small job was told "no GPUs are free; nodes are reserved for
+/// vision/ddp-c" while GPUs were free. A gang reserves node-a (busy) and node-b (8 free);
+/// node-c has 8 free GPUs behind a taint the small job does not tolerate.
+#[test]
+fn a_reservation_is_named_only_where_it_holds_room_the_job_could_use_and_taints_are_named() {
+    let busy = a100_node("node-a", &[]);
+    let tainted = Node {
+        taints: vec!["dedicated=infra:NoSchedule".into()],
+        ..a100_node("node-c", &[])
+    };
+    let snapshot = ClusterSnapshot {
+        nodes: vec![busy, a100_node("node-b", &[]), tainted],
+        pools: vec![],
+        queues: vec![open_queue()],
+        running: vec![RunningJob {
+            request: job("a/run", "default", vec![group("worker", 1, 8)]),
+            placements: vec![ReplicaPlacement {
+                role: "worker".into(),
+                index: 0,
+                node: "node-a".into(),
+                gpu_indices: (0..8).collect(),
+            }],
+            admitted_at: 0,
+        }],
+    };
+    let mut gang = job("vision/ddp-c", "default", vec![group("worker", 2, 8)]);
+    gang.submit_time = 0;
+    let mut small = job("nlp/small", "default", vec![group("worker", 1, 1)]);
+    small.submit_time = 1;
+    // The gang needs node-a's GPUs and reserves node-a and node-b; nothing is preempted
+    // (same priority).
+    let out = schedule(
+        &snapshot,
+        &[gang, small.clone()],
+        SchedulerConfig::default(),
+        1,
+    )
+    .unwrap();
+    assert!(out.admitted.is_empty(), "{:?}", out.admitted);
+    let text = |key: &str| {
+        out.pending
+            .iter()
+            .find(|p| p.job == key)
+            .map(|p| p.reason.to_string())
+            .unwrap_or_default()
+    };
+    // Was: "needs 1 GPU of type A100 on one node; the largest free block is 8 GPUs on
+    // node-c (...); nodes are reserved for vision/ddp-c so that it is not starved": node-c
+    // is not usable (taint) and the reserved GPUs were not said to be free.
+    assert_eq!(
+        text("nlp/small"),
+        "needs 1 GPU of type A100 on one node; no node the job may use has a free GPU; \
+         8 free GPUs are on nodes reserved for vision/ddp-c so that it is not starved; \
+         node-c has 8 GPUs but taint dedicated=infra:NoSchedule, which the job does not \
+         tolerate"
+    );
+    // A job that tolerates the taint is placed on node-c: not blocked by the reservation.
+    let mut tolerant = small.clone();
+    tolerant.key = "infra/tolerant".into();
+    tolerant.tolerations = vec!["dedicated=infra:NoSchedule".into()];
+    let mut gang = job("vision/ddp-c", "default", vec![group("worker", 2, 8)]);
+    gang.submit_time = 0;
+    let out = schedule(&snapshot, &[gang, tolerant], SchedulerConfig::default(), 1).unwrap();
+    assert_eq!(out.admitted.len(), 1);
+    assert_eq!(out.admitted[0].placements[0].node, "node-c");
+    // A job the reserved nodes cannot hold (it selects a label they lack) is not told that
+    // the reservation blocks it.
+    let mut elsewhere = small;
+    elsewhere.key = "nlp/elsewhere".into();
+    elsewhere.node_selector = [("rack".to_string(), "r9".to_string())].into();
+    let mut labelled = snapshot.clone();
+    labelled.nodes[0].labels.insert("rack".into(), "r9".into());
+    let mut gang = job("vision/ddp-c", "default", vec![group("worker", 2, 8)]);
+    gang.submit_time = 0;
+    let out = schedule(&labelled, &[gang, elsewhere], SchedulerConfig::default(), 1).unwrap();
+    let reason = out
+        .pending
+        .iter()
+        .find(|p| p.job == "nlp/elsewhere")
+        .map(|p| p.reason.to_string())
+        .unwrap_or_default();
+    assert!(!reason.contains("reserved"), "{reason}");
+    assert!(
+        reason.contains("no node the job may use has a free GPU"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn a_job_that_never_fits_names_the_taint_of_a_node_that_would_hold_it() {
+    let snapshot = ClusterSnapshot {
+        nodes: vec![Node {
+            taints: vec!["nvidia.com/gpu=reserved:NoSchedule".into()],
+            ..a100_node("node-0", &[])
+        }],
+        queues: vec![open_queue()],
+        ..Default::default()
+    };
+    let out = schedule(
+        &snapshot,
+        &[job("a/j", "default", vec![group("worker", 1, 4)])],
+        SchedulerConfig::default(),
+        1,
+    )
+    .unwrap();
+    let reason = &out.pending[0].reason;
+    assert!(
+        matches!(
+            &reason.blockers[..],
+            [Blocker::NoSuitableNode { taint: Some(TaintBlock { node, taint, .. }), .. }]
+                if node == "node-0" && taint == "nvidia.com/gpu=reserved:NoSchedule"
+        ),
+        "{:?}",
+        reason.blockers
+    );
+    assert!(
+        reason
+            .to_string()
+            .ends_with("(node-0 has 8 GPUs but taint nvidia.com/gpu=reserved:NoSchedule, which the job does not tolerate)"),
+        "{reason}"
+    );
+}
+
+fn open_queue() -> QueueConfig {
+    QueueConfig {
+        name: "default".into(),
+        cohort: None,
+        weight: 1,
+        namespaces: Vec::new(),
+        quotas: [(
+            "A100".to_string(),
+            PoolQuota {
+                nominal: ResourceAmount::UNLIMITED,
+                borrowing_limit: None,
+                lending_limit: None,
+            },
+        )]
+        .into(),
+    }
 }

@@ -51,6 +51,7 @@ fn three_huge_nodes() -> ClusterSnapshot {
             name: "default".into(),
             cohort: None,
             weight: 1,
+            namespaces: Vec::new(),
             quotas: [("A100".to_string(), unlimited)].into(),
         }],
         ..Default::default()

@@ -24,6 +24,7 @@ fn snapshot(nodes: Vec<Node>) -> ClusterSnapshot {
             name: "q".into(),
             cohort: None,
             weight: 1,
+            namespaces: Vec::new(),
             quotas: types
                 .into_iter()
                 .map(|t| {

@@ -10,20 +10,23 @@
 //! 6. deletions, each with its grace period and a UID precondition;
 //! 7. the job itself after its TTL; then events.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Binding, ConfigMap, ObjectReference, Pod, Service};
+use k8s_openapi::api::core::v1::{Binding, ConfigMap, ObjectReference, Pod, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Client, Error};
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
+use tracing::Instrument;
 
 use crate::consts::*;
 use crate::convert;
 use crate::plan::{AdmissionChange, JobPlan, Plan};
+use crate::record::LaunchRejectionRecord;
 
 /// A token bucket bounding the operator's writes to the API server (`--api-qps`,
 /// `--api-burst`), as client-go's rate limiter does.
@@ -80,8 +83,16 @@ pub struct ApplyReport {
     pub pods_deleted: u64,
     pub status_updates: u64,
     pub events: u64,
-    /// Calls that failed, in words (the next pass retries; nothing here is fatal).
+    /// Calls that failed, in words (each counted in `corral_reconcile_errors_total`; a
+    /// transient one is retried with back-off, a refusal for good is handed to the control
+    /// plane through [`LAUNCH_REJECTED_ANNOTATION`]).
     pub errors: Vec<String>,
+    /// Launches the API server refused for good, recorded on their jobs.
+    pub rejected: Vec<LaunchRejectionRecord>,
+    /// Jobs left alone this pass because a transient error backs them off.
+    pub backed_off: u64,
+    /// When the first backed-off job may be retried.
+    pub retry_in: Option<Duration>,
 }
 
 fn code(e: &Error) -> Option<u16> {
@@ -91,12 +102,68 @@ fn code(e: &Error) -> Option<u16> {
     }
 }
 
+/// A refusal the same request would get again (the pod template is invalid, the write is
+/// forbidden, the request malformed): never retried while the job holds its GPUs.
+fn refused_for_good(e: &Error) -> bool {
+    matches!(code(e), Some(400 | 403 | 422))
+}
+
+/// An error worth retrying later: throttled, the server failing, or no answer at all.
+fn transient(e: &Error) -> bool {
+    match code(e) {
+        Some(c) => c == 429 || c >= 500,
+        None => !matches!(e, Error::SerdeError(_)),
+    }
+}
+
+/// First back-off after a transient error; doubles per failure of the same job.
+const BACKOFF_BASE: Duration = Duration::from_millis(500);
+const BACKOFF_CAP: Duration = Duration::from_secs(60);
+
+fn backoff(failures: u32) -> Duration {
+    BACKOFF_BASE
+        .saturating_mul(1u32 << failures.saturating_sub(1).min(10))
+        .min(BACKOFF_CAP)
+}
+
+/// How a job's apply went wrong.
+enum JobError {
+    /// Refused for good: the control plane hears of it.
+    Rejected(LaunchRejectionRecord),
+    Failed(Error),
+}
+
+impl From<Error> for JobError {
+    fn from(e: Error) -> Self {
+        JobError::Failed(e)
+    }
+}
+
+/// The Status reason and message of an API error, or the error in words.
+fn words(e: &Error) -> (String, String) {
+    match e {
+        Error::Api(s) => (s.reason.clone(), s.message.clone()),
+        other => (String::new(), other.to_string()),
+    }
+}
+
 /// Applies with the client; events go through `recorder` when given.
 pub struct Applier {
     pub client: Client,
     pub recorder: Option<Recorder>,
     pub limiter: RateLimiter,
+    /// Jobs whose last apply failed transiently: (failures in a row, not before). Retry
+    /// mechanics of this shell, like client-go's rate-limited work queue; nothing here
+    /// decides about a job.
+    backoff: std::sync::Mutex<HashMap<String, (u32, Instant)>>,
+    /// Recurring events published lately, by (job uid or key, reason, note): a pass that
+    /// finds the same problem again (a template it cannot build, an annotation it cannot
+    /// read) says it once an hour, not every pass.
+    published: std::sync::Mutex<HashMap<(String, String, String), Instant>>,
 }
+
+/// How long a published event keeps an identical one from being published again.
+const EVENT_DEDUP: Duration = Duration::from_secs(3600);
 
 impl Applier {
     pub fn new(client: Client, recorder: Option<Recorder>, limiter: RateLimiter) -> Self {
@@ -104,26 +171,175 @@ impl Applier {
             client,
             recorder,
             limiter,
+            backoff: Default::default(),
+            published: Default::default(),
         }
     }
 
     pub async fn apply(&self, plan: &Plan) -> ApplyReport {
         let mut report = ApplyReport::default();
+        let now = Instant::now();
+        if let Ok(mut p) = self.published.lock() {
+            p.retain(|_, at| now.duration_since(*at) < EVENT_DEDUP);
+        }
         for jp in &plan.jobs {
             if jp.is_empty() {
                 continue;
             }
-            if let Err(e) = self.apply_job(jp, &mut report).await {
-                report
-                    .errors
-                    .push(format!("{}/{}: {e}", jp.namespace, jp.name));
-            }
-            self.publish_events(jp, &mut report).await;
+            // Every line about the job carries its namespace and name.
+            let span = tracing::info_span!("job", namespace = %jp.namespace, job = %jp.name);
+            self.apply_one(jp, now, &mut report).instrument(span).await;
         }
         report
     }
 
-    async fn apply_job(&self, jp: &JobPlan, report: &mut ApplyReport) -> Result<(), Error> {
+    async fn apply_one(&self, jp: &JobPlan, now: Instant, report: &mut ApplyReport) {
+        let key = format!("{}/{}", jp.namespace, jp.name);
+        let waiting = self
+            .backoff
+            .lock()
+            .ok()
+            .and_then(|b| b.get(&key).map(|&(_, until)| until))
+            .filter(|&until| until > now);
+        if let Some(until) = waiting {
+            report.backed_off += 1;
+            let left = until - now;
+            report.retry_in = Some(report.retry_in.map_or(left, |r| r.min(left)));
+            tracing::debug!(retry_in_ms = left.as_millis() as u64, "backed off");
+            return;
+        }
+        match self.apply_job(jp, report).await {
+            Ok(()) => self.clear_backoff(&key),
+            Err(JobError::Rejected(r)) => {
+                self.clear_backoff(&key);
+                tracing::warn!(
+                    replica = %format!("{}-{}", r.role, r.index),
+                    code = r.code,
+                    reason = %r.reason,
+                    "the API server refused the launch: {}",
+                    r.message
+                );
+                report.errors.push(format!(
+                    "{key}: the API server refused to create {}-{}-{} ({} {}): {}",
+                    jp.name, r.role, r.index, r.code, r.reason, r.message
+                ));
+                if let Err(e) = self.record_rejection(jp, &r).await {
+                    tracing::warn!("recording the refusal: {e}");
+                    report
+                        .errors
+                        .push(format!("{key}: recording the refusal: {e}"));
+                }
+                report.rejected.push(r);
+            }
+            Err(JobError::Failed(e)) => {
+                if transient(&e) {
+                    let wait = self.bump_backoff(&key, now);
+                    report.retry_in = Some(report.retry_in.map_or(wait, |r| r.min(wait)));
+                    tracing::warn!(retry_in_ms = wait.as_millis() as u64, "apply failed: {e}");
+                    report
+                        .errors
+                        .push(format!("{key}: {e} (retrying in {} ms)", wait.as_millis()));
+                } else {
+                    tracing::warn!("apply failed: {e}");
+                    report.errors.push(format!("{key}: {e}"));
+                }
+            }
+        }
+        self.publish_events(jp, report).await;
+    }
+
+    fn clear_backoff(&self, key: &str) {
+        if let Ok(mut b) = self.backoff.lock() {
+            b.remove(key);
+        }
+    }
+
+    fn bump_backoff(&self, key: &str, now: Instant) -> Duration {
+        let Ok(mut b) = self.backoff.lock() else {
+            return BACKOFF_BASE;
+        };
+        let e = b.entry(key.to_string()).or_insert((0, now));
+        e.0 = e.0.saturating_add(1);
+        let wait = backoff(e.0);
+        e.1 = now + wait;
+        wait
+    }
+
+    /// Creates an MPI job's ssh key Secret with a new ed25519 key pair; one that exists
+    /// already is kept (it is immutable, made for an earlier launch of the job).
+    async fn create_ssh_secret(&self, jp: &JobPlan, secret: &Secret) -> Result<(), JobError> {
+        let (private, public) = ssh_key_pair().map_err(|e| {
+            JobError::Failed(Error::Service(format!("ssh key generation: {e}").into()))
+        })?;
+        let secret = crate::build::with_ssh_keys(secret.clone(), &private, &public);
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), &jp.namespace);
+        self.limiter.acquire().await;
+        match api
+            .create(
+                &PostParams {
+                    dry_run: false,
+                    field_manager: Some(FIELD_MANAGER.into()),
+                },
+                &secret,
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if code(&e) == Some(409) => Ok(()),
+            Err(e) => Err(Self::launch_error(jp.create.first(), e)),
+        }
+    }
+
+    /// Records a refusal on the job: the observation the next pass hands to the control
+    /// plane (the write changes the job, so its watch starts that pass at once).
+    async fn record_rejection(&self, jp: &JobPlan, r: &LaunchRejectionRecord) -> Result<(), Error> {
+        let jobs: Api<DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            &jp.namespace,
+            &convert::training_jobs(),
+        );
+        let text = r.to_text().map_err(Error::SerdeError)?;
+        self.limiter.acquire().await;
+        jobs.patch(
+            &jp.name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {LAUNCH_REJECTED_ANNOTATION: text}}})),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// The rejection of the launch of `pod` (one of the job's pods to create).
+    fn rejection(
+        pod: Option<&Pod>,
+        code: u16,
+        reason: String,
+        message: String,
+    ) -> Option<LaunchRejectionRecord> {
+        let (id, incarnation) = pod.and_then(crate::observe::replica_of)?;
+        Some(LaunchRejectionRecord {
+            role: id.role.to_string(),
+            index: id.index,
+            incarnation: incarnation.to_string(),
+            code,
+            reason,
+            message,
+        })
+    }
+
+    /// A write of the job's launch (ConfigMap, Service, pod) failed: refused for good, it
+    /// is the launch's rejection; else the error as it is.
+    fn launch_error(pod: Option<&Pod>, e: Error) -> JobError {
+        if refused_for_good(&e) {
+            let (reason, message) = words(&e);
+            if let Some(r) = Self::rejection(pod, code(&e).unwrap_or(0), reason, message) {
+                return JobError::Rejected(r);
+            }
+        }
+        JobError::Failed(e)
+    }
+
+    async fn apply_job(&self, jp: &JobPlan, report: &mut ApplyReport) -> Result<(), JobError> {
         let jobs: Api<DynamicObject> = Api::namespaced_with(
             self.client.clone(),
             &jp.namespace,
@@ -175,8 +391,11 @@ impl Applier {
             report.status_updates += 1;
         }
 
-        // 3. Launch files and the headless Service.
+        // 3. Launch files, the ssh keys of an MPI job and the headless Service.
         let ssa = PatchParams::apply(FIELD_MANAGER).force();
+        if let Some(secret) = &jp.ssh_secret {
+            self.create_ssh_secret(jp, secret).await?;
+        }
         if let Some(cm) = &jp.config_map {
             let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &jp.namespace);
             let name = cm.metadata.name.clone().unwrap_or_default();
@@ -186,14 +405,16 @@ impl Applier {
                 &ssa,
                 &Patch::Apply(with_type(cm, "v1", "ConfigMap")?),
             )
-            .await?;
+            .await
+            .map_err(|e| Self::launch_error(jp.create.first(), e))?;
         }
         if let Some(svc) = &jp.service {
             let api: Api<Service> = Api::namespaced(self.client.clone(), &jp.namespace);
             let name = svc.metadata.name.clone().unwrap_or_default();
             self.limiter.acquire().await;
             api.patch(&name, &ssa, &Patch::Apply(with_type(svc, "v1", "Service")?))
-                .await?;
+                .await
+                .map_err(|e| Self::launch_error(jp.create.first(), e))?;
         }
 
         // 4. Pods. A name that exists already belongs to some incarnation; never take it
@@ -215,8 +436,31 @@ impl Applier {
                 Ok(_) => report.pods_created += 1,
                 Err(e) if code(&e) == Some(409) => {
                     all_created = false;
+                    // Ours (an incarnation still terminating): the next pass sees it. Not
+                    // ours: the name is taken for good, as far as this job can tell.
+                    let name = pod.metadata.name.clone().unwrap_or_default();
+                    self.limiter.acquire().await;
+                    let holder = pods.get_opt(&name).await?;
+                    let owned = holder.as_ref().is_none_or(|p| {
+                        p.metadata
+                            .owner_references
+                            .iter()
+                            .flatten()
+                            .any(|o| Some(&o.uid) == jp.uid.as_ref())
+                    });
+                    if !owned {
+                        let (reason, message) = words(&e);
+                        let message = format!(
+                            "{message}: pod {name} exists and is not owned by TrainingJob {}/{}; \
+                             delete it or rename the job",
+                            jp.namespace, jp.name
+                        );
+                        if let Some(r) = Self::rejection(Some(pod), 409, reason, message) {
+                            return Err(JobError::Rejected(r));
+                        }
+                    }
                 }
-                Err(e) => return Err(e),
+                Err(e) => return Err(Self::launch_error(Some(pod), e)),
             }
         }
 
@@ -244,7 +488,7 @@ impl Applier {
                     Ok(_) => report.pods_bound += 1,
                     // Already bound (a pass before a restart did it).
                     Err(e) if code(&e) == Some(409) => {}
-                    Err(e) => return Err(e),
+                    Err(e) => return Err(e.into()),
                 }
             }
         }
@@ -263,7 +507,7 @@ impl Applier {
             match pods.delete(&d.name, &dp).await {
                 Ok(_) => report.pods_deleted += 1,
                 Err(e) if matches!(code(&e), Some(404 | 409)) => {}
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.into()),
             }
         }
 
@@ -273,16 +517,13 @@ impl Applier {
             match jobs.delete(&jp.name, &DeleteParams::background()).await {
                 Ok(_) => {}
                 Err(e) if code(&e) == Some(404) => {}
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.into()),
             }
         }
         Ok(())
     }
 
     async fn publish_events(&self, jp: &JobPlan, report: &mut ApplyReport) {
-        let Some(recorder) = &self.recorder else {
-            return;
-        };
         let reference = ObjectReference {
             api_version: Some(corral_api::API_VERSION.to_string()),
             kind: Some("TrainingJob".into()),
@@ -292,7 +533,36 @@ impl Applier {
             resource_version: None,
             field_path: None,
         };
+        let who = jp
+            .uid
+            .clone()
+            .unwrap_or_else(|| format!("{}/{}", jp.namespace, jp.name));
         for e in &jp.events {
+            if e.recurring {
+                let seen = (who.clone(), e.reason.clone(), e.note.clone());
+                let repeat = self
+                    .published
+                    .lock()
+                    .map(|mut p| match p.entry(seen) {
+                        std::collections::hash_map::Entry::Occupied(_) => true,
+                        std::collections::hash_map::Entry::Vacant(v) => {
+                            v.insert(Instant::now());
+                            false
+                        }
+                    })
+                    .unwrap_or(false);
+                if repeat {
+                    continue;
+                }
+            }
+            if e.warning {
+                tracing::warn!(event = %e.reason, "{}", e.note);
+            } else {
+                tracing::info!(event = %e.reason, "{}", e.note);
+            }
+            let Some(recorder) = &self.recorder else {
+                continue;
+            };
             let ev = Event {
                 type_: if e.warning {
                     EventType::Warning
@@ -307,13 +577,25 @@ impl Applier {
             self.limiter.acquire().await;
             match recorder.publish(&ev, &reference).await {
                 Ok(()) => report.events += 1,
-                Err(err) => report.errors.push(format!(
-                    "{}/{}: event {}: {err}",
-                    jp.namespace, jp.name, e.reason
-                )),
+                Err(err) => {
+                    tracing::warn!("publishing event {}: {err}", e.reason);
+                    report.errors.push(format!(
+                        "{}/{}: event {}: {err}",
+                        jp.namespace, jp.name, e.reason
+                    ))
+                }
             }
         }
     }
+}
+
+/// A new ed25519 key pair in OpenSSH formats: (private key file, `ssh-ed25519 AAAA...`).
+fn ssh_key_pair() -> Result<(String, String), ssh_key::Error> {
+    let key =
+        ssh_key::PrivateKey::random(&mut ssh_key::rand_core::OsRng, ssh_key::Algorithm::Ed25519)?;
+    let private = key.to_openssh(ssh_key::LineEnding::LF)?.to_string();
+    let public = key.public_key().to_openssh()?;
+    Ok((private, public))
 }
 
 fn truncate(s: &str, max: usize) -> String {

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use serde_json::{Map, Value, json};
 
@@ -160,6 +160,52 @@ pub fn build_config_map(
         data: Some(data),
         ..Default::default()
     }))
+}
+
+/// Where an MPI job's ssh keys are mounted in the launcher and every worker: the job's
+/// `mpi.sshAuthMountPath`, else `/root/.ssh` (Kubeflow's MPI operator v2 mounts them for
+/// every MPIJob, so that `mpirun` reaches the workers over ssh); `None` for other frameworks.
+pub fn ssh_mount_path(job: &TrainingJob) -> Option<&str> {
+    (job.spec.framework == Framework::Mpi).then(|| {
+        job.spec
+            .mpi
+            .as_ref()
+            .and_then(|m| m.ssh_auth_mount_path.as_deref())
+            .unwrap_or(SSH_DEFAULT_MOUNT_PATH)
+    })
+}
+
+/// The name of an MPI job's ssh key Secret, `<job>-ssh` (as Kubeflow's MPI operator).
+pub fn ssh_secret_name(job: &str) -> String {
+    format!("{job}-ssh")
+}
+
+/// An MPI job's ssh key Secret, laid out as Kubeflow's MPI operator v2 does: type
+/// `kubernetes.io/ssh-auth`, immutable, owned by the job, `ssh-privatekey` and
+/// `ssh-publickey` (OpenSSH formats, [`with_ssh_keys`]). The key pair is the shell's to
+/// generate (randomness is I/O), once, when it creates the Secret: building stays pure.
+pub fn build_ssh_secret(job: &TrainingJob) -> Result<Secret, BuildError> {
+    Ok(Secret {
+        metadata: ObjectMeta {
+            name: Some(ssh_secret_name(&job.metadata.name)),
+            namespace: Some(job.metadata.namespace_or_default().to_string()),
+            labels: Some(base_labels(job)),
+            owner_references: Some(vec![owner_reference(job)?]),
+            ..Default::default()
+        },
+        type_: Some("kubernetes.io/ssh-auth".into()),
+        immutable: Some(true),
+        ..Default::default()
+    })
+}
+
+/// The Secret with its key pair: the private key file and the `authorized_keys` line.
+pub fn with_ssh_keys(mut secret: Secret, private_openssh: &str, public_openssh: &str) -> Secret {
+    secret.string_data = Some(BTreeMap::from([
+        (SSH_PRIVATE_KEY.to_string(), private_openssh.to_string()),
+        (SSH_PUBLIC_KEY.to_string(), public_openssh.to_string()),
+    ]));
+    secret
 }
 
 fn file_key(path: &str) -> String {
@@ -351,7 +397,8 @@ pub fn build_pod(
         }
     }
     let mut files_mounted = false;
-    if !launch.files.is_empty() {
+    let ssh = ssh_mount_path(job);
+    if !launch.files.is_empty() || ssh.is_some() {
         let mut mounts: Vec<Value> = match main.remove("volumeMounts") {
             Some(Value::Array(m)) => m,
             _ => Vec::new(),
@@ -364,8 +411,11 @@ pub fn build_pod(
                 "readOnly": true,
             }));
         }
+        if let Some(path) = ssh {
+            mounts.push(json!({"name": SSH_VOLUME, "mountPath": path}));
+        }
         main.insert("volumeMounts".into(), Value::Array(mounts));
-        files_mounted = true;
+        files_mounted = !launch.files.is_empty();
     }
     let mut all_containers = vec![Value::Object(main)];
     for (i, c) in containers.into_iter().enumerate() {
@@ -374,15 +424,33 @@ pub fn build_pod(
         }
     }
     pod_spec.insert("containers".into(), Value::Array(all_containers));
-    if files_mounted {
+    if files_mounted || ssh.is_some() {
         let mut volumes: Vec<Value> = match pod_spec.remove("volumes") {
             Some(Value::Array(v)) => v,
             _ => Vec::new(),
         };
-        volumes.push(json!({
-            "name": "corral-launch",
-            "configMap": {"name": config_map_name(job_name), "defaultMode": 0o444},
-        }));
+        if files_mounted {
+            volumes.push(json!({
+                "name": "corral-launch",
+                "configMap": {"name": config_map_name(job_name), "defaultMode": 0o444},
+            }));
+        }
+        if ssh.is_some() {
+            // The private key, its public half and authorized_keys, readable by the
+            // owner only (sshd refuses looser modes).
+            volumes.push(json!({
+                "name": SSH_VOLUME,
+                "secret": {
+                    "secretName": ssh_secret_name(job_name),
+                    "defaultMode": 0o600,
+                    "items": [
+                        {"key": SSH_PRIVATE_KEY, "path": "id_rsa"},
+                        {"key": SSH_PUBLIC_KEY, "path": "id_rsa.pub"},
+                        {"key": SSH_PUBLIC_KEY, "path": "authorized_keys"},
+                    ],
+                },
+            }));
+        }
         pod_spec.insert("volumes".into(), Value::Array(volumes));
     }
     pod_spec.insert("hostname".into(), json!(pod_name));

@@ -12,6 +12,11 @@ pub const INCARNATION_LABEL: &str = "corral.dev/incarnation";
 /// JSON, in the operator's versioned record (`crate::record::AdmissionRecord`). Written before any pod is created; removed when the job returns to its queue or
 /// finishes. It is what survives a restart of the operator in the middle of a gang.
 pub const ADMISSION_ANNOTATION: &str = "corral.dev/admission";
+/// On a TrainingJob: a replica launch the API server refused for good (400, 403, 422, or a
+/// name held by a pod the job does not own), as JSON ([`crate::record::LaunchRejectionRecord`]).
+/// The observation the next pass hands to the control plane, which fails the job with the
+/// server's message and releases its admission.
+pub const LAUNCH_REJECTED_ANNOTATION: &str = "corral.dev/launch-rejected";
 /// On a pod: the node Corral chose for it (before the Binding is made).
 pub const NODE_ANNOTATION: &str = "corral.dev/node";
 /// `spec.schedulerName` of replica pods: kube-scheduler leaves them to Corral.
@@ -24,3 +29,10 @@ pub const GPU_PRODUCT_LABEL: &str = corral_api::node_pool::GPU_PRODUCT_LABEL;
 pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
 /// Name of the framework port on replica containers and the Service.
 pub const PORT_NAME: &str = "corral";
+/// The volume of an MPI job's ssh keys (Kubeflow's MPI operator's name).
+pub const SSH_VOLUME: &str = "ssh-auth";
+/// Where an MPI job's ssh keys are mounted unless `mpi.sshAuthMountPath` says otherwise.
+pub const SSH_DEFAULT_MOUNT_PATH: &str = "/root/.ssh";
+/// Keys of the ssh Secret (`kubernetes.io/ssh-auth` and Kubeflow's MPI operator's).
+pub const SSH_PRIVATE_KEY: &str = "ssh-privatekey";
+pub const SSH_PUBLIC_KEY: &str = "ssh-publickey";

@@ -5,7 +5,7 @@
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use serde::de::DeserializeOwned;
 
-use corral_api::{Kind, NodePoolSpec, PriorityClassSpec, QueueSpec, TrainingJobSpec};
+use corral_api::{JobPriorityClassSpec, Kind, NodePoolSpec, QueueSpec, TrainingJobSpec};
 
 /// The API resource of a Corral kind (group corral.dev, version v1alpha1).
 pub fn api_resource<K: Kind>() -> ApiResource {
@@ -26,8 +26,17 @@ pub fn queues() -> ApiResource {
 pub fn node_pools() -> ApiResource {
     api_resource::<NodePoolSpec>()
 }
-pub fn priority_classes() -> ApiResource {
-    api_resource::<PriorityClassSpec>()
+pub fn job_priority_classes() -> ApiResource {
+    api_resource::<JobPriorityClassSpec>()
+}
+/// The deprecated `PriorityClass` kind of corral.dev, still read for one release.
+pub fn legacy_priority_classes() -> ApiResource {
+    let gvk = GroupVersionKind::gvk(
+        corral_api::meta::API_GROUP,
+        corral_api::crd::VERSION,
+        corral_api::job_priority_class::LEGACY_KIND,
+    );
+    ApiResource::from_gvk_with_plural(&gvk, corral_api::job_priority_class::LEGACY_PLURAL)
 }
 
 /// Decodes one object of a Corral kind; the error names the object and the field.

@@ -4,7 +4,7 @@
 //! An explicit pipeline (Stackable / linkerd style); only the first and last steps touch
 //! the API server:
 //! 1. **observe** ([`observe`]): TrainingJobs, Pods of every scheduler, Nodes, Queues,
-//!    NodePools and PriorityClasses become a [`World`], read by pure functions (a node's
+//!    NodePools and JobPriorityClasses become a [`World`], read by pure functions (a node's
 //!    allocatable and what is in use on it, replica states from pods, a job's node selector
 //!    and tolerations; GPU type from `nvidia.com/gpu.product`).
 //! 2. **plan** ([`plan::plan`], pure): the core's control plane

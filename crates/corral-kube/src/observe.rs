@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::{Node, Pod, Service, Taint, Toleration};
 
 use corral_api::training_job::{Role, TrainingJob};
-use corral_api::{NodePool, PriorityClass, Quantity, Queue};
+use corral_api::{JobPriorityClass, NodePool, Quantity, Queue};
 use corral_core::lifecycle::{
     FailureReason, Incarnation, ObservedReplica, ReplicaId, ReplicaPhase,
 };
@@ -30,7 +30,7 @@ pub struct World {
     pub services: Vec<Service>,
     pub queues: Vec<Queue>,
     pub pools: Vec<NodePool>,
-    pub classes: Vec<PriorityClass>,
+    pub classes: Vec<JobPriorityClass>,
     /// Objects that could not be decoded, in words (reported, never fatal).
     pub warnings: Vec<String>,
 }

@@ -20,7 +20,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Error};
 use tokio::sync::{Notify, watch};
 
-use corral_api::{NodePool, PriorityClass, Queue, TrainingJob};
+use corral_api::{JobPriorityClass, NodePool, Queue, TrainingJob};
 
 use crate::apply::{Applier, ApplyReport, RateLimiter};
 use crate::build::BuildOptions;
@@ -79,6 +79,56 @@ pub struct OperatorArgs {
     /// `alongside` Kubeflow's operator. See deploy/README.md.
     #[arg(long, value_enum, default_value_t = crate::kubeflow::Mode::Off)]
     pub kubeflow: crate::kubeflow::Mode,
+    /// Log lines as text (for a terminal) or JSON (one object per line, for a log
+    /// collector). The level and targets come from RUST_LOG (default: info).
+    #[arg(long, env = "CORRAL_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Installs the operator's log subscriber: RUST_LOG's filter (default `info`), text or
+/// JSON. Lines about a job carry its `namespace` and name (`job`), fields of the `job` span
+/// of every apply.
+/// Fails only when a subscriber is installed already.
+pub fn init_logging(format: LogFormat) -> Result<(), OperatorError> {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let subscriber = log_subscriber(format, filter, std::io::stderr, ansi);
+    tracing::subscriber::set_global_default(subscriber)
+        .map_err(|e| OperatorError::Config(format!("logging: {e}")))
+}
+
+/// The operator's log subscriber writing to `writer`: text (with the spans as
+/// `job{namespace=.. job=..}:` prefixes) or JSON (one object per line; the fields of the
+/// current span, `namespace` and `job` for a job, under `span`).
+pub fn log_subscriber<W>(
+    format: LogFormat,
+    filter: tracing_subscriber::EnvFilter,
+    writer: W,
+    ansi: bool,
+) -> Box<dyn tracing::Subscriber + Send + Sync>
+where
+    W: for<'a> tracing_subscriber::fmt::MakeWriter<'a> + Send + Sync + 'static,
+{
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(writer);
+    match format {
+        LogFormat::Text => Box::new(builder.with_ansi(ansi).finish()),
+        LogFormat::Json => Box::new(
+            builder
+                .json()
+                .with_current_span(true)
+                .with_span_list(false)
+                .finish(),
+        ),
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -93,6 +143,7 @@ pub enum OperatorError {
 
 /// Runs the operator until SIGTERM or Ctrl-C. Blocking: it brings its own runtime.
 pub fn run_operator(args: OperatorArgs) -> Result<(), OperatorError> {
+    init_logging(args.log_format)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -107,7 +158,13 @@ pub async fn observe_api(client: &Client) -> Result<World, Error> {
     let jobs = dynamic(convert::training_jobs()).list(&lp).await?;
     let queues = dynamic(convert::queues()).list(&lp).await?;
     let pools = dynamic(convert::node_pools()).list(&lp).await?;
-    let classes = dynamic(convert::priority_classes()).list(&lp).await?;
+    let classes = dynamic(convert::job_priority_classes()).list(&lp).await?;
+    // The deprecated kind's CRD may be absent (installed without it): then there is nothing.
+    let legacy = dynamic(convert::legacy_priority_classes())
+        .list(&lp)
+        .await
+        .map(|l| l.items.into_iter().map(Arc::new).collect::<Vec<_>>())
+        .unwrap_or_default();
     let items = |l: kube::api::ObjectList<DynamicObject>| {
         l.items.into_iter().map(Arc::new).collect::<Vec<_>>()
     };
@@ -117,6 +174,7 @@ pub async fn observe_api(client: &Client) -> Result<World, Error> {
         &items(queues),
         &items(pools),
         &items(classes),
+        &legacy,
     );
     world.pods = Api::<Pod>::all(client.clone()).list(&lp).await?.items;
     world.nodes = Api::<Node>::all(client.clone()).list(&lp).await?.items;
@@ -148,6 +206,7 @@ fn decode_into(
     queues: &[Arc<DynamicObject>],
     pools: &[Arc<DynamicObject>],
     classes: &[Arc<DynamicObject>],
+    legacy_classes: &[Arc<DynamicObject>],
 ) {
     let mut w = Vec::new();
     world.jobs = decode_all::<TrainingJob>(jobs, &mut w);
@@ -165,7 +224,22 @@ fn decode_into(
         .collect();
     world.queues = decode_all::<Queue>(queues, &mut w);
     world.pools = decode_all::<NodePool>(pools, &mut w);
-    world.classes = decode_all::<PriorityClass>(classes, &mut w);
+    world.classes = decode_all::<JobPriorityClass>(classes, &mut w);
+    // Objects of the deprecated kind count unless a JobPriorityClass of that name exists.
+    for c in decode_all::<JobPriorityClass>(legacy_classes, &mut w) {
+        w.push(format!(
+            "PriorityClass {}: {}",
+            c.metadata.name,
+            corral_api::job_priority_class::LEGACY_WARNING
+        ));
+        if !world
+            .classes
+            .iter()
+            .any(|x| x.metadata.name == c.metadata.name)
+        {
+            world.classes.push(c);
+        }
+    }
     world.warnings = w;
 }
 
@@ -196,6 +270,8 @@ struct Stores {
     queues: Store<DynamicObject>,
     pools: Store<DynamicObject>,
     classes: Store<DynamicObject>,
+    /// The deprecated kind's objects, when its CRD is installed.
+    legacy_classes: Option<Store<DynamicObject>>,
     pods: Store<Pod>,
     nodes: Store<Node>,
     services: Store<Service>,
@@ -210,6 +286,11 @@ impl Stores {
             &self.queues.state(),
             &self.pools.state(),
             &self.classes.state(),
+            &self
+                .legacy_classes
+                .as_ref()
+                .map(|s| s.state())
+                .unwrap_or_default(),
         );
         world.pods = self.pods.state().iter().map(|p| (**p).clone()).collect();
         world.nodes = self.nodes.state().iter().map(|p| (**p).clone()).collect();
@@ -266,9 +347,98 @@ where
     reader
 }
 
-#[derive(Default)]
-struct Health {
-    ready: AtomicBool,
+/// What `/readyz` answers. Ready means: the API server answered with the operator's
+/// credentials and serves every Corral CRD (checked at start and every
+/// [`API_CHECK_EVERY`]), and, while this replica leads, its watch caches have synced. A
+/// standby is ready on the first two alone: it serves health and metrics and waits.
+pub struct Health {
+    /// Why the API server is not usable; `None` once the last check passed.
+    api: std::sync::Mutex<Option<String>>,
+    leading: AtomicBool,
+    synced: AtomicBool,
+}
+
+/// How often readiness asks the API server again.
+pub const API_CHECK_EVERY: Duration = Duration::from_secs(10);
+
+impl Default for Health {
+    fn default() -> Self {
+        Health {
+            api: std::sync::Mutex::new(Some("no contact with the API server yet".into())),
+            leading: AtomicBool::new(false),
+            synced: AtomicBool::new(false),
+        }
+    }
+}
+
+impl Health {
+    /// The outcome of [`check_api`].
+    pub fn set_api(&self, outcome: Result<(), String>) {
+        if let Ok(mut a) = self.api.lock() {
+            *a = outcome.err();
+        }
+    }
+
+    /// This replica leads (`true`) or stands by; leading starts unsynced.
+    pub fn set_leading(&self, leading: bool) {
+        self.leading.store(leading, Ordering::Relaxed);
+        self.synced.store(false, Ordering::Relaxed);
+    }
+
+    /// The leader's watch caches have their first full list.
+    pub fn set_synced(&self) {
+        self.synced.store(true, Ordering::Relaxed);
+    }
+
+    /// `Ok` when ready, else why not (the body of a 503).
+    pub fn readiness(&self) -> Result<(), String> {
+        match self.api.lock() {
+            Ok(a) => {
+                if let Some(why) = a.as_ref() {
+                    return Err(why.clone());
+                }
+            }
+            Err(_) => return Err("readiness state unavailable".into()),
+        }
+        if self.leading.load(Ordering::Relaxed) && !self.synced.load(Ordering::Relaxed) {
+            return Err("leading; the watch caches have not synced yet".into());
+        }
+        Ok(())
+    }
+}
+
+/// Whether the API server answers this client and serves Corral's CRDs: one list of at
+/// most one object of each kind. The error says what is wrong in words an operator of the
+/// cluster can act on.
+pub async fn check_api(client: &Client) -> Result<(), String> {
+    for ar in [
+        convert::training_jobs(),
+        convert::queues(),
+        convert::node_pools(),
+        convert::job_priority_classes(),
+    ] {
+        let crd = format!("{}.{}", ar.plural, ar.group);
+        let listed = Api::<DynamicObject>::all_with(client.clone(), &ar)
+            .list(&ListParams::default().limit(1))
+            .await;
+        if let Err(e) = listed {
+            return Err(match &e {
+                Error::Api(s) if s.code == 401 => format!(
+                    "the API server refused the operator's credentials (401 Unauthorized): {}",
+                    s.message
+                ),
+                Error::Api(s) if s.code == 403 => format!(
+                    "not allowed to list {crd} (403 Forbidden; see deploy/rbac.yaml): {}",
+                    s.message
+                ),
+                Error::Api(s) if s.code == 404 => {
+                    format!("the CRD {crd} is not installed (404); apply deploy/crds.yaml")
+                }
+                other => format!("the API server did not answer a list of {crd}: {other}"),
+            });
+        }
+    }
+    Ok(())
 }
 
 async fn serve(
@@ -286,10 +456,9 @@ async fn serve(
             get(move || {
                 let h = h.clone();
                 async move {
-                    if h.ready.load(Ordering::Relaxed) {
-                        (StatusCode::OK, "ready")
-                    } else {
-                        (StatusCode::SERVICE_UNAVAILABLE, "starting")
+                    match h.readiness() {
+                        Ok(()) => (StatusCode::OK, "ready".to_string()),
+                        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}")),
                     }
                 }
             }),
@@ -359,8 +528,24 @@ async fn run(args: OperatorArgs) -> Result<(), OperatorError> {
             .clamp(1, args.lease_duration_secs.max(2) - 1),
     );
     let mut stop = stop_rx.clone();
-    // Standby replicas are ready (they serve health and metrics) and wait for the lease.
-    health.ready.store(true, Ordering::Relaxed);
+    // Readiness follows the API server: credentials accepted and CRDs served, checked now
+    // and every API_CHECK_EVERY (a standby is ready on that alone).
+    {
+        let (client, health, mut stop) = (client.clone(), health.clone(), stop_rx.clone());
+        tokio::spawn(async move {
+            loop {
+                let outcome = check_api(&client).await;
+                if let Err(why) = &outcome {
+                    tracing::warn!("not ready: {why}");
+                }
+                health.set_api(outcome);
+                tokio::select! {
+                    _ = tokio::time::sleep(API_CHECK_EVERY) => {}
+                    _ = stop.wait_for(|s| *s) => break,
+                }
+            }
+        });
+    }
     loop {
         if *stop.borrow() {
             break;
@@ -368,8 +553,19 @@ async fn run(args: OperatorArgs) -> Result<(), OperatorError> {
         match lock.try_acquire_or_renew(Timestamp::now()).await {
             Ok(true) => {
                 metrics.leader.set(1);
+                health.set_leading(true);
                 tracing::info!("leading as {}", args.identity);
-                lead(&args, &client, &lock, renew, &metrics, stop.clone()).await;
+                lead(
+                    &args,
+                    &client,
+                    &lock,
+                    renew,
+                    &metrics,
+                    &health,
+                    stop.clone(),
+                )
+                .await;
+                health.set_leading(false);
                 metrics.leader.set(0);
                 if *stop.borrow() {
                     let _ = lock.release().await;
@@ -395,12 +591,28 @@ async fn lead(
     lock: &LeaseLock,
     renew: Duration,
     metrics: &Metrics,
+    health: &Health,
     mut stop: watch::Receiver<bool>,
 ) {
     let notify = Arc::new(Notify::new());
     let mut tasks = Vec::new();
     let ar = |r: ApiResource| Api::<DynamicObject>::all_with(client.clone(), &r);
     let wc = watcher::Config::default;
+    // Watch the deprecated kind only where its CRD is served: a watch of a missing resource
+    // would fail forever.
+    let legacy_served = ar(convert::legacy_priority_classes())
+        .list(&ListParams::default().limit(1))
+        .await
+        .is_ok();
+    let legacy_classes = legacy_served.then(|| {
+        reflect(
+            ar(convert::legacy_priority_classes()),
+            wc(),
+            convert::legacy_priority_classes(),
+            notify.clone(),
+            &mut tasks,
+        )
+    });
     let stores = Stores {
         jobs: reflect(
             ar(convert::training_jobs()),
@@ -424,12 +636,13 @@ async fn lead(
             &mut tasks,
         ),
         classes: reflect(
-            ar(convert::priority_classes()),
+            ar(convert::job_priority_classes()),
             wc(),
-            convert::priority_classes(),
+            convert::job_priority_classes(),
             notify.clone(),
             &mut tasks,
         ),
+        legacy_classes,
         pods: reflect(
             Api::all(client.clone()),
             wc(),
@@ -475,6 +688,8 @@ async fn lead(
         ok = stores.ready() => if !ok { return; },
         _ = stop.wait_for(|s| *s) => { for t in tasks { t.abort(); } return; }
     }
+    health.set_synced();
+    tracing::info!("watch caches synced");
     let mut last_renew = Instant::now();
     loop {
         if last_renew.elapsed() >= renew {
@@ -496,15 +711,22 @@ async fn lead(
         let started = Instant::now();
         let (plan, report) = pass(&world, &cfg, &applier, Timestamp::now()).await;
         metrics.record(&plan, &report, started.elapsed().as_secs_f64());
-        for e in &report.errors {
-            tracing::warn!("apply: {e}");
-        }
+        // Apply errors were logged with their job's span by the applier.
+        tracing::debug!(
+            jobs = plan.jobs.len(),
+            errors = report.errors.len(),
+            seconds = started.elapsed().as_secs_f64(),
+            "pass"
+        );
         let kf = kubeflow.pass(&world, &applier, Timestamp::now()).await;
         for e in &kf.errors {
             tracing::warn!("kubeflow: {e}");
         }
         let next_after = plan
             .requeue_after()
+            .into_iter()
+            .chain(report.retry_in)
+            .min()
             .unwrap_or(Duration::from_secs(args.resync_secs.max(1)))
             .min(Duration::from_secs(args.resync_secs.max(1)))
             .min(renew)

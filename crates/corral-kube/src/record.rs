@@ -171,3 +171,43 @@ mod tests {
         assert_eq!(old.admission, held.admission);
     }
 }
+
+/// The `corral.dev/launch-rejected` annotation: which replica incarnation the API server
+/// refused to create, and its words.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LaunchRejectionRecord {
+    pub role: String,
+    pub index: u32,
+    /// `<attempt>.<retry>`, as the pod's incarnation label.
+    pub incarnation: String,
+    /// The HTTP status of the refusal (400, 403, 409, 422).
+    pub code: u16,
+    /// The Status reason (`Invalid`, `Forbidden`, `AlreadyExists`, `BadRequest`).
+    #[serde(default)]
+    pub reason: String,
+    pub message: String,
+}
+
+impl LaunchRejectionRecord {
+    pub fn parse(text: &str) -> Result<Self, String> {
+        serde_json::from_str(text).map_err(|e| e.to_string())
+    }
+
+    pub fn to_text(&self) -> Result<String, serde_json::Error> {
+        serde_json::to_string(self)
+    }
+
+    /// The core's observation, or why the record does not read.
+    pub fn to_rejection(&self) -> Result<corral_core::control::LaunchRejection, String> {
+        let role: corral_api::training_job::Role = self
+            .role
+            .parse()
+            .map_err(|e| format!("role `{}`: {e}", self.role))?;
+        Ok(corral_core::control::LaunchRejection {
+            replica: corral_core::lifecycle::ReplicaId::new(role, self.index),
+            incarnation: self.incarnation.parse()?,
+            message: format!("{} ({} {})", self.message, self.code, self.reason),
+        })
+    }
+}

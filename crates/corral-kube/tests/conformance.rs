@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 
 const PODS: &str = "api/v1/pods";
 const JOBS: &str = "apis/corral.dev/v1alpha1/trainingjobs";
-const CLASSES: &str = "apis/corral.dev/v1alpha1/priorityclasses";
+const CLASSES: &str = "apis/corral.dev/v1alpha1/jobpriorityclasses";
 const H100: &str = "NVIDIA-H100-80GB-HBM3";
 /// Seconds the operator's clock advances between passes: more than the grace period, so
 /// that restart back-offs pass within a few passes.

@@ -137,7 +137,7 @@ fn crds_equal_the_generated_ones_and_validate() {
 
 #[test]
 fn install_manifests_parse_as_kubernetes_objects() {
-    for file in ["rbac.yaml", "operator.yaml"] {
+    for file in ["namespace.yaml", "rbac.yaml", "operator.yaml"] {
         for doc in docs(&deploy().join(file)) {
             let kind = doc["kind"].as_str().expect("kind").to_string();
             let ok = match kind.as_str() {
@@ -201,11 +201,13 @@ fn rbac_grants_what_the_operator_calls_and_no_wildcards() {
         ("corral.dev", "trainingjobs/status", &["patch"][..]),
         ("corral.dev", "queues", &["list", "watch"][..]),
         ("corral.dev", "nodepools", &["list", "watch"][..]),
+        ("corral.dev", "jobpriorityclasses", &["list", "watch"][..]),
         ("corral.dev", "priorityclasses", &["list", "watch"][..]),
         ("", "pods", &["list", "watch", "create", "delete"][..]),
         ("", "pods/binding", &["create"][..]),
         ("", "services", &["list", "watch", "create", "patch"][..]),
         ("", "configmaps", &["create", "patch"][..]),
+        ("", "secrets", &["create"][..]),
         ("", "nodes", &["list", "watch"][..]),
         ("events.k8s.io", "events", &["create", "patch"][..]),
     ] {
@@ -234,5 +236,177 @@ fn rbac_grants_what_the_operator_calls_and_no_wildcards() {
         lease.metadata.namespace.as_deref(),
         Some("corral-system"),
         "leases only in its namespace"
+    );
+}
+
+/// The files of the ordered install, as deploy/kustomization.yaml lists them.
+fn kustomization_resources() -> Vec<String> {
+    let k = &docs(&deploy().join("kustomization.yaml"))[0];
+    k["resources"]
+        .as_array()
+        .expect("resources")
+        .iter()
+        .map(|r| r.as_str().expect("a file").to_string())
+        .collect()
+}
+
+/// deploy/install.yaml: every file of the kustomization, in its order, as one file.
+fn render_install() -> String {
+    let mut out = String::from(
+        "# The whole install in one file, in order: `kubectl apply --server-side -f deploy/install.yaml`.\n\
+         # Generated from deploy/kustomization.yaml's files by crates/corral-kube/tests/deploy.rs\n\
+         # (UPDATE_GOLDENS=1 rewrites it); do not edit.\n",
+    );
+    for f in kustomization_resources() {
+        let text = std::fs::read_to_string(deploy().join(&f)).expect("read");
+        out.push_str(&format!("---\n# deploy/{f}\n"));
+        out.push_str(text.trim_start_matches("---\n"));
+        if !out.ends_with('\n') {
+            out.push('\n');
+        }
+    }
+    out
+}
+
+// Issue 19 #6: `kubectl apply -f deploy/rbac.yaml -f deploy/operator.yaml` failed on a first
+// run: the Namespace came after the objects in it.
+#[test]
+fn the_install_is_ordered_namespace_and_crds_first() {
+    let path = deploy().join("install.yaml");
+    let rendered = render_install();
+    if std::env::var_os("UPDATE_GOLDENS").is_some() || !path.exists() {
+        std::fs::write(&path, &rendered).expect("write");
+    }
+    assert_eq!(
+        std::fs::read_to_string(&path).expect("install.yaml"),
+        rendered,
+        "deploy/install.yaml is out of date; UPDATE_GOLDENS=1 regenerates it"
+    );
+    let files = kustomization_resources();
+    // Every install manifest is in the kustomization.
+    for f in ["namespace.yaml", "crds.yaml", "rbac.yaml", "operator.yaml"] {
+        assert!(
+            files.iter().any(|x| x == f),
+            "{f} missing from kustomization.yaml"
+        );
+    }
+    for all in [
+        docs(&path),
+        files.iter().flat_map(|f| docs(&deploy().join(f))).collect(),
+    ] {
+        let kinds: Vec<&str> = all
+            .iter()
+            .map(|d| d["kind"].as_str().expect("kind"))
+            .collect();
+        let ns_at = kinds
+            .iter()
+            .position(|k| *k == "Namespace")
+            .expect("a Namespace");
+        let last_crd = kinds
+            .iter()
+            .rposition(|k| *k == "CustomResourceDefinition")
+            .expect("CRDs");
+        for (i, d) in all.iter().enumerate() {
+            if d["metadata"]["namespace"].is_string() {
+                assert!(
+                    i > ns_at,
+                    "{} {} comes before its Namespace",
+                    kinds[i],
+                    d["metadata"]["name"]
+                );
+            }
+            if !matches!(kinds[i], "Namespace" | "CustomResourceDefinition") {
+                assert!(i > last_crd, "{} comes before the CRDs", kinds[i]);
+            }
+        }
+        assert_eq!(
+            all.iter().filter(|d| d["kind"] == "Namespace").count(),
+            1,
+            "one Namespace"
+        );
+    }
+    // The README and deploy/README say the same command.
+    for readme in [deploy().join("README.md"), deploy().join("../README.md")] {
+        let text = std::fs::read_to_string(&readme).expect("readme");
+        assert!(
+            text.contains("kubectl apply --server-side -k deploy/")
+                || text.contains("kubectl apply --server-side -f deploy/install.yaml"),
+            "{} does not give the ordered install",
+            readme.display()
+        );
+        assert!(
+            !text.contains("-f deploy/rbac.yaml -f deploy/operator.yaml"),
+            "{} still gives the unordered install",
+            readme.display()
+        );
+    }
+}
+
+/// The Helm template's YAML with `{{ ... }}` replaced by a placeholder, so that its rules
+/// parse.
+fn helm_docs(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).expect("read");
+    let mut plain = String::new();
+    let mut rest = text.as_str();
+    while let Some(start) = rest.find("{{") {
+        plain.push_str(&rest[..start]);
+        let end = rest[start..]
+            .find("}}")
+            .map_or(rest.len(), |e| start + e + 2);
+        plain.push_str("templated");
+        rest = &rest[end..];
+    }
+    plain.push_str(rest);
+    plain
+        .split("\n---")
+        .filter(|d| {
+            d.lines()
+                .any(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+        })
+        .map(|d| serde_saphyr::from_str::<Value>(d).expect("helm template parses"))
+        .collect()
+}
+
+// Issue 19 #2: the operator sets blockOwnerDeletion on what it creates, which the
+// OwnerReferencesPermissionEnforcement admission plugin allows only with update on the
+// owner's finalizers.
+#[test]
+fn rbac_lets_the_operator_block_owner_deletion_in_both_installs() {
+    let job: corral_api::TrainingJob = serde_saphyr::from_str(
+        "apiVersion: corral.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: j, namespace: ml, uid: u-1}\n\
+         spec:\n  framework: pytorch\n  replicas:\n    worker: {template: {image: x, command: [x]}}\n",
+    )
+    .expect("job");
+    let svc = corral_kube::build::build_service(&job).expect("service");
+    let blocks = svc
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.block_owner_deletion == Some(true));
+    let rules_of = |docs: Vec<Value>| -> Vec<Value> {
+        docs.into_iter()
+            .find(|d| d["kind"] == "ClusterRole")
+            .and_then(|d| d["rules"].as_array().cloned())
+            .expect("ClusterRole rules")
+    };
+    let plain = rules_of(docs(&deploy().join("rbac.yaml")));
+    let helm = rules_of(helm_docs(&deploy().join("helm/corral/templates/rbac.yaml")));
+    assert_eq!(plain, helm, "the chart grants what deploy/rbac.yaml grants");
+    let grants_finalizers = plain.iter().any(|r| {
+        r["apiGroups"]
+            .as_array()
+            .is_some_and(|g| g.iter().any(|g| g == "corral.dev"))
+            && r["resources"]
+                .as_array()
+                .is_some_and(|x| x.iter().any(|x| x == "trainingjobs/finalizers"))
+            && r["verbs"]
+                .as_array()
+                .is_some_and(|v| v.iter().any(|v| v == "update"))
+    });
+    assert!(blocks, "the operator sets blockOwnerDeletion");
+    assert!(
+        grants_finalizers,
+        "missing update on corral.dev/trainingjobs/finalizers"
     );
 }

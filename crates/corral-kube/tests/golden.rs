@@ -45,6 +45,7 @@ fn render(dir: &Path) -> String {
     let out = json!({
         "service": jp.service,
         "configMap": jp.config_map,
+        "sshSecret": jp.ssh_secret,
         "pods": jp.create,
         "bindings": jp.bind.iter().map(|b| json!({"pod": b.pod, "node": b.node})).collect::<Vec<Value>>(),
         "events": jp.events.iter().map(|e| format!("{}: {}", e.reason, e.note)).collect::<Vec<String>>(),

@@ -1,7 +1,7 @@
 //! `corral.yaml`: what the embedded cluster is told beyond what it discovers.
 //!
 //! The file is a multi-document YAML (or JSON) stream. Documents of the Corral kinds
-//! `NodePool`, `Queue` and `PriorityClass` declare the cluster's pools, queues and priority
+//! `NodePool`, `Queue` and `JobPriorityClass` declare the cluster's pools, queues and priority
 //! classes exactly as on Kubernetes. One optional document of `kind: CorralConfig` holds the
 //! embedded cluster's own settings:
 //!
@@ -47,7 +47,7 @@ use std::path::Path;
 
 use corral_api::document::{Document, parse_documents, raw_documents};
 use corral_api::validate::ValidationContext;
-use corral_api::{NodePool, PriorityClass, Quantity, Queue};
+use corral_api::{JobPriorityClass, NodePool, Quantity, Queue};
 use serde::{Deserialize, Serialize};
 
 /// The kind of the settings document.
@@ -222,7 +222,7 @@ pub enum WithoutRuntime {
 pub struct ClusterFileConfig {
     pub node_pools: Vec<NodePool>,
     pub queues: Vec<Queue>,
-    pub priority_classes: Vec<PriorityClass>,
+    pub priority_classes: Vec<JobPriorityClass>,
     pub settings: Settings,
 }
 
@@ -274,9 +274,17 @@ impl ClusterFileConfig {
         for r in parse_documents(&joined, &ValidationContext::default()) {
             match r {
                 Ok(p) => match p.document {
+                    Document::JobPriorityClass(c) if !p.warnings.is_empty() => {
+                        // A deprecated kind still loads; whoever runs `corral up` sees why it
+                        // should change.
+                        for w in &p.warnings {
+                            eprintln!("warning: {} {}: {w}", c.kind, c.metadata.name);
+                        }
+                        out.priority_classes.push(c)
+                    }
                     Document::NodePool(n) => out.node_pools.push(n),
                     Document::Queue(q) => out.queues.push(q),
-                    Document::PriorityClass(c) => out.priority_classes.push(c),
+                    Document::JobPriorityClass(c) => out.priority_classes.push(c),
                     Document::TrainingJob(j) => problems.push(format!(
                         "TrainingJob {} does not belong in the configuration; submit it",
                         j.metadata.name
@@ -299,6 +307,7 @@ impl ClusterFileConfig {
             priority_classes: self.priority_classes.clone(),
             queues: self.queues.clone(),
             nodes: None,
+            requires_image: false,
         }
     }
 

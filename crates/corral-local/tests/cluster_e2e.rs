@@ -396,8 +396,8 @@ fn suspend_stops_and_resume_requeues() {
 }
 
 fn preemption_stops_the_victim_before_the_preemptor_gets_its_gpus() {
-    let classes = "---\napiVersion: corral.dev/v1alpha1\nkind: PriorityClass\nmetadata: {name: high}\nspec: {value: 1000}\n\
-                   ---\napiVersion: corral.dev/v1alpha1\nkind: PriorityClass\nmetadata: {name: low}\nspec: {value: 10}\n";
+    let classes = "---\napiVersion: corral.dev/v1alpha1\nkind: JobPriorityClass\nmetadata: {name: high}\nspec: {value: 1000}\n\
+                   ---\napiVersion: corral.dev/v1alpha1\nkind: JobPriorityClass\nmetadata: {name: low}\nspec: {value: 10}\n";
     let (mut h, mut c) = Harness::new(WAITS, 31700, &format!("node: {{gpus: 2}}\n{classes}"));
     let gpu = "      resources: {gpu: 1}\n";
     let low = job("victim", 2, gpu, "sleep 60")

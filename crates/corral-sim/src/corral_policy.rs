@@ -315,6 +315,7 @@ impl Policy for CorralPolicy {
                 name: (*t).to_string(),
                 cohort: None,
                 weight: 1,
+                namespaces: Vec::new(),
                 quotas: quotas.clone(),
             })
             .collect();

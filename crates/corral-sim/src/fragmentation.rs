@@ -293,6 +293,7 @@ impl CorralPlacer {
                 name: QUEUE.into(),
                 cohort: None,
                 weight: 1,
+                namespaces: Vec::new(),
                 quotas,
             }],
             running: Vec::new(),

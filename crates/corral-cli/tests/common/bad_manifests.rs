@@ -9,7 +9,7 @@ kind: CorralConfig
 node: {gpus: 0}
 ---
 apiVersion: corral.dev/v1alpha1
-kind: PriorityClass
+kind: JobPriorityClass
 metadata: {name: production}
 spec: {value: 1000}
 ---

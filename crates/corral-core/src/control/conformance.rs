@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use corral_api::{PriorityClass, TrainingJob};
+use corral_api::{JobPriorityClass, TrainingJob};
 use serde_json::json;
 
 use super::events::event_reason;
@@ -90,13 +90,13 @@ pub fn job(name: &str, command: &[String]) -> Option<TrainingJob> {
 }
 
 /// The story's priority classes.
-pub fn priority_classes() -> Vec<PriorityClass> {
+pub fn priority_classes() -> Vec<JobPriorityClass> {
     [("low", 10), ("mid", 100), ("high", 1000)]
         .into_iter()
         .filter_map(|(name, value)| {
             serde_json::from_value(json!({
                 "apiVersion": "corral.dev/v1alpha1",
-                "kind": "PriorityClass",
+                "kind": "JobPriorityClass",
                 "metadata": {"name": name},
                 "spec": {"value": value},
             }))

@@ -49,7 +49,7 @@ pub use events::{EventType, JobEvent, event_reason};
 pub use ledger::{Ledger, ServiceByType};
 pub use plane::{
     Change, ControlConfig, ControlError, ControlPlane, HeldAdmission, JobAction, JobRecord,
-    RestoredJob, SchedulingHints, Step,
+    LaunchRejection, RestoredJob, SchedulingHints, Step,
 };
 pub use rules::{
     CPU_POOL, finished_for_good, grace_period, restorable_by_name, with_default_queue,

@@ -6,7 +6,7 @@ use std::fmt;
 use std::time::Duration;
 
 use corral_api::training_job::{ConditionStatus, ConditionType};
-use corral_api::{PriorityClass, TrainingJob, TrainingJobStatus};
+use corral_api::{JobPriorityClass, TrainingJob, TrainingJobStatus};
 use jiff::Timestamp;
 
 use super::events::{EventType, JobEvent, event_reason, status_events};
@@ -20,6 +20,9 @@ use crate::sched::{
     ResourceAmount, RunningJob, SchedError, Scheduler, SchedulerConfig, priority_of,
 };
 
+/// `blockedBy` (and the `Queued` reason) of a job the scheduler cannot take as written.
+const INVALID_BLOCKER: &str = "Invalid";
+
 /// How often at most a waiting job's reason is rewritten when only its numbers change.
 const REASON_REFRESH_MS: Millis = 30_000;
 
@@ -30,7 +33,10 @@ pub struct ControlConfig {
     pub scheduler: SchedulerConfig,
     /// The grace period of jobs that set none of their own (`None`: 30 s).
     pub grace_period: Option<Duration>,
-    pub priority_classes: Vec<PriorityClass>,
+    pub priority_classes: Vec<JobPriorityClass>,
+    /// The platform runs replicas from container images only (Kubernetes): a job with a
+    /// role that names no image is never admitted; it waits with the reason in its status.
+    pub requires_image: bool,
 }
 
 /// What the scheduler should know of a job beyond its spec: constraints the shell reads
@@ -220,6 +226,18 @@ struct Entry {
     /// When the reason was last written into the status (in memory only).
     reason_written: Option<Millis>,
     deleting: bool,
+    /// A launch the platform refused for good, not yet reconciled.
+    rejected: Option<LaunchRejection>,
+}
+
+/// The platform refused to create a replica incarnation, for good (see
+/// [`ControlPlane::launch_rejected`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LaunchRejection {
+    pub replica: ReplicaId,
+    pub incarnation: Incarnation,
+    /// The platform's own words (the API server's Status message).
+    pub message: String,
 }
 
 impl Entry {
@@ -464,14 +482,31 @@ impl ControlPlane {
         let mut defaulted = job.clone();
         defaulted.spec.apply_defaults();
         let priority = priority_of(&defaulted, &config.priority_classes);
-        let request = JobRequest::from_training_job(&defaulted, priority, submitted)
+        let missing = if config.requires_image {
+            corral_api::validate::missing_images(&defaulted.spec)
+        } else {
+            Vec::new()
+        };
+        let request = if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(missing
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; "))
+        };
+        let request = request
+            .and_then(|()| {
+                JobRequest::from_training_job(&defaulted, priority, submitted)
+                    .map_err(|e| e.to_string())
+            })
             .map(|mut r| {
                 r.node_selector = hints.node_selector;
                 r.tolerations = hints.tolerations;
                 r.throughput = hints.throughput;
                 r
-            })
-            .map_err(|e| e.to_string());
+            });
         let grace = rules::grace_period(&job, config.grace_period);
         Entry {
             job,
@@ -482,6 +517,7 @@ impl ControlPlane {
             pending: None,
             reason_written: None,
             deleting: false,
+            rejected: None,
         }
     }
 
@@ -494,13 +530,10 @@ impl ControlPlane {
         if e.standing != Standing::Out || !e.wants_admission() {
             return;
         }
-        let request = match &e.request {
-            Ok(r) => r.clone(),
-            Err(message) => {
-                let message = message.clone();
-                step.event(key, EventType::Warning, event_reason::INVALID, message);
-                return;
-            }
+        // A job the scheduler cannot take waits out of it; its reason goes into its status,
+        // announced once (see `explain_wait`).
+        let Ok(request) = e.request.clone() else {
+            return;
         };
         let throughput = request.throughput.clone();
         match self.scheduler.submit(request) {
@@ -605,6 +638,20 @@ impl ControlPlane {
         if let Some(e) = self.jobs.get_mut(key)
             && merge_phase(&mut e.replicas, replica)
         {
+            self.unsettled.insert(key.to_string());
+        }
+    }
+
+    /// The platform refused to create this replica incarnation and would refuse it again
+    /// (Kubernetes: 400, 403, 422, or 409 for a name held by an object Corral does not own;
+    /// never a transient error such as 429, 5xx or a timeout, which the shell retries with
+    /// back-off). The job fails with the platform's message, a `Failed` event says it, and
+    /// its admission is released once nothing of it runs: a write the platform refuses is
+    /// never retried while holding GPUs. Ignored for any incarnation but the current one
+    /// and for a finished job.
+    pub fn launch_rejected(&mut self, key: &str, rejection: LaunchRejection) {
+        if let Some(e) = self.jobs.get_mut(key) {
+            e.rejected = Some(rejection);
             self.unsettled.insert(key.to_string());
         }
     }
@@ -827,9 +874,21 @@ impl ControlPlane {
     /// One job through the lifecycle. Returns whether it is settled: nothing changed,
     /// nothing to do, no timer.
     fn reconcile_job(&mut self, key: &str, now: Timestamp, step: &mut Step) -> bool {
-        let Some(e) = self.jobs.get(key) else {
+        let Some(e) = self.jobs.get_mut(key) else {
             return true;
         };
+        let old = e.status();
+        let had_status = e.job.status.is_some();
+        if let Some(r) = e.rejected.take() {
+            let job = e.job.name().to_string();
+            let status = e.job.status.get_or_insert_with(Default::default);
+            if !conditions::is_terminal(status)
+                && lifecycle::current_incarnation(status, r.replica) == r.incarnation
+            {
+                lifecycle::fail_rejected_launch(status, &r.replica.name(&job), &r.message, now);
+            }
+        }
+        let e = &*e;
         let admission = match &e.standing {
             Standing::Admitted(a) => AdmissionState::Admitted(a.admission.clone()),
             Standing::Preempting { grace, message } | Standing::Moving { grace, message, .. } => {
@@ -846,8 +905,6 @@ impl ControlPlane {
             .map(|((id, inc), phase)| ObservedReplica::new(*id, *inc, *phase))
             .collect();
         let out = lifecycle::reconcile_with(&e.job, &observed, &admission, e.grace, now);
-        let old = e.status();
-        let had_status = e.job.status.is_some();
         let mut status = out.status;
         self.explain_wait(key, &old, &mut status, now, step);
         status_events(key, &old, &status, &mut step.events);
@@ -927,6 +984,29 @@ impl ControlPlane {
         let Some(e) = self.jobs.get_mut(key) else {
             return;
         };
+        if let Err(message) = &e.request
+            && e.wants_admission()
+            && conditions::is_true(status, ConditionType::Queued)
+        {
+            // Never admitted as written: the reason is written once into the status, and
+            // announced once (a plane rebuilt each pass compares with the stored status).
+            let text = format!("the job cannot be admitted as written: {message}");
+            let kinds = vec![INVALID_BLOCKER.to_string()];
+            let old_text = conditions::get(old, ConditionType::Queued).map(|c| c.message.as_str());
+            if old.blocked_by != kinds || old_text != Some(text.as_str()) {
+                step.event(key, EventType::Warning, event_reason::INVALID, text.clone());
+            }
+            status.blocked_by = kinds;
+            conditions::set(
+                status,
+                ConditionType::Queued,
+                ConditionStatus::True,
+                INVALID_BLOCKER,
+                text,
+                now,
+            );
+            return;
+        }
         let waiting = e.standing == Standing::Queued;
         let reason = e.pending.as_ref().filter(|_| waiting);
         let never_fits = reason.is_some_and(PendingReason::never_fits);
@@ -1242,6 +1322,7 @@ fn blocker_kinds(reason: &PendingReason) -> Vec<String> {
         .map(|b| {
             match b {
                 Blocker::NoSuchQueue { .. } => "NoSuchQueue",
+                Blocker::NamespaceNotAllowed { .. } => "NamespaceNotAllowed",
                 Blocker::NoMatchingPool { .. } => "NoMatchingPool",
                 Blocker::TooLargeForNode { .. } => "NodeSize",
                 Blocker::TooLargeForPool { .. } => "PoolSize",

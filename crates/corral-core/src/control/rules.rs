@@ -44,6 +44,7 @@ pub fn with_default_queue(
         name: corral_api::DEFAULT_QUEUE.to_string(),
         cohort: None,
         weight: 1,
+        namespaces: Vec::new(),
         quotas: names.into_iter().map(|p| (p, unlimited)).collect(),
     });
     queues
@@ -123,6 +124,7 @@ mod tests {
             name: "default".into(),
             cohort: None,
             weight: 3,
+            namespaces: Vec::new(),
             quotas: Default::default(),
         };
         let queues = with_default_queue(vec![declared.clone()], &[], &[]);

@@ -19,6 +19,9 @@ pub mod reason {
     pub const BACKOFF_LIMIT_EXCEEDED: &str = "BackoffLimitExceeded";
     pub const DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
     pub const FINISHED: &str = "JobFinished";
+    /// The platform refused to create a replica for good (see
+    /// [`crate::lifecycle::fail_rejected_launch`]).
+    pub const LAUNCH_REJECTED: &str = "LaunchRejected";
 }
 
 pub fn get(status: &TrainingJobStatus, type_: ConditionType) -> Option<&Condition> {

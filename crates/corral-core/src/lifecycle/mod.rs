@@ -52,5 +52,5 @@ pub use observe::{
     current_incarnation,
 };
 pub use policy::DEFAULT_GRACE_PERIOD;
-pub use reconcile::{Reconciled, reconcile, reconcile_with};
+pub use reconcile::{Reconciled, fail_rejected_launch, reconcile, reconcile_with};
 pub use state::{JobState, job_state};

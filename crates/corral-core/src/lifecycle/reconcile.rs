@@ -91,6 +91,46 @@ pub fn reconcile_with(
     }
 }
 
+/// The platform refused to create replica `replica` of the job for good: an invalid pod
+/// template (422), a write it forbids (403), a malformed request (400), a name held by an
+/// object Corral does not own (409). Every retry would be refused the same way while the job
+/// holds its GPUs, so the job fails with the platform's words; the next [`reconcile`] of the
+/// terminal job stops whatever runs and releases the admission.
+pub fn fail_rejected_launch(
+    status: &mut TrainingJobStatus,
+    replica: &str,
+    message: &str,
+    now: Timestamp,
+) {
+    let msg = format!("the platform refused to create replica {replica}: {message}");
+    conditions::set(
+        status,
+        ConditionType::Failed,
+        ConditionStatus::True,
+        reason::LAUNCH_REJECTED,
+        msg.clone(),
+        now,
+    );
+    conditions::clear(
+        status,
+        ConditionType::Running,
+        reason::LAUNCH_REJECTED,
+        msg.clone(),
+        now,
+    );
+    conditions::clear(
+        status,
+        ConditionType::Restarting,
+        reason::LAUNCH_REJECTED,
+        msg,
+        now,
+    );
+    status.backoff_until = None;
+    if status.completion_time.is_none() {
+        status.completion_time = Some(now);
+    }
+}
+
 /// Observations merged per incarnation, the most advanced phase winning: a replica only moves
 /// forward, so an older duplicate cannot undo a newer event.
 fn merge(observed: &[ObservedReplica]) -> BTreeMap<(ReplicaId, Incarnation), ReplicaPhase> {
@@ -454,10 +494,24 @@ impl Reconciler {
             }
         }
 
-        let current: BTreeMap<ReplicaId, ReplicaPhase> = desired
+        let mut current: BTreeMap<ReplicaId, ReplicaPhase> = desired
             .keys()
             .filter_map(|id| self.current_phase(*id).map(|p| (*id, p)))
             .collect();
+        // A replica the job saw running in this attempt (Running: every replica was up) that
+        // is no longer observed was removed from outside (a pod deleted, drained, evicted):
+        // it vanished, and restarts by the job's policy like any lost replica, counted and
+        // announced, as Kubeflow's and JobSet's operators restart a gang that lost a pod.
+        // Never re-created silently in the same incarnation while the rest of the gang runs
+        // without it. (An elastic role's members come and go with the admission.)
+        if self.is(ConditionType::Running) && !self.is(ConditionType::Restarting) {
+            let elastic = policy::elastic_role(&self.spec);
+            for id in desired.keys() {
+                if Some(id.role) != elastic && self.name_free(*id) {
+                    current.entry(*id).or_insert(ReplicaPhase::Gone);
+                }
+            }
+        }
 
         if policy::succeeded(&self.spec, &desired, &current) {
             self.update_replica_statuses();

@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, BinaryHeap, HashMap};
 
 use corral_api::gpu_type;
 
-use super::explain::{Blocker, Needs, PendingReason};
+use super::explain::{Blocker, Needs, PendingReason, TaintBlock};
 use super::index::{ClusterIndex, NO_POOL, NodeFilter, PodRequest};
 use super::model::{ClusterSnapshot, JobRequest, Millis, RunningJob, SchedError, SchedulerConfig};
 use super::outcome::{Admission, CycleOutcome, Decision, PendingJob, ReplicaPlacement};
@@ -126,6 +126,13 @@ impl Scheduler {
 
     fn add_running(&mut self, r: &RunningJob) -> Result<(), SchedError> {
         let slot = self.insert_entry(r.request.clone())?;
+        // A job admitted before its queue stopped admitting its namespace still spends the
+        // queue's quota while it runs (it is not admitted again once it stops).
+        if self.entry(slot).queue.is_none()
+            && let Some(&q) = self.quotas.by_name.get(&r.request.queue)
+        {
+            self.entry_mut(slot).queue = Some(q);
+        }
         let mut allocs = Vec::with_capacity(r.placements.len());
         let mut pool = NO_POOL;
         let mut failure = None;
@@ -370,7 +377,26 @@ impl Scheduler {
         // What the job asks for, in words: the names of the first group that names any.
         let allowed: Option<Vec<String>> = named.first().map(|n| (*n).clone());
         let uses_gpus = total[0] > 0;
-        let queue = self.quotas.by_name.get(&req.queue).copied();
+        // A queue a job's namespace may not use is, for the job, no queue: it waits with a
+        // reason naming the namespaces the queue admits.
+        let namespace = req.key.split_once('/').map(|(ns, _)| ns);
+        let mut refused = None;
+        let queue = match self.quotas.by_name.get(&req.queue).copied() {
+            Some(q) => {
+                let allowed = &self.quotas.queues[q as usize].namespaces;
+                let ok = allowed.is_empty()
+                    || namespace.is_some_and(|ns| allowed.iter().any(|a| a == ns));
+                if !ok {
+                    refused = Some(Blocker::NamespaceNotAllowed {
+                        queue: req.queue.clone(),
+                        namespace: namespace.unwrap_or("").to_string(),
+                        allowed: allowed.clone(),
+                    });
+                }
+                ok.then_some(q)
+            }
+            None => None,
+        };
         let filter = NodeFilter {
             selector: &req.node_selector,
             tolerations: &req.tolerations,
@@ -415,9 +441,17 @@ impl Scheduler {
                 .iter()
                 .any(|(c, pod)| *c > 0 && !self.index.could_ever_hold(pi, pod, &filter))
             {
+                let taint = self.index.tainted_room(pi, &filter, biggest, true).map(
+                    |(n, free_gpus, taint)| TaintBlock {
+                        node: self.index.nodes[n as usize].name.clone(),
+                        free_gpus,
+                        taint,
+                    },
+                );
                 static_blockers.push(Blocker::NoSuitableNode {
                     pool: p.name.clone(),
                     gpu_type: p.gpu_type.clone(),
+                    taint,
                 });
                 continue;
             }
@@ -454,7 +488,9 @@ impl Scheduler {
                 gpu_types: allowed.clone().unwrap_or_default(),
             });
         }
-        if queue.is_none() {
+        if let Some(b) = refused {
+            static_blockers.insert(0, b);
+        } else if queue.is_none() {
             static_blockers.insert(
                 0,
                 Blocker::NoSuchQueue {
@@ -838,8 +874,21 @@ impl Scheduler {
 
     fn capacity_blocker(&self, pool: u16, e: &JobEntry) -> Blocker {
         let p = &self.index.pools[pool as usize];
-        let (largest, node) = self.index.largest_free(pool);
+        let filter = e.shape().filter;
+        // Only nodes the job may use count as its largest free block.
+        let (largest, node) = self.index.largest_free_for(pool, &filter);
         let biggest = e.groups.iter().map(|(_, pod)| pod.gpu).max().unwrap_or(0);
+        let (reserved_free, reserved_for) =
+            self.index.reserved_room(pool, &filter, biggest, &e.req.key);
+        let tainted = self
+            .index
+            .tainted_room(pool, &filter, biggest.max(1), false)
+            .filter(|&(_, free, _)| free > largest)
+            .map(|(n, free_gpus, taint)| TaintBlock {
+                node: self.index.nodes[n as usize].name.clone(),
+                free_gpus,
+                taint,
+            });
         let fit = if biggest == 0 {
             0
         } else {
@@ -854,12 +903,9 @@ impl Scheduler {
             free_gpus: p.free_gpus,
             replicas_that_fit: fit.min(e.pods_gpus.len() as u64),
             replicas: e.pods_gpus.len() as u64,
-            reserved_for: p
-                .reservations
-                .iter()
-                .filter(|(k, _)| *k != e.req.key)
-                .map(|(k, _)| k.clone())
-                .collect(),
+            reserved_for,
+            reserved_free,
+            tainted,
         }
     }
 

@@ -30,12 +30,41 @@ pub enum QuotaResource {
     Memory,
 }
 
+/// A node that has room for the job but carries a taint the job does not tolerate.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaintBlock {
+    pub node: String,
+    /// GPUs the node has for the job (free now, or in all for a job that never fits).
+    pub free_gpus: u32,
+    /// `key=value:Effect`, as the scheduler matches it.
+    pub taint: String,
+}
+
+impl fmt::Display for TaintBlock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} has {} but taint {}, which the job does not tolerate",
+            self.node,
+            plural(u64::from(self.free_gpus), "GPU", "GPUs"),
+            self.taint
+        )
+    }
+}
+
 /// One reason a job cannot be admitted in one pool (or at all).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", tag = "kind")]
 pub enum Blocker {
     /// The job names a queue that does not exist.
     NoSuchQueue { queue: String },
+    /// The job's namespace may not use the queue it names (`Queue.spec.namespaces`).
+    NamespaceNotAllowed {
+        queue: String,
+        namespace: String,
+        allowed: Vec<String>,
+    },
     /// No pool offers any of the allowed GPU types.
     NoMatchingPool { gpu_types: Vec<String> },
     /// A replica needs more GPUs than any node of the pool has, even empty.
@@ -57,6 +86,9 @@ pub enum Blocker {
     NoSuitableNode {
         pool: String,
         gpu_type: Option<String>,
+        /// A node that would hold a replica but for a taint the job does not tolerate.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        taint: Option<TaintBlock>,
     },
     /// Not enough free room now.
     Capacity {
@@ -72,8 +104,15 @@ pub enum Blocker {
         /// Replicas of the gang that would fit now (only meaningful for gangs).
         replicas_that_fit: u64,
         replicas: u64,
-        /// Jobs holding node reservations in this pool (backfill may not use those nodes).
+        /// Jobs holding node reservations in this pool (backfill may not use those nodes)
+        /// on nodes this job could use now: named only where a reservation is a cause.
         reserved_for: Vec<String>,
+        /// Free GPUs this job could use on those reserved nodes.
+        #[serde(default)]
+        reserved_free: u64,
+        /// The node with more free GPUs than `largest_free` that a taint keeps the job off.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tainted: Option<TaintBlock>,
     },
     /// The queue may not use more of this pool now.
     Quota {
@@ -118,6 +157,7 @@ impl PendingReason {
                 matches!(
                     b,
                     Blocker::NoSuchQueue { .. }
+                        | Blocker::NamespaceNotAllowed { .. }
                         | Blocker::NoMatchingPool { .. }
                         | Blocker::TooLargeForNode { .. }
                         | Blocker::TooLargeForPool { .. }
@@ -223,6 +263,18 @@ impl fmt::Display for Blocker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Blocker::NoSuchQueue { queue } => write!(f, "queue {queue} does not exist"),
+            Blocker::NamespaceNotAllowed {
+                queue,
+                namespace,
+                allowed,
+            } => write!(
+                f,
+                "queue {queue} admits only jobs of namespace{} {}, not of {namespace}; \
+                 use a queue of namespace {namespace} or ask for it to be listed in the \
+                 queue's spec.namespaces",
+                if allowed.len() == 1 { "" } else { "s" },
+                allowed.join(", ")
+            ),
             Blocker::NoMatchingPool { gpu_types } if gpu_types.is_empty() => {
                 write!(f, "no node pool has GPUs, and this job asks for GPUs")
             }
@@ -247,10 +299,16 @@ impl fmt::Display for Blocker {
                 f,
                 "the gang needs {total_gpus} GPUs but the pool has only {pool_gpus}"
             ),
-            Blocker::NoSuitableNode { .. } => write!(
-                f,
-                "no node matches the job's node selector, tolerations, CPU, memory and extended resources"
-            ),
+            Blocker::NoSuitableNode { taint, .. } => {
+                write!(
+                    f,
+                    "no node matches the job's node selector, tolerations, CPU, memory and extended resources"
+                )?;
+                if let Some(t) = taint {
+                    write!(f, " ({t})")?;
+                }
+                Ok(())
+            }
             Blocker::Capacity {
                 largest_free,
                 largest_free_node,
@@ -259,6 +317,8 @@ impl fmt::Display for Blocker {
                 replicas_that_fit,
                 replicas,
                 reserved_for,
+                reserved_free,
+                tainted,
                 ..
             } => {
                 match largest_free_node {
@@ -285,7 +345,14 @@ impl fmt::Display for Blocker {
                         "the largest free block is {} on {node}",
                         plural(u64::from(*largest_free), "GPU", "GPUs")
                     )?,
-                    _ if *free_gpus == 0 => write!(f, "no GPUs are free")?,
+                    // Never "no GPUs are free" while GPUs are free, only not to this job.
+                    _ if *free_gpus == 0 && *reserved_free == 0 && tainted.is_none() => {
+                        write!(f, "no GPUs are free")?
+                    }
+                    _ if *free_gpus == 0 && *reserved_free > 0 => {
+                        write!(f, "no unreserved GPUs are free")?
+                    }
+                    _ if *free_gpus > 0 => write!(f, "no node the job may use has a free GPU")?,
                     _ => write!(f, "no node has room for a replica")?,
                 }
                 if *replicas > 1 && *free_gpus > 0 {
@@ -298,9 +365,17 @@ impl fmt::Display for Blocker {
                 if !reserved_for.is_empty() {
                     write!(
                         f,
-                        "; nodes are reserved for {} so that it is not starved",
+                        "; {} on nodes reserved for {} so that it is not starved",
+                        if *reserved_free == 1 {
+                            "1 free GPU is".to_string()
+                        } else {
+                            format!("{reserved_free} free GPUs are")
+                        },
                         reserved_for.join(", ")
                     )?;
+                }
+                if let Some(t) = tainted {
+                    write!(f, "; {t}")?;
                 }
                 Ok(())
             }

@@ -1,7 +1,7 @@
 //! From the resource model users write (corral-api) to what the scheduler reads. Shared by
 //! every shell, so a Queue means the same embedded, on Kubernetes and in the simulator.
 
-use corral_api::{NodePool, PriorityClass, Queue, ResourceAmounts, TrainingJob};
+use corral_api::{JobPriorityClass, NodePool, Queue, ResourceAmounts, TrainingJob};
 
 use super::model::{NodePoolConfig, PoolQuota, QueueConfig, ResourceAmount, SchedError};
 
@@ -69,6 +69,7 @@ impl QueueConfig {
             name: name.to_string(),
             cohort: queue.spec.cohort.clone(),
             weight: queue.spec.weight,
+            namespaces: queue.spec.namespaces.clone(),
             quotas,
         })
     }
@@ -84,8 +85,8 @@ impl NodePoolConfig {
     }
 }
 
-/// A job's priority: its PriorityClass's value, else the default class's, else 0.
-pub fn priority_of(job: &TrainingJob, classes: &[PriorityClass]) -> i32 {
+/// A job's priority: its JobPriorityClass's value, else the default class's, else 0.
+pub fn priority_of(job: &TrainingJob, classes: &[JobPriorityClass]) -> i32 {
     let named = job
         .spec
         .priority_class
@@ -128,10 +129,10 @@ mod tests {
         );
         assert_eq!(h100.borrowing_limit.map(|b| b.gpu), Some(16));
         assert_eq!(h100.lending_limit.map(|l| l.gpu), Some(8));
-        let classes: Vec<PriorityClass> = docs
+        let classes: Vec<JobPriorityClass> = docs
             .iter()
             .filter_map(|d| match d {
-                Document::PriorityClass(p) => Some(p.clone()),
+                Document::JobPriorityClass(p) => Some(p.clone()),
                 _ => None,
             })
             .collect();

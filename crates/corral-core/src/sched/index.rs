@@ -130,6 +130,9 @@ pub(crate) struct PoolState {
     pub max_node_cpu: u64,
     pub max_node_mem: u64,
     pub nodes: Vec<u32>,
+    /// Nodes of the pool that carry taints (few, usually), for naming the taint that keeps
+    /// a job off a node without scanning every node.
+    pub tainted: Vec<u32>,
     /// Jobs holding reservations here, with the reserved nodes.
     pub reservations: Vec<(String, Vec<u32>)>,
 }
@@ -185,6 +188,7 @@ impl ClusterIndex {
                 max_node_cpu: 0,
                 max_node_mem: 0,
                 nodes: Vec::new(),
+                tainted: Vec::new(),
                 reservations: Vec::new(),
             })
             .collect();
@@ -260,6 +264,9 @@ impl ClusterIndex {
             if pool != NO_POOL {
                 let p = &mut pools[pool as usize];
                 p.nodes.push(i as u32);
+                if !n.taints.is_empty() {
+                    p.tainted.push(i as u32);
+                }
                 if n.schedulable {
                     p.total_gpus = p.total_gpus.saturating_add(u64::from(n.gpus));
                     p.max_node_gpus = p.max_node_gpus.max(n.gpus);
@@ -392,15 +399,95 @@ impl ClusterIndex {
             .sum()
     }
 
-    /// The usable node with the most free GPUs (first in order among equals).
-    pub fn largest_free(&self, pool: u16) -> (u32, Option<u32>) {
+    /// Of the pool's usable nodes (indexed: schedulable, not reserved) that the job's node
+    /// selector and tolerations admit, the one with the most free GPUs (first in order
+    /// among equals). Walks the buckets from the fullest; only for a job that waits.
+    pub fn largest_free_for(&self, pool: u16, filter: &NodeFilter<'_>) -> (u32, Option<u32>) {
         let p = &self.pools[pool as usize];
+        let trivial = filter.is_trivial();
         for k in (0..p.buckets.len()).rev() {
-            if let Some(&(_, n)) = p.buckets[k].iter().next() {
-                return (k as u32, Some(n));
+            for &(_, n) in &p.buckets[k] {
+                let node = &self.nodes[n as usize];
+                if (trivial && node.taints.is_empty()) || filter.admits(node) {
+                    return (k as u32, Some(n));
+                }
             }
         }
         (0, None)
+    }
+
+    /// The schedulable node of the pool with the most room for a replica of `gpus` GPUs
+    /// (free now, or in all with `when_empty`) that the job's node selector admits but one
+    /// of whose taints it does not tolerate: (node, those GPUs, that taint). Names what
+    /// keeps the job off a node that has room.
+    pub fn tainted_room(
+        &self,
+        pool: u16,
+        filter: &NodeFilter<'_>,
+        gpus: u32,
+        when_empty: bool,
+    ) -> Option<(u32, u32, String)> {
+        let p = &self.pools[pool as usize];
+        p.tainted
+            .iter()
+            .filter_map(|&n| {
+                let node = &self.nodes[n as usize];
+                let selected = filter
+                    .selector
+                    .iter()
+                    .all(|(k, v)| node.labels.get(k) == Some(v));
+                let room = if when_empty {
+                    node.gpus
+                } else {
+                    node.free_gpus()
+                };
+                if !node.schedulable || !selected || room < gpus {
+                    return None;
+                }
+                let taint = node
+                    .taints
+                    .iter()
+                    .find(|t| !filter.tolerations.contains(t))?;
+                Some((n, room, taint.clone()))
+            })
+            .max_by_key(|&(n, free, _)| (free, std::cmp::Reverse(n)))
+    }
+
+    /// Free GPUs on nodes reserved for other jobs than `except` that this job could use
+    /// (its filter admits the node and the node has room for a replica of `gpus` GPUs), and
+    /// those jobs: a reservation is named in a job's reason only where it is what keeps
+    /// the job from room it could otherwise take.
+    pub fn reserved_room(
+        &self,
+        pool: u16,
+        filter: &NodeFilter<'_>,
+        gpus: u32,
+        except: &str,
+    ) -> (u64, Vec<String>) {
+        let p = &self.pools[pool as usize];
+        let trivial = filter.is_trivial();
+        let mut free = 0u64;
+        let mut jobs = Vec::new();
+        for (job, nodes) in &p.reservations {
+            if job == except {
+                continue;
+            }
+            let room: u64 = nodes
+                .iter()
+                .map(|&n| &self.nodes[n as usize])
+                .filter(|node| {
+                    node.free_gpus() > 0
+                        && node.free_gpus() >= gpus
+                        && ((trivial && node.taints.is_empty()) || filter.admits(node))
+                })
+                .map(|node| u64::from(node.free_gpus()))
+                .sum();
+            if room > 0 {
+                free += room;
+                jobs.push(job.clone());
+            }
+        }
+        (free, jobs)
     }
 
     /// Finds a node for one replica, preferring `domain` when given. Nodes are ranked by

@@ -64,7 +64,7 @@ pub mod rebalance;
 pub mod workload;
 
 pub use cycle::Scheduler;
-pub use explain::{Blocker, Needs, PendingReason, PreemptionReason, QuotaResource};
+pub use explain::{Blocker, Needs, PendingReason, PreemptionReason, QuotaResource, TaintBlock};
 pub use from_api::{known_gpu_speed, known_gpu_speeds, priority_of};
 pub use model::{
     ClusterSnapshot, JobRequest, Millis, Node, NodeAllocation, NodePoolConfig, PoolQuota,

@@ -167,6 +167,11 @@ pub struct QueueConfig {
     /// Fair-share weight (0 is read as 1).
     #[serde(default = "one")]
     pub weight: u32,
+    /// Namespaces whose jobs may use this queue; empty: every namespace. A job of another
+    /// namespace waits with a reason naming them (tenants are walled off here, so every
+    /// shell enforces it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespaces: Vec<String>,
     /// Quota by pool name. A pool not listed has a nominal quota of zero (borrowing only).
     #[serde(default)]
     pub quotas: BTreeMap<String, PoolQuota>,
@@ -366,7 +371,7 @@ impl SchedError {
 
 impl JobRequest {
     /// Maps a TrainingJob onto what the scheduler needs. The key is `namespace/name`; the
-    /// queue is `spec.queue` or `default`. Priority comes from the PriorityClass, which the
+    /// queue is `spec.queue` or `default`. Priority comes from the JobPriorityClass, which the
     /// caller resolves.
     pub fn from_training_job(
         job: &corral_api::TrainingJob,

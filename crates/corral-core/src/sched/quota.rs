@@ -44,6 +44,8 @@ pub(crate) struct QueueState {
     pub name: String,
     pub cohort: Option<u32>,
     pub weight: u64,
+    /// Namespaces that may use the queue (empty: all).
+    pub namespaces: Vec<String>,
     /// One cell per pool.
     pub cells: Vec<QuotaCell>,
     pub usage_total: Amount,
@@ -123,6 +125,7 @@ impl Quotas {
                 name: q.name.clone(),
                 cohort,
                 weight: u64::from(q.weight.max(1)),
+                namespaces: q.namespaces.clone(),
                 cells,
                 usage_total: [0; 3],
             });

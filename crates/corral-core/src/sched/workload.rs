@@ -113,6 +113,7 @@ pub fn cluster(spec: &WorkloadSpec) -> ClusterSnapshot {
             name: format!("team-{q}"),
             cohort: Some("org".to_string()),
             weight: 1 + (q as u32 % 2),
+            namespaces: Vec::new(),
             quotas: (0..k)
                 .map(|t| {
                     (

@@ -8,11 +8,13 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 
 use corral_api::training_job::TrainingJob;
-use corral_core::control::{HeldAdmission, JobRecord, RestoredJob, SchedulingHints};
+use corral_core::control::{
+    HeldAdmission, JobRecord, LaunchRejection, RestoredJob, SchedulingHints,
+};
 
-use crate::consts::ADMISSION_ANNOTATION;
+use crate::consts::{ADMISSION_ANNOTATION, LAUNCH_REJECTED_ANNOTATION};
 use crate::observe::{self, World};
-use crate::record::AdmissionRecord;
+use crate::record::{AdmissionRecord, LaunchRejectionRecord};
 
 /// One TrainingJob as observed this pass.
 pub(super) struct ObservedJob<'a> {
@@ -31,6 +33,8 @@ pub(super) struct ObservedJob<'a> {
     pub deleting: bool,
     /// What the operator could not read, as Warning events: (reason, note).
     pub problems: Vec<(&'static str, String)>,
+    /// A launch the API server refused for good, as recorded on the job.
+    pub rejection: Option<LaunchRejection>,
 }
 
 impl ObservedJob<'_> {
@@ -113,6 +117,22 @@ pub(super) fn observe_jobs(world: &World) -> Vec<ObservedJob<'_>> {
             if let Err(e) = &hints {
                 problems.push(("Invalid", e.clone()));
             }
+            let rejection = job
+                .metadata
+                .annotations
+                .get(LAUNCH_REJECTED_ANNOTATION)
+                .and_then(|t| {
+                    match LaunchRejectionRecord::parse(t).and_then(|r| r.to_rejection()) {
+                        Ok(r) => Some(r),
+                        Err(e) => {
+                            problems.push((
+                                "InvalidAnnotation",
+                                format!("annotation {LAUNCH_REJECTED_ANNOTATION}: {e}"),
+                            ));
+                            None
+                        }
+                    }
+                });
             let pods = pods_by_job
                 .get(&key)
                 .map(|ps| ps.iter().copied().filter(|p| owned_by(p, job)).collect())
@@ -126,6 +146,7 @@ pub(super) fn observe_jobs(world: &World) -> Vec<ObservedJob<'_>> {
                 stored,
                 hints,
                 problems,
+                rejection,
             }
         })
         .collect();

@@ -141,5 +141,7 @@ pub(super) fn control_config(world: &World, cfg: &PlanConfig) -> ControlConfig {
         scheduler,
         grace_period: cfg.grace_period,
         priority_classes: world.classes.clone(),
+        // Every replica is a pod from a container image.
+        requires_image: true,
     }
 }

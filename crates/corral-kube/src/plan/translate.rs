@@ -153,6 +153,12 @@ pub(super) fn translate(
                 Ok(c) => jp.config_map = c,
                 Err(e) => jp.event(true, "InvalidLaunch", e.to_string()),
             }
+            if build::ssh_mount_path(o.job).is_some() {
+                match build::build_ssh_secret(o.job) {
+                    Ok(s) => jp.ssh_secret = Some(s),
+                    Err(e) => jp.event(true, "InvalidLaunch", e.to_string()),
+                }
+            }
         }
     }
 
@@ -163,6 +169,7 @@ pub(super) fn translate(
                 warning: e.type_ == EventType::Warning,
                 reason: e.reason.to_string(),
                 note: e.message.clone(),
+                recurring: false,
             });
         }
     }

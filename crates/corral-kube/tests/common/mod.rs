@@ -28,6 +28,12 @@ pub struct State {
     /// Deleted pods stay, terminating, until `finish_terminating` (as kubelets do).
     pub graceful_deletes: bool,
     pub next_uid: u64,
+    /// Every pod create is answered with this Status (e.g. 403 Forbidden).
+    pub refuse_pod_creates: Option<Value>,
+    /// Every request is answered 401 (an invalid token).
+    pub unauthorized: bool,
+    /// Collections the server does not serve (a CRD not installed): 404.
+    pub unserved: Vec<String>,
 }
 
 #[derive(Clone, Default)]
@@ -45,6 +51,7 @@ const KINDS: &[(&str, &str, &str)] = &[
     ("api/v1/nodes", "v1", "Node"),
     ("api/v1/services", "v1", "Service"),
     ("api/v1/configmaps", "v1", "ConfigMap"),
+    ("api/v1/secrets", "v1", "Secret"),
     (
         "apis/corral.dev/v1alpha1/trainingjobs",
         "corral.dev/v1alpha1",
@@ -59,6 +66,11 @@ const KINDS: &[(&str, &str, &str)] = &[
         "apis/corral.dev/v1alpha1/nodepools",
         "corral.dev/v1alpha1",
         "NodePool",
+    ),
+    (
+        "apis/corral.dev/v1alpha1/jobpriorityclasses",
+        "corral.dev/v1alpha1",
+        "JobPriorityClass",
     ),
     (
         "apis/corral.dev/v1alpha1/priorityclasses",
@@ -84,6 +96,28 @@ const KINDS: &[(&str, &str, &str)] = &[
         "MPIJob",
     ),
 ];
+
+/// The API server's validation of what Corral's tests put in pod templates: a toleration
+/// operator other than Equal or Exists is refused with the server's 422 Status (the shape
+/// and words of kube-apiserver's `field.NotSupported`, as in apimachinery's StatusError).
+fn invalid_pod(pod: &Value) -> Option<Value> {
+    let name = pod["metadata"]["name"].as_str().unwrap_or("");
+    let tolerations = pod["spec"]["tolerations"].as_array()?;
+    let (i, op) = tolerations.iter().enumerate().find_map(|(i, t)| {
+        let op = t["operator"].as_str()?;
+        (op != "Equal" && op != "Exists").then_some((i, op))
+    })?;
+    let field = format!("spec.tolerations[{i}].operator");
+    let detail = format!("Unsupported value: \"{op}\": supported values: \"Equal\", \"Exists\"");
+    Some(json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": format!("Pod \"{name}\" is invalid: {field}: {detail}"),
+        "reason": "Invalid",
+        "details": {"name": name, "kind": "Pod",
+                    "causes": [{"reason": "FieldValueNotSupported", "message": detail, "field": field}]},
+        "code": 422,
+    }))
+}
 
 fn kind_of(collection: &str) -> (&'static str, &'static str) {
     KINDS
@@ -208,6 +242,15 @@ impl FakeApi {
         }
     }
 
+    /// Removes an object at once, as `kubectl delete --force --grace-period=0` or an
+    /// eviction whose grace period ran out would.
+    pub fn remove(&self, collection: &str, ns: &str, name: &str) {
+        let mut s = self.state.lock().expect("lock");
+        s.rv += 1;
+        s.objects
+            .remove(&(collection.to_string(), ns.to_string(), name.to_string()));
+    }
+
     /// Removes pods that were deleted gracefully (their grace period ran out).
     pub fn finish_terminating(&self) {
         let mut s = self.state.lock().expect("lock");
@@ -230,6 +273,20 @@ impl FakeApi {
         let mut s = self.state.lock().expect("lock");
         s.log.push(format!("{method} {path}"));
         let (collection, ns, name, sub) = route(&path);
+        // kube-apiserver's bodies for a bad token and for a resource it does not serve.
+        if s.unauthorized {
+            return (401, status(401, "Unauthorized", "Unauthorized"));
+        }
+        if s.unserved.contains(&collection) {
+            return (
+                404,
+                status(
+                    404,
+                    "NotFound",
+                    "the server could not find the requested resource",
+                ),
+            );
+        }
         let key = (
             collection.clone(),
             ns.clone(),
@@ -271,9 +328,25 @@ impl FakeApi {
                 let name = body["metadata"]["name"].as_str().unwrap_or("").to_string();
                 let key = (collection.clone(), ns.clone(), name);
                 if s.objects.contains_key(&key) {
-                    return (409, status(409, "AlreadyExists", "already exists"));
+                    // kube-apiserver's words: `<resource> "<name>" already exists`.
+                    let resource = collection.rsplit('/').next().unwrap_or("");
+                    let name = &key.2;
+                    let mut body = status(
+                        409,
+                        "AlreadyExists",
+                        &format!("{resource} \"{name}\" already exists"),
+                    );
+                    body["details"] = json!({"name": name, "kind": resource});
+                    return (409, body);
                 }
                 if collection == "api/v1/pods" {
+                    if let Some(refusal) = &s.refuse_pod_creates {
+                        let code = refusal["code"].as_u64().unwrap_or(500) as u16;
+                        return (code, refusal.clone());
+                    }
+                    if let Some(invalid) = invalid_pod(&body) {
+                        return (422, invalid);
+                    }
                     match s.pod_creates_left {
                         Some(0) => return (500, status(500, "InternalError", "injected crash")),
                         Some(n) => s.pod_creates_left = Some(n - 1),

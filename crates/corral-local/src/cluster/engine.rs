@@ -214,6 +214,8 @@ impl Cluster {
             scheduler,
             grace_period: settings.grace_period_seconds.map(Duration::from_secs),
             priority_classes: config.file.priority_classes.clone(),
+            // Replicas without an image run as processes here.
+            requires_image: false,
         }
     }
 
