@@ -25,7 +25,7 @@ use corral_kube::operator::reconcile_once;
 use corral_kube::plan::PlanConfig;
 use http::Request;
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
     PatchParams, PostParams,
@@ -607,6 +607,181 @@ async fn envtest() {
     operator_binary(&env).await;
     eprintln!("envtest: kubeflow_alongside");
     kubeflow_alongside(&env, &op).await;
+    eprintln!("envtest: defects_on_the_real_server");
+    defects_on_the_real_server(&env, &op).await;
+}
+
+/// One operator pass that may report errors (a write the server refuses is the point).
+async fn pass_allowing_errors(op: &Operator, now: Timestamp) -> Vec<String> {
+    let (_, report) = reconcile_once(&op.applier, &PlanConfig::default(), now)
+        .await
+        .expect("the operator's lists are allowed");
+    report.errors.iter().map(|e| e.to_string()).collect()
+}
+
+/// Issue 19's defects, on the real server: a job without an image is refused by the CRD,
+/// a pod template the server rejects fails the job and frees its GPUs, a pod deleted from
+/// outside restarts the gang (counted), and a queue's namespaces are enforced.
+async fn defects_on_the_real_server(env: &Env, op: &Operator) {
+    let ns = "defects";
+    namespace(env, ns).await;
+
+    // #4: no image: the CRD refuses the object, naming the field.
+    let mut no_image = training_job(
+        ns,
+        "no-image",
+        "pytorch",
+        json!({"worker": replica(1, 1)}),
+        json!({}),
+    );
+    no_image["spec"]["replicas"]["worker"]["template"]
+        .as_object_mut()
+        .expect("template")
+        .remove("image");
+    let api: Api<DynamicObject> = Api::namespaced_with(env.admin.clone(), ns, &training_jobs());
+    let err = api
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(no_image).expect("object"),
+        )
+        .await
+        .expect_err("a job without an image was accepted");
+    let text = err.to_string();
+    assert!(text.contains("image"), "{text}");
+
+    // #3: a pod template the server refuses (422) fails the job with the server's message
+    // and releases its admission, instead of retrying every pass holding GPUs.
+    let mut bad = training_job(
+        ns,
+        "bad-toleration",
+        "pytorch",
+        json!({"worker": replica(1, 8)}),
+        json!({}),
+    );
+    bad["spec"]["replicas"]["worker"]["template"]["podTemplate"] = json!({
+        "spec": {"tolerations": [{"key": "k", "operator": "Sometimes", "value": "v"}]}
+    });
+    submit(env, bad).await;
+    let now = Timestamp::now();
+    let mut failed = None;
+    let mut t = now;
+    for _ in 0..6 {
+        let _ = pass_allowing_errors(op, t).await;
+        kubelet_reap(env, ns).await;
+        let j = job(env, ns, "bad-toleration").await.expect("job");
+        if condition(&j, "Failed").as_deref() == Some("True") {
+            failed = Some(j);
+            break;
+        }
+        t += SignedDuration::from_secs(1);
+    }
+    let j = failed.expect("the rejected job did not fail");
+    let status = j["status"].to_string();
+    assert!(
+        status.contains("Sometimes") || status.contains("operator"),
+        "{status}"
+    );
+    assert!(
+        j["metadata"]["annotations"]
+            .get("corral.dev/admission")
+            .is_none()
+            || pods(env, ns).await.is_empty(),
+        "the failed job still holds its admission: {j}"
+    );
+
+    // #8: a running gang loses a pod to `kubectl delete pod`: the gang restarts, counted.
+    submit(
+        env,
+        training_job(
+            ns,
+            "evicted",
+            "pytorch",
+            json!({"master": replica(1, 1), "worker": replica(1, 1)}),
+            json!({"backoffLimit": 3}),
+        ),
+    )
+    .await;
+    t += SignedDuration::from_secs(1);
+    pass(op, t).await;
+    for p in ["evicted-master-0", "evicted-worker-0"] {
+        kubelet_phase(env, ns, p, "Running", None).await;
+    }
+    t += SignedDuration::from_secs(1);
+    pass(op, t).await;
+    let pod_api: Api<Pod> = Api::namespaced(env.admin.clone(), ns);
+    pod_api
+        .delete("evicted-worker-0", &Default::default())
+        .await
+        .expect("delete pod");
+    kubelet_reap(env, ns).await;
+    let mut restarted = None;
+    for _ in 0..20 {
+        t += SignedDuration::from_secs(15);
+        let _ = pass_allowing_errors(op, t).await;
+        kubelet_reap(env, ns).await;
+        let j = job(env, ns, "evicted").await.expect("job");
+        if j["status"]["restartCount"] == json!(1) {
+            restarted = Some(j);
+            break;
+        }
+    }
+    let j = restarted.expect("the lost pod did not restart the gang");
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(env.admin.clone(), ns);
+    let reasons: Vec<String> = events
+        .list(&ListParams::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("evicted"))
+        .filter_map(|e| e.reason)
+        .collect();
+    assert!(
+        reasons.iter().any(|r| r == "Restarting"),
+        "{reasons:?}; {}",
+        j["status"]
+    );
+
+    // #5: a queue that lists namespaces admits no other namespace's job.
+    let queues: Api<DynamicObject> = Api::all_with(
+        env.admin.clone(),
+        &ar("corral.dev", "v1alpha1", "Queue", "queues"),
+    );
+    queues
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "corral.dev/v1alpha1", "kind": "Queue",
+                "metadata": {"name": "team-vision"},
+                "spec": {"namespaces": ["vision"]},
+            }))
+            .expect("queue"),
+        )
+        .await
+        .expect("create queue");
+    let mut foreign = training_job(
+        ns,
+        "foreign",
+        "pytorch",
+        json!({"worker": replica(1, 1)}),
+        json!({}),
+    );
+    foreign["spec"]["queue"] = json!("team-vision");
+    submit(env, foreign).await;
+    t += SignedDuration::from_secs(1);
+    let _ = pass_allowing_errors(op, t).await;
+    let j = job(env, ns, "foreign").await.expect("job");
+    assert_ne!(
+        condition(&j, "Admitted").as_deref(),
+        Some("True"),
+        "a job of {ns} was admitted to team-vision: {}",
+        j["status"]
+    );
+    let status = j["status"].to_string();
+    assert!(
+        status.contains("team-vision") && status.contains("vision"),
+        "the reason names the queue and its namespaces: {status}"
+    );
 }
 
 async fn error_paths_before_crds(env: &Env) {
@@ -862,6 +1037,29 @@ async fn mpi_hostfile_and_ttl(env: &Env, op: &Operator) {
         hostfile.contains("allreduce-worker-1.allreduce.mpi.svc"),
         "{hostfile}"
     );
+    // Issue 19 #11: the ssh key Secret as Kubeflow's MPI operator makes it, created with
+    // the deployed RBAC and mounted in launcher and workers.
+    let secrets: Api<Secret> = Api::namespaced(env.admin.clone(), ns);
+    let secret = secrets.get("allreduce-ssh").await.expect("ssh Secret");
+    assert_eq!(secret.type_.as_deref(), Some("kubernetes.io/ssh-auth"));
+    let keys: Vec<String> = secret.data.unwrap_or_default().into_keys().collect();
+    assert!(
+        keys.contains(&"ssh-privatekey".to_string()) && keys.contains(&"ssh-publickey".to_string()),
+        "{keys:?}"
+    );
+    for p in pods(env, ns).await {
+        let spec = p.spec.expect("spec");
+        let mounted = spec.volumes.unwrap_or_default().iter().any(|v| {
+            v.secret
+                .as_ref()
+                .is_some_and(|s| s.secret_name.as_deref() == Some("allreduce-ssh"))
+        });
+        assert!(
+            mounted,
+            "{:?} does not mount the ssh Secret",
+            p.metadata.name
+        );
+    }
 
     for p in [
         "allreduce-launcher-0",
@@ -893,9 +1091,10 @@ async fn mpi_hostfile_and_ttl(env: &Env, op: &Operator) {
         "not deleted after its TTL"
     );
     if env.gc {
-        // Owned objects go with it (the garbage collector of kube-controller-manager).
+        // Owned objects go with it (the garbage collector of kube-controller-manager; up to
+        // a minute on a loaded machine).
         let mut gone = false;
-        for _ in 0..100 {
+        for _ in 0..200 {
             kubelet_reap(env, ns).await;
             if pods(env, ns).await.is_empty()
                 && cms
