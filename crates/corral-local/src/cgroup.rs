@@ -43,7 +43,7 @@ pub enum CgroupRef {
 }
 
 /// Limits applied to a new replica cgroup.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CgroupLimits {
     /// Memory limit in bytes (swap is limited too where the kernel allows).
     pub memory_bytes: Option<u64>,
@@ -534,7 +534,17 @@ impl CgroupManager {
 
     /// Creates the cgroup `leaf` (an existing one is reused) and applies `limits`.
     pub fn create(&self, leaf: &str, limits: &CgroupLimits) -> io::Result<CgroupRef> {
-        let cg = match self {
+        let cg = self.plan(leaf);
+        cg.create(limits)?;
+        Ok(cg)
+    }
+
+    /// Where the cgroup named `leaf` goes, without making it: the executor names it in the
+    /// launch file and the replica's shim makes it ([`CgroupRef::create`]) before the
+    /// command starts, so that a gang's cgroups are made in parallel, off the server's
+    /// control loop.
+    pub fn plan(&self, leaf: &str) -> CgroupRef {
+        match self {
             CgroupManager::V2 { base, .. } => CgroupRef::V2 {
                 dir: base.join(leaf),
             },
@@ -548,8 +558,15 @@ impl CgroupManager {
                 cpu: cpu.as_ref().map(|d| d.join(leaf)),
                 cpuacct: cpuacct.as_ref().map(|d| d.join(leaf)),
             },
-        };
-        for dir in cg.dirs() {
+        }
+    }
+}
+
+impl CgroupRef {
+    /// Makes this cgroup's directories (one that exists is reused) and applies the limits
+    /// (when they cannot be applied, the cgroup is removed again).
+    pub fn create(&self, limits: &CgroupLimits) -> io::Result<()> {
+        for dir in self.dirs() {
             match fs::create_dir(dir) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
@@ -561,11 +578,11 @@ impl CgroupManager {
                 }
             }
         }
-        if let Err(e) = apply_limits(&cg, limits) {
-            let _ = cg.remove();
+        if let Err(e) = apply_limits(self, limits) {
+            let _ = self.remove();
             return Err(e);
         }
-        Ok(cg)
+        Ok(())
     }
 }
 

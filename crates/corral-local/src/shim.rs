@@ -5,13 +5,17 @@
 //!
 //! 1. is the leader of the replica's process group (the executor spawns it with
 //!    `process_group(0)`; run by hand, it makes its own group);
-//! 2. reads `<dir>/launch.json` and spawns the real command in the replica's cgroup (the
+//! 2. reads `<dir>/launch.json`; makes the replica's cgroup with its limits and its
+//!    TMPDIR: this setup runs in the shims, in parallel for a gang, not in the server's
+//!    control loop, and a failure fails the replica with the reason before its command
+//!    runs;
+//! 3. spawns the real command in the replica's cgroup (the
 //!    command, and everything it starts, is limited and accounted; the shim itself is not,
 //!    so its own work never waits on the replica's CPU quota), with the launch env and
 //!    working directory, stdin from /dev/null, stdout and stderr into one pipe that it
 //!    copies into the size-capped `<dir>/output.log`;
-//! 3. forwards SIGTERM (from anyone but itself) to the whole group;
-//! 4. waits for the command; when it has exited, SIGKILLs whatever else is left in the group
+//! 4. forwards SIGTERM (from anyone but itself) to the whole group;
+//! 5. waits for the command; when it has exited, SIGKILLs whatever else is left in the group
 //!    and the cgroup (no orphans), and writes `<dir>/exit.json` atomically: exit code or
 //!    signal, and whether the cgroup recorded an OOM kill.
 //!
@@ -100,6 +104,9 @@ fn supervise(dir: &Path) -> Result<i32, String> {
         .ok_or_else(|| format!("{} has no {LAUNCH_FILE}", dir.display()))?;
     let mut log = RotatingLog::open(&launch.log_path, launch.log_limit_bytes)
         .map_err(|e| format!("opening {}: {e}", launch.log_path.display()))?;
+    // The replica's own TMPDIR.
+    let tmp = dir.join(crate::executor::TMP_DIR);
+    std::fs::create_dir_all(&tmp).map_err(|e| format!("creating {}: {e}", tmp.display()))?;
 
     // Before the command exists, so that no SIGTERM can be lost. One that comes before the
     // command is in the group reaches nobody when forwarded: the flag keeps it.
@@ -127,6 +134,12 @@ fn supervise(dir: &Path) -> Result<i32, String> {
     // exec (see `join_in_child`), so the command and all it starts are limited.
     // A container's cgroup is made by its runtime below the replica's; the runtime's
     // client stays out.
+    // The executor named the cgroup; the shim makes it, so that a gang's replicas make
+    // theirs in parallel. A container's runtime puts its own cgroup below it.
+    if let Some(cg) = &launch.cgroup {
+        cg.create(&launch.cgroup_limits)
+            .map_err(|e| format!("making the replica cgroup: {e}"))?;
+    }
     let joined = launch
         .cgroup
         .as_ref()
@@ -375,4 +388,53 @@ fn finish(
     };
     files::write_json_atomic(&dir.join(EXIT_FILE), &rec)
         .map_err(|e| format!("writing {EXIT_FILE}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cgroup::{CgroupLimits, CgroupRef};
+
+    /// The shim makes the cgroup the executor named; when it cannot, the replica fails
+    /// with the reason and its command never runs.
+    #[test]
+    fn a_cgroup_the_shim_cannot_make_fails_the_replica_before_its_command() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("replica");
+        std::fs::create_dir_all(&dir).expect("dir");
+        let marker = tmp.path().join("ran");
+        let launch = LaunchFile {
+            command: vec![
+                "/bin/sh".into(),
+                "-c".into(),
+                format!("touch {}", marker.display()),
+            ],
+            env: vec![],
+            working_dir: None,
+            log_path: dir.join(LOG_FILE),
+            log_limit_bytes: 4096,
+            // Below a directory that does not exist: mkdir fails.
+            cgroup: Some(CgroupRef::V2 {
+                dir: tmp.path().join("no-such-hierarchy").join("replica"),
+            }),
+            cgroup_limits: CgroupLimits {
+                memory_bytes: Some(64 << 20),
+                cpu_milli: None,
+            },
+            record: None,
+            container: None,
+            python: None,
+        };
+        files::write_json(&dir.join(LAUNCH_FILE), &launch).expect("launch file");
+        assert_eq!(run([dir.as_os_str()]), 125);
+        let exit: ExitRecord = files::read_json(&dir.join(EXIT_FILE))
+            .expect("exit file")
+            .expect("an exit file");
+        let error = exit.error.unwrap_or_default();
+        assert!(error.contains("making the replica cgroup"), "{error}");
+        assert!(error.contains("no-such-hierarchy"), "{error}");
+        assert!(!marker.exists(), "the command ran without its cgroup");
+        let log = std::fs::read_to_string(dir.join(LOG_FILE)).unwrap_or_default();
+        assert!(log.contains("making the replica cgroup"), "{log}");
+    }
 }

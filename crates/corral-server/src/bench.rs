@@ -6,7 +6,7 @@
 //! - `idle_rss_mb`: the server's resident memory once it has opened, before any job;
 //! - `startup`: submit -> every replica running, per job (8 `sleep` replicas, one job at a
 //!   time), on the idle server and again once `history` finished jobs are stored;
-//! - `throughput`: 500 one-GPU `sleep 0.1` jobs submitted in one request on the 8 GPUs:
+//! - `throughput`: 500 one-GPU, one-CPU `sleep 0.1` jobs submitted in one request on the 8 GPUs:
 //!   jobs finished per second, beside the ideal (8 / 0.1 s = 80/s), and how long the
 //!   request that accepted the 500 took;
 //! - `history`: finished one-replica jobs run to completion (500 at a time) and kept,
@@ -34,6 +34,11 @@ const GPUS: u32 = 8;
 /// Jobs of the throughput measurement, and how long each sleeps.
 const THROUGHPUT_JOBS: usize = 500;
 const THROUGHPUT_SLEEP_S: f64 = 0.1;
+/// The CPU each throughput job asks for: a whole core, as a training replica would. At
+/// 10m (1 ms per 100 ms CFS period) the job's own `exec` of `sleep`, about 3 ms of CPU on
+/// a small VM, is throttled for two or three periods, and the figure would measure the
+/// job's CPU limit, not how fast the cluster turns a GPU over.
+const THROUGHPUT_CPU: &str = "1";
 /// Jobs in the small namespace listed while the history lives elsewhere.
 const SMALL_NAMESPACE_JOBS: usize = 10;
 
@@ -108,13 +113,24 @@ pub fn rss_mb_of(pid: u32) -> f64 {
 }
 
 fn job(name: &str, replicas: u32, gpus: u32, command: &str, suspend: bool) -> String {
+    job_with_cpu(name, replicas, gpus, "10m", command, suspend)
+}
+
+fn job_with_cpu(
+    name: &str,
+    replicas: u32,
+    gpus: u32,
+    cpu: &str,
+    command: &str,
+    suspend: bool,
+) -> String {
     let suspend = if suspend {
         "\n  runPolicy: {suspend: true}"
     } else {
         ""
     };
     format!(
-        "apiVersion: corral.dev/v1alpha1\nkind: TrainingJob\nmetadata: {{name: {name}}}\nspec:\n  framework: pytorch\n  replicas:\n    worker:\n      count: {replicas}\n      restartPolicy: Never\n      resources: {{gpu: {gpus}, cpu: 10m, memory: 16Mi}}\n      template: {{command: {command}}}{suspend}\n"
+        "apiVersion: corral.dev/v1alpha1\nkind: TrainingJob\nmetadata: {{name: {name}}}\nspec:\n  framework: pytorch\n  replicas:\n    worker:\n      count: {replicas}\n      restartPolicy: Never\n      resources: {{gpu: {gpus}, cpu: {cpu}, memory: 16Mi}}\n      template: {{command: {command}}}{suspend}\n"
     )
 }
 
@@ -277,16 +293,19 @@ fn startup(client: &Client, o: &ApiBenchOptions, namespace: &str) -> Result<Vec<
             std::thread::sleep(Duration::from_millis(1));
         }
         client.delete(namespace, &name).map_err(err)?;
-    }
-    // Deleted jobs are removed once their replicas have stopped.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !client.list(Some(namespace)).map_err(err)?.is_empty() {
-        if Instant::now() > deadline {
-            return Err(format!(
-                "the jobs of {namespace} were not removed within 60 s"
-            ));
+        // The next sample starts on an idle server again: this job's eight replicas
+        // stopped, their shims gone and their directories removed, not torn down while
+        // the next job starts.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !client.list(Some(namespace)).map_err(err)?.is_empty() {
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "the job {namespace}/{name} was not removed within 60 s"
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(5));
         }
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(100));
     }
     out.sort_by(f64::total_cmp);
     Ok(out)
@@ -345,7 +364,16 @@ fn run(o: &ApiBenchOptions, server: &ServerProcess) -> Result<Value, String> {
     // 2. throughput: 500 one-GPU sleep 0.1 jobs, one request, on 8 GPUs.
     let throughput = if o.throughput {
         let text: Vec<String> = (0..THROUGHPUT_JOBS)
-            .map(|i| job(&format!("t-{i}"), 1, 1, "[sleep, \"0.1\"]", false))
+            .map(|i| {
+                job_with_cpu(
+                    &format!("t-{i}"),
+                    1,
+                    1,
+                    THROUGHPUT_CPU,
+                    "[sleep, \"0.1\"]",
+                    false,
+                )
+            })
             .collect();
         let t0 = Instant::now();
         client
@@ -359,6 +387,7 @@ fn run(o: &ApiBenchOptions, server: &ServerProcess) -> Result<Value, String> {
             "jobs": THROUGHPUT_JOBS,
             "gpus": GPUS,
             "sleep_s": THROUGHPUT_SLEEP_S,
+            "cpu_per_job": THROUGHPUT_CPU,
             "batch_submit_ms": ms(accepted),
             "elapsed_s": round3(elapsed),
             "jobs_per_second": round3(THROUGHPUT_JOBS as f64 / elapsed),

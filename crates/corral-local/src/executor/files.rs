@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::cgroup::CgroupRef;
+use crate::cgroup::{CgroupLimits, CgroupRef};
 
 pub const LAUNCH_FILE: &str = "launch.json";
 pub const EXIT_FILE: &str = "exit.json";
@@ -27,8 +27,10 @@ pub struct LaunchFile {
     pub working_dir: Option<PathBuf>,
     pub log_path: PathBuf,
     pub log_limit_bytes: u64,
-    /// The cgroup the shim joins before it starts the command.
+    /// The cgroup the shim makes, with `cgroup_limits`, and has the command join.
     pub cgroup: Option<CgroupRef>,
+    #[serde(default)]
+    pub cgroup_limits: CgroupLimits,
     /// What the shim needs to write the replica's process record itself, before the
     /// command runs (so that a server killed between the spawn and its own write still
     /// finds the replica on restart): name, job, incarnation and GPUs of the replica.
@@ -80,6 +82,20 @@ pub fn now_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
+}
+
+/// Writes `value` as JSON to `path` in place: a reader may see it half-written, so only
+/// for a file nobody reads before this has returned.
+pub fn write_json<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
+    let mut bytes = serde_json::to_vec_pretty(value).map_err(io::Error::other)?;
+    bytes.push(b'\n');
+    OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode_0600()
+        .open(path)?
+        .write_all(&bytes)
 }
 
 /// Writes `value` as JSON to `path` atomically: a temporary file, then a rename, so a

@@ -661,42 +661,30 @@ impl LocalExecutor {
         // runtime's client does not join it): there Corral reads the container's CPU,
         // memory and OOM kills as a host replica's.
         let cgroupfs = self.config.containers.as_ref().is_some_and(|r| r.cgroupfs);
+        // Named here, made by the replica's shim before its command starts (in parallel
+        // for a gang, off the control loop); a shim that cannot make it fails the replica
+        // with the reason, before the command runs.
         let cgroup = match &self.cgroups {
-            Some(m) if handle.is_none() || cgroupfs => Some(
-                m.create(
-                    &format!(
-                        "{}--{}",
-                        path_component(&spec.name),
-                        path_component(&spec.incarnation)
-                    ),
-                    &if handle.is_none() {
-                        CgroupLimits {
-                            memory_bytes: spec.memory_bytes,
-                            cpu_milli: spec.cpu_milli,
-                        }
-                    } else {
-                        CgroupLimits::default()
-                    },
-                )
-                .map_err(io_err(format!("creating the cgroup of {}", spec.name)))?,
-            ),
+            Some(m) if handle.is_none() || cgroupfs => Some(m.plan(&format!(
+                "{}--{}",
+                path_component(&spec.name),
+                path_component(&spec.incarnation)
+            ))),
             _ => None,
         };
-
-        let cleanup = |cg: &Option<CgroupRef>| {
-            if let Some(cg) = cg {
-                let _ = cg.remove();
+        let cgroup_limits = if handle.is_none() {
+            CgroupLimits {
+                memory_bytes: spec.memory_bytes,
+                cpu_milli: spec.cpu_milli,
             }
+        } else {
+            CgroupLimits::default()
         };
+
         let mut env = base_env(&dir, &self.config.pass_env);
         // The contract's variables and the job's own win over the base.
         env.retain(|(k, _)| !spec.env.iter().any(|(n, _)| n == k));
         env.extend(spec.env.iter().cloned());
-        if let Err(e) = std::fs::create_dir_all(dir.join(TMP_DIR)) {
-            return Err(io_err(format!("creating {}", dir.join(TMP_DIR).display()))(
-                e,
-            ));
-        }
         if !env.iter().any(|(k, _)| k == "CUDA_VISIBLE_DEVICES") {
             let gpus: Vec<String> = spec.gpu_indices.iter().map(u32::to_string).collect();
             env.push(("CUDA_VISIBLE_DEVICES".into(), gpus.join(",")));
@@ -710,7 +698,6 @@ impl LocalExecutor {
                 let (text, multiline_env) = container::env_file(&spec.env);
                 let env_path = dir.join(container::ENV_FILE);
                 if let Err(e) = fs::write(&env_path, text) {
-                    cleanup(&cgroup);
                     return Err(io_err(format!("writing {}", env_path.display()))(e));
                 }
                 let args = container::run_args(
@@ -749,7 +736,6 @@ impl LocalExecutor {
                 {
                     Ok(p) => Some(p),
                     Err(e) => {
-                        cleanup(&cgroup);
                         return Err(ExecutorError::Io {
                             context: format!("the python environment of {}", spec.name),
                             source: io::Error::other(e),
@@ -765,6 +751,7 @@ impl LocalExecutor {
             log_path: dir.join(LOG_FILE),
             log_limit_bytes: self.config.log_limit_bytes,
             cgroup: cgroup.clone(),
+            cgroup_limits,
             record: Some(files::RecordDraft {
                 name: spec.name.clone(),
                 job: spec.job.clone(),
@@ -774,8 +761,9 @@ impl LocalExecutor {
             container: handle.clone(),
             python,
         };
-        if let Err(e) = files::write_json_atomic(&dir.join(LAUNCH_FILE), &launch) {
-            cleanup(&cgroup);
+        // Written in place: no shim reads it before it is whole (the shim is spawned after),
+        // and a directory without a record is not a replica to a restart.
+        if let Err(e) = files::write_json(&dir.join(LAUNCH_FILE), &launch) {
             return Err(io_err(format!(
                 "writing {}",
                 dir.join(LAUNCH_FILE).display()
@@ -798,7 +786,6 @@ impl LocalExecutor {
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
-                cleanup(&cgroup);
                 return Err(io_err(format!(
                     "spawning the shim {}",
                     self.config.shim.program.display()
@@ -810,7 +797,6 @@ impl LocalExecutor {
         let Some(stat) = procfs::stat(pid) else {
             let _ = child.kill();
             let _ = child.wait();
-            cleanup(&cgroup);
             return Err(ExecutorError::Io {
                 context: format!("reading /proc/{pid}/stat of the shim"),
                 source: io::Error::other("no such process"),
@@ -831,7 +817,6 @@ impl LocalExecutor {
             // Without a record a restart could not find it: do not let it run.
             let _ = procfs::signal_group(pid, Signal::KILL);
             let _ = child.wait();
-            cleanup(&record.cgroup);
             return Err(io_err(format!(
                 "writing {}",
                 dir.join(RECORD_FILE).display()
