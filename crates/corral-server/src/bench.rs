@@ -339,7 +339,8 @@ fn fill(
     Ok(())
 }
 
-/// Times `list` of one namespace a few times; returns the sorted times and the count.
+/// Times `list` of one namespace a few times, parsed into rows as the CLI does; returns
+/// the sorted times and the count.
 fn time_list(client: &Client, namespace: &str) -> Result<(Vec<f64>, usize), String> {
     let mut times = Vec::new();
     let mut listed = 0;
@@ -350,6 +351,18 @@ fn time_list(client: &Client, namespace: &str) -> Result<(Vec<f64>, usize), Stri
     }
     times.sort_by(f64::total_cmp);
     Ok((times, listed))
+}
+
+/// Times the same list up to its last byte, unparsed: the server's share.
+fn time_list_response(client: &Client, namespace: &str) -> Result<Vec<f64>, String> {
+    let mut times = Vec::new();
+    for _ in 0..7 {
+        let t0 = Instant::now();
+        client.list_text(namespace).map_err(err)?;
+        times.push(ms(t0.elapsed()));
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times)
 }
 
 fn run(o: &ApiBenchOptions, server: &ServerProcess) -> Result<Value, String> {
@@ -475,6 +488,7 @@ fn run(o: &ApiBenchOptions, server: &ServerProcess) -> Result<Value, String> {
         parked(&format!("l-{i}"))
     })?;
     let (list_ms, listed) = time_list(client, "list")?;
+    let list_response_ms = time_list_response(client, "list")?;
     let rss_after_mb = server.rss_mb();
 
     let metric = |name: &str| -> Option<f64> {
@@ -535,6 +549,8 @@ fn run(o: &ApiBenchOptions, server: &ServerProcess) -> Result<Value, String> {
             "jobs": listed,
             "p50_ms": percentile(&list_ms, 50.0),
             "min_ms": list_ms.first().copied().unwrap_or(0.0),
+            // Up to the response's last byte, not parsed: the server's share of p50_ms.
+            "response_p50_ms": percentile(&list_response_ms, 50.0),
         },
         "rss_after_mb": rss_after_mb,
         "control_loop": {"last_tick_ms": tick_ms, "ticks": ticks},

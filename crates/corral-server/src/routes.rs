@@ -116,8 +116,22 @@ struct Items<T> {
     items: Vec<T>,
 }
 
+/// Bytes reserved per listed row before serializing (a job summary is about 250).
+const ITEM_BYTES_HINT: usize = 256;
+
 fn items<T: serde::Serialize>(items: Vec<T>) -> Response {
-    Json(Items { items }).into_response()
+    // Into a buffer sized for the rows up front: `Json` writes into a small `BytesMut`
+    // that grows by copying, one `put_slice` per token, which was half of a 10,000-job
+    // list's time.
+    let mut body = Vec::with_capacity(16 + items.len() * ITEM_BYTES_HINT);
+    match serde_json::to_writer(&mut body, &Items { items }) {
+        Ok(()) => (
+            [(header::CONTENT_TYPE, "application/json")],
+            axum::body::Body::from(body),
+        )
+            .into_response(),
+        Err(e) => ApiError::internal(format!("cannot serialize the list: {e}")).into_response(),
+    }
 }
 
 /// `?dryRun=All`: check as a submit would, store nothing (as `kubectl --dry-run=server`).
