@@ -364,6 +364,13 @@ struct Tracked {
 /// What one launch gives: the record and the shim, our child.
 type Launched = Result<(ProcessRecord, Child), ExecutorError>;
 
+/// A launch whose files are written and whose shim is not spawned yet.
+struct Prepared {
+    dir: PathBuf,
+    cgroup: Option<CgroupRef>,
+    container: Option<container::ContainerHandle>,
+}
+
 /// Runs replicas as local processes. Single-threaded: wrap it in a mutex to share it.
 pub struct LocalExecutor {
     config: ExecutorConfig,
@@ -508,7 +515,17 @@ impl LocalExecutor {
         };
         let mut work: Vec<_> = specs.iter().zip(checked).collect();
         let launched: Vec<Launched> = if threads == 1 {
-            work.into_iter().map(launch).collect()
+            // Every replica's files first, then the shims back to back: a shim that is
+            // starting (loading, making its cgroup) takes a core, and the files written
+            // before any runs are written without it in the way.
+            let prepared: Vec<_> = work
+                .into_iter()
+                .map(|(spec, ok)| (spec, ok.and_then(|()| this.prepare(spec))))
+                .collect();
+            prepared
+                .into_iter()
+                .map(|(spec, p)| p.and_then(|p| this.spawn_shim(spec, p)))
+                .collect()
         } else {
             let per_thread = work.len().div_ceil(threads);
             let mut chunks = Vec::new();
@@ -636,6 +653,11 @@ impl LocalExecutor {
     /// The side effects of a start (files, cgroup, shim, record); touches no tracking state,
     /// so several run at once. Cleans up after itself when it fails.
     fn launch(&self, spec: &ReplicaProcessSpec) -> Launched {
+        self.prepare(spec).and_then(|p| self.spawn_shim(spec, p))
+    }
+
+    /// A launch's files: the replica's directory and `launch.json`, for the shim to read.
+    fn prepare(&self, spec: &ReplicaProcessSpec) -> Result<Prepared, ExecutorError> {
         let dir = self.replica_dir(&spec.name, &spec.incarnation);
         fs::create_dir_all(&dir).map_err(io_err(format!("creating {}", dir.display())))?;
         for (path, content) in &spec.files {
@@ -769,7 +791,20 @@ impl LocalExecutor {
                 dir.join(LAUNCH_FILE).display()
             ))(e));
         }
+        Ok(Prepared {
+            dir,
+            cgroup,
+            container: handle,
+        })
+    }
 
+    /// Spawns the shim of a prepared launch and writes the replica's process record.
+    fn spawn_shim(&self, spec: &ReplicaProcessSpec, prepared: Prepared) -> Launched {
+        let Prepared {
+            dir,
+            cgroup,
+            container: handle,
+        } = prepared;
         // The shim reports into the replica's log and exit file; its own stdout and stderr
         // go nowhere, so that it never writes to a terminal or pipe that ended with the
         // server (and no file is created here for it).
