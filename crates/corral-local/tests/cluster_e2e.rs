@@ -475,7 +475,7 @@ fn a_replica_started_but_not_recorded_is_found_not_started_again() {
                 .expect("remove");
         }
     }
-    let (mut c, warnings) = Cluster::open(h.config.clone(), h.now).expect("open");
+    let (mut c, warnings) = h.open_with_warnings();
     assert!(
         warnings.iter().any(|w| w.contains("found running")),
         "{warnings:?}"
@@ -703,7 +703,7 @@ fn a_replica_started_and_ended_but_not_recorded_is_recorded_not_retried() {
             }
         }
     }
-    let (mut c, warnings) = Cluster::open(h.config.clone(), h.now).expect("open");
+    let (mut c, warnings) = h.open_with_warnings();
     assert!(
         warnings.iter().any(|w| w.contains("found ended")),
         "{warnings:?}"

@@ -56,9 +56,23 @@ impl Harness {
 
     /// Opens the cluster (again, after a simulated crash).
     pub fn open(&self) -> Cluster {
-        Cluster::open(self.config.clone(), self.now)
-            .expect("open")
-            .0
+        self.open_with_warnings().0
+    }
+
+    /// Opens the cluster, with what it warned about. Another test of the same binary that
+    /// forks just then holds a copy of the data directory's lock until its child execs:
+    /// a refusal for "in use" is retried briefly.
+    pub fn open_with_warnings(&self) -> (Cluster, Vec<String>) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            match Cluster::open(self.config.clone(), self.now) {
+                Ok(opened) => return opened,
+                Err(e) if e.to_string().contains("is in use by") && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(e) => panic!("open: {e}"),
+            }
+        }
     }
 
     /// A path in the test's temporary directory.
