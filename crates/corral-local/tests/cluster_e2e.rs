@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::cluster::{Harness, Waits, state};
+use common::cluster::{Harness, Waits, retry_while_in_use, state};
 use corral_local::cluster::JobState;
 use corral_local::executor::procfs;
 use corral_local::{Cluster, ClusterError};
@@ -468,7 +468,7 @@ fn a_replica_started_but_not_recorded_is_found_not_started_again() {
     drop(c);
     // The crash came between the start and the store write: no record of the replica.
     {
-        let store = reopen_store(&h.config.data_dir);
+        let store = retry_while_in_use(|| corral_local::store::Store::open(&h.config.data_dir));
         for r in store.replicas().expect("replicas") {
             store
                 .remove_replica(&r.name, r.attempt, r.retry)
@@ -694,7 +694,7 @@ fn a_replica_started_and_ended_but_not_recorded_is_recorded_not_retried() {
     });
     drop(c);
     {
-        let store = reopen_store(&h.config.data_dir);
+        let store = retry_while_in_use(|| corral_local::store::Store::open(&h.config.data_dir));
         for r in store.replicas().expect("replicas") {
             if r.index == 0 {
                 store
@@ -842,19 +842,4 @@ fn main() -> std::process::ExitCode {
             a_replica_started_but_not_recorded_is_found_not_started_again,
         ),
     ])
-}
-
-/// Opens the store of a dropped cluster. Another test of this binary that forks just then
-/// holds a copy of the lock's file until its child execs: retried briefly.
-fn reopen_store(dir: &std::path::Path) -> corral_local::store::Store {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        match corral_local::store::Store::open(dir) {
-            Ok(store) => return store,
-            Err(corral_local::store::StoreError::InUse { .. }) if Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            Err(e) => panic!("store: {e}"),
-        }
-    }
 }

@@ -291,13 +291,13 @@ impl Client {
             .map(str::to_string))
     }
 
-    /// Jobs of one namespace, or of every namespace the token may see.
     /// The list's JSON as the server sent it, unparsed: what `corral bench api` times as
     /// the server's share of a list.
     pub fn list_text(&self, namespace: &str) -> Result<String, ClientError> {
         self.get_text(&Self::jobs_path(namespace))
     }
 
+    /// Jobs of one namespace, or of every namespace the token may see.
     pub fn list(&self, namespace: Option<&str>) -> Result<Vec<JobSummary>, ClientError> {
         match namespace {
             Some(ns) => self.get_items(&Self::jobs_path(ns)),

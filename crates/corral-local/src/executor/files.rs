@@ -87,6 +87,7 @@ pub fn now_ms() -> u64 {
 /// Writes `value` as JSON to `path` in place: a reader may see it half-written, so only
 /// for a file nobody reads before this has returned.
 pub fn write_json<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
+    // One write: serde_json writes token by token, a system call each on a bare file.
     let mut bytes = serde_json::to_vec_pretty(value).map_err(io::Error::other)?;
     bytes.push(b'\n');
     OpenOptions::new()
@@ -108,20 +109,8 @@ pub fn write_json<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
 /// directory) per write cost ~6 ms here, 4 writes per replica start: 100 ms for a job of 8.
 pub fn write_json_atomic<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
     let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-    {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode_0600()
-            .open(&tmp)?;
-        // One write: serde_json writes token by token, a system call each on a bare file.
-        let mut bytes = serde_json::to_vec_pretty(value).map_err(io::Error::other)?;
-        bytes.push(b'\n');
-        f.write_all(&bytes)?;
-    }
-    fs::rename(&tmp, path)?;
-    Ok(())
+    write_json(&tmp, value)?;
+    fs::rename(&tmp, path)
 }
 
 /// Reads a JSON file; `Ok(None)` when it does not exist.

@@ -650,8 +650,8 @@ impl LocalExecutor {
         Ok(())
     }
 
-    /// The side effects of a start (files, cgroup, shim, record); touches no tracking state,
-    /// so several run at once. Cleans up after itself when it fails.
+    /// The side effects of a start (files, shim, record; the shim makes the cgroup);
+    /// touches no tracking state, so several run at once.
     fn launch(&self, spec: &ReplicaProcessSpec) -> Launched {
         self.prepare(spec).and_then(|p| self.spawn_shim(spec, p))
     }

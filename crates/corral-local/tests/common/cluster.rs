@@ -59,20 +59,9 @@ impl Harness {
         self.open_with_warnings().0
     }
 
-    /// Opens the cluster, with what it warned about. Another test of the same binary that
-    /// forks just then holds a copy of the data directory's lock until its child execs:
-    /// a refusal for "in use" is retried briefly.
+    /// Opens the cluster, with what it warned about (see [`retry_while_in_use`]).
     pub fn open_with_warnings(&self) -> (Cluster, Vec<String>) {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            match Cluster::open(self.config.clone(), self.now) {
-                Ok(opened) => return opened,
-                Err(e) if e.to_string().contains("is in use by") && Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                Err(e) => panic!("open: {e}"),
-            }
-        }
+        retry_while_in_use(|| Cluster::open(self.config.clone(), self.now))
     }
 
     /// A path in the test's temporary directory.
@@ -132,4 +121,20 @@ pub fn log_of(c: &Cluster, job: &str, replica: &str) -> String {
         .log_path("default", job, replica)
         .unwrap_or_else(|| panic!("no log of {replica}"));
     std::fs::read_to_string(&path).unwrap_or_default()
+}
+
+/// Opens what a dropped cluster held (its cluster or store). Another test of the same
+/// binary that forks just then holds a copy of the data directory's lock until its child
+/// execs: a refusal for "in use" is retried briefly.
+pub fn retry_while_in_use<T, E: std::fmt::Display>(mut open: impl FnMut() -> Result<T, E>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match open() {
+            Ok(opened) => return opened,
+            Err(e) if e.to_string().contains("is in use by") && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => panic!("open: {e}"),
+        }
+    }
 }
