@@ -254,10 +254,11 @@ impl CgroupRef {
 
     /// One attempt to remove the cgroup directories, without waiting: true when none is
     /// left. A cgroup whose last process is exiting but not yet gone is still busy.
-    pub fn try_remove(&self) -> bool {
-        // What a container runtime made at this cgroup's path in the other hierarchies
-        // goes too (nothing there for a replica that ran on the host).
-        let mut gone = self.remove_runtime_dirs();
+    /// `ran_container`: what a container runtime made at this cgroup's path in the other
+    /// hierarchies goes too (a replica that ran on the host left nothing there, and looking
+    /// costs a read of the mount table and every hierarchy).
+    pub fn try_remove(&self, ran_container: bool) -> bool {
+        let mut gone = !ran_container || self.remove_runtime_dirs();
         for dir in self.dirs() {
             // Children a container runtime made (no processes of their own by now).
             remove_empty_children(dir);

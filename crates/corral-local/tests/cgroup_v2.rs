@@ -214,7 +214,7 @@ fn configured_root_one_cgroup_per_replica_and_cgroup_kill() {
     b.kill_all(None);
     wait_exit(&mut b1);
     let deadline = Instant::now() + Duration::from_secs(5);
-    while !(a.try_remove() && b.try_remove()) {
+    while !(a.try_remove(false) && b.try_remove(false)) {
         assert!(Instant::now() < deadline, "replica cgroups not removable");
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -467,7 +467,15 @@ fn top_shows_the_container_and_its_code_snapshot_is_mounted_read_only() {
     // The container's, not its runtime client's (podman's client holds tens of MiB but
     // spends little CPU while it waits).
     assert!(row.memory_bytes.unwrap_or(0) < 200 << 20, "{row:?}");
-    let log = log_of(&c, "busy", "busy-worker-0");
+    // The container's output reaches the log through the runtime's client, which may
+    // pass it on after the spinning has begun.
+    let log = loop {
+        let log = log_of(&c, "busy", "busy-worker-0");
+        if log.contains("read-only") || log.contains("writable") || Instant::now() > deadline {
+            break log;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
     assert!(log.contains("from-the-snapshot"), "{log}");
     assert!(log.contains("/workspace"), "working directory: {log}");
     assert!(log.contains("read-only"), "{log}");

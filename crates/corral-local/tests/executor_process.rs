@@ -541,9 +541,10 @@ fn executor_memory_hog_is_oom_killed_alone() {
     ex.stop("calm-worker-0", Duration::from_secs(10))
         .expect("stop");
     assert!(wait_terminal(&mut ex, "calm-worker-0").is_terminal());
-    // Ended replicas' cgroups go, on a later poll if the shim was still exiting.
+    // Ended replicas' cgroups go, on a later sweep if the shim was still exiting.
     wait_for("the cgroups of ended replicas to be removed", || {
         ex.poll(Instant::now());
+        ex.remove_retired_cgroups();
         cgroup_dirs.iter().all(|d| !d.exists())
     });
 }

@@ -301,6 +301,9 @@ impl Cluster {
             acted = self.apply(step, now, &mut report)?;
         }
         self.release_idle_ports()?;
+        // After the starts: removing ended replicas' cgroups is not on the way from one
+        // job's exit to the next one's start.
+        self.executor.remove_retired_cgroups();
         self.counters.ticks += 1;
         self.counters.last_tick_seconds = started.elapsed().as_secs_f64();
         Ok(report)

@@ -380,10 +380,14 @@ pub struct LocalExecutor {
     replicas: BTreeMap<String, Tracked>,
     /// Shims whose replica has ended but which were not yet reaped.
     unreaped: Vec<Child>,
-    /// Cgroups of ended replicas that were still busy when first removed (the shim writes
-    /// its exit file before it exits); retried on every poll rather than waited for.
-    retired_cgroups: Vec<CgroupRef>,
+    /// Cgroups of ended replicas (and whether a container ran in each), removed by
+    /// [`LocalExecutor::remove_retired_cgroups`] after the pass has started what it could;
+    /// one still busy (its shim was still exiting) is retried on the next.
+    retired_cgroups: Vec<(CgroupRef, bool)>,
     ports: PortAllocator,
+    /// Threads a gang's launches are spread over: half the cores, read once (finding them
+    /// reads the cgroup's CPU quota files, which cost as much as a launch's own files).
+    launch_threads: usize,
 }
 
 /// Percent-encodes everything outside `[A-Za-z0-9._-]` so a name is one safe path component.
@@ -436,6 +440,7 @@ impl LocalExecutor {
                 unreaped: Vec::new(),
                 retired_cgroups: Vec::new(),
                 ports,
+                launch_threads: std::thread::available_parallelism().map_or(1, |n| n.get() / 2),
             },
             warnings,
         ))
@@ -485,8 +490,7 @@ impl LocalExecutor {
         // Half the cores launch; the other half run the shims that are starting. On two
         // cores that is one thread, which measured as fast as eight and costs no thread
         // creation.
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get() / 2);
-        self.start_all_on(specs, threads)
+        self.start_all_on(specs, self.launch_threads)
     }
 
     /// [`start_all`](Self::start_all) with the launches spread over at most `threads`
@@ -916,7 +920,7 @@ impl LocalExecutor {
         if state.is_terminal()
             && let Some(cg) = &record.cgroup
         {
-            self.retire_cgroup(cg.clone());
+            self.retire_cgroup(cg.clone(), record.container.is_some());
         }
         if let Some(old) = self.replicas.remove(&record.name)
             && let Some(c) = old.child
@@ -995,7 +999,6 @@ impl LocalExecutor {
     pub fn poll(&mut self, now: Instant) -> Vec<(String, ProcessState)> {
         self.unreaped
             .retain_mut(|c| !matches!(c.try_wait(), Ok(Some(_)) | Err(_)));
-        self.retired_cgroups.retain(|cg| !cg.try_remove());
         // Only replicas with something to look at: ended ones stay tracked (until their job
         // is deleted) and would make every pass cost the cluster's whole history.
         let names: Vec<String> = self
@@ -1064,16 +1067,21 @@ impl LocalExecutor {
             self.unreaped.push(c);
         }
         if let Some(cg) = &t.record.cgroup {
-            self.retire_cgroup(cg.clone());
+            self.retire_cgroup(cg.clone(), t.record.container.is_some());
         }
     }
 
-    /// Removes the cgroup of an ended replica now if it is empty, else on a later poll: the
-    /// control loop must not wait for a shim to finish exiting.
-    fn retire_cgroup(&mut self, cg: CgroupRef) {
-        if !cg.try_remove() {
-            self.retired_cgroups.push(cg);
-        }
+    /// Queues the cgroup of an ended replica for removal: the pass that saw the replica end
+    /// starts the next ones first (the rmdirs are off the path from one job's exit to the
+    /// next one's start), and must never wait for a shim to finish exiting.
+    fn retire_cgroup(&mut self, cg: CgroupRef, ran_container: bool) {
+        self.retired_cgroups.push((cg, ran_container));
+    }
+
+    /// Removes the cgroups of ended replicas; those still busy stay queued for the next call.
+    pub fn remove_retired_cgroups(&mut self) {
+        self.retired_cgroups
+            .retain(|(cg, ran_container)| !cg.try_remove(*ran_container));
     }
 
     /// Stops a replica: SIGTERM now (the shim forwards it to the group), SIGKILL of the
