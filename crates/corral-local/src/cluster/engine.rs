@@ -15,7 +15,7 @@ use corral_core::lifecycle::{self, FailureReason, Incarnation, ReplicaId, Replic
 use corral_core::sched::{Millis, Node, NodePoolConfig, QueueConfig};
 use jiff::Timestamp;
 
-use super::{ClusterConfig, ClusterError, JobState, JobSummary, TickReport};
+use super::{ClusterConfig, ClusterError, JobState, JobSummary, SummaryRow, TickReport};
 use crate::executor::{LocalExecutor, ProcessState};
 use crate::inventory::NodeInventory;
 use crate::store::{Store, StoreError, StoredJob};
@@ -179,7 +179,7 @@ pub struct Cluster {
     pub(super) ports_to_release: BTreeMap<String, String>,
     /// Every stored job as the views show it, by (namespace, name), finished ones too: a
     /// namespace's jobs are one range, whatever the history of the others.
-    pub(super) summaries: BTreeMap<(String, String), Arc<JobSummary>>,
+    pub(super) summaries: BTreeMap<(String, String), Arc<SummaryRow>>,
     /// The whole stored record of every job the control plane holds (not retired), by
     /// key; kept in step with the store by each write. A finished job leaves it when the
     /// plane retires it, so that memory and the hot paths do not grow with history.
@@ -241,8 +241,10 @@ impl Cluster {
     /// Puts a job's row (as stored) into the cache: its summary, and the whole record
     /// while the plane holds the job.
     pub(super) fn cache(&mut self, j: StoredJob) {
-        self.summaries
-            .insert((j.namespace.clone(), j.name.clone()), Arc::new(summary(&j)));
+        self.summaries.insert(
+            (j.namespace.clone(), j.name.clone()),
+            Arc::new(SummaryRow::new(&summary(&j))),
+        );
         let key = j.key();
         if self.plane.is_retired(&key) {
             self.live.remove(&key);
@@ -254,8 +256,10 @@ impl Cluster {
     /// Updates the cached summary of a live job after a change made to it in place.
     pub(super) fn resummarize(&mut self, key: &str) {
         if let Some(j) = self.live.get(key) {
-            self.summaries
-                .insert((j.namespace.clone(), j.name.clone()), Arc::new(summary(j)));
+            self.summaries.insert(
+                (j.namespace.clone(), j.name.clone()),
+                Arc::new(SummaryRow::new(&summary(j))),
+            );
         }
     }
 

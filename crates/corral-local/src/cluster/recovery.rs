@@ -69,7 +69,7 @@ pub(super) fn open(
     let mut jobs: Vec<StoredJob> = Vec::new();
     // Summaries of the retired ones are made as their rows are read, so that no more than
     // one of them is decoded at a time.
-    let mut retired: Vec<((String, String), std::sync::Arc<super::JobSummary>)> = Vec::new();
+    let mut retired: Vec<((String, String), std::sync::Arc<super::SummaryRow>)> = Vec::new();
     let mut all_uids: HashSet<String> = HashSet::new();
     store.for_each_job(|j| {
         all_uids.insert(j.uid.clone());
@@ -80,7 +80,7 @@ pub(super) fn open(
             running.contains(&j.uid),
         );
         if by_name {
-            let summary = std::sync::Arc::new(super::engine::summary(&j));
+            let summary = std::sync::Arc::new(super::SummaryRow::new(&super::engine::summary(&j)));
             retired.push(((j.namespace, j.name), summary));
         } else {
             jobs.push(j);

@@ -14,6 +14,7 @@ use super::engine::{Cluster, phase_of, state_of, summary, timestamp};
 use super::{
     AdmissionInfo, ClusterError, Event, GpuDevice, JobDetails, JobState, JobSummary,
     MetricsSnapshot, NodeInfo, QueueInfo, QueuePoolUsage, ReplicaInfo, ReplicaLog, ReplicaUsageRow,
+    SummaryRow,
 };
 use crate::executor::ProcessState;
 
@@ -27,16 +28,15 @@ impl Cluster {
     /// Reads the cached summaries only: one namespace is one range of them, whatever the
     /// history of the others.
     pub fn list(&self, namespace: Option<&str>) -> Result<Vec<JobSummary>, ClusterError> {
-        Ok(self
-            .list_shared(namespace)
-            .into_iter()
-            .map(Arc::unwrap_or_clone)
-            .collect())
+        self.list_rows(namespace)
+            .iter()
+            .map(|r| r.summary())
+            .collect()
     }
 
-    /// [`Cluster::list`] without copying the summaries: a server serializes them after it
-    /// has let go of the cluster.
-    pub fn list_shared(&self, namespace: Option<&str>) -> Vec<Arc<JobSummary>> {
+    /// [`Cluster::list`] as shared rows with their JSON, not copied: a server joins their
+    /// text after it has let go of the cluster.
+    pub fn list_rows(&self, namespace: Option<&str>) -> Vec<Arc<SummaryRow>> {
         match namespace {
             None => self.summaries.values().cloned().collect(),
             Some(ns) => self
