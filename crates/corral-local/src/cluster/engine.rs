@@ -136,6 +136,11 @@ pub(super) fn summary(j: &StoredJob) -> JobSummary {
     }
 }
 
+/// A job's `list` row, as the cache keeps it.
+pub(super) fn summary_row(j: &StoredJob) -> Arc<SummaryRow> {
+    Arc::new(SummaryRow::new(&summary(j)))
+}
+
 /// Replicas of the current incarnation running or done, as the status counts them
 /// (`replicaStatuses`, Kubeflow's per-role active and succeeded counts).
 pub(super) fn ready_replicas(status: &corral_api::TrainingJobStatus) -> u32 {
@@ -241,10 +246,8 @@ impl Cluster {
     /// Puts a job's row (as stored) into the cache: its summary, and the whole record
     /// while the plane holds the job.
     pub(super) fn cache(&mut self, j: StoredJob) {
-        self.summaries.insert(
-            (j.namespace.clone(), j.name.clone()),
-            Arc::new(SummaryRow::new(&summary(&j))),
-        );
+        self.summaries
+            .insert((j.namespace.clone(), j.name.clone()), summary_row(&j));
         let key = j.key();
         if self.plane.is_retired(&key) {
             self.live.remove(&key);
@@ -256,10 +259,8 @@ impl Cluster {
     /// Updates the cached summary of a live job after a change made to it in place.
     pub(super) fn resummarize(&mut self, key: &str) {
         if let Some(j) = self.live.get(key) {
-            self.summaries.insert(
-                (j.namespace.clone(), j.name.clone()),
-                Arc::new(SummaryRow::new(&summary(j))),
-            );
+            self.summaries
+                .insert((j.namespace.clone(), j.name.clone()), summary_row(j));
         }
     }
 

@@ -80,8 +80,8 @@ pub(super) fn open(
             running.contains(&j.uid),
         );
         if by_name {
-            let summary = std::sync::Arc::new(super::SummaryRow::new(&super::engine::summary(&j)));
-            retired.push(((j.namespace, j.name), summary));
+            let row = super::engine::summary_row(&j);
+            retired.push(((j.namespace, j.name), row));
         } else {
             jobs.push(j);
         }
