@@ -88,6 +88,20 @@ impl CgroupRef {
         Ok(())
     }
 
+    /// The files a newly forked process writes `0` into, before it execs, to move itself
+    /// into this cgroup in every hierarchy. On v1 that is `tasks`, which moves only the
+    /// writing thread (a forked child has no other): the kernel then skips the global
+    /// threadgroup lock, whose write side `cgroup.procs` takes and which waits for an RCU
+    /// grace period, about 7 ms per replica start on a small VM against 0.03 ms. v2 has no
+    /// such file for a domain cgroup (`cgroup.threads` moves threads only within one).
+    pub fn self_join_files(&self) -> Vec<PathBuf> {
+        let file = match self {
+            CgroupRef::V2 { .. } => "cgroup.procs",
+            CgroupRef::V1 { .. } => "tasks",
+        };
+        self.dirs().into_iter().map(|d| d.join(file)).collect()
+    }
+
     /// The processes in this cgroup (union over the hierarchies).
     pub fn procs(&self) -> Vec<u32> {
         let mut out: Vec<u32> = Vec::new();

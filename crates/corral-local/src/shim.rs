@@ -146,13 +146,13 @@ fn supervise(dir: &Path) -> Result<i32, String> {
         .filter(|_| launch.container.is_none());
     let cgroup_procs: Vec<std::fs::File> = match joined {
         Some(cg) => cg
-            .dirs()
+            .self_join_files()
             .into_iter()
-            .map(|d| {
+            .map(|f| {
                 std::fs::OpenOptions::new()
                     .write(true)
-                    .open(d.join("cgroup.procs"))
-                    .map_err(|e| format!("joining the replica cgroup {}: {e}", d.display()))
+                    .open(&f)
+                    .map_err(|e| format!("joining the replica cgroup ({}): {e}", f.display()))
             })
             .collect::<Result<_, _>>()?,
         None => Vec::new(),
@@ -319,9 +319,10 @@ fn supervise(dir: &Path) -> Result<i32, String> {
 }
 
 /// Makes the command's process move itself into the replica's cgroups before it execs:
-/// writing "0" to `cgroup.procs` moves the writer (v1 and v2). Between fork and exec only
-/// async-signal-safe calls are allowed: the files are already open, and a write of a
-/// constant allocates nothing. (They close at exec: std opens them close-on-exec.)
+/// writing "0" to `tasks` (v1) or `cgroup.procs` (v2) moves the writer (see
+/// `CgroupRef::self_join_files`). Between fork and exec only async-signal-safe calls are
+/// allowed: the files are already open, and a write of a constant allocates nothing.
+/// (They close at exec: std opens them close-on-exec.)
 fn join_in_child(cmd: &mut Command, cgroup_procs: Vec<std::fs::File>) {
     use std::os::unix::process::CommandExt;
     if cgroup_procs.is_empty() {
