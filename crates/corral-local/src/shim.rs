@@ -102,6 +102,9 @@ fn supervise(dir: &Path) -> Result<i32, String> {
     let launch: LaunchFile = files::read_json(&dir.join(LAUNCH_FILE))
         .map_err(|e| format!("reading {LAUNCH_FILE}: {e}"))?
         .ok_or_else(|| format!("{} has no {LAUNCH_FILE}", dir.display()))?;
+    if let Some(gate) = &launch.start_gate {
+        crate::executor::StartGate::wait(gate);
+    }
     let mut log = RotatingLog::open(&launch.log_path, launch.log_limit_bytes)
         .map_err(|e| format!("opening {}: {e}", launch.log_path.display()))?;
     // The replica's own TMPDIR.
@@ -425,6 +428,7 @@ mod tests {
             record: None,
             container: None,
             python: None,
+            start_gate: None,
         };
         files::write_json(&dir.join(LAUNCH_FILE), &launch).expect("launch file");
         assert_eq!(run([dir.as_os_str()]), 125);

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use corral_local::executor::{
     CgroupMode, ExecutorConfig, LocalExecutor, ProcessRecord, ProcessState, ReplicaProcessSpec,
-    discover, procfs,
+    StartGate, discover, procfs,
 };
 use corral_local::ports::PortAllocator;
 
@@ -223,6 +223,35 @@ fn executor_start_all_keeps_order_on_any_number_of_threads() {
             );
         }
     }
+}
+
+/// While the control loop starts a gang, the shims already spawned wait at the start gate
+/// (a lock on `run/start.gate`) before their own setup; once it opens they go on.
+fn shims_wait_at_the_start_gate_while_it_is_closed() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (mut ex, warnings) = executor(tmp.path(), CgroupMode::Disabled);
+    assert!(
+        warnings.iter().all(|w| !w.contains("start gate")),
+        "{warnings:?}"
+    );
+    let gate = StartGate::close(&tmp.path().join("run").join(StartGate::FILE)).expect("gate");
+    let marker = tmp.path().join("ran");
+    ex.start(&spec(
+        "gated-worker-0",
+        &format!("touch {}", marker.display()),
+    ))
+    .expect("started");
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        !marker.exists(),
+        "the command ran while the start gate was closed"
+    );
+    drop(gate);
+    wait_for("the command after the gate opened", || marker.exists());
+    assert_eq!(
+        wait_terminal(&mut ex, "gated-worker-0"),
+        ProcessState::Exited { code: 0 }
+    );
 }
 
 /// Live processes whose command line contains `marker`.
@@ -606,6 +635,10 @@ fn main() -> std::process::ExitCode {
         (
             "executor_start_all_keeps_order_on_any_number_of_threads",
             executor_start_all_keeps_order_on_any_number_of_threads,
+        ),
+        (
+            "shims_wait_at_the_start_gate_while_it_is_closed",
+            shims_wait_at_the_start_gate_while_it_is_closed,
         ),
         (
             "executor_stop_kills_the_whole_group_without_orphans",

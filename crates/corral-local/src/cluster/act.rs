@@ -452,6 +452,11 @@ impl Cluster {
             return Ok(());
         };
         let specs: Vec<ReplicaProcessSpec> = pending.iter().map(|p| p.process.clone()).collect();
+        // A gang's shims wait until the pass has recorded it (one replica alone has no
+        // one to wait for).
+        if specs.len() > 1 && self.start_gate.is_none() {
+            self.start_gate = self.executor.close_start_gate();
+        }
         let results = self.executor.start_all(&specs);
         let mut first_error = None;
         // The gang's records in one transaction (each replica also wrote its own record

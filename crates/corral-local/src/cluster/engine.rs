@@ -191,6 +191,9 @@ pub struct Cluster {
     pub(super) live: HashMap<String, StoredJob>,
     pub(super) counters: Counters,
     pub(super) uid_counter: u64,
+    /// Closed from a gang's start until the end of the pass that records it Running (see
+    /// [`StartGate`](crate::executor::StartGate)).
+    pub(super) start_gate: Option<crate::executor::StartGate>,
 }
 
 impl Cluster {
@@ -292,19 +295,11 @@ impl Cluster {
     pub fn tick(&mut self, now: Timestamp) -> Result<TickReport, ClusterError> {
         let started = Instant::now();
         let mut report = TickReport::default();
-        self.observe()?;
-        let step = self.plane.step(now);
-        self.counters.last_cycle_seconds = started.elapsed().as_secs_f64();
-        let mut acted = self.apply(step, now, &mut report)?;
-        // Starts and removed records are observations too; a few rounds suffice (each
-        // round only settles what the last one changed).
-        for _ in 0..4 {
-            if !acted {
-                break;
-            }
-            let step = self.plane.settle(now);
-            acted = self.apply(step, now, &mut report)?;
-        }
+        let decided = self.decide_and_act(now, &mut report);
+        // The gangs started in this pass are recorded Running (or it failed): their shims
+        // go on with their setup.
+        self.start_gate = None;
+        decided?;
         self.release_idle_ports()?;
         // After the starts: removing ended replicas' cgroups is not on the way from one
         // job's exit to the next one's start.
@@ -312,6 +307,29 @@ impl Cluster {
         self.counters.ticks += 1;
         self.counters.last_tick_seconds = started.elapsed().as_secs_f64();
         Ok(report)
+    }
+
+    /// The pass up to its housekeeping: observe, step the plane, act, settle.
+    fn decide_and_act(
+        &mut self,
+        now: Timestamp,
+        report: &mut TickReport,
+    ) -> Result<(), ClusterError> {
+        let started = Instant::now();
+        self.observe()?;
+        let step = self.plane.step(now);
+        self.counters.last_cycle_seconds = started.elapsed().as_secs_f64();
+        let mut acted = self.apply(step, now, report)?;
+        // Starts and removed records are observations too; a few rounds suffice (each
+        // round only settles what the last one changed).
+        for _ in 0..4 {
+            if !acted {
+                break;
+            }
+            let step = self.plane.settle(now);
+            acted = self.apply(step, now, report)?;
+        }
+        Ok(())
     }
 
     /// What the executor saw change since the last pass, into the store and the plane.

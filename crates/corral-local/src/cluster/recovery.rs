@@ -186,6 +186,7 @@ pub(super) fn open(
         live: HashMap::new(),
         counters: Counters::default(),
         uid_counter: 0,
+        start_gate: None,
     };
     for j in jobs {
         cluster.cache(j);
@@ -198,6 +199,7 @@ pub(super) fn open(
     }
     let mut report = TickReport::default();
     cluster.apply(step, now, &mut report)?;
+    cluster.start_gate = None;
     Ok((cluster, warnings))
 }
 

@@ -43,6 +43,10 @@ pub struct LaunchFile {
     /// The Python environment the shim builds (or reuses) before the command runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub python: Option<super::python::PythonLaunch>,
+    /// The executor's start gate (see [`StartGate`](super::StartGate)): the shim waits
+    /// until no gang is being spawned before it does its own setup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_gate: Option<PathBuf>,
 }
 
 /// The parts of a [`super::ProcessRecord`] known before the shim runs.

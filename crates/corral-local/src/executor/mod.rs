@@ -388,6 +388,49 @@ pub struct LocalExecutor {
     /// Threads a gang's launches are spread over: half the cores, read once (finding them
     /// reads the cgroup's CPU quota files, which cost as much as a launch's own files).
     launch_threads: usize,
+    /// Closed while a gang is started; `None` when its file could not be made.
+    start_gate: Option<PathBuf>,
+}
+
+/// A lock file in the run directory that the control loop holds (exclusive) from the
+/// spawn of a gang's first shim until the gang is recorded Running, and that every shim
+/// takes (shared, at once released) before its own setup. The shims spawned first wait,
+/// blocked, instead of taking the cores the server needs to spawn the rest and record
+/// them: on two cores a spawn waited up to 3 ms for its new process to be scheduled behind
+/// the gang's earlier shims (their cgroup, log and command setup). The shims' work is not
+/// less, only later; nothing of the gang's own waits on the server in between.
+/// `flock(2)`: the kernel opens the gate if the server dies, so a shim never waits on a
+/// dead server, and a gate that cannot be taken is not waited for (slower, never wrong).
+#[derive(Debug)]
+pub struct StartGate(fs::File);
+
+impl StartGate {
+    /// The gate's file in the run directory.
+    pub const FILE: &'static str = "start.gate";
+
+    /// Closes the gate at `path` until the returned value is dropped.
+    pub fn close(path: &Path) -> io::Result<StartGate> {
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)?;
+        file.lock()?;
+        Ok(StartGate(file))
+    }
+
+    /// What a shim does: waits until the gate is open. Best effort, as above.
+    pub fn wait(path: &Path) {
+        if let Ok(f) = fs::File::open(path) {
+            let _ = f.lock_shared();
+        }
+    }
+}
+
+impl Drop for StartGate {
+    fn drop(&mut self) {
+        let _ = self.0.unlock();
+    }
 }
 
 /// Percent-encodes everything outside `[A-Za-z0-9._-]` so a name is one safe path component.
@@ -431,6 +474,24 @@ impl LocalExecutor {
             warnings.push(reason);
         }
         let ports = PortAllocator::new(config.port_range.clone());
+        // Made once, so that a shim finds it even if no gang was started yet.
+        let gate = config.run_dir.join(StartGate::FILE);
+        let start_gate = match fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&gate)
+        {
+            Ok(_) => Some(gate),
+            Err(e) => {
+                warnings.push(format!(
+                    "the start gate {} could not be made ({e}): a gang's shims may slow \
+                     down its own start",
+                    gate.display()
+                ));
+                None
+            }
+        };
         Ok((
             LocalExecutor {
                 config,
@@ -441,6 +502,7 @@ impl LocalExecutor {
                 retired_cgroups: Vec::new(),
                 ports,
                 launch_threads: std::thread::available_parallelism().map_or(1, |n| n.get() / 2),
+                start_gate,
             },
             warnings,
         ))
@@ -654,6 +716,14 @@ impl LocalExecutor {
         Ok(())
     }
 
+    /// Closes the [`StartGate`] until the returned value is dropped; `None` when it could
+    /// not be (the shims then go on at once).
+    pub fn close_start_gate(&self) -> Option<StartGate> {
+        self.start_gate
+            .as_deref()
+            .and_then(|p| StartGate::close(p).ok())
+    }
+
     /// The side effects of a start (files, shim, record; the shim makes the cgroup);
     /// touches no tracking state, so several run at once.
     fn launch(&self, spec: &ReplicaProcessSpec) -> Launched {
@@ -786,6 +856,7 @@ impl LocalExecutor {
             }),
             container: handle.clone(),
             python,
+            start_gate: self.start_gate.clone(),
         };
         // Written in place: no shim reads it before it is whole (the shim is spawned after),
         // and a directory without a record is not a replica to a restart.
