@@ -19,6 +19,9 @@
 //!    and the cgroup (no orphans), and writes `<dir>/exit.json` atomically: exit code or
 //!    signal, and whether the cgroup recorded an OOM kill.
 //!
+//! A standby shim (`corral shim --standby`, see [`crate::executor::standby`]) is started
+//! before its replica exists and reads the replica directory from stdin; then it is the same.
+//!
 //! Because the shim outlives a crash of the server and writes the exit status to a file, the
 //! executor learns how a replica ended whether the replica is its own child or was re-adopted
 //! after a restart.
@@ -39,6 +42,7 @@ use signal_hook::iterator::exfiltrator::WithOrigin;
 use crate::executor::files::{
     self, EXIT_FILE, ExitRecord, LAUNCH_FILE, LOG_FILE, LaunchFile, RECORD_FILE, RotatingLog,
 };
+use crate::executor::standby::STANDBY_ARG;
 use crate::executor::{ProcessRecord, procfs};
 
 /// How long the shim waits for the output pipe to drain after the command exited.
@@ -54,10 +58,21 @@ where
 {
     let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
     let [dir] = args.as_slice() else {
-        eprintln!("usage: corral shim <replica dir>");
+        eprintln!("usage: corral shim <replica dir> | corral shim {STANDBY_ARG}");
         return 2;
     };
-    let dir = PathBuf::from(dir);
+    let dir = if dir == STANDBY_ARG {
+        // A standby shim: the directory comes on stdin, whole once the server closes the
+        // pipe; nothing at all means the server went away (or no longer needs this one).
+        use std::os::unix::ffi::OsStringExt;
+        let mut bytes = Vec::new();
+        if std::io::stdin().lock().read_to_end(&mut bytes).is_err() || bytes.is_empty() {
+            return 0;
+        }
+        PathBuf::from(OsString::from_vec(bytes))
+    } else {
+        PathBuf::from(dir)
+    };
     match supervise(&dir) {
         Ok(code) => code,
         Err(message) => {

@@ -254,6 +254,87 @@ fn shims_wait_at_the_start_gate_while_it_is_closed() {
     );
 }
 
+fn standby_executor(dir: &Path, standby: usize) -> LocalExecutor {
+    let mut config = ExecutorConfig::new(dir.join("run"), shim());
+    config.cgroup = CgroupMode::Disabled;
+    config.standby_shims = standby;
+    let (ex, warnings) = LocalExecutor::new(config).expect("executor");
+    assert!(
+        warnings.iter().all(|w| !w.contains("standby")),
+        "{warnings:?}"
+    );
+    ex
+}
+
+fn wait_standby(ex: &LocalExecutor, n: usize) -> Vec<u32> {
+    wait_for(&format!("{n} standby shims"), || {
+        ex.standby_pids().len() == n
+    });
+    ex.standby_pids()
+}
+
+/// A replica starts in a standby shim (its record names that process) with the launch's
+/// command, env and log, and the pool is filled again with new shims.
+fn standby_shims_run_replicas_and_are_replaced() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut ex = standby_executor(tmp.path(), 2);
+    let before = wait_standby(&ex, 2);
+    let mut s = spec("standby-worker-0", "echo \"from $GREETING\"; exit 3");
+    s.env = vec![("GREETING".into(), "standby".into())];
+    let rec = ex.start(&s).expect("started");
+    assert!(
+        before.contains(&rec.pid),
+        "{} is not one of {before:?}",
+        rec.pid
+    );
+    let on_disk: ProcessRecord =
+        serde_json::from_slice(&std::fs::read(rec.dir.join("record.json")).expect("record.json"))
+            .expect("record");
+    assert_eq!((on_disk.pid, on_disk.start_time), (rec.pid, rec.start_time));
+    assert_eq!(
+        wait_terminal(&mut ex, "standby-worker-0"),
+        ProcessState::Exited { code: 3 }
+    );
+    assert!(log_text(&ex, "standby-worker-0").contains("from standby"));
+    let after = wait_standby(&ex, 2);
+    assert!(
+        !after.contains(&rec.pid),
+        "the used shim is back in the pool"
+    );
+}
+
+/// Standby shims that died while idle are not handed a replica: the start still runs it.
+fn a_dead_standby_shim_is_not_used() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut ex = standby_executor(tmp.path(), 2);
+    let dead = wait_standby(&ex, 2);
+    for pid in &dead {
+        procfs::signal_group(*pid, rustix::process::Signal::KILL).expect("kill");
+    }
+    wait_for("the killed standby shims to die", || {
+        dead.iter()
+            .all(|p| procfs::stat(*p).is_none_or(|s| s.state == 'Z'))
+    });
+    let rec = ex.start(&spec("after-dead-0", "exit 0")).expect("started");
+    assert!(!dead.contains(&rec.pid), "a dead standby shim was used");
+    assert_eq!(
+        wait_terminal(&mut ex, "after-dead-0"),
+        ProcessState::Exited { code: 0 }
+    );
+}
+
+/// Idle standby shims end with their executor (and with a server that dies: their pipe
+/// closes either way).
+fn standby_shims_end_with_their_executor() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let ex = standby_executor(tmp.path(), 3);
+    let pids = wait_standby(&ex, 3);
+    drop(ex);
+    wait_for("the standby shims to end", || {
+        pids.iter().all(|p| procfs::stat(*p).is_none())
+    });
+}
+
 /// Live processes whose command line contains `marker`.
 fn processes_with(marker: &str) -> Vec<u32> {
     procfs::all()
@@ -639,6 +720,18 @@ fn main() -> std::process::ExitCode {
         (
             "shims_wait_at_the_start_gate_while_it_is_closed",
             shims_wait_at_the_start_gate_while_it_is_closed,
+        ),
+        (
+            "standby_shims_run_replicas_and_are_replaced",
+            standby_shims_run_replicas_and_are_replaced,
+        ),
+        (
+            "a_dead_standby_shim_is_not_used",
+            a_dead_standby_shim_is_not_used,
+        ),
+        (
+            "standby_shims_end_with_their_executor",
+            standby_shims_end_with_their_executor,
         ),
         (
             "executor_stop_kills_the_whole_group_without_orphans",

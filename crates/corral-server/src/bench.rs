@@ -4,6 +4,7 @@
 //! free loopback port and a fake node of 8 GPUs), so that its memory is measured alone,
 //! and measures through the same client the CLI uses:
 //! - `idle_rss_mb`: the server's resident memory once it has opened, before any job;
+//!   `standby_shims`: the shims it keeps started ahead of time, and their memory;
 //! - `startup`: submit -> every replica running, per job (8 `sleep` replicas, one job at a
 //!   time), on the idle server and again once `history` finished jobs are stored;
 //! - `throughput`: 500 one-GPU, one-CPU `sleep 0.1` jobs submitted in one request on the 8 GPUs:
@@ -116,6 +117,39 @@ pub fn rss_mb_of(pid: u32) -> f64 {
                 .and_then(|kb| kb.parse::<f64>().ok())
         })
         .map_or(0.0, |kb| (kb / 1024.0 * 10.0).round() / 10.0)
+}
+
+/// The server's standby shims (`corral-shim --standby`, children blocked on a pipe): how
+/// many, and their memory beside the server's (resident, and proportional: shared pages
+/// divided among the processes that map them).
+fn standby_shims_of(server: u32) -> Value {
+    let kb = |pid: u32, file: &str, field: &str| -> f64 {
+        std::fs::read_to_string(format!("/proc/{pid}/{file}"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with(field))
+                    .and_then(|l| l.split_whitespace().nth(1))
+                    .and_then(|v| v.parse::<f64>().ok())
+            })
+            .unwrap_or(0.0)
+    };
+    let standby = corral_local::executor::standby::STANDBY_ARG.as_bytes();
+    let pids: Vec<u32> = corral_local::executor::procfs::all()
+        .into_iter()
+        .filter(|p| p.ppid == server)
+        .filter(|p| {
+            std::fs::read(format!("/proc/{}/cmdline", p.pid))
+                .is_ok_and(|c| c.split(|b| *b == 0).any(|arg| arg == standby))
+        })
+        .map(|p| p.pid)
+        .collect();
+    let mb = |v: f64| (v / 1024.0 * 10.0).round() / 10.0;
+    json!({
+        "count": pids.len(),
+        "rss_mb": mb(pids.iter().map(|p| kb(*p, "status", "VmRSS:")).sum()),
+        "pss_mb": mb(pids.iter().map(|p| kb(*p, "smaps_rollup", "Pss:")).sum()),
+    })
 }
 
 fn job(name: &str, replicas: u32, gpus: u32, command: &str, suspend: bool) -> String {
@@ -383,6 +417,7 @@ fn run(o: &ApiBenchOptions, server: &ServerProcess) -> Result<Value, String> {
     // Let the first passes run (inventory, recovery) before measuring.
     std::thread::sleep(Duration::from_millis(500));
     let idle_rss_mb = server.rss_mb();
+    let standby_shims = standby_shims_of(server.child.id());
 
     // 1. submit -> all replicas running, on the idle server.
     let startup_idle = startup(client, o, "startup-idle")?;
@@ -526,6 +561,7 @@ fn run(o: &ApiBenchOptions, server: &ServerProcess) -> Result<Value, String> {
         "benchmark": "api",
         "server": o.server_program.display().to_string(),
         "idle_rss_mb": idle_rss_mb,
+        "standby_shims": standby_shims,
         "startup_idle": startup_json(o, &startup_idle),
         "throughput": throughput,
         "history": {

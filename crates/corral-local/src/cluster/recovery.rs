@@ -34,6 +34,7 @@ pub(super) fn open(
     exec_config.cgroup = config.cgroup;
     exec_config.cgroup_root = config.file.settings.cgroup_root.clone();
     exec_config.pass_env = config.file.settings.pass_env.clone();
+    exec_config.standby_shims = STANDBY_SHIMS;
     let containers = &config.file.settings.containers;
     let (runtime, container_notes) =
         crate::executor::container::detect(&crate::executor::container::RuntimeChoice {
@@ -202,6 +203,11 @@ pub(super) fn open(
     cluster.start_gate = None;
     Ok((cluster, warnings))
 }
+
+/// Shims the executor keeps started ahead of time: a gang of 8 (a node's GPUs, the common
+/// case) starts without one process spawn on the control loop; a larger one spawns the rest.
+/// Each idle shim is a process blocked on a pipe, about 1 MB resident (mostly shared).
+const STANDBY_SHIMS: usize = 8;
 
 /// Re-adopts every recorded replica process, oldest incarnation first; records the current
 /// incarnation of a live job found running but never recorded (a crash between the start

@@ -50,6 +50,7 @@ pub(crate) mod files;
 pub mod log_times;
 pub mod procfs;
 pub mod python;
+pub mod standby;
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -135,6 +136,8 @@ pub struct ExecutorConfig {
     /// uv, which builds the Python environments replicas ask for (none: such a spec is
     /// refused), and where the environments are kept.
     pub python: Option<(PathBuf, PathBuf)>,
+    /// Shims kept started ahead of time (see [`standby`]); 0: each start spawns its own.
+    pub standby_shims: usize,
 }
 
 impl ExecutorConfig {
@@ -151,6 +154,7 @@ impl ExecutorConfig {
             pass_env: Vec::new(),
             containers: None,
             python: None,
+            standby_shims: 0,
         }
     }
 }
@@ -390,6 +394,8 @@ pub struct LocalExecutor {
     launch_threads: usize,
     /// Closed while a gang is started; `None` when its file could not be made.
     start_gate: Option<PathBuf>,
+    /// Shims started ahead of time; `None` when the configuration asks for none.
+    standby: Option<standby::StandbyShims>,
 }
 
 /// A lock file in the run directory that the control loop holds (exclusive) from the
@@ -492,6 +498,18 @@ impl LocalExecutor {
                 None
             }
         };
+        let standby = match config.standby_shims {
+            0 => None,
+            n => match standby::StandbyShims::start(config.shim.clone(), n) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    warnings.push(format!(
+                        "no standby shims ({e}): every replica start spawns its shim"
+                    ));
+                    None
+                }
+            },
+        };
         Ok((
             LocalExecutor {
                 config,
@@ -503,6 +521,7 @@ impl LocalExecutor {
                 ports,
                 launch_threads: std::thread::available_parallelism().map_or(1, |n| n.get() / 2),
                 start_gate,
+                standby,
             },
             warnings,
         ))
@@ -873,13 +892,43 @@ impl LocalExecutor {
         })
     }
 
-    /// Spawns the shim of a prepared launch and writes the replica's process record.
+    /// The pids of the standby shims ready now (see [`standby`]).
+    pub fn standby_pids(&self) -> Vec<u32> {
+        self.standby.as_ref().map_or_else(Vec::new, |s| s.pids())
+    }
+
+    /// Starts the shim of a prepared launch (a standby one when there is one) and writes
+    /// the replica's process record.
     fn spawn_shim(&self, spec: &ReplicaProcessSpec, prepared: Prepared) -> Launched {
         let Prepared {
             dir,
             cgroup,
             container: handle,
         } = prepared;
+        let record = |pid: u32, start_time: u64| ProcessRecord {
+            name: spec.name.clone(),
+            job: spec.job.clone(),
+            incarnation: spec.incarnation.clone(),
+            pid,
+            start_time,
+            dir: dir.clone(),
+            cgroup: cgroup.clone(),
+            gpu_indices: spec.gpu_indices.clone(),
+            container: handle.clone(),
+        };
+        if let Some(mut standby) = self.standby.as_ref().and_then(|s| s.take()) {
+            // The record first: no shim ever works on a directory that has none.
+            let rec = record(standby.child.id(), standby.start_time);
+            if files::write_json_atomic(&dir.join(RECORD_FILE), &rec).is_ok()
+                && standby.hand_over(&dir).is_ok()
+            {
+                return Ok((rec, standby.child));
+            }
+            // It died meanwhile (or the record could not be written): a fresh shim below,
+            // whose record replaces this one.
+            let _ = standby.child.kill();
+            let _ = standby.child.wait();
+        }
         // The shim reports into the replica's log and exit file; its own stdout and stderr
         // go nowhere, so that it never writes to a terminal or pipe that ended with the
         // server (and no file is created here for it).
@@ -912,17 +961,7 @@ impl LocalExecutor {
                 source: io::Error::other("no such process"),
             });
         };
-        let record = ProcessRecord {
-            name: spec.name.clone(),
-            job: spec.job.clone(),
-            incarnation: spec.incarnation.clone(),
-            pid,
-            start_time: stat.start_time,
-            dir: dir.clone(),
-            cgroup,
-            gpu_indices: spec.gpu_indices.clone(),
-            container: handle,
-        };
+        let record = record(pid, stat.start_time);
         if let Err(e) = files::write_json_atomic(&dir.join(RECORD_FILE), &record) {
             // Without a record a restart could not find it: do not let it run.
             let _ = procfs::signal_group(pid, Signal::KILL);
