@@ -926,9 +926,15 @@ fn targets(
     };
     let jobs = client.list(Some(ns)).map_err(|e| e.to_string())?;
     let mut names = Vec::new();
-    for j in jobs {
+    // A job already being deleted is on its way out: acting on it again would only fail
+    // once it is gone.
+    for j in jobs.into_iter().filter(|j| j.state != JobState::Deleting) {
         if let Some(sel) = &selector {
-            let job = client.get(ns, &j.name).map_err(|e| e.to_string())?;
+            let job = match client.get(ns, &j.name) {
+                Ok(job) => job,
+                Err(e) if is_not_found(&e) => continue,
+                Err(e) => return Err(e.to_string()),
+            };
             let labels = job.pointer("/metadata/labels").and_then(Value::as_object);
             let label = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
             if !sel.matches(label) {
@@ -948,6 +954,10 @@ fn targets(
         }
     }
     Ok(names)
+}
+
+fn is_not_found(e: &ClientError) -> bool {
+    matches!(e, ClientError::Api { status: 404, .. })
 }
 
 /// Asks the user a yes/no question; `Err` when nobody can be asked.
@@ -1036,9 +1046,15 @@ fn each_job(
         return ExitCode::SUCCESS;
     }
     let mut code = ExitCode::SUCCESS;
+    let selected = args.all || args.selector.is_some();
     for name in &names {
         match f(&client, &ns, name) {
             Ok(()) => println!("trainingjob/{name} {verb}"),
+            // Selected from a list that another client changed since: the job went meanwhile,
+            // which is no fault of this command.
+            Err(e) if selected && is_not_found(&e) => {
+                eprintln!("trainingjob/{name} was deleted meanwhile")
+            }
             Err(e) => {
                 eprintln!("error: {e}");
                 code = ExitCode::FAILURE;
