@@ -85,6 +85,10 @@ fn main() -> ExitCode {
             "code_snapshots_run_as_submitted_and_go_with_the_job",
             code_snapshots_run_as_submitted_and_go_with_the_job,
         ),
+        Trial::test(
+            "the_servers_environment_stays_out_of_replicas",
+            the_servers_environment_stays_out_of_replicas,
+        ),
     ];
     libtest_mimic::run(&args, tests).exit_code()
 }
@@ -1844,5 +1848,134 @@ spec:
         dry.len() == 1 && dry[0].warnings.len() == warnings.len(),
         format!("{dry:?}"),
     )?;
+    Ok(())
+}
+
+/// Kills the `corral up` child on every way out of a test.
+struct ChildServer(std::process::Child);
+
+impl Drop for ChildServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The real programs: `corral up` started with a secret and an allowed variable in its
+/// environment (as an operator's shell would hold a cloud key), a job submitted with
+/// `corral submit` into a tenant's namespace prints its environment, `corral logs` reads
+/// it back. The secret must not reach the replica; the allowed variable (`passEnv`) must.
+fn the_servers_environment_stays_out_of_replicas() -> TestResult {
+    const SECRET_VALUE: &str = "s3cr3t-e2e-value-9f2c";
+    let corral = PathBuf::from(env!("CARGO_BIN_EXE_corral"));
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("corral.yaml");
+    std::fs::write(
+        &config,
+        "apiVersion: corral.dev/v1alpha1\nkind: CorralConfig\n\
+         passEnv: [CORRAL_E2E_ALLOWED]\n",
+    )?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    let log = std::fs::File::create(dir.path().join("server.log"))?;
+    let server = ChildServer(
+        std::process::Command::new(&corral)
+            .arg("up")
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .arg("--config")
+            .arg(&config)
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .env("CORRAL_E2E_CLOUD_KEY", SECRET_VALUE)
+            .env("AWS_SECRET_ACCESS_KEY", SECRET_VALUE)
+            .env("CORRAL_E2E_ALLOWED", "visible")
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()?,
+    );
+    let client = Client::new(&url, None);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !client.healthy() {
+        check(
+            Instant::now() < deadline,
+            "corral up did not answer in 30 s",
+        )?;
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let job = dir.path().join("printenv.yaml");
+    std::fs::write(
+        &job,
+        "apiVersion: corral.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: printenv}
+spec:
+  framework: pytorch
+  replicas:
+    worker:
+      count: 1
+      restartPolicy: Never
+      resources: {cpu: 100m, memory: 64Mi}
+      template:
+        command: [/bin/sh, -c, 'env; echo END-OF-ENV']
+        env: [{name: OWN, value: mine}]
+",
+    )?;
+    let cli = |args: &[&str]| -> Result<String, Failed> {
+        let out = std::process::Command::new(&corral)
+            .args(args)
+            .args(["-n", "team-b", "--server", &url])
+            .env_remove("CORRAL_TOKEN")
+            .output()?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        check(
+            out.status.success(),
+            format!(
+                "corral {args:?} failed: {text}{}",
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )?;
+        Ok(text)
+    };
+    cli(&["submit", &job.display().to_string()])?;
+    let state = wait_for_state(
+        &client,
+        "team-b",
+        "printenv",
+        Duration::from_secs(60),
+        |s| s.is_finished(),
+    )?;
+    check(
+        state == JobState::Succeeded,
+        format!("the job ended {state}"),
+    )?;
+    let out = cli(&["logs", "printenv"])?;
+    check(out.contains("END-OF-ENV"), format!("no output:\n{out}"))?;
+    check(
+        !out.contains(SECRET_VALUE),
+        format!("the server's secret reached the replica:\n{out}"),
+    )?;
+    let vars: BTreeMap<&str, &str> = out.lines().filter_map(|l| l.split_once('=')).collect();
+    check(
+        vars.get("CORRAL_E2E_ALLOWED") == Some(&"visible"),
+        format!("the passEnv variable is missing:\n{out}"),
+    )?;
+    check(
+        vars.get("OWN") == Some(&"mine"),
+        format!("the job's env:\n{out}"),
+    )?;
+    check(
+        vars.contains_key("RANK"),
+        format!("the contract's env:\n{out}"),
+    )?;
+    let tmpdir = vars.get("TMPDIR").copied().unwrap_or_default();
+    check(
+        tmpdir.starts_with(&dir.path().join("data").display().to_string()),
+        format!("TMPDIR {tmpdir:?} is not the replica's own"),
+    )?;
+    drop(server);
     Ok(())
 }
