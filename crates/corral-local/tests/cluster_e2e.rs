@@ -306,7 +306,23 @@ fn delete_leaves_no_process_behind() {
         assert!(Instant::now() < deadline, "processes left: {group:?}");
         std::thread::sleep(Duration::from_millis(25));
     }
-    assert!(log_dir.join("output.log").exists(), "logs are kept");
+    // Its files go with it (no one can ask for its logs any more): the incarnation's
+    // directory at once, into the trash, which a thread empties; the replica's with it.
+    assert!(!log_dir.exists(), "the replica's directory is still there");
+    assert!(
+        log_dir.parent().is_some_and(|p| !p.exists()),
+        "the replica's name directory is still there"
+    );
+    let trash = log_dir
+        .parent()
+        .and_then(Path::parent)
+        .expect("run dir")
+        .join(".trash");
+    let deadline = Instant::now() + WAITS.deadline;
+    while std::fs::read_dir(&trash).map_or(0, Iterator::count) > 0 {
+        assert!(Instant::now() < deadline, "the trash was not emptied");
+        std::thread::sleep(Duration::from_millis(25));
+    }
     assert!(matches!(
         c.delete("default", "stubborn", h.now),
         Err(ClusterError::NotFound { .. })
@@ -764,10 +780,28 @@ fn finished_jobs_are_kept_as_summaries_across_a_restart() {
     );
     assert!(c.suspend("default", "done-a", h.now).is_err());
 
-    // Deleted: removed with its records, and the name is free again.
+    // A finished job that is kept keeps its logs.
+    let dirs_of = |c: &Cluster, name: &str| -> Vec<std::path::PathBuf> {
+        c.describe("default", name)
+            .expect("describe")
+            .expect("found")
+            .replicas
+            .iter()
+            .filter_map(|r| r.log_path.as_ref()?.parent().map(Path::to_path_buf))
+            .collect()
+    };
+    let done_a = dirs_of(&c, "done-a");
+    assert_eq!(done_a.len(), 2);
+    let log = c.log_path("default", "done-b", "worker-0").expect("a log");
+    assert!(std::fs::read_to_string(log).expect("read").contains("hi"));
+
+    // Deleted: removed with its records and its files, and the name is free again.
     c.delete("default", "done-a", h.now).expect("delete");
     h.until(&mut c, "done-a removed", |c| state(c, "done-a").is_none());
     assert!(c.get("default", "done-a").expect("get").is_none());
+    for d in &done_a {
+        assert!(!d.exists(), "{} is still there", d.display());
+    }
     c.submit(&job("done-a", 1, "", "true"), "default", h.now)
         .expect("the name is free");
     h.until(&mut c, "the new done-a succeeded", |c| {

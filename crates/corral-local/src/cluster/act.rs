@@ -2,7 +2,7 @@
 //! their ports, deletions) before anything is done, record its events, then start and stop
 //! replica processes and record what happened. No decision about a job is taken here.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -13,7 +13,9 @@ use corral_core::lifecycle::{Action, Incarnation, ObservedReplica, ReplicaId};
 use corral_core::sched::RunningJob;
 use jiff::Timestamp;
 
-use super::engine::{Cluster, incarnation_label, millis, phase_of, process_name, replica_slots};
+use super::engine::{
+    Cluster, incarnation_label, incarnation_prefix, millis, phase_of, process_name, replica_slots,
+};
 use super::{ClusterError, TickReport};
 use crate::executor::container::ContainerRequest;
 use crate::executor::{ExecutorError, ProcessRecord, ProcessState, ReplicaProcessSpec};
@@ -184,6 +186,7 @@ impl Cluster {
                 let Some(uid) = self.uid_of(&job).map(str::to_string) else {
                     return Ok(());
                 };
+                let mut names = BTreeSet::new();
                 for r in self.store.replicas_of(&uid)? {
                     self.stopping
                         .remove(&(r.name.clone(), r.record.incarnation.clone()));
@@ -193,6 +196,16 @@ impl Cluster {
                         .is_some_and(|rec| rec.incarnation == r.record.incarnation)
                     {
                         self.executor.forget(&r.name);
+                    }
+                    names.insert(r.name);
+                }
+                // Its files go with it: logs no one can ask for any more.
+                for name in names {
+                    if let Err(e) = self
+                        .executor
+                        .discard_files(&name, &incarnation_prefix(&uid))
+                    {
+                        report.errors.push(format!("{name}: {e}"));
                     }
                 }
                 self.executor.ports_mut().release(&uid);
@@ -630,13 +643,23 @@ impl Cluster {
             }
             return Ok(());
         }
-        // Ended: with delete the record goes, so that the name is free.
+        // Ended: with delete the record goes, so that the name is free, and its files
+        // (logs no one can ask for any more) with it.
         if delete {
             self.store.remove_replica(&r.name, r.attempt, r.retry)?;
             self.stopping
                 .remove(&(r.name.clone(), r.record.incarnation.clone()));
             if current {
                 self.executor.forget(&r.name);
+            }
+            // The job itself is going: its files (logs no one can ask for any more) too.
+            // A restart's stale incarnation keeps them (`logs --previous`).
+            if stored.deleting
+                && let Err(e) = self
+                    .executor
+                    .discard_files(&r.name, &incarnation_prefix(&stored.uid))
+            {
+                report.errors.push(format!("{}: {e}", r.name));
             }
             self.plane.forget_replica(key, id, inc);
         }

@@ -519,7 +519,8 @@ impl Cluster {
     }
 
     /// Deletes a job: its replicas stop (SIGTERM, then SIGKILL after the grace period) in
-    /// the following ticks, then it is removed from the store. Logs are kept on disk.
+    /// the following ticks, then it is removed from the store, its replicas' files (logs)
+    /// with it.
     pub fn delete(
         &mut self,
         namespace: &str,

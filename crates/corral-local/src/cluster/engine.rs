@@ -54,8 +54,13 @@ pub(super) fn process_name(namespace: &str, job: &str, id: ReplicaId) -> String 
 
 /// The executor's incarnation label: unique across re-creations of a job of one name.
 pub(super) fn incarnation_label(uid: &str, inc: Incarnation) -> String {
+    format!("{}{inc}", incarnation_prefix(uid))
+}
+
+/// What every incarnation label of one job starts with.
+pub(super) fn incarnation_prefix(uid: &str) -> String {
     let short: String = uid.chars().take(8).collect();
-    format!("{short}-{inc}")
+    format!("{short}-")
 }
 
 /// What the lifecycle sees of a process state.

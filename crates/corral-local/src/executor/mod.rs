@@ -14,6 +14,7 @@
 //!   .usage(name) -> ReplicaUsage                      CPU seconds, memory, GPUs (NVML)
 //!   .log_path(name) / read_log_tail(name, bytes)
 //!   .ports_mut() -> &mut PortAllocator                ports from config.port_range
+//!   .discard_files(name, label_prefix)                a deleted job's directories, to the trash
 //! discover(run_dir) -> Vec<ProcessRecord>             every record.json under run_dir
 //! ```
 //!
@@ -37,9 +38,13 @@
 //! When the command exits the shim kills whatever it left behind, so nothing outlives a
 //! replica.
 //!
-//! Environment: the server's environment, then the spec's `env` on top. Unless the spec sets
-//! `CUDA_VISIBLE_DEVICES` itself, it is set to the replica's `gpu_indices` (empty: no GPU).
-//! The working directory defaults to the replica directory.
+//! Environment: [`base_env`] (PATH, HOME, LANG, TMPDIR in the replica's directory, and
+//! what `passEnv` allows; nothing else of the server's), then the spec's `env` on top.
+//! Unless the spec sets `CUDA_VISIBLE_DEVICES` itself, it is set to the replica's
+//! `gpu_indices` (empty: no GPU). The working directory defaults to the replica directory.
+//!
+//! A deleted job's directories are moved to `<run_dir>/.trash` and removed by a thread
+//! ([`trash`]); a finished job that is kept keeps its logs.
 //!
 //! A spec with a `container` runs as the container runtime's client under the same shim
 //! (see [`container`]); one with `python` gets its environment built by the shim first
@@ -51,6 +56,7 @@ pub mod log_times;
 pub mod procfs;
 pub mod python;
 pub mod standby;
+pub mod trash;
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -396,6 +402,9 @@ pub struct LocalExecutor {
     start_gate: Option<PathBuf>,
     /// Shims started ahead of time; `None` when the configuration asks for none.
     standby: Option<standby::StandbyShims>,
+    /// Where deleted jobs' replica directories go; `None` when it could not be made (then
+    /// they are removed in place).
+    trash: Option<trash::Trash>,
 }
 
 /// A lock file in the run directory that the control loop holds (exclusive) from the
@@ -510,6 +519,17 @@ impl LocalExecutor {
                 }
             },
         };
+        let trash = match trash::Trash::open(&config.run_dir) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                warnings.push(format!(
+                    "no trash directory in {} ({e}): a deleted job's files are removed on \
+                     the control loop",
+                    config.run_dir.display()
+                ));
+                None
+            }
+        };
         Ok((
             LocalExecutor {
                 config,
@@ -522,6 +542,7 @@ impl LocalExecutor {
                 launch_threads: std::thread::available_parallelism().map_or(1, |n| n.get() / 2),
                 start_gate,
                 standby,
+                trash,
             },
             warnings,
         ))
@@ -551,6 +572,50 @@ impl LocalExecutor {
             .run_dir
             .join(path_component(name))
             .join(path_component(incarnation))
+    }
+
+    /// Removes the files of a deleted job's replica `name`: the directories of its
+    /// incarnations whose label starts with `label_prefix` (the job's; an earlier job of
+    /// the same name had its own) go to the trash at once, except one still running, and
+    /// the replica's directory with them once nothing is left in it.
+    pub fn discard_files(&mut self, name: &str, label_prefix: &str) -> Result<(), ExecutorError> {
+        let dir = self.config.run_dir.join(path_component(name));
+        let running = self
+            .replicas
+            .get(name)
+            .filter(|t| !t.state.is_terminal())
+            .map(|t| path_component(&t.record.incarnation));
+        let prefix = path_component(label_prefix);
+        let entries = match fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(io_err(format!("reading {}", dir.display()))(e)),
+        };
+        for entry in entries.filter_map(Result::ok) {
+            let label = entry.file_name();
+            let label = label.to_string_lossy();
+            if !label.starts_with(&prefix) || running.as_deref() == Some(label.as_ref()) {
+                continue;
+            }
+            let path = entry.path();
+            let moved = match &mut self.trash {
+                Some(trash) => trash.discard(&path),
+                None => match fs::remove_dir_all(&path) {
+                    Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+                    _ => Ok(()),
+                },
+            };
+            moved.map_err(io_err(format!("removing {}", path.display())))?;
+        }
+        // Fails while an incarnation's directory is left, as it should. Here, on the
+        // control loop, so that no start of the same name makes it meanwhile.
+        let _ = fs::remove_dir(&dir);
+        Ok(())
+    }
+
+    /// Entries waiting in the trash (tests and diagnostics).
+    pub fn trash_pending(&self) -> usize {
+        self.trash.as_ref().map_or(0, trash::Trash::pending)
     }
 
     /// Starts a replica: writes its files, creates its cgroup, spawns the shim.
@@ -1394,6 +1459,10 @@ pub fn discover(run_dir: &Path) -> Vec<ProcessRecord> {
         return out;
     };
     for name in names.filter_map(Result::ok) {
+        // `.trash` (replica names never start with a dot).
+        if name.file_name().as_encoded_bytes().starts_with(b".") {
+            continue;
+        }
         let Ok(incs) = fs::read_dir(name.path()) else {
             continue;
         };
