@@ -372,10 +372,12 @@ impl Store {
             tx.pragma_update(None, "user_version", 1)?;
             tx.commit()?;
         }
-        // Lookups by uid (status updates) and the next seq (inserts) without a table scan.
-        // Indexes only: existing stores gain them without a schema change.
+        // The next seq (inserts) and running replicas (recovery) without a table scan;
+        // lookups by uid use the index of its UNIQUE constraint. Indexes only: existing
+        // stores change without a schema change. `jobs_by_uid` duplicated the UNIQUE index,
+        // and every job insert paid for both.
         conn.execute_batch(
-            "CREATE INDEX IF NOT EXISTS jobs_by_uid ON jobs (uid);\n\
+            "DROP INDEX IF EXISTS jobs_by_uid;\n\
              CREATE INDEX IF NOT EXISTS jobs_by_seq ON jobs (seq);\n\
              CREATE INDEX IF NOT EXISTS replicas_by_state ON replicas (state);",
         )?;
@@ -853,5 +855,51 @@ impl RawJob {
             job,
             deleting: self.deleting,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every job insert updates each of the table's indexes: one on uid, not two, and the
+    /// status update by uid (every step of a running job) still finds its row through it.
+    #[test]
+    fn jobs_have_one_index_on_uid_and_updates_use_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path()).expect("open");
+        let mut indexes = store
+            .conn
+            .prepare("SELECT name FROM pragma_index_list('jobs')")
+            .expect("prepare");
+        let names: Vec<String> = indexes
+            .query_map([], |r| r.get(0))
+            .expect("query")
+            .collect::<Result<_, _>>()
+            .expect("names");
+        let on_uid = names
+            .iter()
+            .filter(|index| {
+                let columns: Vec<String> = store
+                    .conn
+                    .prepare("SELECT name FROM pragma_index_info(?1)")
+                    .and_then(|mut s| {
+                        s.query_map([index.as_str()], |r| r.get(0))?
+                            .collect::<Result<_, _>>()
+                    })
+                    .expect("columns");
+                columns == ["uid"]
+            })
+            .count();
+        assert_eq!(on_uid, 1, "indexes of jobs: {names:?}");
+        let plan: String = store
+            .conn
+            .query_row(
+                "EXPLAIN QUERY PLAN UPDATE jobs SET status = ?2 WHERE uid = ?1",
+                ["a", "b"],
+                |r| r.get(3),
+            )
+            .expect("plan");
+        assert!(plan.contains("USING INDEX"), "{plan}");
     }
 }
