@@ -643,8 +643,7 @@ impl Cluster {
             }
             return Ok(());
         }
-        // Ended: with delete the record goes, so that the name is free, and its files
-        // (logs no one can ask for any more) with it.
+        // Ended: with delete the record goes, so that the name is free.
         if delete {
             self.store.remove_replica(&r.name, r.attempt, r.retry)?;
             self.stopping
@@ -652,8 +651,9 @@ impl Cluster {
             if current {
                 self.executor.forget(&r.name);
             }
-            // The job itself is going: its files (logs no one can ask for any more) too.
-            // A restart's stale incarnation keeps them (`logs --previous`).
+            // The job itself is going (the plane decided so): its files, logs no one can
+            // ask for any more, go too. A restart's stale incarnation keeps them
+            // (`logs --previous` reads them).
             if stored.deleting
                 && let Err(e) = self
                     .executor
