@@ -402,9 +402,8 @@ pub struct LocalExecutor {
     start_gate: Option<PathBuf>,
     /// Shims started ahead of time; `None` when the configuration asks for none.
     standby: Option<standby::StandbyShims>,
-    /// Where deleted jobs' replica directories go; `None` when it could not be made (then
-    /// they are removed in place).
-    trash: Option<trash::Trash>,
+    /// Where deleted jobs' replica directories go.
+    trash: trash::Trash,
 }
 
 /// A lock file in the run directory that the control loop holds (exclusive) from the
@@ -519,17 +518,14 @@ impl LocalExecutor {
                 }
             },
         };
-        let trash = match trash::Trash::open(&config.run_dir) {
-            Ok(t) => Some(t),
-            Err(e) => {
-                warnings.push(format!(
-                    "no trash directory in {} ({e}): a deleted job's files are removed on \
-                     the control loop",
-                    config.run_dir.display()
-                ));
-                None
-            }
-        };
+        let trash = trash::Trash::open(&config.run_dir).unwrap_or_else(|e| {
+            warnings.push(format!(
+                "no trash directory in {} ({e}): a deleted job's files are removed on the \
+                 control loop",
+                config.run_dir.display()
+            ));
+            trash::Trash::in_place()
+        });
         Ok((
             LocalExecutor {
                 config,
@@ -598,24 +594,14 @@ impl LocalExecutor {
                 continue;
             }
             let path = entry.path();
-            let moved = match &mut self.trash {
-                Some(trash) => trash.discard(&path),
-                None => match fs::remove_dir_all(&path) {
-                    Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-                    _ => Ok(()),
-                },
-            };
-            moved.map_err(io_err(format!("removing {}", path.display())))?;
+            self.trash
+                .discard(&path)
+                .map_err(io_err(format!("removing {}", path.display())))?;
         }
         // Fails while an incarnation's directory is left, as it should. Here, on the
         // control loop, so that no start of the same name makes it meanwhile.
         let _ = fs::remove_dir(&dir);
         Ok(())
-    }
-
-    /// Entries waiting in the trash (tests and diagnostics).
-    pub fn trash_pending(&self) -> usize {
-        self.trash.as_ref().map_or(0, trash::Trash::pending)
     }
 
     /// Starts a replica: writes its files, creates its cgroup, spawns the shim.

@@ -16,7 +16,8 @@ use std::sync::mpsc;
 /// The trash directory and the thread that empties it.
 #[derive(Debug)]
 pub struct Trash {
-    dir: PathBuf,
+    /// `None` when it could not be made: then removal happens in place.
+    dir: Option<PathBuf>,
     /// `None` when no thread could be started: then removal happens in place.
     remover: Option<mpsc::Sender<PathBuf>>,
     /// Names entries uniquely within this server's life (with its start time and pid).
@@ -42,7 +43,9 @@ impl Trash {
             .name("corral-trash".into())
             .spawn(move || {
                 for path in leftovers.into_iter().chain(rx) {
-                    remove(&path);
+                    if let Err(e) = remove(&path) {
+                        eprintln!("corral: could not remove {}: {e}", path.display());
+                    }
                 }
             })
             .ok()
@@ -51,18 +54,31 @@ impl Trash {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis());
         Ok(Trash {
-            dir,
+            dir: Some(dir),
             remover,
             next: 0,
             prefix: format!("{started}-{}", std::process::id()),
         })
     }
 
+    /// No trash: what is discarded is removed at once, by the caller's thread.
+    pub fn in_place() -> Trash {
+        Trash {
+            dir: None,
+            remover: None,
+            next: 0,
+            prefix: String::new(),
+        }
+    }
+
     /// Moves `path` (a directory under the run directory) into the trash, to be removed in
     /// the background. A path that does not exist is nothing to do.
     pub fn discard(&mut self, path: &Path) -> io::Result<()> {
+        let Some(dir) = &self.dir else {
+            return remove(path);
+        };
         self.next += 1;
-        let target = self.dir.join(format!("{}-{}", self.prefix, self.next));
+        let target = dir.join(format!("{}-{}", self.prefix, self.next));
         match fs::rename(path, &target) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
@@ -75,24 +91,20 @@ impl Trash {
             },
             None => target,
         };
-        remove(&target);
-        Ok(())
-    }
-
-    /// Entries in the trash now (tests and diagnostics).
-    pub fn pending(&self) -> usize {
-        fs::read_dir(&self.dir).map_or(0, |d| d.count())
+        remove(&target)
     }
 }
 
-fn remove(path: &Path) {
+/// Removes a directory with what it holds, or a file; one already gone is not an error.
+fn remove(path: &Path) -> io::Result<()> {
     let result = match fs::symlink_metadata(path) {
         Ok(m) if m.is_dir() => fs::remove_dir_all(path),
         Ok(_) => fs::remove_file(path),
-        Err(_) => Ok(()),
+        Err(e) => Err(e),
     };
-    if let Err(e) = result {
-        eprintln!("corral: could not remove {}: {e}", path.display());
+    match result {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        other => other,
     }
 }
 
@@ -100,9 +112,9 @@ fn remove(path: &Path) {
 mod tests {
     use super::*;
 
-    fn wait_until_empty(trash: &Trash) {
+    fn wait_until_empty(run: &Path) {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while trash.pending() > 0 {
+        while fs::read_dir(run.join(Trash::DIR)).map_or(0, Iterator::count) > 0 {
             assert!(
                 std::time::Instant::now() < deadline,
                 "the trash was not emptied"
@@ -128,7 +140,7 @@ mod tests {
         trash
             .discard(&run.path().join("never-was"))
             .expect("a missing directory is nothing to do");
-        wait_until_empty(&trash);
+        wait_until_empty(run.path());
         assert!(
             run.path().join("ns.job-worker-0").exists(),
             "only what was given"
