@@ -193,6 +193,51 @@ fn executor_poll_reports_each_change_once() {
     assert!(ex.poll(Instant::now()).is_empty());
 }
 
+/// A deleted job's files: only its own incarnations go (a later job of the same name keeps
+/// its own, a running one stays), and the replica's directory goes with the last of them.
+fn discarded_files_are_the_jobs_own() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (mut ex, _) = executor(tmp.path(), CgroupMode::Disabled);
+    let name = "default.reused-worker-0";
+    let incarnation = |label: &str, script: &str| ReplicaProcessSpec {
+        incarnation: label.into(),
+        ..spec(name, script)
+    };
+    ex.start(&incarnation("aaaa-0.0", "exit 0")).expect("start");
+    wait_terminal(&mut ex, name);
+    ex.start(&incarnation("bbbb-0.0", "exit 0")).expect("start");
+    wait_terminal(&mut ex, name);
+    let (a, b) = (
+        ex.replica_dir(name, "aaaa-0.0"),
+        ex.replica_dir(name, "bbbb-0.0"),
+    );
+    let parent = a.parent().map(Path::to_path_buf).expect("parent");
+    assert!(a.is_dir() && b.is_dir());
+
+    ex.discard_files(name, "aaaa").expect("discard");
+    assert!(!a.exists(), "the deleted job's incarnation is gone");
+    assert!(b.is_dir(), "the other job's incarnation is kept");
+
+    ex.start(&incarnation("bbbb-1.0", "sleep 30"))
+        .expect("start");
+    let running = ex.replica_dir(name, "bbbb-1.0");
+    ex.discard_files(name, "bbbb").expect("discard");
+    assert!(!b.exists(), "a finished incarnation goes");
+    assert!(running.is_dir(), "the running incarnation stays");
+
+    ex.stop(name, Duration::from_secs(1)).expect("stop");
+    wait_terminal(&mut ex, name);
+    ex.discard_files(name, "bbbb").expect("discard");
+    assert!(
+        !parent.exists(),
+        "the replica's directory goes with its last incarnation"
+    );
+    let trash = tmp.path().join("run").join(".trash");
+    wait_for("the trash to be emptied", || {
+        std::fs::read_dir(&trash).map_or(0, Iterator::count) == 0
+    });
+}
+
 /// A gang starts on one thread or several alike: one result per spec, in order, a bad spec
 /// (a name twice, an empty command) refused without stopping the others.
 fn executor_start_all_keeps_order_on_any_number_of_threads() {
@@ -712,6 +757,10 @@ fn main() -> std::process::ExitCode {
         (
             "executor_poll_reports_each_change_once",
             executor_poll_reports_each_change_once,
+        ),
+        (
+            "discarded_files_are_the_jobs_own",
+            discarded_files_are_the_jobs_own,
         ),
         (
             "executor_start_all_keeps_order_on_any_number_of_threads",

@@ -572,8 +572,8 @@ impl LocalExecutor {
 
     /// Removes the files of a deleted job's replica `name`: the directories of its
     /// incarnations whose label starts with `label_prefix` (the job's; an earlier job of
-    /// the same name had its own) go to the trash at once, except one still running, and
-    /// the replica's directory with them once nothing is left in it.
+    /// the same name had its own) go to the trash at once, except one still running; the
+    /// replica's directory goes whole when nothing else is in it.
     pub fn discard_files(&mut self, name: &str, label_prefix: &str) -> Result<(), ExecutorError> {
         let dir = self.config.run_dir.join(path_component(name));
         let running = self
@@ -582,25 +582,33 @@ impl LocalExecutor {
             .filter(|t| !t.state.is_terminal())
             .map(|t| path_component(&t.record.incarnation));
         let prefix = path_component(label_prefix);
-        let entries = match fs::read_dir(&dir) {
-            Ok(entries) => entries,
+        let entries: Vec<fs::DirEntry> = match fs::read_dir(&dir) {
+            Ok(entries) => entries.filter_map(Result::ok).collect(),
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(io_err(format!("reading {}", dir.display()))(e)),
         };
-        for entry in entries.filter_map(Result::ok) {
+        let discarded = |entry: &fs::DirEntry| {
             let label = entry.file_name();
             let label = label.to_string_lossy();
-            if !label.starts_with(&prefix) || running.as_deref() == Some(label.as_ref()) {
-                continue;
-            }
+            label.starts_with(&prefix) && running.as_deref() != Some(label.as_ref())
+        };
+        // Nothing else in it: the replica's directory goes whole, in one rename. Here, on
+        // the control loop, so that no start of the same name makes it meanwhile; and no
+        // removal here at all, not even of an empty directory: freeing an inode's blocks
+        // can wait on the disk (a synchronous discard where the file system is mounted
+        // with `discard`), and every request would wait behind it.
+        if entries.iter().all(discarded) {
+            return self
+                .trash
+                .discard(&dir)
+                .map_err(io_err(format!("removing {}", dir.display())));
+        }
+        for entry in entries.iter().filter(|e| discarded(e)) {
             let path = entry.path();
             self.trash
                 .discard(&path)
                 .map_err(io_err(format!("removing {}", path.display())))?;
         }
-        // Fails while an incarnation's directory is left, as it should. Here, on the
-        // control loop, so that no start of the same name makes it meanwhile.
-        let _ = fs::remove_dir(&dir);
         Ok(())
     }
 
