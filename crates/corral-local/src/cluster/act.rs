@@ -34,6 +34,17 @@ pub(super) fn observed(r: &StoredReplica, state: ProcessState) -> Option<Observe
     ))
 }
 
+/// What every start of one job's replicas in a step reads, read once for all of them:
+/// its row, the plane's view of it, its ports and the incarnations already recorded.
+struct StartContext {
+    stored: StoredJob,
+    job: TrainingJob,
+    /// Port by replica key.
+    ports: BTreeMap<String, u16>,
+    /// (replica name, attempt, retry) of every recorded incarnation of the job.
+    recorded: BTreeSet<(String, u32, u32)>,
+}
+
 /// A replica ready to start: what the executor runs and what the store records.
 struct PendingStart {
     id: ReplicaId,
@@ -78,10 +89,12 @@ impl Cluster {
         // launches them in parallel; anything else first flushes the starts before it.
         let mut batch: Vec<PendingStart> = Vec::new();
         let mut batch_job = String::new();
+        let mut context: Option<StartContext> = None;
         for a in step.actions {
             if batch_job != a.job {
                 self.start_replicas(&batch_job, std::mem::take(&mut batch), now, report)?;
                 batch_job = a.job.clone();
+                context = None;
             }
             match a.action {
                 Action::Start {
@@ -89,8 +102,14 @@ impl Cluster {
                     incarnation,
                     placement,
                 } => {
+                    if context.is_none() {
+                        context = self.start_context(&a.job)?;
+                    }
+                    let Some(ctx) = &context else {
+                        continue;
+                    };
                     if let Some(p) = self.prepare_start(
-                        &a.job,
+                        ctx,
                         replica,
                         incarnation,
                         &placement.gpu_indices,
@@ -107,6 +126,8 @@ impl Cluster {
                     reason,
                 } => {
                     self.start_replicas(&a.job, std::mem::take(&mut batch), now, report)?;
+                    // What the starts read may change from here on.
+                    context = None;
                     self.stop_replica(
                         &a.job,
                         (replica, incarnation),
@@ -334,16 +355,10 @@ impl Cluster {
         });
     }
 
-    /// What starting a replica takes: its process spec, or nothing when it must not start
-    /// now (already recorded or running, its GPUs still held, no launch env).
-    fn prepare_start(
-        &mut self,
-        key: &str,
-        id: ReplicaId,
-        inc: Incarnation,
-        gpu_indices: &[u32],
-        report: &mut TickReport,
-    ) -> Result<Option<PendingStart>, ClusterError> {
+    /// What the starts of a job's replicas read, once per job and step (a gang of 8 read
+    /// its row, its ports and its recorded replicas 8 times before); `None` when the job
+    /// is gone.
+    fn start_context(&self, key: &str) -> Result<Option<StartContext>, ClusterError> {
         let Some(stored) = self.stored(key).cloned() else {
             return Ok(None);
         };
@@ -351,13 +366,45 @@ impl Cluster {
         let Some(job) = self.plane.job(key).cloned() else {
             return Ok(None);
         };
-        let name = process_name(&stored.namespace, &stored.name, id);
-        if self
+        let ports = self
             .store
-            .replicas_named(&name)?
-            .iter()
-            .any(|r| r.attempt == inc.attempt && r.retry == inc.retry && r.job_uid == stored.uid)
-        {
+            .ports()?
+            .into_iter()
+            .filter(|(_, uid, _)| *uid == stored.uid)
+            .map(|(port, _, replica)| (replica, port))
+            .collect();
+        let recorded = self
+            .store
+            .replicas_of(&stored.uid)?
+            .into_iter()
+            .map(|r| (r.name, r.attempt, r.retry))
+            .collect();
+        Ok(Some(StartContext {
+            stored,
+            job,
+            ports,
+            recorded,
+        }))
+    }
+
+    /// What starting a replica takes: its process spec, or nothing when it must not start
+    /// now (already recorded or running, its GPUs still held, no launch env).
+    fn prepare_start(
+        &mut self,
+        ctx: &StartContext,
+        id: ReplicaId,
+        inc: Incarnation,
+        gpu_indices: &[u32],
+        report: &mut TickReport,
+    ) -> Result<Option<PendingStart>, ClusterError> {
+        let StartContext {
+            stored,
+            job,
+            ports,
+            recorded,
+        } = ctx;
+        let name = process_name(&stored.namespace, &stored.name, id);
+        if recorded.contains(&(name.clone(), inc.attempt, inc.retry)) {
             return Ok(None);
         }
         // No two processes of one name at once.
@@ -379,24 +426,17 @@ impl Cluster {
                 return Ok(None);
             }
         }
-        let ports: BTreeMap<String, u16> = self
-            .store
-            .ports()?
-            .into_iter()
-            .filter(|(_, uid, _)| *uid == stored.uid)
-            .map(|(port, _, replica)| (replica, port))
-            .collect();
         let label = incarnation_label(&stored.uid, inc);
         let dir = self.executor.replica_dir(&name, &label);
         let addresses =
-            corral_core::launch::Addresses::local(&job, &self.config.host_address, |rid| {
+            corral_core::launch::Addresses::local(job, &self.config.host_address, |rid| {
                 ports.get(&rid.key()).copied()
             });
         let options = corral_core::launch::LaunchOptions {
             gpu_indices: Some(gpu_indices.to_vec()),
             mpi_config_dir: dir.display().to_string(),
         };
-        let launch = match corral_core::launch::replica_env(&job, id, &addresses, &options) {
+        let launch = match corral_core::launch::replica_env(job, id, &addresses, &options) {
             Ok(l) => l,
             Err(e) => {
                 report.errors.push(format!("{name}: {e}"));
@@ -429,8 +469,8 @@ impl Cluster {
             .contains_key(crate::code::ANNOTATION)
             .then(|| self.code_store().job_dir(&stored.uid));
         let process = process_spec(
-            &job,
-            &stored,
+            job,
+            stored,
             id,
             (name, label),
             env,
@@ -602,14 +642,21 @@ impl Cluster {
         reason: &str,
         report: &mut TickReport,
     ) -> Result<(), ClusterError> {
-        let Some(stored) = self.stored(key).cloned() else {
+        // What it needs of the row, not a copy of the whole job for each replica stopped.
+        let Some((name, uid, deleting)) = self.stored(key).map(|stored| {
+            (
+                process_name(&stored.namespace, &stored.name, id),
+                stored.uid.clone(),
+                stored.deleting,
+            )
+        }) else {
             return Ok(());
         };
-        let name = process_name(&stored.namespace, &stored.name, id);
-        let Some(r) =
-            self.store.replicas_named(&name)?.into_iter().find(|r| {
-                r.job_uid == stored.uid && r.attempt == inc.attempt && r.retry == inc.retry
-            })
+        let Some(r) = self
+            .store
+            .replicas_named(&name)?
+            .into_iter()
+            .find(|r| r.job_uid == uid && r.attempt == inc.attempt && r.retry == inc.retry)
         else {
             // No record: nothing runs under it; the plane may forget it.
             self.plane.forget_replica(key, id, inc);
@@ -654,10 +701,10 @@ impl Cluster {
             // The job itself is going (the plane decided so): its files, logs no one can
             // ask for any more, go too. A restart's stale incarnation keeps them
             // (`logs --previous` reads them).
-            if stored.deleting
+            if deleting
                 && let Err(e) = self
                     .executor
-                    .discard_files(&r.name, &incarnation_prefix(&stored.uid))
+                    .discard_files(&r.name, &incarnation_prefix(&uid))
             {
                 report.errors.push(format!("{}: {e}", r.name));
             }
