@@ -372,14 +372,16 @@ impl Store {
             tx.pragma_update(None, "user_version", 1)?;
             tx.commit()?;
         }
-        // The next seq (inserts) and running replicas (recovery) without a table scan;
+        // The next seq (inserts), running replicas (recovery) and a job's ports (each
+        // start: all admitted jobs' ports were read for each) without a table scan;
         // lookups by uid use the index of its UNIQUE constraint. Indexes only: existing
         // stores change without a schema change. `jobs_by_uid` duplicated the UNIQUE index,
         // and every job insert paid for both.
         conn.execute_batch(
             "DROP INDEX IF EXISTS jobs_by_uid;\n\
              CREATE INDEX IF NOT EXISTS jobs_by_seq ON jobs (seq);\n\
-             CREATE INDEX IF NOT EXISTS replicas_by_state ON replicas (state);",
+             CREATE INDEX IF NOT EXISTS replicas_by_state ON replicas (state);\n\
+             CREATE INDEX IF NOT EXISTS ports_by_job ON ports (job_uid);",
         )?;
         Ok(Store {
             checkpointer: None,
@@ -654,6 +656,17 @@ impl Store {
         Ok(rows)
     }
 
+    /// The ports one job holds, as (replica name, port): what its replicas' env names.
+    pub fn ports_of(&self, job_uid: &str) -> Result<Vec<(String, u16)>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT replica, port FROM ports WHERE job_uid = ?1")?;
+        let rows = stmt
+            .query_map([job_uid], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
+    }
+
     // ---- replicas ----
 
     /// Records (or updates) a replica incarnation.
@@ -901,5 +914,43 @@ mod tests {
             )
             .expect("plan");
         assert!(plan.contains("USING INDEX"), "{plan}");
+    }
+
+    #[test]
+    fn a_jobs_ports_are_read_by_index() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path()).expect("open");
+        for (port, uid, replica) in [
+            (30001, "a", "a-worker-0"),
+            (30002, "b", "b-worker-0"),
+            (30003, "a", "a-worker-1"),
+        ] {
+            store
+                .conn
+                .execute(
+                    "INSERT INTO ports (port, job_uid, replica) VALUES (?1, ?2, ?3)",
+                    params![port, uid, replica],
+                )
+                .expect("insert");
+        }
+        let mut ports = store.ports_of("a").expect("ports");
+        ports.sort();
+        assert_eq!(
+            ports,
+            [
+                ("a-worker-0".to_string(), 30001),
+                ("a-worker-1".to_string(), 30003)
+            ]
+        );
+        assert!(store.ports_of("c").expect("ports").is_empty());
+        let plan: String = store
+            .conn
+            .query_row(
+                "EXPLAIN QUERY PLAN SELECT replica, port FROM ports WHERE job_uid = ?1",
+                ["a"],
+                |r| r.get(3),
+            )
+            .expect("plan");
+        assert!(plan.contains("USING INDEX ports_by_job"), "{plan}");
     }
 }

@@ -366,13 +366,7 @@ impl Cluster {
         let Some(job) = self.plane.job(key).cloned() else {
             return Ok(None);
         };
-        let ports = self
-            .store
-            .ports()?
-            .into_iter()
-            .filter(|(_, uid, _)| *uid == stored.uid)
-            .map(|(port, _, replica)| (replica, port))
-            .collect();
+        let ports = self.store.ports_of(&stored.uid)?.into_iter().collect();
         let recorded = self
             .store
             .replicas_of(&stored.uid)?
