@@ -372,8 +372,8 @@ impl Store {
             tx.pragma_update(None, "user_version", 1)?;
             tx.commit()?;
         }
-        // The next seq (inserts), running replicas (recovery) and a job's ports (each
-        // start: all admitted jobs' ports were read for each) without a table scan;
+        // The next seq (inserts), running replicas (recovery) and a job's ports (read at
+        // each start of its replicas) without a table scan;
         // lookups by uid use the index of its UNIQUE constraint. Indexes only: existing
         // stores change without a schema change. `jobs_by_uid` duplicated the UNIQUE index,
         // and every job insert paid for both.

@@ -207,7 +207,15 @@ impl Cluster {
                 let Some(uid) = self.uid_of(&job).map(str::to_string) else {
                     return Ok(());
                 };
-                let mut names = BTreeSet::new();
+                // Every replica name the job had: a live job's spec's (replicas stopped
+                // for the deletion took their records with them) and those still recorded
+                // (a retired job's are all).
+                let mut names: BTreeSet<String> = self
+                    .stored(&job)
+                    .map(replica_names)
+                    .into_iter()
+                    .flatten()
+                    .collect();
                 for r in self.store.replicas_of(&uid)? {
                     self.stopping
                         .remove(&(r.name.clone(), r.record.incarnation.clone()));
@@ -637,11 +645,10 @@ impl Cluster {
         report: &mut TickReport,
     ) -> Result<(), ClusterError> {
         // What it needs of the row, not a copy of the whole job for each replica stopped.
-        let Some((name, uid, deleting)) = self.stored(key).map(|stored| {
+        let Some((name, uid)) = self.stored(key).map(|stored| {
             (
                 process_name(&stored.namespace, &stored.name, id),
                 stored.uid.clone(),
-                stored.deleting,
             )
         }) else {
             return Ok(());
@@ -692,20 +699,19 @@ impl Cluster {
             if current {
                 self.executor.forget(&r.name);
             }
-            // The job itself is going (the plane decided so): its files, logs no one can
-            // ask for any more, go too. A restart's stale incarnation keeps them
-            // (`logs --previous` reads them).
-            if deleting
-                && let Err(e) = self
-                    .executor
-                    .discard_files(&r.name, &incarnation_prefix(&uid))
-            {
-                report.errors.push(format!("{}: {e}", r.name));
-            }
+            // Its files stay (`logs --previous` reads a restart's stale incarnation); they
+            // go when the job is removed.
             self.plane.forget_replica(key, id, inc);
         }
         Ok(())
     }
+}
+
+/// The process names of a job's replica slots.
+fn replica_names(stored: &StoredJob) -> impl Iterator<Item = String> + '_ {
+    replica_slots(&stored.job)
+        .into_iter()
+        .map(|id| process_name(&stored.namespace, &stored.name, id))
 }
 
 /// The process a replica runs: its command, env, files, working directory and limits.
