@@ -5,4 +5,5 @@
 pub mod control;
 pub mod launch;
 pub mod lifecycle;
+pub mod packed;
 pub mod sched;

@@ -177,34 +177,150 @@ pub struct JobSummary {
 /// A job's row in `list`: its summary as JSON text, made once each time the summary
 /// changes, so that a list response joins the rows' text rather than serializing every
 /// job again (that was most of a 10,000-job list's time on the server). Beside it, only
-/// what the cluster reads of every row (a uid by name, jobs by queue and state for the
-/// metrics): a row of the history costs its text and little more.
-#[derive(Clone, Debug, PartialEq)]
+/// what the cluster reads of every row: its key (namespace and name, the rows' order), a
+/// uid by name, and the queue and state for the metrics.
+///
+/// All of it is one byte string: its own allocation while the job lives (the row is
+/// remade at each change), a slice of a shared block once the job is retired
+/// ([`SummaryRow::packed`]), so that a finished job's row holds no small allocation of its
+/// own (see [`corral_core::packed`]). Rows are ordered, compared and looked up by their key
+/// ([`SummaryRow::key_of`]).
+#[derive(Clone, Debug)]
 pub struct SummaryRow {
-    pub uid: String,
-    pub queue: String,
-    pub state: JobState,
-    /// The [`JobSummary`] as the API sends it: compact serde_json.
-    pub json: Box<str>,
+    /// `namespace NUL name`, uid, queue, then the JSON.
+    text: bytes::Bytes,
+    /// Where the namespace, the name, the uid and the queue end in `text`.
+    ends: [usize; 4],
+    state: JobState,
 }
 
 impl SummaryRow {
     pub fn new(summary: &JobSummary) -> Self {
         let json = serde_json::to_string(summary)
-            .expect("a JobSummary (strings, numbers, a timestamp) always serializes")
-            .into_boxed_str();
-        SummaryRow {
-            uid: summary.uid.clone(),
-            queue: summary.queue.clone(),
-            state: summary.state,
-            json,
+            .expect("a JobSummary (strings, numbers, a timestamp) always serializes");
+        let parts: [&str; 6] = [
+            &summary.namespace,
+            "\0",
+            &summary.name,
+            &summary.uid,
+            &summary.queue,
+            &json,
+        ];
+        let mut text = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
+        for p in parts {
+            text.extend_from_slice(p.as_bytes());
         }
+        let namespace_end = summary.namespace.len();
+        let name_end = namespace_end + 1 + summary.name.len();
+        let uid_end = name_end + summary.uid.len();
+        SummaryRow {
+            text: text.into(),
+            ends: [
+                namespace_end,
+                name_end,
+                uid_end,
+                uid_end + summary.queue.len(),
+            ],
+            state: summary.state,
+        }
+    }
+
+    /// The same row, its text copied into `packer`'s current block: what a retired job
+    /// keeps.
+    pub fn packed(&self, packer: &mut corral_core::packed::Packer) -> Self {
+        SummaryRow {
+            text: packer.pack(&[&self.text]),
+            ends: self.ends,
+            state: self.state,
+        }
+    }
+
+    /// The key a row of `namespace`/`name` is found by. NUL, below every character a
+    /// name may have, keeps the rows in (namespace, name) order and one namespace's rows
+    /// together.
+    pub fn key_of(namespace: &str, name: &str) -> Vec<u8> {
+        let mut key = Vec::with_capacity(namespace.len() + 1 + name.len());
+        key.extend_from_slice(namespace.as_bytes());
+        key.push(0);
+        key.extend_from_slice(name.as_bytes());
+        key
+    }
+
+    /// The keys of `namespace`'s rows lie in `[start, end)`.
+    pub fn namespace_range(namespace: &str) -> (Vec<u8>, Vec<u8>) {
+        let start = Self::key_of(namespace, "");
+        let mut end = start.clone();
+        if let Some(last) = end.last_mut() {
+            *last = 1;
+        }
+        (start, end)
+    }
+
+    fn key(&self) -> &[u8] {
+        &self.text[..self.ends[1]]
+    }
+
+    fn part(&self, start: usize, end: usize) -> &str {
+        std::str::from_utf8(&self.text[start..end])
+            .expect("a row is made of whole strings and cut at their ends")
+    }
+
+    pub fn namespace(&self) -> &str {
+        self.part(0, self.ends[0])
+    }
+
+    pub fn name(&self) -> &str {
+        self.part(self.ends[0] + 1, self.ends[1])
+    }
+
+    pub fn uid(&self) -> &str {
+        self.part(self.ends[1], self.ends[2])
+    }
+
+    pub fn queue(&self) -> &str {
+        self.part(self.ends[2], self.ends[3])
+    }
+
+    pub fn state(&self) -> JobState {
+        self.state
+    }
+
+    /// The [`JobSummary`] as the API sends it: compact serde_json.
+    pub fn json(&self) -> &str {
+        self.part(self.ends[3], self.text.len())
     }
 
     /// The summary the text was made from.
     pub fn summary(&self) -> Result<JobSummary, ClusterError> {
-        serde_json::from_str(&self.json)
+        serde_json::from_str(self.json())
             .map_err(|e| ClusterError::Store(format!("a cached job summary does not parse: {e}")))
+    }
+}
+
+impl PartialEq for SummaryRow {
+    fn eq(&self, other: &Self) -> bool {
+        self.key() == other.key()
+    }
+}
+
+impl Eq for SummaryRow {}
+
+impl PartialOrd for SummaryRow {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for SummaryRow {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.key().cmp(other.key())
+    }
+}
+
+/// Rows in a set are found by [`SummaryRow::key_of`], without making a row.
+impl std::borrow::Borrow<[u8]> for SummaryRow {
+    fn borrow(&self) -> &[u8] {
+        self.key()
     }
 }
 
@@ -457,3 +573,92 @@ pub struct MetricsSnapshot {
 pub use commands::{CheckedSubmission, SubmitContext};
 pub use engine::Cluster;
 pub use node::local_node;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeSet;
+    use std::ops::Bound;
+
+    fn row(namespace: &str, name: &str) -> SummaryRow {
+        SummaryRow::new(&JobSummary {
+            namespace: namespace.into(),
+            name: name.into(),
+            uid: format!("uid-{namespace}-{name}"),
+            framework: "pytorch".into(),
+            queue: format!("queue-{name}"),
+            state: JobState::Succeeded,
+            replicas_ready: 0,
+            replicas_total: 2,
+            gpus: 1,
+            created: Timestamp::UNIX_EPOCH,
+            restarts: 0,
+            preemptions: 0,
+        })
+    }
+
+    fn namespace_of(rows: &BTreeSet<SummaryRow>, namespace: &str) -> Vec<String> {
+        let (start, end) = SummaryRow::namespace_range(namespace);
+        rows.range::<[u8], _>((
+            Bound::Included(start.as_slice()),
+            Bound::Excluded(end.as_slice()),
+        ))
+        .map(|r| r.name().to_string())
+        .collect()
+    }
+
+    #[test]
+    fn a_row_gives_back_its_parts_packed_or_not() {
+        let mut packer = corral_core::packed::Packer::default();
+        let live = row("team-a", "resnet");
+        let packed = live.packed(&mut packer);
+        for r in [&live, &packed] {
+            assert_eq!(r.namespace(), "team-a");
+            assert_eq!(r.name(), "resnet");
+            assert_eq!(r.uid(), "uid-team-a-resnet");
+            assert_eq!(r.queue(), "queue-resnet");
+            assert_eq!(r.state(), JobState::Succeeded);
+            assert_eq!(
+                r.summary().expect("parses").name,
+                "resnet",
+                "the JSON is the summary's"
+            );
+        }
+        assert_eq!(live.json(), packed.json());
+    }
+
+    proptest! {
+        /// Rows are in (namespace, name) order, as the list promises, although the key is
+        /// one byte string; a namespace's range holds its rows and no other, even where
+        /// one namespace is a prefix of another (`a` and `a-b`).
+        #[test]
+        fn rows_are_in_namespace_then_name_order_and_a_namespace_is_its_range(
+            keys in proptest::collection::btree_set(
+                ("[a-c][a-c-]{0,3}", "[a-c0-9][a-c0-9.-]{0,5}"),
+                0..40,
+            ),
+        ) {
+            let rows: BTreeSet<SummaryRow> = keys.iter().map(|(ns, n)| row(ns, n)).collect();
+            let in_set: Vec<(String, String)> = rows
+                .iter()
+                .map(|r| (r.namespace().to_string(), r.name().to_string()))
+                .collect();
+            let expected: Vec<(String, String)> = keys.iter().cloned().collect();
+            prop_assert_eq!(in_set, expected);
+            for ns in keys.iter().map(|(ns, _)| ns) {
+                let names: Vec<String> = keys
+                    .iter()
+                    .filter(|(n, _)| n == ns)
+                    .map(|(_, name)| name.clone())
+                    .collect();
+                prop_assert_eq!(namespace_of(&rows, ns), names);
+            }
+            for (ns, name) in &keys {
+                let found = rows.get(SummaryRow::key_of(ns, name).as_slice());
+                let uid = format!("uid-{ns}-{name}");
+                prop_assert_eq!(found.map(SummaryRow::uid), Some(uid.as_str()));
+            }
+        }
+    }
+}

@@ -2,7 +2,6 @@
 //! [`ApiError`] body.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Json;
@@ -122,17 +121,17 @@ const ITEM_BYTES_HINT: usize = 256;
 
 /// A list of jobs: the rows' JSON, made when each job last changed, joined. The same
 /// bytes as [`items`] of their summaries, without serializing every job again.
-fn job_rows(rows: &[Arc<SummaryRow>]) -> Response {
+fn job_rows(rows: &[SummaryRow]) -> Response {
     const OPEN: &str = "{\"items\":[";
     const CLOSE: &str = "]}";
-    let len = OPEN.len() + CLOSE.len() + rows.iter().map(|r| r.json.len() + 1).sum::<usize>();
+    let len = OPEN.len() + CLOSE.len() + rows.iter().map(|r| r.json().len() + 1).sum::<usize>();
     let mut body = String::with_capacity(len);
     body.push_str(OPEN);
     for (i, row) in rows.iter().enumerate() {
         if i > 0 {
             body.push(',');
         }
-        body.push_str(&row.json);
+        body.push_str(row.json());
     }
     body.push_str(CLOSE);
     (
@@ -1093,10 +1092,7 @@ mod tests {
             vec![summary("one", "default")],
             vec![summary("a", "q\"uoted\\"), summary("b", "ünï\ncode")],
         ] {
-            let rows: Vec<Arc<SummaryRow>> = summaries
-                .iter()
-                .map(|s| Arc::new(SummaryRow::new(s)))
-                .collect();
+            let rows: Vec<SummaryRow> = summaries.iter().map(SummaryRow::new).collect();
             let joined = body_of(job_rows(&rows)).await;
             let serialized = body_of(items(summaries.clone())).await;
             assert_eq!(joined, serialized);

@@ -15,6 +15,7 @@ use super::rules;
 use crate::lifecycle::{
     self, Action, AdmissionState, Incarnation, ObservedReplica, ReplicaId, ReplicaPhase, conditions,
 };
+use crate::packed::PackedNames;
 use crate::sched::{
     Admission, ClusterSnapshot, CycleCounters, CycleOutcome, JobRequest, Millis, PendingReason,
     ResourceAmount, RunningJob, SchedError, Scheduler, SchedulerConfig, priority_of,
@@ -279,7 +280,7 @@ pub struct ControlPlane {
     ledger: Ledger,
     /// Finished jobs of which the plane keeps only the name ([`Change::Retired`]): the
     /// cost of a step, a command and the plane's memory do not grow with history.
-    retired: BTreeSet<String>,
+    retired: PackedNames,
     /// Retired jobs the user deleted: [`Change::Removed`] in the next step.
     retired_removed: Vec<String>,
 }
@@ -425,7 +426,7 @@ impl ControlPlane {
             unsettled: BTreeSet::new(),
             holding: BTreeSet::new(),
             ledger,
-            retired: BTreeSet::new(),
+            retired: PackedNames::default(),
             retired_removed: Vec::new(),
         };
         for (key, a) in held {
@@ -467,7 +468,7 @@ impl ControlPlane {
     pub fn restore_retired(&mut self, keys: impl IntoIterator<Item = String>) {
         for key in keys {
             if !self.jobs.contains_key(&key) {
-                self.retired.insert(key);
+                self.retired.insert(&key);
             }
         }
     }
@@ -865,7 +866,7 @@ impl ControlPlane {
         self.jobs.remove(key);
         self.holding.remove(key);
         self.ledger.forget_job(key);
-        self.retired.insert(key.to_string());
+        self.retired.insert(key);
         step.changes.push(Change::Retired {
             job: key.to_string(),
         });

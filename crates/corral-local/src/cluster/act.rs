@@ -190,6 +190,7 @@ impl Cluster {
                 // Its last status is stored already; the summary is all the views need.
                 // The executor stops tracking its ended replicas (their records and logs
                 // stay in the store and on disk), so a pass does not grow with history.
+                self.pack_row(&job);
                 if let Some(stored) = self.live.remove(&job) {
                     for r in self.store.replicas_of(&stored.uid)? {
                         if self

@@ -6,7 +6,6 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{BuildHasher, Hasher};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use corral_api::TrainingJob;
@@ -142,8 +141,8 @@ pub(super) fn summary(j: &StoredJob) -> JobSummary {
 }
 
 /// A job's `list` row, as the cache keeps it.
-pub(super) fn summary_row(j: &StoredJob) -> Arc<SummaryRow> {
-    Arc::new(SummaryRow::new(&summary(j)))
+pub(super) fn summary_row(j: &StoredJob) -> SummaryRow {
+    SummaryRow::new(&summary(j))
 }
 
 /// Replicas of the current incarnation running or done, as the status counts them
@@ -189,7 +188,9 @@ pub struct Cluster {
     pub(super) ports_to_release: BTreeMap<String, String>,
     /// Every stored job as the views show it, by (namespace, name), finished ones too: a
     /// namespace's jobs are one range, whatever the history of the others.
-    pub(super) summaries: BTreeMap<(String, String), Arc<SummaryRow>>,
+    pub(super) summaries: BTreeSet<SummaryRow>,
+    /// Where a retired job's row is packed (see [`corral_core::packed`]).
+    pub(super) retired_rows: corral_core::packed::Packer,
     /// The whole stored record of every job the control plane holds (not retired), by
     /// key; kept in step with the store by each write. A finished job leaves it when the
     /// plane retires it, so that memory and the hot paths do not grow with history.
@@ -254,12 +255,13 @@ impl Cluster {
     /// Puts a job's row (as stored) into the cache: its summary, and the whole record
     /// while the plane holds the job.
     pub(super) fn cache(&mut self, j: StoredJob) {
-        self.summaries
-            .insert((j.namespace.clone(), j.name.clone()), summary_row(&j));
         let key = j.key();
         if self.plane.is_retired(&key) {
+            self.summaries
+                .replace(summary_row(&j).packed(&mut self.retired_rows));
             self.live.remove(&key);
         } else {
+            self.summaries.replace(summary_row(&j));
             self.live.insert(key, j);
         }
     }
@@ -267,8 +269,22 @@ impl Cluster {
     /// Updates the cached summary of a live job after a change made to it in place.
     pub(super) fn resummarize(&mut self, key: &str) {
         if let Some(j) = self.live.get(key) {
-            self.summaries
-                .insert((j.namespace.clone(), j.name.clone()), summary_row(j));
+            self.summaries.replace(summary_row(j));
+        }
+    }
+
+    /// Moves a retired job's row into the block of retired rows: what it keeps for good
+    /// holds no allocation of its own.
+    pub(super) fn pack_row(&mut self, key: &str) {
+        let Some((namespace, name)) = key.split_once('/') else {
+            return;
+        };
+        let packed = self
+            .summaries
+            .get(SummaryRow::key_of(namespace, name).as_slice())
+            .map(|row| row.packed(&mut self.retired_rows));
+        if let Some(row) = packed {
+            self.summaries.replace(row);
         }
     }
 
@@ -277,7 +293,7 @@ impl Cluster {
         self.live.remove(key);
         if let Some((namespace, name)) = key.split_once('/') {
             self.summaries
-                .remove(&(namespace.to_string(), name.to_string()));
+                .remove(SummaryRow::key_of(namespace, name).as_slice());
         }
     }
 
@@ -290,8 +306,8 @@ impl Cluster {
     pub(super) fn uid_of(&self, key: &str) -> Option<&str> {
         let (namespace, name) = key.split_once('/')?;
         self.summaries
-            .get(&(namespace.to_string(), name.to_string()))
-            .map(|s| s.uid.as_str())
+            .get(SummaryRow::key_of(namespace, name).as_slice())
+            .map(SummaryRow::uid)
     }
 
     /// One pass of the control loop: observe what the executor saw, step the control plane,

@@ -70,7 +70,8 @@ pub(super) fn open(
     let mut jobs: Vec<StoredJob> = Vec::new();
     // Summaries of the retired ones are made as their rows are read, so that no more than
     // one of them is decoded at a time.
-    let mut retired: Vec<((String, String), std::sync::Arc<super::SummaryRow>)> = Vec::new();
+    let mut retired_rows = corral_core::packed::Packer::default();
+    let mut retired: Vec<super::SummaryRow> = Vec::new();
     let mut all_uids: HashSet<String> = HashSet::new();
     store.for_each_job(|j| {
         all_uids.insert(j.uid.clone());
@@ -81,14 +82,13 @@ pub(super) fn open(
             running.contains(&j.uid),
         );
         if by_name {
-            let row = super::engine::summary_row(&j);
-            retired.push(((j.namespace, j.name), row));
+            retired.push(super::engine::summary_row(&j).packed(&mut retired_rows));
         } else {
             jobs.push(j);
         }
         Ok(())
     })?;
-    let retired_uids: HashSet<&str> = retired.iter().map(|(_, s)| s.uid.as_str()).collect();
+    let retired_uids: HashSet<&str> = retired.iter().map(super::SummaryRow::uid).collect();
     // Uploads of requests that never ended, and snapshots of jobs that were never stored.
     warnings.extend(crate::code::CodeStore::new(&config.data_dir).sweep(&all_uids));
     let replicas = adopt_replicas(
@@ -170,7 +170,7 @@ pub(super) fn open(
     plane.restore_retired(
         retired
             .iter()
-            .map(|((namespace, name), _)| format!("{namespace}/{name}")),
+            .map(|row| format!("{}/{}", row.namespace(), row.name())),
     );
     let mut cluster = Cluster {
         config,
@@ -183,7 +183,8 @@ pub(super) fn open(
         queues,
         stopping: BTreeSet::new(),
         ports_to_release: BTreeMap::new(),
-        summaries: BTreeMap::new(),
+        summaries: BTreeSet::new(),
+        retired_rows,
         live: HashMap::new(),
         counters: Counters::default(),
         uid_counter: 0,

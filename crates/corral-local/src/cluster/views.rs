@@ -2,8 +2,8 @@
 //! resource use of replicas, log files and metrics. Reads only.
 
 use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use corral_api::TrainingJob;
 use corral_core::control::EventType;
@@ -36,15 +36,19 @@ impl Cluster {
 
     /// [`Cluster::list`] as shared rows with their JSON, not copied: a server joins their
     /// text after it has let go of the cluster.
-    pub fn list_rows(&self, namespace: Option<&str>) -> Vec<Arc<SummaryRow>> {
+    pub fn list_rows(&self, namespace: Option<&str>) -> Vec<SummaryRow> {
         match namespace {
-            None => self.summaries.values().cloned().collect(),
-            Some(ns) => self
-                .summaries
-                .range((ns.to_string(), String::new())..)
-                .take_while(|((n, _), _)| n == ns)
-                .map(|(_, s)| Arc::clone(s))
-                .collect(),
+            None => self.summaries.iter().cloned().collect(),
+            Some(ns) => {
+                let (start, end) = SummaryRow::namespace_range(ns);
+                self.summaries
+                    .range::<[u8], _>((
+                        Bound::Included(start.as_slice()),
+                        Bound::Excluded(end.as_slice()),
+                    ))
+                    .cloned()
+                    .collect()
+            }
         }
     }
 
@@ -354,11 +358,11 @@ impl Cluster {
             },
             ..MetricsSnapshot::default()
         };
-        for j in self.summaries.values() {
+        for j in &self.summaries {
             *m.jobs
-                .entry(j.queue.clone())
+                .entry(j.queue().to_string())
                 .or_default()
-                .entry(j.state.as_str().to_string())
+                .entry(j.state().as_str().to_string())
                 .or_default() += 1;
         }
         for (key, held) in self.plane.admissions() {
