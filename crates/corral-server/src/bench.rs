@@ -111,34 +111,44 @@ fn round3(v: f64) -> f64 {
     (v * 1000.0).round() / 1000.0
 }
 
-/// Resident memory of a process, in MiB (Linux; 0 elsewhere).
-pub fn rss_mb_of(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
+/// A field of `/proc/<pid>/<file>` in KiB (0 where there is none).
+fn proc_kb(pid: u32, file: &str, field: &str) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/{file}"))
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
+                .find(|l| l.starts_with(field))
                 .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<f64>().ok())
+                .and_then(|v| v.parse::<f64>().ok())
         })
-        .map_or(0.0, |kb| (kb / 1024.0 * 10.0).round() / 10.0)
+        .unwrap_or(0.0)
+}
+
+/// KiB to MiB, one decimal.
+fn mb(kb: f64) -> f64 {
+    (kb / 1024.0 * 10.0).round() / 10.0
+}
+
+/// Resident memory of a process, in MiB (Linux; 0 elsewhere).
+pub fn rss_mb_of(pid: u32) -> f64 {
+    mb(proc_kb(pid, "status", "VmRSS:"))
+}
+
+/// What the resident memory is made of: the process's own memory (anonymous) and the
+/// pages of its program and libraries it maps (file). The file part depends on the page
+/// cache: a program just written (a fresh build) sits there in large folios, which the
+/// kernel maps whole, and reads about 2 MB higher than the same program read from disk.
+fn rss_parts_of(pid: u32) -> Value {
+    json!({
+        "anon_mb": mb(proc_kb(pid, "status", "RssAnon:")),
+        "file_mb": mb(proc_kb(pid, "status", "RssFile:")),
+    })
 }
 
 /// The server's standby shims (`corral-shim --standby`, children blocked on a pipe): how
 /// many, and their memory beside the server's (resident, and proportional: shared pages
 /// divided among the processes that map them).
 fn standby_shims_of(server: u32) -> Value {
-    let kb = |pid: u32, file: &str, field: &str| -> f64 {
-        std::fs::read_to_string(format!("/proc/{pid}/{file}"))
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find(|l| l.starts_with(field))
-                    .and_then(|l| l.split_whitespace().nth(1))
-                    .and_then(|v| v.parse::<f64>().ok())
-            })
-            .unwrap_or(0.0)
-    };
     let standby = corral_local::executor::standby::STANDBY_ARG.as_bytes();
     let pids: Vec<u32> = corral_local::executor::procfs::all()
         .into_iter()
@@ -149,11 +159,10 @@ fn standby_shims_of(server: u32) -> Value {
         })
         .map(|p| p.pid)
         .collect();
-    let mb = |v: f64| (v / 1024.0 * 10.0).round() / 10.0;
     json!({
         "count": pids.len(),
-        "rss_mb": mb(pids.iter().map(|p| kb(*p, "status", "VmRSS:")).sum()),
-        "pss_mb": mb(pids.iter().map(|p| kb(*p, "smaps_rollup", "Pss:")).sum()),
+        "rss_mb": mb(pids.iter().map(|p| proc_kb(*p, "status", "VmRSS:")).sum()),
+        "pss_mb": mb(pids.iter().map(|p| proc_kb(*p, "smaps_rollup", "Pss:")).sum()),
     })
 }
 
@@ -474,6 +483,7 @@ fn run(o: &ApiBenchOptions, server: &ServerProcess, dir: &Path) -> Result<Value,
     // Let the first passes run (inventory, recovery) before measuring.
     std::thread::sleep(Duration::from_millis(500));
     let idle_rss_mb = server.rss_mb();
+    let idle_rss_parts = rss_parts_of(server.child.id());
     let standby_shims = standby_shims_of(server.child.id());
 
     // 1. submit -> all replicas running, on the idle server.
@@ -630,6 +640,7 @@ fn run(o: &ApiBenchOptions, server: &ServerProcess, dir: &Path) -> Result<Value,
         "benchmark": "api",
         "server": o.server_program.display().to_string(),
         "idle_rss_mb": idle_rss_mb,
+        "idle_rss_parts": idle_rss_parts,
         "standby_shims": standby_shims,
         "startup_idle": startup_json(o, &startup_idle),
         "throughput": throughput,
