@@ -1323,6 +1323,11 @@ pub struct BenchApiArgs {
     /// up to 20% between two runs of the idle server on a 2-core VM.
     #[arg(long, default_value_t = 50)]
     pub startup_jobs: usize,
+    /// Jobs on each server in the alternating measurement (with history, idle alongside)
+    /// whose p50s make the history ratio. 150: with 50, the ratio moved by +-15% between
+    /// runs, as wide as the spread of one start (3-11 ms on a 2-core VM).
+    #[arg(long, default_value_t = 150)]
+    pub ratio_pairs: usize,
     /// Replicas per startup job.
     #[arg(long, default_value_t = 8)]
     pub startup_replicas: u32,
@@ -1360,6 +1365,7 @@ pub fn run_bench_api(args: &BenchApiArgs) -> ExitCode {
     let options = corral_server::bench::ApiBenchOptions {
         server_program: program,
         startup_jobs: args.startup_jobs,
+        ratio_pairs: args.ratio_pairs.max(1),
         startup_replicas: args.startup_replicas.max(1),
         throughput: !args.no_throughput,
         rate: args.rate.max(1),

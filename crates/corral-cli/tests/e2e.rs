@@ -1548,6 +1548,7 @@ fn api_bench_smoke() -> TestResult {
     let options = corral_server::bench::ApiBenchOptions {
         server_program: PathBuf::from(env!("CARGO_BIN_EXE_corral")),
         startup_jobs: 1,
+        ratio_pairs: 3,
         startup_replicas: 2,
         throughput: false,
         rate: 100,
@@ -1563,6 +1564,8 @@ fn api_bench_smoke() -> TestResult {
         ("/list/jobs", 60),
         ("/list_small_namespace/jobs", 10),
         ("/history/jobs", 3),
+        ("/startup_with_history/jobs", 3),
+        ("/startup_idle_alongside/jobs", 3),
     ] {
         check(
             v.pointer(pointer) == Some(&Value::from(want)),
@@ -1575,6 +1578,15 @@ fn api_bench_smoke() -> TestResult {
         .and_then(Value::as_f64)
         .unwrap_or(0.0);
     check(rss > 0.0, v.to_string())?;
+    let interval: Vec<f64> = v
+        .pointer("/startup_history_ratio_90_percent_interval")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_f64).collect())
+        .unwrap_or_default();
+    check(
+        interval.len() == 2 && 0.0 < interval[0] && interval[0] <= interval[1],
+        format!("the history ratio comes with its interval: {v}"),
+    )?;
     Ok(())
 }
 

@@ -194,33 +194,31 @@ pub struct SummaryRow {
     state: JobState,
 }
 
+/// Bytes reserved for a row's JSON (a summary is about 250).
+const JSON_BYTES_HINT: usize = 320;
+
 impl SummaryRow {
     pub fn new(summary: &JobSummary) -> Self {
-        let json = serde_json::to_string(summary)
-            .expect("a JobSummary (strings, numbers, a timestamp) always serializes");
-        let parts: [&str; 6] = [
+        let namespace_end = summary.namespace.len();
+        let name_end = namespace_end + 1 + summary.name.len();
+        let uid_end = name_end + summary.uid.len();
+        let queue_end = uid_end + summary.queue.len();
+        // One allocation: the JSON is written after the key, uid and queue.
+        let mut text = Vec::with_capacity(queue_end + JSON_BYTES_HINT);
+        for part in [
             &summary.namespace,
             "\0",
             &summary.name,
             &summary.uid,
             &summary.queue,
-            &json,
-        ];
-        let mut text = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
-        for p in parts {
-            text.extend_from_slice(p.as_bytes());
+        ] {
+            text.extend_from_slice(part.as_bytes());
         }
-        let namespace_end = summary.namespace.len();
-        let name_end = namespace_end + 1 + summary.name.len();
-        let uid_end = name_end + summary.uid.len();
+        serde_json::to_writer(&mut text, summary)
+            .expect("a JobSummary (strings, numbers, a timestamp) always serializes");
         SummaryRow {
             text: text.into(),
-            ends: [
-                namespace_end,
-                name_end,
-                uid_end,
-                uid_end + summary.queue.len(),
-            ],
+            ends: [namespace_end, name_end, uid_end, queue_end],
             state: summary.state,
         }
     }

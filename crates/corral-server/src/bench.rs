@@ -9,9 +9,11 @@
 //!   time, 50 jobs: the p50 of 20 moved by up to 20% between two runs of the same idle
 //!   server on a 2-core VM), on the idle server and again once `history` finished jobs
 //!   are stored. The second time, a fresh idle server started beside it is measured in
-//!   alternation, a job on each in turn, and the ratio is taken against it: measured
-//!   minutes apart, two idle figures of the same server differed by up to 10%, more than
-//!   the history's cost (the first idle figure's ratio is printed too);
+//!   alternation, a job on each in turn (150 each), and the ratio is taken against it:
+//!   measured minutes apart, two idle figures of the same server differed by up to 10%,
+//!   more than the history's cost (the first idle figure's ratio is printed too). One
+//!   start varies from 3 to 11 ms here, so the ratio comes with its 90% bootstrap
+//!   interval: with 50 jobs each, it moved by +-15% between runs;
 //! - `throughput`: 500 one-GPU, one-CPU `sleep 0.1` jobs submitted in one request on the 8 GPUs:
 //!   jobs finished per second, beside the ideal (8 / 0.1 s = 80/s), and how long the
 //!   request that accepted the 500 took;
@@ -61,6 +63,9 @@ pub struct ApiBenchOptions {
     pub server_program: PathBuf,
     /// Jobs for each submit -> running measurement.
     pub startup_jobs: usize,
+    /// Jobs on each of the two servers measured in alternation (with history, idle
+    /// alongside): the ratio of two p50s needs more samples than one p50.
+    pub ratio_pairs: usize,
     /// Replicas per startup job.
     pub startup_replicas: u32,
     /// Whether to run the 500-job throughput measurement.
@@ -84,6 +89,7 @@ impl ApiBenchOptions {
         ApiBenchOptions {
             server_program,
             startup_jobs: 50,
+            ratio_pairs: 150,
             startup_replicas: 8,
             throughput: true,
             rate: 6000,
@@ -101,6 +107,34 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     }
     let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
     sorted[rank.min(sorted.len() - 1)]
+}
+
+/// How far the ratio of two samples' p50s can be trusted: its 5th and 95th percentiles
+/// over resamplings of both (bootstrap, 2,000 rounds, a fixed seed so that a run's
+/// interval can be recomputed). `a` and `b` are sorted.
+fn p50_ratio_interval(a: &[f64], b: &[f64]) -> Option<(f64, f64)> {
+    if a.is_empty() || b.is_empty() {
+        return None;
+    }
+    let mut rng = fastrand::Rng::with_seed(18);
+    let mut resample = |from: &[f64]| -> f64 {
+        let mut r: Vec<f64> = (0..from.len())
+            .map(|_| from[rng.usize(..from.len())])
+            .collect();
+        r.sort_by(f64::total_cmp);
+        percentile(&r, 50.0)
+    };
+    let mut ratios: Vec<f64> = (0..2000)
+        .filter_map(|_| {
+            let (pa, pb) = (resample(a), resample(b));
+            (pb > 0.0).then(|| pa / pb)
+        })
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    Some((
+        round3(percentile(&ratios, 5.0)),
+        round3(percentile(&ratios, 95.0)),
+    ))
 }
 
 fn ms(d: Duration) -> f64 {
@@ -353,7 +387,7 @@ fn startup_alternating(
     namespace: &str,
 ) -> Result<(Startup, Startup), String> {
     let (mut sa, mut sb) = (Startup::default(), Startup::default());
-    for i in 0..o.startup_jobs {
+    for i in 0..o.ratio_pairs {
         if i % 2 == 0 {
             startup_sample(a, o, namespace, i, &mut sa)?;
             startup_sample(b, o, namespace, i, &mut sb)?;
@@ -425,7 +459,7 @@ fn startup_sample(
 fn startup_json(o: &ApiBenchOptions, s: &Startup) -> Value {
     let samples = &s.all_running;
     json!({
-        "jobs": o.startup_jobs,
+        "jobs": samples.len(),
         "replicas_per_job": o.startup_replicas,
         "submit_to_all_running_p50_ms": percentile(samples, 50.0),
         "submit_to_all_running_p95_ms": percentile(samples, 95.0),
@@ -652,8 +686,12 @@ fn run(o: &ApiBenchOptions, server: &ServerProcess, dir: &Path) -> Result<Value,
         "startup_with_history": startup_json(o, &startup_history),
         // An idle, empty server measured in alternation with the one above.
         "startup_idle_alongside": startup_json(o, &startup_reference),
-        // with_history / idle_alongside: the target's ratio.
+        // with_history / idle_alongside: the target's ratio, and the 90% interval of
+        // that ratio over resamplings of both (how much of it is this run's noise).
         "startup_history_ratio": history_ratio,
+        "startup_history_ratio_90_percent_interval":
+            p50_ratio_interval(&startup_history.all_running, &startup_reference.all_running)
+                .map(|(lo, hi)| [lo, hi]),
         // with_history / the first idle measurement, minutes earlier (drift included).
         "startup_history_ratio_to_first_idle": ratio(startup_history_p50, startup_idle_p50),
         "list_small_namespace": {
@@ -700,4 +738,40 @@ fn run(o: &ApiBenchOptions, server: &ServerProcess, dir: &Path) -> Result<Value,
                 .then_some(submitted_per_s >= 5000.0 && accepted == stored && accepted as u64 == total),
         },
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spread(from: f64, n: usize) -> Vec<f64> {
+        (0..n).map(|i| from + i as f64 * 0.05).collect()
+    }
+
+    #[test]
+    fn the_ratio_interval_holds_the_true_ratio_and_narrows_with_samples() {
+        let a = spread(3.0, 150);
+        let doubled: Vec<f64> = a.iter().map(|v| v * 2.0).collect();
+        let Some((lo, hi)) = p50_ratio_interval(&doubled, &a) else {
+            panic!("two samples give an interval");
+        };
+        assert!(lo <= 2.0 && 2.0 <= hi, "[{lo}, {hi}] holds 2");
+        let Some((lo, hi)) = p50_ratio_interval(&a, &a) else {
+            panic!("two samples give an interval");
+        };
+        assert!(lo < 1.0 && 1.0 < hi, "[{lo}, {hi}] holds 1");
+        // A quarter of the samples over the same range: a wider interval.
+        let few = spread(3.0, 38)
+            .iter()
+            .map(|v| 3.0 + (v - 3.0) * 4.0)
+            .collect::<Vec<_>>();
+        let Some((flo, fhi)) = p50_ratio_interval(&few, &few) else {
+            panic!("two samples give an interval");
+        };
+        assert!(
+            fhi - flo > hi - lo,
+            "[{flo}, {fhi}] wider than [{lo}, {hi}]"
+        );
+        assert_eq!(p50_ratio_interval(&[], &a), None);
+    }
 }
