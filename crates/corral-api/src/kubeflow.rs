@@ -333,7 +333,7 @@ pub fn convert_with_warnings(
                     if let Some(r) =
                         convert_replica(&mut c, &rpath, rspec, &map, &mut job_spec.port)
                     {
-                        job_spec.replicas.insert(role, r);
+                        job_spec.replicas.insert(role, Box::new(r));
                     }
                 }
             }

@@ -111,8 +111,8 @@ fn training_job() -> impl Strategy<Value = TrainingJob> {
             })
             .prop_map(move |(fw, name, first, extra, specs)| {
                 let mut replicas = BTreeMap::new();
-                replicas.insert(required, first.into_iter().next().expect("one"));
-                replicas.extend(extra.into_iter().zip(specs));
+                replicas.insert(required, Box::new(first.into_iter().next().expect("one")));
+                replicas.extend(extra.into_iter().zip(specs.into_iter().map(Box::new)));
                 let mut job = TrainingJob::new(
                     &name,
                     TrainingJobSpec {

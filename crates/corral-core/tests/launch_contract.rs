@@ -29,12 +29,12 @@ fn job(name: &str, framework: Framework, roles: &[(Role, u32)]) -> TrainingJob {
         .map(|&(role, count)| {
             (
                 role,
-                ReplicaSpec {
+                Box::new(ReplicaSpec {
                     count,
                     resources: Default::default(),
                     template: ReplicaTemplate::default(),
                     restart_policy: None,
-                },
+                }),
             )
         })
         .collect();

@@ -947,7 +947,7 @@ mod support {
             .map(|&(role, count, restart_policy)| {
                 (
                     role,
-                    ReplicaSpec {
+                    Box::new(ReplicaSpec {
                         count,
                         resources: Default::default(),
                         template: ReplicaTemplate {
@@ -955,7 +955,7 @@ mod support {
                             ..Default::default()
                         },
                         restart_policy,
-                    },
+                    }),
                 )
             })
             .collect();

@@ -647,6 +647,7 @@ fn run(o: &ApiBenchOptions, server: &ServerProcess, dir: &Path) -> Result<Value,
     let (list_ms, listed) = time_list(client, "list")?;
     let list_response_ms = time_list_response(client, "list")?;
     let rss_after_mb = server.rss_mb();
+    let live_jobs = small_listed + stored + listed;
 
     let metric = |name: &str| -> Option<f64> {
         let text = client.metrics().ok()?;
@@ -721,6 +722,16 @@ fn run(o: &ApiBenchOptions, server: &ServerProcess, dir: &Path) -> Result<Value,
             "response_p50_ms": percentile(&list_response_ms, 50.0),
         },
         "rss_after_mb": rss_after_mb,
+        // What a live (suspended) job costs: the growth since the history was measured,
+        // over the jobs submitted since, all still held by the control plane.
+        "live_jobs": {
+            "count": live_jobs,
+            "rss_kb_per_job": if live_jobs > 0 {
+                round3((rss_after_mb - history_rss_mb).max(0.0) * 1024.0 / live_jobs as f64)
+            } else {
+                0.0
+            },
+        },
         "control_loop": {"last_tick_ms": tick_ms, "ticks": ticks},
         // The targets, checked against this run (`null`: this run was too small to say).
         "targets": {

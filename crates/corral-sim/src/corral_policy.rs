@@ -142,7 +142,7 @@ fn training_job(job: usize, spec: &SimJob, types: Vec<String>) -> TrainingJob {
         &job_name(job),
         TrainingJobSpec {
             framework: Framework::Generic,
-            replicas: BTreeMap::from([(Role::Worker, worker)]),
+            replicas: BTreeMap::from([(Role::Worker, Box::new(worker))]),
             run_policy: Default::default(),
             success_policy: None,
             queue: Some(spec.queue.clone()),

@@ -270,7 +270,9 @@ impl Entry {
 pub struct ControlPlane {
     config: ControlConfig,
     scheduler: Scheduler,
-    jobs: BTreeMap<String, Entry>,
+    /// Boxed: an entry is large (its job alone is ~750 bytes), and a map node holds room
+    /// for 11 values whatever it holds.
+    jobs: BTreeMap<String, Box<Entry>>,
     /// Jobs to reconcile in the next step. A job leaves the set when its reconcile is a
     /// fixed point; every input that changes (a command, an observation, a decision of the
     /// scheduler) puts it back, so a step costs what changed, not how many jobs exist.
@@ -326,7 +328,7 @@ impl ControlPlane {
             running: Vec::new(),
         };
         let mut step = Step::default();
-        let mut entries: BTreeMap<String, Entry> = BTreeMap::new();
+        let mut entries: BTreeMap<String, Box<Entry>> = BTreeMap::new();
         let mut ledger = Ledger::default();
         let mut held: BTreeMap<String, HeldAdmission> = BTreeMap::new();
         let mut moving: BTreeMap<String, (String, HeldAdmission)> = BTreeMap::new();
@@ -378,7 +380,7 @@ impl ControlPlane {
                     });
                 }
             }
-            entries.insert(key, entry);
+            entries.insert(key, Box::new(entry));
         }
         // The scheduler's running set; an admission that does not fit is dropped (the
         // scheduler names the job), and the rest are tried again.
@@ -568,7 +570,7 @@ impl ControlPlane {
                 message: message.clone(),
             });
         }
-        self.jobs.insert(key.clone(), entry);
+        self.jobs.insert(key.clone(), Box::new(entry));
         let mut ignored = Step::default();
         self.enqueue_if_waiting(&key, &mut ignored);
         self.unsettled.insert(key);
