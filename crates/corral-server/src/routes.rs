@@ -124,14 +124,16 @@ const ITEM_BYTES_HINT: usize = 256;
 fn job_rows(rows: &[SummaryRow]) -> Response {
     const OPEN: &str = "{\"items\":[";
     const CLOSE: &str = "]}";
-    let len = OPEN.len() + CLOSE.len() + rows.iter().map(|r| r.json().len() + 1).sum::<usize>();
+    // Each row's text is checked as UTF-8 when taken: once, not again for the length.
+    let texts: Vec<&str> = rows.iter().map(SummaryRow::json).collect();
+    let len = OPEN.len() + CLOSE.len() + texts.iter().map(|t| t.len() + 1).sum::<usize>();
     let mut body = String::with_capacity(len);
     body.push_str(OPEN);
-    for (i, row) in rows.iter().enumerate() {
+    for (i, text) in texts.iter().enumerate() {
         if i > 0 {
             body.push(',');
         }
-        body.push_str(row.json());
+        body.push_str(text);
     }
     body.push_str(CLOSE);
     (
