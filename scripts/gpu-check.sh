@@ -17,8 +17,10 @@ cd "$(dirname "$0")/.."
 BIN=${CORRAL:-target/release/corral}
 GPU_TYPE=${GPU_TYPE:-NVIDIA-H100-80GB-HBM3}
 ALIAS=${ALIAS:-H100}
-PY=${PYTHON:-python3}
-work=$(mktemp -d)
+# Absolute: a replica's PATH is the server's, but say exactly which interpreter holds torch.
+PY=${PYTHON:-$(command -v python3)}
+work=${GPU_CHECK_WORK:-$(mktemp -d)}
+mkdir -p "$work"
 data=$work/data
 port=$($PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 server=http://127.0.0.1:$port
@@ -32,7 +34,16 @@ fail() { results+=("FAIL  $1"); echo "FAIL  $1" >&2; failed=1; }
 check() { # check NAME COMMAND...: PASS when the command succeeds
     local name=$1
     shift
-    if "$@"; then pass "$name"; else fail "$name"; fi
+    if "$@"; then pass "$name"; else fail "$name"; return 1; fi
+}
+
+# GET URL to stdout; curl where installed, else Python (GPU images may lack curl).
+get() {
+    if command -v curl >/dev/null; then
+        curl -fsS "$1"
+    else
+        $PY -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' "$1"
+    fi
 }
 
 pid=
@@ -59,13 +70,20 @@ check "doctor finds cgroup v2 enforced" \
     $PY -c 'import json,sys; r=json.load(open(sys.argv[1])); sys.exit(0 if r["cgroupVersion"]=="v2" else 1)' "$work/doctor.json"
 
 echo "== corral up on port $port (log: $work/server.log)"
-"$BIN" up --data-dir "$data" --listen "127.0.0.1:$port" >"$work/server.log" 2>&1 &
+# Replicas see none of the server's environment unless the operator passes it: where the
+# CUDA driver's libraries are found through LD_LIBRARY_PATH, pass that (passEnv).
+: >"$work/corral.yaml"
+if [ -n "${LD_LIBRARY_PATH:-}" ]; then
+    printf 'apiVersion: corral.dev/v1alpha1\nkind: CorralConfig\npassEnv: [LD_LIBRARY_PATH]\n' >"$work/corral.yaml"
+    echo "passEnv: [LD_LIBRARY_PATH] ($LD_LIBRARY_PATH)"
+fi
+"$BIN" up --data-dir "$data" --listen "127.0.0.1:$port" --config "$work/corral.yaml" >"$work/server.log" 2>&1 &
 pid=$!
 for _ in $(seq 1 200); do
-    curl -fsS "$server/healthz" >/dev/null 2>&1 && break
+    get "$server/healthz" >/dev/null 2>&1 && break
     sleep 0.1
 done
-curl -fsS "$server/healthz" >/dev/null || { cat "$work/server.log"; echo "corral up did not answer" >&2; exit 1; }
+get "$server/healthz" >/dev/null || { cat "$work/server.log"; echo "corral up did not answer" >&2; exit 1; }
 head -3 "$work/server.log"
 "$BIN" nodes
 
@@ -122,6 +140,8 @@ matmul_job by-label "$GPU_TYPE" 45 >"$work/by-label.yaml"
 "$BIN" validate "$work/by-label.yaml"
 "$BIN" submit "$work/by-label.yaml"
 check "job asking gpuTypes [$GPU_TYPE] runs" wait_state by-label Running 60
+running=$?
+[ "$running" -eq 0 ] || "$BIN" logs by-label 2>&1 | tail -20
 
 top_ok() {
     for _ in $(seq 1 60); do
@@ -141,10 +161,14 @@ EOF
     cat "$work/top.json"
     return 1
 }
-check "corral top shows the replica's GPU utilisation and GPU memory" top_ok
+if [ "$running" -eq 0 ]; then
+    check "corral top shows the replica's GPU utilisation and GPU memory" top_ok
+else
+    fail "corral top shows the replica's GPU utilisation and GPU memory (the job never ran)"
+fi
 
 metrics_ok() {
-    curl -fsS "$server/metrics" >"$work/metrics.txt" || return 1
+    get "$server/metrics" >"$work/metrics.txt" || return 1
     grep -E '^(DCGM_FI_DEV_|corral_replica_gpu|corral_gpu_healthy)' "$work/metrics.txt"
     grep -q "^DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"GPU-" "$work/metrics.txt" &&
         grep -q '^DCGM_FI_DEV_FB_USED{.*job="by-label"' "$work/metrics.txt" &&
@@ -153,16 +177,23 @@ metrics_ok() {
         grep -q '^corral_replica_gpu_memory_bytes{namespace="default",job="by-label"' "$work/metrics.txt" &&
         grep -q '^corral_replica_gpu_utilization_percent{namespace="default",job="by-label"' "$work/metrics.txt"
 }
-check "/metrics has per-GPU (DCGM_FI_DEV_*) and per-replica GPU series" metrics_ok
+if [ "$running" -eq 0 ]; then
+    check "/metrics has per-GPU (DCGM_FI_DEV_*) and per-replica GPU series" metrics_ok
+else
+    fail "/metrics has per-GPU (DCGM_FI_DEV_*) and per-replica GPU series (the job never ran)"
+    get "$server/metrics" >"$work/metrics.txt"
+fi
 if command -v promtool >/dev/null; then
     check "promtool accepts /metrics" sh -c "promtool check metrics <'$work/metrics.txt'"
 fi
 "$BIN" nodes
-check "job asking $GPU_TYPE succeeds" wait_state by-label Succeeded 120
+[ "$running" -eq 0 ] && check "job asking $GPU_TYPE succeeds" wait_state by-label Succeeded 90
+"$BIN" logs by-label 2>&1 | tail -3
 
 matmul_job by-alias "$ALIAS" 5 >"$work/by-alias.yaml"
 "$BIN" submit "$work/by-alias.yaml"
-check "job asking gpuTypes [$ALIAS] runs and succeeds" wait_state by-alias Succeeded 120
+check "job asking gpuTypes [$ALIAS] runs and succeeds" wait_state by-alias Succeeded 90
+"$BIN" logs by-alias 2>&1 | tail -3
 
 echo "== 4. a replica over its memory limit is OOM-killed alone (cgroup v2)"
 cat >"$work/oom.yaml" <<EOF
@@ -196,7 +227,7 @@ EOF
 wait_state calm Running 60
 check "the replica over its limit fails" wait_state hog Failed 60
 oom_reported() {
-    curl -fsS "$api/hog/describe" >"$work/hog.json" || return 1
+    get "$api/hog/describe" >"$work/hog.json" || return 1
     $PY - "$work/hog.json" <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
