@@ -676,12 +676,14 @@ fn check_replica(
         check_memory(&format!("{rpath}.memory"), mem, errs);
     }
     let known_types = ctx.gpu_types();
+    let mut unknown_types = 0;
     for (i, t) in res.gpu_types.iter().enumerate() {
         if t.trim().is_empty() {
             errs.push(format!("{rpath}.gpuTypes[{i}]"), "must not be empty");
         } else if (ctx.nodes.is_some() || !known_types.is_empty())
             && gpu_type::resolve(t, known_types.iter().copied()).is_empty()
         {
+            unknown_types += 1;
             let names: Vec<&str> = known_types.iter().copied().collect();
             let mut message = unknown_name("node pool with GPU type", t, &names);
             if let Some(what) = ctx.gpus_in_words() {
@@ -712,21 +714,28 @@ fn check_replica(
     // No node has such GPUs at all: the job could never start. (One that asks for more per
     // replica than the largest node holds is accepted and reported Unschedulable, as every
     // shell does, since nodes may still be added; see control/conformance.rs.)
+    // Every type asked for is unknown, and already said so (with what exists): one error
+    // for one mistake.
+    let types_reported = !res.gpu_types.is_empty() && unknown_types == res.gpu_types.len();
     if res.gpu > 0 && cluster_gpus == Some(0) {
-        let message = if res.gpu_types.is_empty() {
-            format!(
+        let message = if types_reported {
+            None
+        } else if res.gpu_types.is_empty() {
+            Some(format!(
                 "asks for {} but this cluster has no GPUs, so the job would wait forever; remove `gpu` to run on CPUs",
                 plural(res.gpu, "GPU")
-            )
+            ))
         } else {
-            format!(
+            Some(format!(
                 "asks for {} of type {} but no node of this cluster has GPUs of that type, so the job would wait forever; {}",
                 plural(res.gpu, "GPU"),
                 res.gpu_types.join(" or "),
                 ctx.gpus_in_words().unwrap_or_default()
-            )
+            ))
         };
-        errs.push(format!("{rpath}.gpu"), message);
+        if let Some(message) = message {
+            errs.push(format!("{rpath}.gpu"), message);
+        }
     } else if res.gpu > 0 {
         let (limit, where_) = match ctx.largest_gpu_node(&res.gpu_types) {
             Some((n, pool)) => (
@@ -1077,6 +1086,70 @@ spec:
             errs.iter().any(|e| e.contains("this cluster has no GPUs")),
             "{errs:?}"
         );
+    }
+
+    /// A type the cluster lacks is one error, naming what exists; a known type without a
+    /// node of it says the job would wait forever.
+    #[test]
+    fn an_unknown_gpu_type_is_one_error() {
+        let job = |types: &str| {
+            format!(
+                "apiVersion: corral.dev/v1alpha1
+kind: TrainingJob
+metadata: {{name: j}}
+spec:
+  framework: generic
+  replicas:
+    worker:
+      resources: {{gpu: 1, gpuTypes: [{types}]}}
+      template: {{command: [sleep, '1']}}
+"
+            )
+        };
+        let errors = |ctx: &ValidationContext, types: &str| {
+            parse_documents(&job(types), ctx)
+                .into_iter()
+                .filter_map(Result::err)
+                .flat_map(|e| e.errors.iter().map(|f| f.to_string()).collect::<Vec<_>>())
+                .collect::<Vec<_>>()
+        };
+        let h200 = ValidationContext {
+            nodes: Some(vec![NodeFacts {
+                gpu_type: Some("NVIDIA-H200".into()),
+                gpus: 1,
+            }]),
+            ..ValidationContext::default()
+        };
+        let errs = errors(&h200, "A100");
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(errs[0].contains("gpuTypes[0]"), "{errs:?}");
+        assert!(
+            errs[0].contains("this cluster has GPU type NVIDIA-H200 (1 per node)"),
+            "{errs:?}"
+        );
+        // Each unknown type is named; none adds the "would wait forever" of `gpu`.
+        let errs = errors(&h200, "A100, H200");
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(errs[0].contains("gpuTypes[0]"), "{errs:?}");
+        let errs = errors(&h200, "A100, B200");
+        assert_eq!(errs.len(), 2, "{errs:?}");
+        assert!(errs.iter().all(|e| e.contains("gpuTypes[")), "{errs:?}");
+        // A type a pool declares but no node has: the job would wait forever.
+        let pool_without_nodes = ValidationContext {
+            node_pools: vec![
+                serde_json::from_value(serde_json::json!({
+                    "apiVersion": "corral.dev/v1alpha1",
+                    "kind": "NodePool",
+                    "metadata": {"name": "a100"},
+                    "spec": {"gpuType": "NVIDIA-A100-SXM4-80GB"},
+                }))
+                .expect("a NodePool"),
+            ],
+            ..h200.clone()
+        };
+        let errs = errors(&pool_without_nodes, "A100");
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(errs[0].contains("would wait forever"), "{errs:?}");
     }
 
     use super::*;

@@ -255,6 +255,10 @@ fn quota_values(q: &QuotaLimits) -> Vec<(&'static str, Value)> {
 /// Per-GPU series in the DCGM exporter's names and labels (`gpu`, `UUID`, `modelName`,
 /// `Hostname`; `namespace`, `job`, `replica` while a replica the caller may see holds the
 /// GPU), GPU health, and per-replica GPU memory and utilisation. Nothing without NVML.
+///
+/// The DCGM series keep DCGM's camelCase label names, which `promtool check metrics` lints,
+/// so that dashboards made for NVIDIA's exporter work unchanged; Corral's own series
+/// (`corral_gpu_healthy`) carry the same labels in Prometheus' snake_case.
 fn gpu_families(m: &MetricsSnapshot, replicas: &[ReplicaUsageRow]) -> Vec<Family> {
     let mut util = Family::dcgm("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %)");
     let mut fb_used = Family::dcgm("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB)");
@@ -308,7 +312,7 @@ fn gpu_families(m: &MetricsSnapshot, replicas: &[ReplicaUsageRow]) -> Vec<Family
             ecc.add(labels.clone(), Value::Int(e));
         }
         let ok = corral_local::gpu::unhealthy_reason(s).is_none();
-        healthy.add(labels, Value::Int(u64::from(ok)));
+        healthy.add(corral_labels(labels), Value::Int(u64::from(ok)));
     }
     let mut rows: Vec<&ReplicaUsageRow> = replicas.iter().collect();
     rows.sort_by(|a, b| (&a.namespace, &a.replica).cmp(&(&b.namespace, &b.replica)));
@@ -342,6 +346,22 @@ fn gpu_families(m: &MetricsSnapshot, replicas: &[ReplicaUsageRow]) -> Vec<Family
     // Without NVML there is nothing to say: no empty families either.
     out.retain(|f| !f.series.is_empty());
     out
+}
+
+/// DCGM's GPU labels renamed to snake_case, for a `corral_` series.
+fn corral_labels(labels: Vec<(&'static str, String)>) -> Vec<(&'static str, String)> {
+    labels
+        .into_iter()
+        .map(|(k, v)| {
+            let k = match k {
+                "UUID" => "uuid",
+                "modelName" => "model_name",
+                "Hostname" => "hostname",
+                other => other,
+            };
+            (k, v)
+        })
+        .collect()
 }
 
 /// The text of `/metrics`, in `format`. `queues` and `replicas` may come in any order.
@@ -646,9 +666,9 @@ mod tests {
             format!("DCGM_FI_DEV_POWER_USAGE{{{on0}}} 612.5"),
             format!("DCGM_FI_DEV_GPU_TEMP{{{on0}}} 61"),
             format!("DCGM_FI_DEV_XID_ERRORS{{{on0}}} 79"),
-            format!("corral_gpu_healthy{{{on0}}} 0"),
+            "corral_gpu_healthy{gpu=\"0\",uuid=\"GPU-0\",model_name=\"NVIDIA H100 80GB HBM3\",hostname=\"gpu-host\",namespace=\"ns\",job=\"j\",replica=\"j-worker-0\"} 0".to_string(),
             format!("DCGM_FI_DEV_GPU_UTIL{{{on1} 97"),
-            format!("corral_gpu_healthy{{{on1} 1"),
+            "corral_gpu_healthy{gpu=\"1\",uuid=\"GPU-1\",model_name=\"NVIDIA H100 80GB HBM3\",hostname=\"gpu-host\"} 1".to_string(),
             "corral_replica_gpu_memory_bytes{namespace=\"ns\",job=\"j\",replica=\"j-worker-0\"} 31138512896".to_string(),
             "corral_replica_gpu_utilization_percent{namespace=\"ns\",job=\"j\",replica=\"j-worker-0\"} 97".to_string(),
         ] {
@@ -656,6 +676,72 @@ mod tests {
         }
         // GPU 0 comes before GPU 1 whatever order NVML gave.
         assert!(text.find("gpu=\"0\"") < text.find("gpu=\"1\""));
+    }
+
+    /// promtool (Debian package `prometheus`) lints the GPU series too: the only complaint
+    /// allowed is the DCGM series' own camelCase label names (kept on purpose, see
+    /// `gpu_families`). CORRAL_REQUIRE_PROMTOOL=1 (CI) fails without promtool.
+    #[test]
+    fn gpu_series_pass_promtool_but_for_dcgm_label_names() {
+        use std::io::Write as _;
+        let (mut m, queues, _) = sample();
+        m.hostname = "gpu-host".into();
+        m.gpu_samples = vec![h100(0), h100(1)];
+        let rows = vec![ReplicaUsageRow {
+            namespace: "ns".into(),
+            job: "j".into(),
+            replica: "j-worker-0".into(),
+            pid: Some(1),
+            cpu_seconds: Some(1.0),
+            memory_bytes: Some(1),
+            gpus: vec![0],
+            gpu_utilization_percent: Some(97),
+            gpu_memory_bytes: Some(29 << 30),
+        }];
+        let text = render(&m, &queues, &rows, Format::Text);
+        let child = std::process::Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn();
+        let mut child = match child {
+            Ok(c) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                assert!(
+                    std::env::var("CORRAL_REQUIRE_PROMTOOL").as_deref() != Ok("1"),
+                    "promtool is not installed; CORRAL_REQUIRE_PROMTOOL=1 requires it"
+                );
+                eprintln!("SKIPPED: promtool is not installed (apt-get install prometheus)");
+                return;
+            }
+            Err(e) => panic!("promtool: {e}"),
+        };
+        child
+            .stdin
+            .take()
+            .expect("piped stdin")
+            .write_all(text.as_bytes())
+            .expect("promtool reads its input");
+        let out = child.wait_with_output().expect("promtool runs");
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let complaints: Vec<&str> = said
+            .lines()
+            .filter(|l| {
+                !(l.starts_with("DCGM_FI_DEV_")
+                    && l.ends_with("label names should be written in 'snake_case' not 'camelCase'"))
+            })
+            .collect();
+        assert!(
+            complaints.is_empty(),
+            "promtool check metrics: {complaints:?}\n{text}"
+        );
+        // The DCGM series were there to be linted.
+        assert!(said.contains("DCGM_FI_DEV_GPU_UTIL"), "{said}\n{text}");
     }
 
     #[test]
