@@ -91,12 +91,14 @@ check "doctor finds cgroup v2 enforced" \
     $PY -c 'import json,sys; r=json.load(open(sys.argv[1])); sys.exit(0 if r["cgroupVersion"]=="v2" else 1)' "$work/doctor.json"
 
 echo "== corral up on port $port (log: $work/server.log)"
-# Replicas see none of the server's environment unless the operator passes it: where the
-# CUDA driver's libraries are found through LD_LIBRARY_PATH, pass that (passEnv).
+# The defaults a new user gets: replicas see the server's PATH and none of the rest of its
+# environment, so torch there finds the CUDA driver through the loader's cache (ldconfig).
+# Where the driver is found only through LD_LIBRARY_PATH, run with PASS_ENV=LD_LIBRARY_PATH
+# (the config's passEnv).
 : >"$work/corral.yaml"
-if [ -n "${LD_LIBRARY_PATH:-}" ]; then
-    printf 'apiVersion: corral.dev/v1alpha1\nkind: CorralConfig\npassEnv: [LD_LIBRARY_PATH]\n' >"$work/corral.yaml"
-    echo "passEnv: [LD_LIBRARY_PATH] ($LD_LIBRARY_PATH)"
+if [ -n "${PASS_ENV:-}" ]; then
+    printf 'apiVersion: corral.dev/v1alpha1\nkind: CorralConfig\npassEnv: [%s]\n' "$PASS_ENV" >"$work/corral.yaml"
+    echo "passEnv: [$PASS_ENV]"
 fi
 "$BIN" up --data-dir "$data" --listen "127.0.0.1:$port" --config "$work/corral.yaml" >"$work/server.log" 2>&1 &
 pid=$!
