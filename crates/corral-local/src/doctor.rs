@@ -139,10 +139,96 @@ pub fn gpu_findings(source: &dyn GpuSource, settings: &Settings) -> Vec<Finding>
     out
 }
 
+/// The CUDA driver library, which every CUDA program loads (NVML alone is not enough).
+const CUDA_DRIVER: &str = "libcuda.so.1";
+
+/// Where the CUDA driver library is, as a replica's loader would look for it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DriverLibrary {
+    /// Found without `LD_LIBRARY_PATH`: in the loader's cache (`/etc/ld.so.cache`) or a
+    /// directory the loader always searches.
+    pub by_the_loader: bool,
+    /// The first directory of the server's `LD_LIBRARY_PATH` that holds it.
+    pub on_ld_library_path: Option<String>,
+}
+
+impl DriverLibrary {
+    /// This machine's.
+    pub fn find() -> Self {
+        let cached = std::fs::read("/etc/ld.so.cache")
+            .is_ok_and(|cache| contains(&cache, format!("{CUDA_DRIVER}\0").as_bytes()));
+        let arch = format!("{}-linux-gnu", std::env::consts::ARCH);
+        let trusted = ["/lib", "/usr/lib", "/lib64", "/usr/lib64"]
+            .iter()
+            .map(|d| Path::new(d).to_path_buf())
+            .chain(
+                ["/lib", "/usr/lib"]
+                    .iter()
+                    .map(|d| Path::new(d).join(&arch)),
+            );
+        let by_the_loader = cached || trusted.into_iter().any(|d| d.join(CUDA_DRIVER).exists());
+        let on_ld_library_path = std::env::var("LD_LIBRARY_PATH").ok().and_then(|p| {
+            p.split(':')
+                .filter(|d| !d.is_empty())
+                .find(|d| Path::new(d).join(CUDA_DRIVER).exists())
+                .map(str::to_string)
+        });
+        DriverLibrary {
+            by_the_loader,
+            on_ld_library_path,
+        }
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Whether CUDA programs in GPU replicas will find the driver. A replica sees none of the
+/// server's environment but `PATH` (and what `passEnv` names), so a driver found only
+/// through the server's `LD_LIBRARY_PATH` is not found there: torch then says no GPU.
+pub fn driver_library_finding(lib: &DriverLibrary, settings: &Settings) -> Finding {
+    let passed = settings.pass_env.iter().any(|v| v == "LD_LIBRARY_PATH");
+    match (lib.by_the_loader, &lib.on_ld_library_path) {
+        (true, _) => ok(
+            "gpu",
+            format!("CUDA driver {CUDA_DRIVER}: found by the loader, as replicas look for it"),
+        ),
+        (false, Some(dir)) if passed => ok(
+            "gpu",
+            format!(
+                "CUDA driver {CUDA_DRIVER}: in {dir}, on LD_LIBRARY_PATH, which passEnv gives replicas"
+            ),
+        ),
+        (false, Some(dir)) => warn(
+            "gpu",
+            format!(
+                "CUDA driver {CUDA_DRIVER}: only in {dir}, found through the server's LD_LIBRARY_PATH, \
+                 which replicas do not see: CUDA programs in them will find no GPU"
+            ),
+            &format!(
+                "list {dir} in a file under /etc/ld.so.conf.d/ and run `ldconfig`, or add \
+                 `passEnv: [LD_LIBRARY_PATH]` to corral.yaml"
+            ),
+        ),
+        (false, None) => warn(
+            "gpu",
+            format!(
+                "CUDA driver {CUDA_DRIVER}: not found: CUDA programs in replicas cannot use the GPUs"
+            ),
+            "install the driver's CUDA library (Debian/Ubuntu: libnvidia-compute-<version> or \
+             libcuda1), or list its directory under /etc/ld.so.conf.d/ and run `ldconfig`",
+        ),
+    }
+}
+
 /// Examines this machine for a cluster with `settings` in `data_dir`.
 pub fn examine(data_dir: &Path, settings: &Settings) -> Report {
     let source = gpu::source();
     let mut findings = gpu_findings(source, settings);
+    if source.unavailable_reason().is_none() && !source.devices().is_empty() {
+        findings.push(driver_library_finding(&DriverLibrary::find(), settings));
+    }
 
     let cgroup_version = match CgroupManager::detect_with(settings.cgroup_root.as_deref()) {
         Ok(m) => {
@@ -170,6 +256,7 @@ pub fn examine(data_dir: &Path, settings: &Settings) -> Report {
     let choice = RuntimeChoice {
         runtime: settings.containers.runtime.clone(),
         oci_runtime: settings.containers.oci_runtime.clone(),
+        without_runtime: settings.containers.without_runtime,
     };
     let container_runtime = match container::detect(&choice) {
         Ok((Some(rt), _)) => {
@@ -188,14 +275,22 @@ pub fn examine(data_dir: &Path, settings: &Settings) -> Report {
             ));
             Some(rt.kind.as_str().to_string())
         }
-        Ok((None, notes)) => {
+        // Said by detect's note, the consequence (containers.withoutRuntime) included.
+        Ok((None, notes)) if !notes.is_empty() => {
             findings.push(warn(
                 "containers",
-                format!(
-                    "no container runtime ({}): a job with an image is refused or runs on the host (containers.withoutRuntime)",
-                    notes.join("; ")
-                ),
+                notes.join("; "),
                 "install podman (`apt-get install podman`) or docker",
+            ));
+            None
+        }
+        Ok((None, _)) => {
+            findings.push(ok(
+                "containers",
+                format!(
+                    "off (containers.runtime: none): {}",
+                    container::without_runtime_consequence(settings.containers.without_runtime)
+                ),
             ));
             None
         }
@@ -448,6 +543,40 @@ mod tests {
                 .what
                 .contains("2 GPU(s) of type NVIDIA-H100-80GB-HBM3")
         );
+    }
+
+    #[test]
+    fn a_driver_only_on_the_servers_ld_library_path_warns_unless_passed() {
+        let settings = Settings::default();
+        let cached = DriverLibrary {
+            by_the_loader: true,
+            on_ld_library_path: Some("/usr/local/nvidia/lib64".into()),
+        };
+        assert_eq!(driver_library_finding(&cached, &settings).level, Level::Ok);
+        let only_env = DriverLibrary {
+            by_the_loader: false,
+            on_ld_library_path: Some("/usr/local/nvidia/lib64".into()),
+        };
+        let f = driver_library_finding(&only_env, &settings);
+        assert_eq!(f.level, Level::Warn);
+        assert!(f.what.contains("/usr/local/nvidia/lib64"), "{}", f.what);
+        let fix = f.fix.unwrap_or_default();
+        assert!(
+            fix.contains("ldconfig") && fix.contains("passEnv: [LD_LIBRARY_PATH]"),
+            "{fix}"
+        );
+        let passing = Settings {
+            pass_env: vec!["LD_LIBRARY_PATH".into()],
+            ..Settings::default()
+        };
+        assert_eq!(driver_library_finding(&only_env, &passing).level, Level::Ok);
+        let missing = DriverLibrary {
+            by_the_loader: false,
+            on_ld_library_path: None,
+        };
+        let f = driver_library_finding(&missing, &passing);
+        assert_eq!(f.level, Level::Warn);
+        assert!(f.what.contains("not found"), "{}", f.what);
     }
 
     #[test]

@@ -40,6 +40,7 @@ pub(super) fn open(
         crate::executor::container::detect(&crate::executor::container::RuntimeChoice {
             runtime: containers.runtime.clone(),
             oci_runtime: containers.oci_runtime.clone(),
+            without_runtime: containers.without_runtime,
         })
         .map_err(ClusterError::Executor)?;
     exec_config.containers = runtime;

@@ -320,6 +320,8 @@ pub struct RuntimeChoice {
     /// podman's OCI runtime (`--runtime`); by default runc on hosts without the unified
     /// cgroup v2 hierarchy, where crun fails.
     pub oci_runtime: Option<String>,
+    /// What a job with an image gets where no runtime is found (said in the note).
+    pub without_runtime: crate::config::WithoutRuntime,
 }
 
 /// Finds the container runtime. `Ok(None)` when there is none and none was named (the
@@ -416,10 +418,23 @@ pub fn detect(choice: &RuntimeChoice) -> Result<(Option<ContainerRuntime>, Vec<S
         ));
     }
     notes.push(format!(
-        "no container runtime ({}): replicas run their command on the host, images are not used",
-        tried.join("; ")
+        "no container runtime ({}): {}",
+        tried.join("; "),
+        without_runtime_consequence(choice.without_runtime)
     ));
     Ok((None, notes))
+}
+
+/// What a job with an image gets on a cluster without a container runtime, in words.
+pub fn without_runtime_consequence(without: crate::config::WithoutRuntime) -> &'static str {
+    match without {
+        crate::config::WithoutRuntime::Host => {
+            "a job with an image runs its command on the host, without the image (containers.withoutRuntime: host)"
+        }
+        crate::config::WithoutRuntime::Reject => {
+            "a job with an image is refused at submit (containers.withoutRuntime: reject)"
+        }
+    }
 }
 
 /// `program` if it names a file, else the first match on `PATH`.
