@@ -639,33 +639,6 @@ fn series_order(text: &str) -> Vec<String> {
         .collect()
 }
 
-/// `promtool check metrics` (Debian package `prometheus`) on `text`: its exit status and
-/// what it said. `None` when promtool is not installed.
-fn promtool_check(text: &str) -> Result<Option<(i32, String)>, Failed> {
-    use std::io::Write;
-    let child = std::process::Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn();
-    let mut child = match child {
-        Ok(c) => c,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e.into()),
-    };
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin.write_all(text.as_bytes())?;
-    }
-    let out = child.wait_with_output()?;
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(Some((out.status.code().unwrap_or(-1), said)))
-}
-
 const METRICS_CLUSTER: &str = "apiVersion: corral.dev/v1alpha1
 kind: CorralConfig
 node: {gpus: 2, gpuType: FAKE-GPU}
@@ -800,7 +773,7 @@ spec:
         "both formats list the same series in the same order",
     )?;
 
-    let Some((code, said)) = promtool_check(&text)? else {
+    let Some((code, said)) = corral_server::metrics::promtool_check(&text)? else {
         let required = std::env::var("CORRAL_REQUIRE_PROMTOOL").as_deref() == Ok("1");
         check(
             !required,

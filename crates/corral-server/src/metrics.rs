@@ -348,6 +348,35 @@ fn gpu_families(m: &MetricsSnapshot, replicas: &[ReplicaUsageRow]) -> Vec<Family
     out
 }
 
+/// `promtool check metrics` (Debian package `prometheus`) over `text`: its exit status and
+/// what it said; `None` where promtool is not installed. For tests (this crate's and the
+/// end-to-end ones), which hold /metrics to Prometheus' own linter.
+pub fn promtool_check(text: &str) -> std::io::Result<Option<(i32, String)>> {
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+    let child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin.write_all(text.as_bytes())?;
+    }
+    let out = child.wait_with_output()?;
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(Some((out.status.code().unwrap_or(-1), said)))
+}
+
 /// DCGM's GPU labels renamed to snake_case, for a `corral_` series.
 fn corral_labels(labels: Vec<(&'static str, String)>) -> Vec<(&'static str, String)> {
     labels
@@ -676,59 +705,18 @@ mod tests {
         }
         // GPU 0 comes before GPU 1 whatever order NVML gave.
         assert!(text.find("gpu=\"0\"") < text.find("gpu=\"1\""));
-    }
 
-    /// promtool (Debian package `prometheus`) lints the GPU series too: the only complaint
-    /// allowed is the DCGM series' own camelCase label names (kept on purpose, see
-    /// `gpu_families`). CORRAL_REQUIRE_PROMTOOL=1 (CI) fails without promtool.
-    #[test]
-    fn gpu_series_pass_promtool_but_for_dcgm_label_names() {
-        use std::io::Write as _;
-        let (mut m, queues, _) = sample();
-        m.hostname = "gpu-host".into();
-        m.gpu_samples = vec![h100(0), h100(1)];
-        let rows = vec![ReplicaUsageRow {
-            namespace: "ns".into(),
-            job: "j".into(),
-            replica: "j-worker-0".into(),
-            pid: Some(1),
-            cpu_seconds: Some(1.0),
-            memory_bytes: Some(1),
-            gpus: vec![0],
-            gpu_utilization_percent: Some(97),
-            gpu_memory_bytes: Some(29 << 30),
-        }];
-        let text = render(&m, &queues, &rows, Format::Text);
-        let child = std::process::Command::new("promtool")
-            .args(["check", "metrics"])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn();
-        let mut child = match child {
-            Ok(c) => c,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                assert!(
-                    std::env::var("CORRAL_REQUIRE_PROMTOOL").as_deref() != Ok("1"),
-                    "promtool is not installed; CORRAL_REQUIRE_PROMTOOL=1 requires it"
-                );
-                eprintln!("SKIPPED: promtool is not installed (apt-get install prometheus)");
-                return;
-            }
-            Err(e) => panic!("promtool: {e}"),
+        // promtool lints them: the only complaint allowed is the DCGM series' own camelCase
+        // label names (kept on purpose, see `gpu_families`). CORRAL_REQUIRE_PROMTOOL=1 (CI)
+        // fails without promtool.
+        let Some((_, said)) = promtool_check(&text).expect("promtool runs") else {
+            assert!(
+                std::env::var("CORRAL_REQUIRE_PROMTOOL").as_deref() != Ok("1"),
+                "promtool is not installed; CORRAL_REQUIRE_PROMTOOL=1 requires it"
+            );
+            eprintln!("SKIPPED: promtool is not installed (apt-get install prometheus)");
+            return;
         };
-        child
-            .stdin
-            .take()
-            .expect("piped stdin")
-            .write_all(text.as_bytes())
-            .expect("promtool reads its input");
-        let out = child.wait_with_output().expect("promtool runs");
-        let said = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
         let complaints: Vec<&str> = said
             .lines()
             .filter(|l| {
@@ -740,7 +728,6 @@ mod tests {
             complaints.is_empty(),
             "promtool check metrics: {complaints:?}\n{text}"
         );
-        // The DCGM series were there to be linted.
         assert!(said.contains("DCGM_FI_DEV_GPU_UTIL"), "{said}\n{text}");
     }
 
