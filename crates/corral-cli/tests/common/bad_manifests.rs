@@ -69,10 +69,8 @@ pub const CASES: &[BadManifest] = &[
             "1",
             ", gpu: 1, gpuTypes: [NVIDIA-H100-80GB-HBM3]"
         ),
-        paths: &[
-            "spec.replicas.worker.resources.gpuTypes[0]",
-            "spec.replicas.worker.resources.gpu",
-        ],
+        // One mistake, one error: the type's, which says what the cluster has.
+        paths: &["spec.replicas.worker.resources.gpuTypes[0]"],
     },
     BadManifest {
         name: "valueFrom, which only Kubernetes resolves",
