@@ -40,7 +40,7 @@ start() {
     exit 1
 }
 cleanup() {
-    [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null || true
+    if [ -n "$pid" ]; then kill -9 "$pid" 2>/dev/null; fi
     pkill -9 -f "$marks" 2>/dev/null || true
 }
 trap cleanup EXIT
@@ -68,7 +68,7 @@ EOF
 done
 "$BIN" submit --server "$server" "$jobs_file" >/dev/null
 
-for k in $(seq 1 "$KILLS"); do
+for _ in $(seq 1 "$KILLS"); do
     sleep "0.$(( (RANDOM % 9) + 1 ))"
     kill -9 "$pid"
     wait "$pid" 2>/dev/null || true

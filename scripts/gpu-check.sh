@@ -20,7 +20,7 @@
 #   CORRAL=/path/to/corral GPU_TYPE=NVIDIA-H100-80GB-HBM3 ALIAS=H100 scripts/gpu-check.sh
 #   (on an H200: GPU_TYPE=NVIDIA-H200 ALIAS=H200; MISSING names a type the machine lacks)
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 BIN=${CORRAL:-target/release/corral}
 GPU_TYPE=${GPU_TYPE:-NVIDIA-H100-80GB-HBM3}
 ALIAS=${ALIAS:-H100}
@@ -30,7 +30,7 @@ PY=${PYTHON:-$(command -v python3)}
 work=${GPU_CHECK_WORK:-$(mktemp -d)}
 mkdir -p "$work"
 data=$work/data
-port=$($PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 server=http://127.0.0.1:$port
 export CORRAL_SERVER=$server
 api=$server/api/v1/namespaces/default/trainingjobs
@@ -50,7 +50,7 @@ get() {
     if command -v curl >/dev/null; then
         curl -fsS "$1"
     else
-        $PY -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' "$1"
+        "$PY" -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' "$1"
     fi
 }
 
@@ -65,7 +65,7 @@ trap cleanup EXIT
 
 [ -x "$BIN" ] || { echo "no corral binary at $BIN (set CORRAL=...)" >&2; exit 1; }
 command -v nvidia-smi >/dev/null && nvidia-smi -L
-$PY -c 'import torch; assert torch.cuda.is_available(); print("torch", torch.__version__, torch.cuda.get_device_name(0))' \
+"$PY" -c 'import torch; assert torch.cuda.is_available(); print("torch", torch.__version__, torch.cuda.get_device_name(0))' \
     || { echo "PyTorch with CUDA is needed ($PY)" >&2; exit 1; }
 
 echo "== 1. corral doctor"
@@ -74,7 +74,7 @@ echo "== 1. corral doctor"
 doctor_ok() { # every finding OK, but for "no container runtime" where none is installed
     local runtime=0
     command -v podman >/dev/null || command -v docker >/dev/null || runtime=1
-    $PY - "$work/doctor.json" "$runtime" <<'EOF'
+    "$PY" - "$work/doctor.json" "$runtime" <<'EOF'
 import json, sys
 r = json.load(open(sys.argv[1]))
 none_installed = sys.argv[2] == "1"
@@ -88,7 +88,7 @@ EOF
 check "corral doctor is all OK (a missing container runtime aside)" doctor_ok
 check "doctor maps the NVML name to $GPU_TYPE" grep -q -- "-> type $GPU_TYPE" "$work/doctor.txt"
 check "doctor finds cgroup v2 enforced" \
-    $PY -c 'import json,sys; r=json.load(open(sys.argv[1])); sys.exit(0 if r["cgroupVersion"]=="v2" else 1)' "$work/doctor.json"
+    "$PY" -c 'import json,sys; r=json.load(open(sys.argv[1])); sys.exit(0 if r["cgroupVersion"]=="v2" else 1)' "$work/doctor.json"
 
 echo "== corral up on port $port (log: $work/server.log)"
 # The defaults a new user gets: replicas see the server's PATH and none of the rest of its
@@ -125,7 +125,7 @@ spec:
       resources: {cpu: "2", memory: 16Gi, gpu: 1, gpuTypes: [$2]}
       template:
         command:
-          - $PY
+          - "$PY"
           - -c
           - |
             import os, time, torch
@@ -140,7 +140,7 @@ EOF
 }
 
 job_state() { # NAME -> state from `corral list`
-    "$BIN" list -o json | $PY -c "
+    "$BIN" list -o json | "$PY" -c "
 import json,sys
 items=json.load(sys.stdin)['items']
 print(next((j['state'] for j in items if j['name']=='$1'), 'missing'))"
@@ -182,7 +182,7 @@ waits_for_gpu() {
 top_ok() {
     for _ in $(seq 1 60); do
         "$BIN" top -o json >"$work/top.json" 2>/dev/null
-        if $PY - "$work/top.json" <<'EOF'
+        if "$PY" - "$work/top.json" <<'EOF'
 import json, sys
 rows = [r for r in json.load(open(sys.argv[1]))["items"] if r["job"] == "by-label"]
 ok = rows and rows[0].get("gpuUtilizationPercent", 0) > 0 and rows[0].get("gpuMemoryBytes", 0) > 0
@@ -245,7 +245,7 @@ spec:
       restartPolicy: Never
       resources: {cpu: "1", memory: 256Mi}
       template:
-        command: [$PY, -c, "b = bytearray(1 << 30); [b.__setitem__(i, 1) for i in range(0, len(b), 4096)]; print('not killed')"]
+        command: ["$PY", -c, "b = bytearray(1 << 30); [b.__setitem__(i, 1) for i in range(0, len(b), 4096)]; print('not killed')"]
 ---
 apiVersion: corral.dev/v1alpha1
 kind: TrainingJob
@@ -265,7 +265,7 @@ wait_state calm Running 60
 check "the replica over its limit fails" wait_state hog Failed 60
 oom_reported() {
     get "$api/hog/describe" >"$work/hog.json" || return 1
-    $PY - "$work/hog.json" <<'EOF'
+    "$PY" - "$work/hog.json" <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
 reasons = [r.get("reason") for r in d["replicas"]]
@@ -274,7 +274,7 @@ sys.exit(0 if "OOMKilled" in reasons else 1)
 EOF
 }
 check "it is reported OOMKilled" oom_reported
-check "the other replica still runs" sh -c "[ \"\$('$BIN' list -o json | $PY -c \"import json,sys; print([j['state'] for j in json.load(sys.stdin)['items'] if j['name']=='calm'][0])\")\" = Running ]"
+check "the other replica still runs" sh -c "[ \"\$('$BIN' list -o json | '$PY' -c \"import json,sys; print([j['state'] for j in json.load(sys.stdin)['items'] if j['name']=='calm'][0])\")\" = Running ]"
 "$BIN" delete calm hog by-label by-alias >/dev/null 2>&1
 
 echo "== 5. jobs that could never run say so at once"
@@ -288,7 +288,7 @@ refused() {
     grep -q "this cluster has GPU type $GPU_TYPE" "$work/missing.txt"
 }
 check "validate refuses gpuTypes [$MISSING], naming $GPU_TYPE" refused
-gpus=$("$BIN" nodes -o json | $PY -c 'import json,sys; print(max(len(n["gpus"]) for n in json.load(sys.stdin)["items"]))' 2>/dev/null || echo 1)
+gpus=$("$BIN" nodes -o json | "$PY" -c 'import json,sys; print(max(len(n["gpus"]) for n in json.load(sys.stdin)["items"]))' 2>/dev/null || echo 1)
 matmul_job too-many "$GPU_TYPE" 5 | sed "s/gpu: 1,/gpu: $((gpus + 1)),/" >"$work/too-many.yaml"
 warned() {
     "$BIN" validate "$work/too-many.yaml" >"$work/too-many.txt" 2>&1 || { cat "$work/too-many.txt"; return 1; }
