@@ -10,7 +10,8 @@
 #      OOMKilled, while another replica keeps running;
 #   5. a job that could never run says so at once: `validate` against the server refuses a
 #      GPU type the machine lacks (naming what it has) and warns of a replica with more GPUs
-#      than the machine; `corral plan` sees the same GPUs as `corral up`.
+#      than the machine; `corral plan` sees the same GPUs as `corral up`;
+#   6. a Kubeflow PyTorchJob (torchrun, NCCL) with nvidia.com/gpu: 1 trains on the GPU.
 # A second GPU job submitted while the first holds the GPU waits ("no GPUs are free"), then
 # runs with CUDA_VISIBLE_DEVICES set. The doctor may warn of one thing only: no container
 # runtime, where neither podman nor docker is installed (the check says so).
@@ -300,6 +301,33 @@ check "validate warns of a $((gpus + 1))-GPU replica on $gpus-GPU nodes" warned
 head -3 "$work/plan.txt"
 check "corral plan sees the machine's $GPU_TYPE and admits the job" \
     sh -c "grep -q 'this machine: .* x $GPU_TYPE' '$work/plan.txt' && grep -q '1 admitted' '$work/plan.txt'"
+
+echo "== 6. a Kubeflow PyTorchJob runs torchrun with NCCL on the GPU"
+# As written for the training operator, but for the image (a machine with podman and no
+# registry could not pull it): the code ships with --code, torchrun reads PET_*.
+cat >"$work/pytorchjob.yaml" <<EOF
+apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata: {name: kubeflow-ddp}
+spec:
+  nprocPerNode: "1"
+  pytorchReplicaSpecs:
+    Master:
+      replicas: 1
+      restartPolicy: Never
+      template:
+        spec:
+          containers:
+            - name: pytorch
+              command: ["$PY", -m, torch.distributed.run, ddp_train.py]
+              resources:
+                limits: {cpu: "2", memory: 8Gi, nvidia.com/gpu: 1}
+EOF
+"$BIN" submit --code examples/quickstart "$work/pytorchjob.yaml"
+check "a Kubeflow PyTorchJob (torchrun) succeeds with 1 GPU" wait_state kubeflow-ddp Succeeded 120
+"$BIN" logs kubeflow-ddp 2>&1 | grep -E 'world size|^RESULT'
+check "it trained on cuda:0 (NCCL) and fit the model" sh -c \
+    "'$BIN' logs kubeflow-ddp | grep -q 'samples on cuda:0' && '$BIN' logs kubeflow-ddp | grep -q '^RESULT ok'"
 
 echo
 echo "== summary ($work)"
