@@ -226,7 +226,9 @@ pub fn driver_library_finding(lib: &DriverLibrary, settings: &Settings) -> Findi
 pub fn examine(data_dir: &Path, settings: &Settings) -> Report {
     let source = gpu::source();
     let mut findings = gpu_findings(source, settings);
-    if source.unavailable_reason().is_none() && !source.devices().is_empty() {
+    // Enumerated once for the report (none without NVML).
+    let gpus = source.devices();
+    if !gpus.is_empty() {
         findings.push(driver_library_finding(&DriverLibrary::find(), settings));
     }
 
@@ -275,22 +277,23 @@ pub fn examine(data_dir: &Path, settings: &Settings) -> Report {
             ));
             Some(rt.kind.as_str().to_string())
         }
-        // Said by detect's note, the consequence (containers.withoutRuntime) included.
-        Ok((None, notes)) if !notes.is_empty() => {
-            findings.push(warn(
-                "containers",
-                notes.join("; "),
-                "install podman (`apt-get install podman`) or docker",
-            ));
-            None
-        }
-        Ok((None, _)) => {
+        // Turned off in corral.yaml: nothing to fix.
+        Ok((None, _)) if settings.containers.runtime.as_deref() == Some("none") => {
             findings.push(ok(
                 "containers",
                 format!(
                     "off (containers.runtime: none): {}",
                     container::without_runtime_consequence(settings.containers.without_runtime)
                 ),
+            ));
+            None
+        }
+        // Said by detect's note, the consequence (containers.withoutRuntime) included.
+        Ok((None, notes)) => {
+            findings.push(warn(
+                "containers",
+                notes.join("; "),
+                "install podman (`apt-get install podman`) or docker",
             ));
             None
         }
@@ -354,7 +357,7 @@ pub fn examine(data_dir: &Path, settings: &Settings) -> Report {
     Report {
         findings,
         driver: source.driver(),
-        gpus: source.devices(),
+        gpus,
         cgroup_version,
         container_runtime,
         all_ok,
