@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use super::log_times::{LogTimes, rotated_path};
 use crate::cgroup::{CgroupLimits, CgroupRef};
 
 pub const LAUNCH_FILE: &str = "launch.json";
@@ -142,13 +143,6 @@ impl Mode0600 for OpenOptions {
     }
 }
 
-/// The previous segment of a rotated log.
-pub fn rotated_path(log: &Path) -> PathBuf {
-    let mut s = log.as_os_str().to_owned();
-    s.push(".1");
-    PathBuf::from(s)
-}
-
 /// An append-only log capped at `limit` bytes in all: two segments of `limit / 2`, the
 /// current one and `<path>.1`, so the newest output is always kept.
 pub struct RotatingLog {
@@ -157,7 +151,7 @@ pub struct RotatingLog {
     file: File,
     written: u64,
     /// When each part arrived (`<path>.times`), for `corral logs --timestamps`.
-    times: super::log_times::LogTimes,
+    times: LogTimes,
 }
 
 impl RotatingLog {
@@ -170,7 +164,7 @@ impl RotatingLog {
             segment: (limit / 2).max(1),
             file,
             written,
-            times: super::log_times::LogTimes::open(path, before + written)?,
+            times: LogTimes::open(path, before + written)?,
         })
     }
 
@@ -184,7 +178,7 @@ impl RotatingLog {
             let n = room.min(data.len());
             self.file.write_all(&data[..n])?;
             self.written += n as u64;
-            self.times.record(n)?;
+            self.times.record(n, now_ms())?;
             data = &data[n..];
         }
         Ok(())
@@ -221,6 +215,7 @@ pub fn read_log_tail(log: &Path, max_bytes: u64) -> io::Result<Vec<u8>> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::log_times::{timed_lines, times_path};
     use super::*;
     use std::io::{Seek, SeekFrom};
 
@@ -264,5 +259,30 @@ mod tests {
         assert_eq!(back, Some(rec));
         let none: Option<ExitRecord> = read_json(&dir.path().join("nope")).expect("read");
         assert!(none.is_none());
+    }
+
+    #[test]
+    fn lines_get_the_time_their_first_byte_arrived_across_rotations() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("output.log");
+        let mut log = RotatingLog::open(&path, 60).expect("open");
+        for i in 0..10u32 {
+            log.write(format!("line {i}\n").as_bytes()).expect("write");
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        let lines = timed_lines(&path).expect("read");
+        let text: Vec<String> = lines
+            .iter()
+            .map(|l| String::from_utf8_lossy(&l.text).into_owned())
+            .collect();
+        // Rotation kept the newest lines, whole, in order.
+        assert_eq!(
+            text.last().map(String::as_str),
+            Some("line 9\n"),
+            "{text:?}"
+        );
+        let times: Vec<u64> = lines.iter().map(|l| l.unix_ms.expect("timed")).collect();
+        assert!(times.windows(2).all(|w| w[0] < w[1]), "{times:?}");
+        assert!(times_path(&path).exists() && times_path(&rotated_path(&path)).exists());
     }
 }

@@ -13,7 +13,13 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use super::files::{now_ms, rotated_path};
+/// The previous segment of a rotated log. Here and not beside the log's writer
+/// (`files::RotatingLog`): that uses this module, not the reverse.
+pub fn rotated_path(log: &Path) -> PathBuf {
+    let mut s = log.as_os_str().to_owned();
+    s.push(".1");
+    PathBuf::from(s)
+}
 
 /// The times file of a log segment.
 pub fn times_path(log: &Path) -> PathBuf {
@@ -49,9 +55,8 @@ impl LogTimes {
         })
     }
 
-    /// `n` bytes of output were written just now.
-    pub(crate) fn record(&mut self, n: usize) -> io::Result<()> {
-        let now = now_ms();
+    /// `n` bytes of output were written just now, at `now` (Unix milliseconds).
+    pub(crate) fn record(&mut self, n: usize, now: u64) -> io::Result<()> {
         if self.last_ms != Some(now) {
             let line = format!("{} {now}\n", self.offset);
             self.file.write_all(line.as_bytes())?;
@@ -128,35 +133,4 @@ fn read_times(path: &Path) -> io::Result<Vec<(u64, u64)>> {
             Some((o.parse().ok()?, t.parse().ok()?))
         })
         .collect())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::super::files::RotatingLog;
-    use super::*;
-
-    #[test]
-    fn lines_get_the_time_their_first_byte_arrived_across_rotations() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("output.log");
-        let mut log = RotatingLog::open(&path, 60).expect("open");
-        for i in 0..10u32 {
-            log.write(format!("line {i}\n").as_bytes()).expect("write");
-            std::thread::sleep(std::time::Duration::from_millis(2));
-        }
-        let lines = timed_lines(&path).expect("read");
-        let text: Vec<String> = lines
-            .iter()
-            .map(|l| String::from_utf8_lossy(&l.text).into_owned())
-            .collect();
-        // Rotation kept the newest lines, whole, in order.
-        assert_eq!(
-            text.last().map(String::as_str),
-            Some("line 9\n"),
-            "{text:?}"
-        );
-        let times: Vec<u64> = lines.iter().map(|l| l.unix_ms.expect("timed")).collect();
-        assert!(times.windows(2).all(|w| w[0] < w[1]), "{times:?}");
-        assert!(times_path(&path).exists() && times_path(&rotated_path(&path)).exists());
-    }
 }

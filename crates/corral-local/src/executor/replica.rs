@@ -1,0 +1,166 @@
+//! What the executor is given and gives back about one replica: the spec it starts, the
+//! record that finds it again after a restart, the state it observes and what it uses.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::container::{ContainerHandle, ContainerRequest};
+use super::files::{self, EXIT_FILE, ExitRecord, LOG_FILE, RECORD_FILE};
+use crate::cgroup::CgroupRef;
+use crate::gpu::GpuSample;
+
+/// Everything needed to start one replica process.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReplicaProcessSpec {
+    /// `<job>-<role>-<index>`; unique among this executor's replicas (include the namespace
+    /// if two namespaces may hold jobs of the same name).
+    pub name: String,
+    /// `namespace/name` of the job.
+    pub job: String,
+    /// Distinguishes restarts of the same replica; each is started at most once.
+    pub incarnation: String,
+    /// Program and arguments.
+    pub command: Vec<String>,
+    pub env: Vec<(String, String)>,
+    /// Default: the code snapshot, else the replica directory.
+    pub working_dir: Option<PathBuf>,
+    /// The job's code snapshot (read-only): the default working directory; in a container
+    /// mounted read-only at [`crate::code::CONTAINER_DIR`].
+    pub code: Option<PathBuf>,
+    /// Files written before the start (e.g. an MPI hostfile); relative paths are relative to
+    /// the replica directory.
+    pub files: Vec<(PathBuf, String)>,
+    pub cpu_milli: Option<u64>,
+    pub memory_bytes: Option<u64>,
+    pub gpu_indices: Vec<u32>,
+    /// Run in a container of this image (see [`container`](super::container)): `command` is then unused,
+    /// the request's `command` and `args` override the image's entrypoint and CMD.
+    pub container: Option<ContainerRequest>,
+    /// Python packages to run with (see [`python`](super::python)).
+    pub python: Option<corral_api::training_job::PythonEnv>,
+}
+
+/// What identifies a started replica; persist it to re-adopt the replica after a restart.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessRecord {
+    pub name: String,
+    #[serde(default)]
+    pub job: String,
+    pub incarnation: String,
+    /// Pid of the shim, which is also the process group id.
+    pub pid: u32,
+    /// `/proc/<pid>/stat` start time (clock ticks after boot).
+    pub start_time: u64,
+    /// The replica directory.
+    pub dir: PathBuf,
+    #[serde(default)]
+    pub cgroup: Option<CgroupRef>,
+    #[serde(default)]
+    pub gpu_indices: Vec<u32>,
+    /// The container the replica runs in, if any: removed by name when the replica is
+    /// killed, since killing the runtime's client leaves it running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<ContainerHandle>,
+}
+
+impl ProcessRecord {
+    /// The current segment of the replica's output log.
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.join(LOG_FILE)
+    }
+
+    /// The exit file, present once the replica has ended.
+    pub fn exit_path(&self) -> PathBuf {
+        self.dir.join(EXIT_FILE)
+    }
+
+    /// Why the command could not run at all, as the exit file says (none while it runs, or
+    /// when it ran).
+    pub fn exit_error(&self) -> Option<String> {
+        files::read_json::<ExitRecord>(&self.exit_path())
+            .ok()
+            .flatten()
+            .and_then(|exit| exit.error)
+    }
+}
+
+/// What the executor observes of one replica.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ProcessState {
+    Running,
+    Exited {
+        code: i32,
+    },
+    Signaled {
+        signal: i32,
+    },
+    /// Killed by the kernel because the replica exceeded its memory limit.
+    OomKilled,
+    /// The process vanished and left no exit status.
+    Gone,
+    /// What it needs before its command runs could not be made (a Python environment
+    /// that does not resolve); the exit file's `error` says why.
+    SetupFailed,
+}
+
+impl ProcessState {
+    pub fn is_terminal(self) -> bool {
+        self != ProcessState::Running
+    }
+
+    pub(super) fn from_exit(rec: &ExitRecord) -> Self {
+        if rec.setup_failed {
+            ProcessState::SetupFailed
+        } else if rec.oom_killed && rec.code != Some(0) {
+            ProcessState::OomKilled
+        } else if let Some(signal) = rec.signal {
+            ProcessState::Signaled { signal }
+        } else if let Some(code) = rec.code {
+            ProcessState::Exited { code }
+        } else {
+            ProcessState::Gone
+        }
+    }
+}
+
+/// Resource use of one running replica.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReplicaUsage {
+    /// CPU time used so far (user + system), in seconds.
+    pub cpu_seconds: f64,
+    /// Memory in use: the cgroup's working set, or the sum of RSS without a cgroup.
+    pub memory_bytes: u64,
+    /// The replica's GPUs (empty without NVML).
+    pub gpus: Vec<GpuSample>,
+    /// GPU memory held by the replica's own processes (its cgroup, else its process group)
+    /// on its GPUs; `None` without NVML.
+    pub gpu_memory_bytes: Option<u64>,
+}
+
+/// Every replica record under `run_dir` (`<run_dir>/<name>/<incarnation>/record.json`), for a
+/// restart that has no store to read them from. Unreadable records are skipped.
+pub fn discover(run_dir: &Path) -> Vec<ProcessRecord> {
+    let mut out = Vec::new();
+    let Ok(names) = fs::read_dir(run_dir) else {
+        return out;
+    };
+    for name in names.filter_map(Result::ok) {
+        // `.trash` (replica names never start with a dot).
+        if name.file_name().as_encoded_bytes().starts_with(b".") {
+            continue;
+        }
+        let Ok(incs) = fs::read_dir(name.path()) else {
+            continue;
+        };
+        for inc in incs.filter_map(Result::ok) {
+            if let Ok(Some(rec)) = files::read_json::<ProcessRecord>(&inc.path().join(RECORD_FILE))
+            {
+                out.push(rec);
+            }
+        }
+    }
+    out.sort_by(|a, b| (&a.name, a.start_time).cmp(&(&b.name, b.start_time)));
+    out
+}
