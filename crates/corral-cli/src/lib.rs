@@ -6,10 +6,12 @@
 //! - [`remote`]: commands that talk to a Corral server (submit, list, get, describe, ...).
 //! - [`up`], [`quickstart`]: run the embedded cluster; [`doctor`]: what this machine offers it.
 //! - [`manifests`]: `validate` and `convert` over files; [`plan`]: one scheduling cycle.
-//! - [`sim`], [`bench`]: the simulator and the scheduler benchmark.
+//! - [`sim`], [`bench`], [`api_bench`]: the simulator, the scheduler benchmark and the API
+//!   benchmark.
 //! - [`input`], [`output`], [`explain`]: reading files, printing results.
 //! - [`snapshot`]: the code snapshot `submit --code DIR` ships.
 
+pub mod api_bench;
 pub mod bench;
 pub mod doctor;
 pub mod explain;

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use corral_cli::output::{Format, emit, print_values};
-use corral_cli::{bench, doctor, manifests, plan, quickstart, remote, sim, up};
+use corral_cli::{api_bench, bench, doctor, manifests, plan, quickstart, remote, sim, up};
 use serde_json::Value;
 
 #[derive(Parser)]
@@ -113,7 +113,7 @@ enum Command {
 #[derive(Subcommand)]
 enum BenchCommand {
     /// The API: submit -> all replicas running, sustained submissions/s, list time, idle RSS.
-    Api(remote::BenchApiArgs),
+    Api(api_bench::BenchApiArgs),
     /// A full scheduling pass over a generated cluster and workload, then one-job decisions.
     Scheduler {
         #[arg(long, default_value_t = 10_000)]
@@ -165,7 +165,7 @@ fn main() -> ExitCode {
         Command::Top(a) => remote::run_top(&a),
         Command::Bench {
             which: BenchCommand::Api(a),
-        } => remote::run_bench_api(&a),
+        } => api_bench::run_bench_api(&a),
         Command::Sim(args) => match sim::run(args) {
             Ok(out) => emit(&out),
             Err(e) => {

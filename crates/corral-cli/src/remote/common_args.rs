@@ -1,0 +1,102 @@
+//! The arguments every remote command shares: where the server is and who asks, the
+//! namespace it acts in, and how it prints.
+
+use clap::{Args, ValueEnum};
+use corral_server::api_client::Client;
+
+/// Where the server is and who is asking.
+#[derive(Args, Clone, Debug, Default)]
+pub struct ConnArgs {
+    /// The server (default: $CORRAL_SERVER, else http://127.0.0.1:7443).
+    #[arg(long, value_name = "URL", global = true)]
+    pub server: Option<String>,
+    /// API token (default: $CORRAL_TOKEN).
+    #[arg(long, value_name = "TOKEN", global = true)]
+    pub token: Option<String>,
+}
+
+impl ConnArgs {
+    pub fn client(&self) -> Client {
+        let server = self
+            .server
+            .clone()
+            .or_else(|| {
+                std::env::var("CORRAL_SERVER")
+                    .ok()
+                    .filter(|s| !s.is_empty())
+            })
+            .unwrap_or_else(|| corral_server::DEFAULT_SERVER.to_string());
+        let token = self
+            .token
+            .clone()
+            .or_else(|| std::env::var("CORRAL_TOKEN").ok());
+        Client::new(&server, token.as_deref())
+    }
+}
+
+/// The namespace a command acts in.
+#[derive(Args, Clone, Debug, Default)]
+pub struct NamespaceArgs {
+    /// Namespace (default: $CORRAL_NAMESPACE, else the API token's namespace, else `default`).
+    #[arg(short, long, value_name = "NAMESPACE")]
+    pub namespace: Option<String>,
+}
+
+impl NamespaceArgs {
+    /// `-n`, else $CORRAL_NAMESPACE.
+    pub fn given(&self) -> Option<String> {
+        self.namespace.clone().or_else(|| {
+            std::env::var("CORRAL_NAMESPACE")
+                .ok()
+                .filter(|s| !s.is_empty())
+        })
+    }
+
+    pub fn get(&self) -> String {
+        self.given().unwrap_or_else(|| "default".to_string())
+    }
+
+    /// `-n`, else $CORRAL_NAMESPACE, else the namespace of the client's token (as kubectl
+    /// uses its context's), else `default`.
+    pub fn resolve(&self, client: &Client) -> String {
+        self.given()
+            .or_else(|| client.token_namespace().ok().flatten())
+            .unwrap_or_else(|| "default".to_string())
+    }
+}
+
+/// The one namespace that every document of `text` names, if they all name the same one (as
+/// kubectl submits a file to the namespace it declares when no -n is given).
+pub fn declared_namespace(text: &str) -> Option<String> {
+    let docs = corral_api::document::raw_documents(text).ok()?;
+    let mut found: Option<String> = None;
+    for d in &docs {
+        let ns = d.pointer("/metadata/namespace")?.as_str()?;
+        match &found {
+            Some(f) if f != ns => return None,
+            _ => found = Some(ns.to_string()),
+        }
+    }
+    found
+}
+
+/// How to print.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// Aligned columns.
+    #[default]
+    Table,
+    /// The table with more columns (jobs: preemptions, creation time, uid).
+    Wide,
+    Json,
+    Yaml,
+    /// `trainingjob/<name>`, one a line (for scripts: `corral get -o name | xargs ...`).
+    Name,
+}
+
+impl Output {
+    /// Table or wide: columns for people.
+    pub(crate) fn is_table(self) -> bool {
+        matches!(self, Output::Table | Output::Wide)
+    }
+}

@@ -1,0 +1,30 @@
+//! The commands that talk to a Corral server: submit, list, get, describe, logs, delete,
+//! suspend, resume, queues, nodes, top. Each reads its arguments, calls
+//! [`corral_server::api_client::Client`] and prints; a server error is printed as the user's
+//! problem and its fix (`path: message` lines), never as an HTTP dump.
+//!
+//! - `common_args`: where the server is, the namespace, how to print (`-o`).
+//! - `jobs`: submit, list, get, describe, logs; `bulk`: delete, suspend, resume (by name,
+//!   `--all` or a label selector); `cluster_views`: queues, nodes, top.
+//! - `render`: the tables and reports as text; `print`: stdout and failures.
+
+mod bulk;
+mod cluster_views;
+mod common_args;
+mod jobs;
+pub(crate) mod print;
+mod render;
+
+pub use bulk::{
+    Confirm, JobArgs, Selector, confirm_on_terminal, delete_with, run_delete, run_resume,
+    run_suspend,
+};
+pub use cluster_views::{ClusterViewArgs, TopArgs, run_nodes, run_queues, run_top};
+pub use common_args::{ConnArgs, NamespaceArgs, Output, declared_namespace};
+pub use jobs::{
+    DescribeArgs, GetArgs, ListArgs, LogsArgs, SubmitArgs, parse_duration_secs, run_describe,
+    run_get, run_list, run_logs, run_submit,
+};
+pub use render::{
+    age, bytes, describe_text, jobs_table, names_text, nodes_text, queues_table, table, top_table,
+};
