@@ -1,21 +1,30 @@
-//! `corral plan`: one real scheduling cycle of corral-core over the given documents. The
-//! cluster is made of the files' NodePools (`--nodes pool=count`), or of this machine when
-//! there are none. It shows what `corral up` would admit now, where, and why the rest waits.
+//! `corral plan`: one step of the real control plane (`ControlPlane`, as `corral up` runs
+//! it) over the given documents, on a fresh cluster, so that what it prints is what the
+//! plane decides. The cluster is this machine as `corral up --config FILE` sees it (its
+//! node overrides, pools, queues and priority classes) with `--config`; else the files'
+//! NodePools (`--nodes pool=count` nodes each), or this machine when they declare none. It
+//! shows what would be admitted now, where, and why the rest waits.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use corral_api::document::{Document, parse_documents};
+use corral_api::training_job::ConditionType;
 use corral_api::validate::ValidationContext;
 use corral_api::{JobPriorityClass, NodePool, Queue, TrainingJob};
-use corral_core::sched::{
-    ClusterSnapshot, JobRequest, Node, NodePoolConfig, QueueConfig, SchedulerConfig,
-    known_gpu_speeds, priority_of, schedule,
+use corral_core::control::{
+    ControlConfig, ControlPlane, HeldAdmission, JobRecord, Platform, SchedulingHints,
 };
+use corral_core::lifecycle::conditions;
+use corral_core::sched::{ClusterSnapshot, Node, NodePoolConfig, QueueConfig};
+use corral_local::config::ClusterFileConfig;
 
 use crate::input;
 
 pub struct PlanArgs<'a> {
     pub files: &'a [String],
+    /// `corral.yaml`: plan on this machine exactly as `corral up` with it would.
+    pub config: Option<PathBuf>,
     /// `pool=count` for each NodePool; pools not named get `default_nodes`.
     pub nodes: &'a [String],
     pub default_nodes: u32,
@@ -32,14 +41,31 @@ struct Declared {
     classes: Vec<JobPriorityClass>,
 }
 
+/// What the plane decided in its first step.
+pub struct Planned {
+    /// The cluster in words.
+    pub cluster: String,
+    /// Every job the plane took, in the files' order: its key, its name and the admission
+    /// it holds after the step (`None`: it waits).
+    pub jobs: Vec<(String, String, Option<HeldAdmission>)>,
+    /// Why each waiting job waits, by key.
+    pub reasons: BTreeMap<String, String>,
+    /// Jobs the plane refused, in its words.
+    pub refused: Vec<String>,
+}
+
 pub fn run(args: &PlanArgs) -> Result<String, String> {
+    Ok(render(&decide(args)?))
+}
+
+fn read_declared(files: &[String], base: &ValidationContext) -> Result<Declared, String> {
     let mut declared = Declared::default();
     let mut texts = Vec::new();
-    for f in args.files {
+    for f in files {
         texts.push((f, input::read(f).map_err(|e| format!("{f}: {e}"))?));
     }
     let all: Vec<&str> = texts.iter().map(|(_, t)| t.as_str()).collect();
-    let ctx = input::shared_context(&all, &ValidationContext::default());
+    let ctx = input::shared_context(&all, base);
     let mut problems = Vec::new();
     for (f, text) in &texts {
         for r in parse_documents(text, &ctx) {
@@ -54,11 +80,39 @@ pub fn run(args: &PlanArgs) -> Result<String, String> {
             }
         }
     }
-    if !problems.is_empty() {
-        return Err(problems.join("\n"));
+    if problems.is_empty() {
+        Ok(declared)
+    } else {
+        Err(problems.join("\n"))
+    }
+}
+
+/// The cluster and the plane's settings: this machine with `corral.yaml` (the embedded
+/// shell's own functions), or nodes made for the files' pools.
+fn cluster(
+    args: &PlanArgs,
+    declared: &mut Declared,
+    machine: Option<(ClusterFileConfig, Node)>,
+) -> Result<(ClusterSnapshot, ControlConfig, String), String> {
+    if let Some((mut file, _)) = machine {
+        file.node_pools.append(&mut declared.pools);
+        file.queues.append(&mut declared.queues);
+        file.priority_classes.append(&mut declared.classes);
+        let inv = corral_local::inventory::inventory();
+        let (node, pools, queues) =
+            corral_local::cluster::build_cluster(&file, &inv).map_err(|e| e.to_string())?;
+        let config = corral_local::cluster::control_config(&file, &node);
+        let line = machine_line(&node);
+        let snapshot = ClusterSnapshot {
+            nodes: vec![node],
+            pools,
+            queues,
+            running: Vec::new(),
+        };
+        return Ok((snapshot, config, line));
     }
     let counts = parse_counts(args.nodes, &declared.pools)?;
-    let (nodes, cluster_line) = build_nodes(&declared.pools, &counts, args)?;
+    let (nodes, line) = build_nodes(&declared.pools, &counts, args)?;
     let queues: Vec<QueueConfig> = declared
         .queues
         .iter()
@@ -72,46 +126,104 @@ pub fn run(args: &PlanArgs) -> Result<String, String> {
         .collect();
     // Jobs that name no queue go to `default`: the control plane's rule, as in every shell.
     let queues = corral_core::control::with_default_queue(queues, &pools, &nodes);
+    let config = ControlConfig::builder(Platform::Processes)
+        .gpu_types(nodes.iter().filter_map(|n| n.gpu_type.as_deref()))
+        .priority_classes(declared.classes.clone())
+        .build();
     let snapshot = ClusterSnapshot {
         nodes,
         pools,
         queues,
         running: Vec::new(),
     };
-    // Submission order is the files' order, one millisecond apart.
-    let mut requests = Vec::new();
-    let mut names = BTreeMap::new();
-    for (i, job) in declared.jobs.iter().enumerate() {
-        let mut job = job.clone();
-        job.spec.apply_defaults();
-        let req =
-            JobRequest::from_training_job(&job, priority_of(&job, &declared.classes), i as u64)
-                .map_err(|e| e.to_string())?;
-        names.insert(req.key.clone(), job.metadata.name.clone());
-        requests.push(req);
-    }
-    // Without measured throughput, newer GPU generations rank first.
-    let config = SchedulerConfig {
-        gpu_type_speed: known_gpu_speeds(
-            declared
-                .pools
-                .iter()
-                .filter_map(|p| p.spec.gpu_type.as_deref()),
-        ),
-        ..SchedulerConfig::default()
-    };
-    let outcome =
-        schedule(&snapshot, &requests, config, requests.len() as u64).map_err(|e| e.to_string())?;
+    Ok((snapshot, config, line))
+}
 
+/// Submits the files' jobs to a fresh plane, in the files' order one millisecond apart,
+/// and runs one step.
+pub fn decide(args: &PlanArgs) -> Result<Planned, String> {
+    // With corral.yaml, jobs are checked as `corral up` checks a submission: against its
+    // objects and this node, so that what it refuses is refused here.
+    let machine = match &args.config {
+        Some(_) if !args.nodes.is_empty() => {
+            return Err("--nodes: not with --config (the cluster is this machine)".into());
+        }
+        Some(path) => {
+            let file = ClusterFileConfig::load(path).map_err(|e| e.to_string())?;
+            let node = corral_local::cluster::local_node(
+                &file.settings.node,
+                &corral_local::inventory::inventory(),
+            )
+            .map_err(|e| e.to_string())?;
+            Some((file, node))
+        }
+        None => None,
+    };
+    let base = match &machine {
+        Some((file, node)) => corral_local::cluster::validation_context(file, node),
+        None => ValidationContext::default(),
+    };
+    let mut declared = read_declared(args.files, &base)?;
+    let (snapshot, config, cluster_line) = cluster(args, &mut declared, machine)?;
+    let mut plane = ControlPlane::new(snapshot, config).map_err(|e| e.to_string())?;
+    let mut keys = Vec::new();
+    let mut refused = Vec::new();
+    for (i, job) in declared.jobs.iter().enumerate() {
+        let record = JobRecord {
+            job: job.clone(),
+            uid: format!("plan-{i}"),
+            submitted: i as u64,
+            hints: SchedulingHints::default(),
+        };
+        let key = record.key();
+        match plane.submit(record) {
+            Ok(()) => keys.push((key, job.metadata.name.clone())),
+            Err(e) => refused.push(e.to_string()),
+        }
+    }
+    let now = jiff::Timestamp::from_millisecond(declared.jobs.len() as i64)
+        .map_err(|e| e.to_string())?;
+    plane.step(now);
+    let mut reasons = BTreeMap::new();
+    let jobs = keys
+        .into_iter()
+        .map(|(key, name)| {
+            let held = plane.admission(&key).cloned();
+            if held.is_none() {
+                let reason = plane
+                    .pending_reason(&key)
+                    .or_else(|| queued_message(plane.job(&key)?))
+                    .unwrap_or_else(|| "waiting for the next scheduling cycle".to_string());
+                reasons.insert(key.clone(), reason);
+            }
+            (key, name, held)
+        })
+        .collect();
+    Ok(Planned {
+        cluster: cluster_line,
+        jobs,
+        reasons,
+        refused,
+    })
+}
+
+fn render(p: &Planned) -> String {
+    let admitted = p.jobs.iter().filter(|(_, _, h)| h.is_some()).count();
     let mut out = String::new();
-    out.push_str(&format!("cluster: {cluster_line}\n"));
+    out.push_str(&format!("cluster: {}\n", p.cluster));
     out.push_str(&format!(
-        "{} jobs: {} admitted, {} pending\n",
-        requests.len(),
-        outcome.admitted.len(),
-        outcome.pending.len()
+        "{} jobs: {admitted} admitted, {} pending{}\n",
+        p.jobs.len() + p.refused.len(),
+        p.jobs.len() - admitted,
+        if p.refused.is_empty() {
+            String::new()
+        } else {
+            format!(", {} refused", p.refused.len())
+        }
     ));
-    for a in &outcome.admitted {
+    for (_, job, held) in &p.jobs {
+        let Some(held) = held else { continue };
+        let a = &held.admission;
         let gpus: usize = a.placements.iter().map(|p| p.gpu_indices.len()).sum();
         let gpu_type = a.gpu_type.as_deref().unwrap_or("no GPU");
         out.push_str(&format!(
@@ -125,17 +237,44 @@ pub fn run(args: &PlanArgs) -> Result<String, String> {
                 let list: Vec<String> = p.gpu_indices.iter().map(u32::to_string).collect();
                 format!(" GPUs [{}]", list.join(","))
             };
-            let job = names.get(&a.job).map(String::as_str).unwrap_or(&a.job);
             out.push_str(&format!(
                 "  {job}-{}-{} -> {}{gpus}\n",
                 p.role, p.index, p.node
             ));
         }
     }
-    for p in &outcome.pending {
-        out.push_str(&format!("\nPENDING  {}: {}\n", p.job, p.reason));
+    for (key, reason) in &p.reasons {
+        out.push_str(&format!("\nPENDING  {key}: {reason}\n"));
     }
-    Ok(out)
+    for r in &p.refused {
+        out.push_str(&format!("\nREFUSED  {r}\n"));
+    }
+    out
+}
+
+/// This machine in words, as `corral nodes` would say.
+fn machine_line(node: &Node) -> String {
+    let gpus = match &node.gpu_type {
+        Some(t) if node.gpus > 0 => format!("{} x {t}", node.gpus),
+        _ => match corral_local::gpu::unavailable_reason() {
+            Some(why) => format!("no GPUs ({why})"),
+            None => "no GPUs".to_string(),
+        },
+    };
+    format!(
+        "this machine: {} CPUs, {} GiB, {gpus}",
+        node.cpu_milli / 1000,
+        node.memory_bytes >> 30
+    )
+}
+
+/// The reason in a waiting job's `Queued` condition (a job the scheduler cannot take as
+/// written says why there).
+fn queued_message(job: &TrainingJob) -> Option<String> {
+    let status = job.status.as_ref()?;
+    conditions::get(status, ConditionType::Queued)
+        .map(|c| c.message.clone())
+        .filter(|m| !m.is_empty())
 }
 
 fn parse_counts(specs: &[String], pools: &[NodePool]) -> Result<BTreeMap<String, u32>, String> {
@@ -181,18 +320,7 @@ fn build_nodes(
         let inv = corral_local::inventory::inventory();
         let node = corral_local::cluster::local_node(&Default::default(), &inv)
             .map_err(|e| e.to_string())?;
-        let gpus = match &node.gpu_type {
-            Some(t) if node.gpus > 0 => format!("{} x {t}", node.gpus),
-            _ => match corral_local::gpu::unavailable_reason() {
-                Some(why) => format!("no GPUs ({why})"),
-                None => "no GPUs".to_string(),
-            },
-        };
-        let line = format!(
-            "this machine: {} CPUs, {} GiB, {gpus}",
-            node.cpu_milli / 1000,
-            node.memory_bytes >> 30
-        );
+        let line = machine_line(&node);
         return Ok((vec![node], line));
     }
     let mut nodes = Vec::new();

@@ -570,7 +570,7 @@ pub struct MetricsSnapshot {
 
 pub use commands::{CheckedSubmission, SubmitContext};
 pub use engine::Cluster;
-pub use node::local_node;
+pub use node::{build_cluster, control_config, local_node, validation_context};
 
 #[cfg(test)]
 mod tests {

@@ -8,7 +8,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::cgroup::CgroupManager;
-use crate::config::Settings;
+use crate::config::{ClusterFileConfig, Settings};
 use crate::executor::container::{self, RuntimeChoice};
 use crate::gpu::{self, DriverInfo, GpuDevice, GpuSource};
 
@@ -222,8 +222,44 @@ pub fn driver_library_finding(lib: &DriverLibrary, settings: &Settings) -> Findi
     }
 }
 
-/// Examines this machine for a cluster with `settings` in `data_dir`.
-pub fn examine(data_dir: &Path, settings: &Settings) -> Report {
+/// Whether each NodePool of corral.yaml takes this machine (the core's rule): a pool that
+/// selects no node admits nothing, ever.
+pub fn pool_findings(file: &ClusterFileConfig) -> Vec<Finding> {
+    if file.node_pools.is_empty() {
+        return Vec::new();
+    }
+    let node = match crate::cluster::local_node(&file.settings.node, &crate::inventory::inventory())
+    {
+        Ok(n) => n,
+        Err(e) => return vec![warn("pools", e.to_string(), "fix `node` in corral.yaml")],
+    };
+    let pools: Vec<_> = file
+        .node_pools
+        .iter()
+        .map(corral_core::sched::NodePoolConfig::from_node_pool)
+        .collect();
+    let empty = corral_core::sched::pools_without_nodes(&pools, std::slice::from_ref(&node));
+    if empty.is_empty() {
+        return vec![ok(
+            "pools",
+            format!("every NodePool of corral.yaml takes node {}", node.name),
+        )];
+    }
+    empty
+        .into_iter()
+        .map(|w| {
+            warn(
+                "pools",
+                w,
+                "set the pool's gpuType and nodeSelector to what this node has (`corral nodes`), or set node.gpuType in corral.yaml",
+            )
+        })
+        .collect()
+}
+
+/// Examines this machine for a cluster configured by `file` in `data_dir`.
+pub fn examine(data_dir: &Path, file: &ClusterFileConfig) -> Report {
+    let settings = &file.settings;
     let source = gpu::source();
     let mut findings = gpu_findings(source, settings);
     // Enumerated once for the report (none without NVML).
@@ -353,6 +389,7 @@ pub fn examine(data_dir: &Path, settings: &Settings) -> Report {
             "check the directory's permissions",
         )),
     }
+    findings.extend(pool_findings(file));
     let all_ok = findings.iter().all(|f| f.level == Level::Ok);
     Report {
         findings,

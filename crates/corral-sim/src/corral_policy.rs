@@ -33,7 +33,8 @@ use corral_api::training_job::{
     Framework, ReplicaSpec, ReplicaTemplate, Resources, RestartPolicy, Role, TrainingJobSpec,
 };
 use corral_core::control::{
-    Change, ControlConfig, ControlPlane, HeldAdmission, JobRecord, SchedulingHints, Step,
+    Change, ControlConfig, ControlPlane, HeldAdmission, JobRecord, SchedulingHints, Settling,
+    Step,
 };
 use corral_core::lifecycle::{
     Action, FailureReason, Incarnation, ObservedReplica, ReplicaId, ReplicaPhase,
@@ -49,11 +50,6 @@ use crate::round::{Assignment, EngineConfig, Policy, RoundCtx};
 
 /// The namespace of every simulated job.
 const NAMESPACE: &str = "sim";
-
-/// Settles after a step at most: a step's decisions are carried out in two or three
-/// (a preempted job's replicas stop, then it is requeued; a moved job's replicas stop,
-/// then start on the new placement).
-const MAX_SETTLES_PER_CYCLE: usize = 10;
 
 /// What the executor runs of one job: replica incarnations that run, with their placement.
 type Live = BTreeMap<(ReplicaId, Incarnation), ReplicaPlacement>;
@@ -397,20 +393,19 @@ impl Policy for CorralPolicy {
         for _ in 0..self.cycles_per_round.max(1) {
             let step = plane.step(now);
             let mut acted = !step.actions.is_empty();
+            // Apply, report, settle by the plane's rule: stopped replicas hand a
+            // preempted job back to its queue, a moved job starts on its new placement.
+            let mut settling = Settling::default();
+            let mut asked = !step.is_empty();
             let mut last = self.carry_out(&mut plane, step);
-            // Apply, report, settle, until the plane asks nothing more: stopped replicas
-            // hand a preempted job back to its queue, a moved job starts on its new
-            // placement.
-            let mut settles = 0;
-            while last || plane.unsettled() > 0 {
-                if settles == MAX_SETTLES_PER_CYCLE {
-                    self.unsettled_cycles += 1;
-                    break;
-                }
-                settles += 1;
+            while settling.again(asked, last) {
                 let step = plane.settle(now);
                 acted |= !step.actions.is_empty();
+                asked = !step.is_empty();
                 last = self.carry_out(&mut plane, step);
+            }
+            if settling.cut_short() {
+                self.unsettled_cycles += 1;
             }
             if !acted {
                 break;

@@ -39,16 +39,18 @@
 //!   never promised twice by this plane.
 //! - Every admission is announced as a [`Change::Admission`] before any start that uses it.
 
+mod config;
 pub mod conformance;
 mod events;
 mod ledger;
 mod plane;
 mod rules;
 
+pub use config::{ControlConfig, ControlConfigBuilder, Platform, SETTLE_ROUNDS, Settling};
 pub use events::{EventType, JobEvent, event_reason};
 pub use ledger::{Ledger, ServiceByType};
 pub use plane::{
-    Change, ControlConfig, ControlError, ControlPlane, HeldAdmission, JobAction, JobRecord,
+    Change, ControlError, ControlPlane, HeldAdmission, JobAction, JobRecord,
     LaunchRejection, RestoredJob, SchedulingHints, Step,
 };
 pub use rules::{

@@ -6,9 +6,10 @@ use std::fmt;
 use std::time::Duration;
 
 use corral_api::training_job::{ConditionStatus, ConditionType};
-use corral_api::{JobPriorityClass, TrainingJob, TrainingJobStatus};
+use corral_api::{TrainingJob, TrainingJobStatus};
 use jiff::Timestamp;
 
+use super::config::ControlConfig;
 use super::events::{EventType, JobEvent, event_reason, status_events};
 use super::ledger::{Ledger, ServiceByType};
 use super::rules;
@@ -18,7 +19,7 @@ use crate::lifecycle::{
 use crate::packed::PackedNames;
 use crate::sched::{
     Admission, ClusterSnapshot, CycleCounters, CycleOutcome, JobRequest, Millis, PendingReason,
-    ResourceAmount, RunningJob, SchedError, Scheduler, SchedulerConfig, priority_of,
+    ResourceAmount, RunningJob, SchedError, Scheduler, priority_of,
 };
 
 /// `blockedBy` (and the `Queued` reason) of a job the scheduler cannot take as written.
@@ -26,19 +27,6 @@ const INVALID_BLOCKER: &str = "Invalid";
 
 /// How often at most a waiting job's reason is rewritten when only its numbers change.
 const REASON_REFRESH_MS: Millis = 30_000;
-
-/// Settings of the control plane: the same in every shell for the same cluster.
-#[derive(Clone, Debug, Default)]
-pub struct ControlConfig {
-    /// The scheduler's settings (`move_in_place` is always on: the plane moves jobs).
-    pub scheduler: SchedulerConfig,
-    /// The grace period of jobs that set none of their own (`None`: 30 s).
-    pub grace_period: Option<Duration>,
-    pub priority_classes: Vec<JobPriorityClass>,
-    /// The platform runs replicas from container images only (Kubernetes): a job with a
-    /// role that names no image is never admitted; it waits with the reason in its status.
-    pub requires_image: bool,
-}
 
 /// What the scheduler should know of a job beyond its spec: constraints the shell reads
 /// from where the job runs (Kubernetes node selectors and tolerations of its pod templates)
@@ -343,9 +331,7 @@ impl ControlPlane {
             }
             entry.deleting = r.deleting;
             let status = entry.status();
-            let preempting = conditions::is_true(&status, ConditionType::Admitted)
-                && conditions::is_true(&status, ConditionType::Queued);
-            if preempting {
+            if lifecycle::is_preempting(&status) {
                 let message = conditions::get(&status, ConditionType::Queued)
                     .map(|c| c.message.clone())
                     .unwrap_or_default();
@@ -1207,6 +1193,14 @@ impl ControlPlane {
 
     /// Whether the plane knows the job only by name: it finished and was retired
     /// ([`Change::Retired`]).
+    /// Whether the job waits for an admission ([`lifecycle::is_pending`]) and is not being
+    /// deleted: what `pending` counts in every shell.
+    pub fn is_pending(&self, key: &str) -> bool {
+        self.jobs
+            .get(key)
+            .is_some_and(|e| !e.deleting && lifecycle::is_pending(&e.job.spec, e.job.status.as_ref()))
+    }
+
     pub fn is_retired(&self, key: &str) -> bool {
         self.retired.contains(key)
     }

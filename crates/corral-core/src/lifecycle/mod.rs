@@ -53,4 +53,4 @@ pub use observe::{
 };
 pub use policy::DEFAULT_GRACE_PERIOD;
 pub use reconcile::{Reconciled, fail_rejected_launch, reconcile, reconcile_with};
-pub use state::{JobState, job_state};
+pub use state::{JobState, is_pending, is_preempting, job_state};

@@ -442,7 +442,7 @@ impl Reconciler {
     }
 
     fn run_admitted(&mut self, admission: &Admission) {
-        if self.is(ConditionType::Admitted) && self.is(ConditionType::Queued) {
+        if super::is_preempting(&self.status) {
             // A preemption is under way (a replica was preempted); finish it before the job
             // may run again.
             let msg = conditions::get(&self.status, ConditionType::Queued)

@@ -24,7 +24,7 @@ pub fn job_state(spec: &TrainingJobSpec, status: Option<&TrainingJobStatus>) -> 
         JobState::Failed
     } else if is(ConditionType::Suspended) || suspend {
         JobState::Suspended
-    } else if is(ConditionType::Admitted) && is(ConditionType::Queued) {
+    } else if is_preempting(status) {
         JobState::Preempting
     } else if is(ConditionType::Restarting) {
         JobState::Restarting
@@ -35,4 +35,18 @@ pub fn job_state(spec: &TrainingJobSpec, status: Option<&TrainingJobStatus>) -> 
     } else {
         JobState::Queued
     }
+}
+
+/// Whether the job is being preempted: it still holds its admission (its replicas are
+/// stopping) and is already back in its queue. The one definition every shell reads.
+pub fn is_preempting(status: &TrainingJobStatus) -> bool {
+    conditions::is_true(status, ConditionType::Admitted)
+        && conditions::is_true(status, ConditionType::Queued)
+}
+
+/// Whether the job waits for an admission (state `Queued`): not admitted, not suspended,
+/// not finished. What `pending` means in every count (`corral queues`, the operator's and
+/// the server's metrics).
+pub fn is_pending(spec: &TrainingJobSpec, status: Option<&TrainingJobStatus>) -> bool {
+    job_state(spec, status) == JobState::Queued
 }

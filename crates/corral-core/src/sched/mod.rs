@@ -63,6 +63,7 @@ mod quota;
 pub mod rebalance;
 pub mod workload;
 
+pub use index::pools_without_nodes;
 pub use cycle::Scheduler;
 pub use explain::{Blocker, Needs, PendingReason, PreemptionReason, QuotaResource, TaintBlock};
 pub use from_api::{known_gpu_speed, known_gpu_speeds, priority_of};

@@ -21,8 +21,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
 
-use corral_api::training_job::{ConditionType, Role, RunPolicy, TrainingJob};
-use corral_core::lifecycle::conditions;
+use corral_api::training_job::{Role, RunPolicy, TrainingJob};
+use corral_core::lifecycle;
 
 use super::serve::{convert_manifest, training_job_body};
 use super::{KF_JOB_NAME_LABEL, KubeflowAction, KubeflowJob, QUEUE_LABEL, RUNNER_ANNOTATION};
@@ -273,11 +273,7 @@ fn suspend_patch(job: &KubeflowJob) -> Value {
 /// Whether the control plane lets the workload's replicas run: it holds an admission and
 /// is not being preempted (Admitted and Queued at once).
 fn admission_of(tj: &TrainingJob) -> Option<AdmissionRecord> {
-    let preempting = tj.status.as_ref().is_some_and(|s| {
-        conditions::is_true(s, ConditionType::Admitted)
-            && conditions::is_true(s, ConditionType::Queued)
-    });
-    if preempting {
+    if tj.status.as_ref().is_some_and(lifecycle::is_preempting) {
         return None;
     }
     AdmissionRecord::parse(tj.metadata.annotations.get(ADMISSION_ANNOTATION)?).ok()

@@ -2,7 +2,6 @@
 //! queue and state (the state words every shell shows), GPUs held per queue, and how many
 //! jobs wait and run.
 
-use corral_api::training_job::ConditionType;
 use corral_core::control::ControlPlane;
 use corral_core::lifecycle::{self, conditions};
 
@@ -17,9 +16,9 @@ pub(super) fn tally(out: &mut Plan, jobs: &[ObservedJob<'_>], plane: &ControlPla
         let status = job.status.clone().unwrap_or_default();
         let terminal = conditions::is_terminal(&status);
         let admission = plane.admission(&o.key);
-        if conditions::is_true(&status, ConditionType::Admitted) || admission.is_some() {
+        if admission.is_some() {
             out.running += 1;
-        } else if !terminal && !job.spec.run_policy.suspend {
+        } else if plane.is_pending(&o.key) {
             out.pending += 1;
         }
         let queue = job.spec.queue_name().to_string();

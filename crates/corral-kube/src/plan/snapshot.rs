@@ -8,10 +8,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use corral_api::training_job::ConditionType;
-use corral_core::control::ControlConfig;
-use corral_core::lifecycle::conditions;
-use corral_core::sched::{self, ClusterSnapshot, NodePoolConfig, QueueConfig};
+use corral_core::control::{ControlConfig, Platform};
+use corral_core::lifecycle;
+use corral_core::sched::{ClusterSnapshot, NodePoolConfig, QueueConfig};
 
 use super::PlanConfig;
 use super::observe_jobs::ObservedJob;
@@ -27,10 +26,7 @@ pub(super) struct Cluster {
 /// Whether the plane places this job's pods itself (they are not foreign usage): it holds
 /// an admission, or it is being preempted (Admitted and back in the queue at once).
 fn placed_by_corral(o: &ObservedJob<'_>) -> bool {
-    let preempting = o.job.status.as_ref().is_some_and(|s| {
-        conditions::is_true(s, ConditionType::Admitted)
-            && conditions::is_true(s, ConditionType::Queued)
-    });
+    let preempting = o.job.status.as_ref().is_some_and(lifecycle::is_preempting);
     preempting || (o.stored.is_some() && o.hints.is_ok())
 }
 
@@ -127,21 +123,16 @@ pub(super) fn cluster(
 /// The plane's settings: the scheduler's (GPU type speeds from the nodes' GPU products
 /// unless configured), the cluster's grace period, the priority classes.
 pub(super) fn control_config(world: &World, cfg: &PlanConfig) -> ControlConfig {
-    let mut scheduler = cfg.scheduler.clone();
-    if scheduler.gpu_type_speed.is_empty() {
-        scheduler.gpu_type_speed = sched::known_gpu_speeds(
+    ControlConfig::builder(Platform::Pods)
+        .scheduler(cfg.scheduler.clone())
+        .gpu_types(
             world
                 .nodes
                 .iter()
                 .filter_map(|n| n.metadata.labels.as_ref()?.get(GPU_PRODUCT_LABEL))
                 .map(String::as_str),
-        );
-    }
-    ControlConfig {
-        scheduler,
-        grace_period: cfg.grace_period,
-        priority_classes: world.classes.clone(),
-        // Every replica is a pod from a container image.
-        requires_image: true,
-    }
+        )
+        .grace_period(cfg.grace_period)
+        .priority_classes(world.classes.clone())
+        .build()
 }

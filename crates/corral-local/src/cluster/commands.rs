@@ -84,13 +84,8 @@ impl Cluster {
     /// it changes while the cluster is open, so a server keeps one and checks submissions
     /// without the cluster's lock.
     pub fn submit_context(&self) -> SubmitContext {
-        let mut validation = self.config.file.validation_context();
-        validation.nodes = Some(vec![corral_api::validate::NodeFacts {
-            gpu_type: self.node.gpu_type.clone(),
-            gpus: self.node.gpus,
-        }]);
         SubmitContext {
-            validation,
+            validation: super::node::validation_context(&self.config.file, &self.node),
             images: self.image_policy(),
         }
     }

@@ -6,10 +6,10 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{BuildHasher, Hasher};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use corral_api::TrainingJob;
-use corral_core::control::{ControlConfig, ControlPlane};
+use corral_core::control::{ControlPlane, Settling};
 use corral_core::lifecycle::{self, FailureReason, Incarnation, ReplicaId, ReplicaPhase};
 use corral_core::sched::{Millis, Node, NodePoolConfig, QueueConfig};
 use jiff::Timestamp;
@@ -214,25 +214,6 @@ impl Cluster {
         super::recovery::open(config, now)
     }
 
-    pub(super) fn control_config(config: &ClusterConfig, node: &Node) -> ControlConfig {
-        let gpu_types: Vec<&str> = node.gpu_type.iter().map(String::as_str).collect();
-        let settings = &config.file.settings;
-        let mut scheduler = corral_core::sched::SchedulerConfig {
-            gpu_type_speed: corral_core::sched::known_gpu_speeds(gpu_types),
-            ..Default::default()
-        };
-        if let Some(s) = settings.preemption_protection_seconds {
-            scheduler.preemption_protection_ms = s.saturating_mul(1000);
-        }
-        ControlConfig {
-            scheduler,
-            grace_period: settings.grace_period_seconds.map(Duration::from_secs),
-            priority_classes: config.file.priority_classes.clone(),
-            // Replicas without an image run as processes here.
-            requires_image: false,
-        }
-    }
-
     /// The configuration the cluster was opened with (tokens, ports, declared objects).
     pub fn config(&self) -> &ClusterConfig {
         &self.config
@@ -340,14 +321,13 @@ impl Cluster {
         self.observe()?;
         let step = self.plane.step(now);
         self.counters.last_cycle_seconds = started.elapsed().as_secs_f64();
+        // Starts and removed records are observations too: settle by the plane's rule.
+        let mut settling = Settling::default();
+        let mut asked = !step.is_empty();
         let mut acted = self.apply(step, now, report)?;
-        // Starts and removed records are observations too; a few rounds suffice (each
-        // round only settles what the last one changed).
-        for _ in 0..4 {
-            if !acted {
-                break;
-            }
+        while settling.again(asked, acted) {
             let step = self.plane.settle(now);
+            asked = !step.is_empty();
             acted = self.apply(step, now, report)?;
         }
         Ok(())

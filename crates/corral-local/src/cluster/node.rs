@@ -1,26 +1,34 @@
 //! This machine as the scheduler's node, with the pools and queues of `corral.yaml`.
 
-use corral_core::control::with_default_queue;
+use std::collections::BTreeMap;
+
+use corral_api::node_pool::GPU_PRODUCT_LABEL;
+use corral_api::validate::{NodeFacts, ValidationContext};
+use std::time::Duration;
+
+use corral_core::control::{ControlConfig, Platform, with_default_queue};
 use corral_core::sched::{Node, NodePoolConfig, QueueConfig};
 
-use super::{ClusterConfig, ClusterError};
-use crate::config::NodeOverrides;
+use super::ClusterError;
+use crate::config::{ClusterFileConfig, NodeOverrides};
 use crate::inventory::NodeInventory;
 
-/// The node, pools and queues of this machine and its configuration.
-pub(super) fn build_cluster(
-    config: &ClusterConfig,
+/// The node's name label, as Kubernetes sets it.
+const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
+
+/// The node, pools and queues of this machine and its configuration: what `corral up` and
+/// `corral plan --config` schedule on.
+pub fn build_cluster(
+    file: &ClusterFileConfig,
     inv: &NodeInventory,
 ) -> Result<(Node, Vec<NodePoolConfig>, Vec<QueueConfig>), ClusterError> {
-    let node = local_node(&config.file.settings.node, inv)?;
-    let pools: Vec<NodePoolConfig> = config
-        .file
+    let node = local_node(&file.settings.node, inv)?;
+    let pools: Vec<NodePoolConfig> = file
         .node_pools
         .iter()
         .map(NodePoolConfig::from_node_pool)
         .collect();
-    let queues: Vec<QueueConfig> = config
-        .file
+    let queues: Vec<QueueConfig> = file
         .queues
         .iter()
         .map(QueueConfig::from_queue)
@@ -29,6 +37,29 @@ pub(super) fn build_cluster(
     // The control plane's rule, so that views list the queue jobs land in.
     let queues = with_default_queue(queues, &pools, std::slice::from_ref(&node));
     Ok((node, pools, queues))
+}
+
+/// The control plane's settings for this machine and its configuration (the core's
+/// builder; replicas without an image run as processes here).
+pub fn control_config(file: &ClusterFileConfig, node: &Node) -> ControlConfig {
+    let settings = &file.settings;
+    ControlConfig::builder(Platform::Processes)
+        .gpu_types(node.gpu_type.iter().map(String::as_str))
+        .preemption_protection_seconds(settings.preemption_protection_seconds)
+        .grace_period(settings.grace_period_seconds.map(Duration::from_secs))
+        .priority_classes(file.priority_classes.clone())
+        .build()
+}
+
+/// What a submission to this machine is validated against: the configuration's objects and
+/// this node (`corral up`'s submit and `corral plan --config` alike).
+pub fn validation_context(file: &ClusterFileConfig, node: &Node) -> ValidationContext {
+    let mut validation = file.validation_context();
+    validation.nodes = Some(vec![NodeFacts {
+        gpu_type: node.gpu_type.clone(),
+        gpus: node.gpus,
+    }]);
+    validation
 }
 
 /// This machine as the scheduler's node: its inventory (`crate::inventory`, NVML included)
@@ -71,14 +102,22 @@ pub fn local_node(o: &NodeOverrides, inv: &NodeInventory) -> Result<Node, Cluste
         .map(|(i, _)| *i)
         .filter(|i| *i < gpus)
         .collect();
+    let name = o.name.clone().unwrap_or_else(|| inv.hostname.clone());
+    // The labels Kubernetes and NVIDIA's GPU feature discovery would give this node, so a
+    // NodePool's `nodeSelector` written for a cluster selects it here too.
+    let mut labels = BTreeMap::from([(HOSTNAME_LABEL.to_string(), name.clone())]);
+    if let Some(t) = &gpu_type {
+        labels.insert(GPU_PRODUCT_LABEL.to_string(), t.clone());
+    }
     Ok(Node {
+        labels,
         extended: o.extended.clone(),
         allocated: corral_core::sched::NodeAllocation {
             gpu_indices: unhealthy,
             ..Default::default()
         },
         ..Node::new(
-            o.name.clone().unwrap_or_else(|| inv.hostname.clone()),
+            name,
             gpu_type,
             gpus,
             cpu_milli,

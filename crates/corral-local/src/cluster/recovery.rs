@@ -57,7 +57,12 @@ pub(super) fn open(
             "GPU {index} is unhealthy ({why}): it is not offered for new replicas"
         ));
     }
-    let (node, pools, queues) = super::node::build_cluster(&config, &inventory)?;
+    let (node, pools, queues) = super::node::build_cluster(&config.file, &inventory)?;
+    // A declared pool that takes no node admits nothing, ever: say so now.
+    warnings.extend(corral_core::sched::pools_without_nodes(
+        &pools,
+        std::slice::from_ref(&node),
+    ));
 
     // Jobs finished for good, with nothing running and no admission, are handed to the
     // plane by name and kept as summaries; only the others are decoded into the plane, so
@@ -165,7 +170,7 @@ pub(super) fn open(
         queues: queues.clone(),
         running: Vec::new(),
     };
-    let control = Cluster::control_config(&config, &node);
+    let control = super::node::control_config(&config.file, &node);
     let (mut plane, step) = ControlPlane::restore(snapshot, control, restored, now)
         .map_err(|e| ClusterError::Scheduler(e.to_string()))?;
     plane.restore_retired(

@@ -10,9 +10,9 @@ use corral_core::control::EventType;
 use corral_core::lifecycle::{Incarnation, ReplicaPhase};
 use corral_core::sched::ResourceAmount;
 
-use super::engine::{Cluster, phase_of, state_of, summary, timestamp};
+use super::engine::{Cluster, phase_of, summary, timestamp};
 use super::{
-    AdmissionInfo, ClusterError, Event, GpuDevice, JobDetails, JobState, JobSummary,
+    AdmissionInfo, ClusterError, Event, GpuDevice, JobDetails, JobSummary,
     MetricsSnapshot, NodeInfo, QueueInfo, QueuePoolUsage, ReplicaInfo, ReplicaLog, ReplicaUsageRow,
     SummaryRow,
 };
@@ -143,7 +143,7 @@ impl Cluster {
             let queue = j.job.spec.queue_name();
             if self.plane.admission(key).is_some() {
                 *admitted.entry(queue).or_default() += 1;
-            } else if state_of(j) == JobState::Queued {
+            } else if self.plane.is_pending(key) {
                 *pending.entry(queue).or_default() += 1;
             }
         }
