@@ -1,5 +1,5 @@
 //! `corral bench api`: its arguments, and the report of
-//! [`corral_server::bench::api_bench`] printed as JSON.
+//! [`corral_server::api_bench::api_bench`] printed as JSON.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -54,7 +54,7 @@ pub fn run_bench_api(args: &BenchApiArgs) -> ExitCode {
             ));
         }
     };
-    let options = corral_server::bench::ApiBenchOptions {
+    let options = corral_server::api_bench::ApiBenchOptions {
         server_program: program,
         startup_jobs: args.startup_jobs,
         ratio_pairs: args.ratio_pairs.max(1),
@@ -66,7 +66,7 @@ pub fn run_bench_api(args: &BenchApiArgs) -> ExitCode {
         list_jobs: args.list_jobs,
         history_jobs: args.history_jobs,
     };
-    match corral_server::bench::api_bench(&options) {
+    match corral_server::api_bench::api_bench(&options) {
         Ok(v) => print_structured(&v, Output::Json),
         Err(e) => fail(&e),
     }

@@ -6,21 +6,22 @@
 //! - [`remote`]: commands that talk to a Corral server (submit, list, get, describe, ...).
 //! - [`up`], [`quickstart`]: run the embedded cluster; [`doctor`]: what this machine offers it.
 //! - [`manifests`]: `validate` and `convert` over files; [`plan`]: one scheduling cycle.
-//! - [`sim`], [`bench`], [`api_bench`]: the simulator, the scheduler benchmark and the API
-//!   benchmark.
-//! - [`input`], [`output`], [`explain`]: reading files, printing results.
-//! - [`snapshot`]: the code snapshot `submit --code DIR` ships.
+//! - [`sim`], [`sched_bench`], [`api_bench`]: the simulator, the scheduler benchmark and the
+//!   API benchmark.
+//! - [`input`], [`output`]: reading files, printing results; [`document_summary`]: what
+//!   `validate` says it understood of each valid document.
+//! - [`code_archive`]: the code snapshot `submit --code DIR` ships, as a tar archive.
 
 pub mod api_bench;
-pub mod bench;
+pub mod code_archive;
 pub mod doctor;
-pub mod explain;
+pub mod document_summary;
 pub mod input;
 pub mod manifests;
 pub mod output;
 pub mod plan;
 pub mod quickstart;
 pub mod remote;
+pub mod sched_bench;
 pub mod sim;
-pub mod snapshot;
 pub mod up;

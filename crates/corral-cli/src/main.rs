@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use corral_cli::output::{Format, emit, print_values};
-use corral_cli::{api_bench, bench, doctor, manifests, plan, quickstart, remote, sim, up};
+use corral_cli::{api_bench, doctor, manifests, plan, quickstart, remote, sched_bench, sim, up};
 use serde_json::Value;
 
 #[derive(Parser)]
@@ -230,7 +230,7 @@ fn main() -> ExitCode {
                 eprintln!("--nodes, --jobs and --gpu-types must be at least 1");
                 return ExitCode::FAILURE;
             }
-            let result = bench::scheduler_bench(nodes, jobs, gpu_types, seed);
+            let result = sched_bench::scheduler_bench(nodes, jobs, gpu_types, seed);
             print_values(&[result], Format::Json)
         }
     }

@@ -11,7 +11,7 @@ use corral_server::api_client::{Client, ClientError};
 
 use crate::output::{Format, emit, print_values};
 use crate::remote::{self, ConnArgs, NamespaceArgs};
-use crate::{explain, input};
+use crate::{document_summary, input};
 
 /// `corral validate FILE...`
 #[derive(Args, Debug)]
@@ -141,7 +141,7 @@ pub fn validate_report(
                     if !quiet {
                         report
                             .out
-                            .push_str(&format!("{name}: {}\n", explain::summary(&parsed)));
+                            .push_str(&format!("{name}: {}\n", document_summary::summary(&parsed)));
                     }
                 }
                 Err(e) if !checked_by_server => {

@@ -1518,7 +1518,7 @@ fn gpu_type_names_capacity_warnings_doctor_and_plan() -> TestResult {
 }
 
 fn api_bench_smoke() -> TestResult {
-    let options = corral_server::bench::ApiBenchOptions {
+    let options = corral_server::api_bench::ApiBenchOptions {
         server_program: PathBuf::from(env!("CARGO_BIN_EXE_corral")),
         startup_jobs: 1,
         ratio_pairs: 3,
@@ -1530,7 +1530,7 @@ fn api_bench_smoke() -> TestResult {
         list_jobs: 60,
         history_jobs: 3,
     };
-    let v = corral_server::bench::api_bench(&options)?;
+    let v = corral_server::api_bench::api_bench(&options)?;
     for (pointer, want) in [
         ("/submit/lost", 0),
         ("/submit/failed", 0),
@@ -1617,7 +1617,7 @@ fn code_snapshots_run_as_submitted_and_go_with_the_job() -> TestResult {
     std::fs::write(w.join("secret.txt"), "do not ship\n")?;
     std::fs::write(w.join(".gitignore"), "secret.txt\n")?;
 
-    let up = corral_cli::snapshot::upload(&code_job("snap", "run.sh"), w)?;
+    let up = corral_cli::code_archive::upload(&code_job("snap", "run.sh"), w)?;
     let submitted = client.submit_with_code("default", &up.boundary, &up.body)?;
     check(submitted.len() == 1, format!("{submitted:?}"))?;
     let uid = submitted[0].uid.clone();
@@ -1688,7 +1688,7 @@ fn code_snapshots_run_as_submitted_and_go_with_the_job() -> TestResult {
     check(err.to_string().contains("corral.dev/code"), err.to_string())?;
 
     // Refused submissions leave nothing behind: an invalid manifest...
-    let bad = corral_cli::snapshot::upload(&code_job("bad-", "run.sh"), w)?;
+    let bad = corral_cli::code_archive::upload(&code_job("bad-", "run.sh"), w)?;
     let err = client
         .submit_with_code("default", &bad.boundary, &bad.body)
         .err()
@@ -1704,7 +1704,7 @@ fn code_snapshots_run_as_submitted_and_go_with_the_job() -> TestResult {
         noise.push(x as u8);
     }
     std::fs::write(w.join("weights.bin"), &noise)?;
-    let big = corral_cli::snapshot::upload(&code_job("big", "run.sh"), w)?;
+    let big = corral_cli::code_archive::upload(&code_job("big", "run.sh"), w)?;
     let err = client
         .submit_with_code("default", &big.boundary, &big.body)
         .err()
@@ -1715,7 +1715,7 @@ fn code_snapshots_run_as_submitted_and_go_with_the_job() -> TestResult {
     )?;
     // Small archive, many bytes of files: refused while unpacking.
     std::fs::write(w.join("weights.bin"), vec![0u8; 2 * LIMIT as usize])?;
-    let zeros = corral_cli::snapshot::upload(&code_job("zeros", "run.sh"), w)?;
+    let zeros = corral_cli::code_archive::upload(&code_job("zeros", "run.sh"), w)?;
     let err = client
         .submit_with_code("default", &zeros.boundary, &zeros.body)
         .err()

@@ -12,11 +12,12 @@
 //! - [`error`]: the error body every route answers with.
 //! - [`openapi`]: the OpenAPI 3 document of the routes.
 //! - [`metrics`]: Prometheus exposition, text 0.0.4 or OpenMetrics by `Accept`.
-//! - [`api_client`]: a small blocking HTTP client of the API (what the CLI and `bench` call).
+//! - [`api_client`]: a small blocking HTTP client of the API (what the CLI and [`api_bench`]
+//!   call).
 
+pub mod api_bench;
 pub mod api_client;
 pub mod auth;
-pub mod bench;
 pub mod error;
 pub mod metrics;
 pub mod openapi;

@@ -186,7 +186,7 @@ pub fn run_submit(args: &SubmitArgs) -> ExitCode {
             .unwrap_or_else(|| "default".to_string());
         let submitted = match &args.code {
             None => client.submit(&namespace, &text),
-            Some(dir) => match crate::snapshot::upload(&text, dir) {
+            Some(dir) => match crate::code_archive::upload(&text, dir) {
                 Ok(up) => {
                     for p in &up.packed.left_out {
                         eprintln!(
