@@ -35,7 +35,7 @@ pub fn report(args: &DoctorArgs) -> Result<corral_local::doctor::Report, String>
         }
         None => ClusterFileConfig::default(),
     };
-    Ok(corral_local::doctor::examine(&data_dir, &file.settings))
+    Ok(corral_local::doctor::examine(&data_dir, &file))
 }
 
 /// `corral doctor`: exits 0 whether findings are OK or WARN (a WARN is advice, and a

@@ -86,6 +86,10 @@ enum Command {
     Plan {
         #[arg(required = true, value_name = "FILE")]
         files: Vec<String>,
+        /// `corral.yaml`: plan on this machine as `corral up --config FILE` runs it (its node
+        /// overrides, pools, queues and priority classes).
+        #[arg(long, value_name = "FILE")]
+        config: Option<std::path::PathBuf>,
         /// Nodes per pool, e.g. `h100=2,a100=4` (pools not named get --default-nodes).
         #[arg(long, value_name = "POOL=COUNT")]
         nodes: Vec<String>,
@@ -196,6 +200,7 @@ fn main() -> ExitCode {
         }
         Command::Plan {
             files,
+            config,
             nodes,
             default_nodes,
             node_cpu,
@@ -203,6 +208,7 @@ fn main() -> ExitCode {
         } => {
             let args = plan::PlanArgs {
                 files: &files,
+                config,
                 nodes: &nodes,
                 default_nodes,
                 node_cpu,

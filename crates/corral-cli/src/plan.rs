@@ -42,6 +42,7 @@ struct Declared {
 }
 
 /// What the plane decided in its first step.
+#[derive(Debug)]
 pub struct Planned {
     /// The cluster in words.
     pub cluster: String,

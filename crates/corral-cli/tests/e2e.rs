@@ -1499,6 +1499,7 @@ fn gpu_type_names_capacity_warnings_doctor_and_plan() -> TestResult {
     )?;
     let out = plan::run(&plan::PlanArgs {
         files: &[job.display().to_string()],
+        config: None,
         nodes: &[],
         default_nodes: 1,
         node_cpu: 8,

@@ -620,9 +620,42 @@ mod tests {
     }
 
     #[test]
+    fn a_pool_that_selects_no_node_warns_and_one_that_does_is_ok() {
+        let example = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/cluster.yaml"),
+        )
+        .expect("examples/cluster.yaml");
+        let text = format!(
+            "{example}\n---\nkind: CorralConfig\nnode: {{name: n1, gpus: 8, gpuType: H100 80GB HBM3}}\n"
+        );
+        let file = ClusterFileConfig::parse(&text).expect("config");
+        let f = pool_findings(&file);
+        let warned: Vec<&str> = f
+            .iter()
+            .filter(|f| f.level == Level::Warn)
+            .map(|f| f.what.as_str())
+            .collect();
+        assert_eq!(warned.len(), 2, "a100 and v100 select nothing: {f:?}");
+        assert!(warned[0].starts_with("NodePool a100 selects no node"), "{}", warned[0]);
+        assert!(warned[0].contains("n1 (8 x NVIDIA-H100-80GB-HBM3)"), "{}", warned[0]);
+        assert!(f.iter().all(|f| !f.what.contains("NodePool h100")), "{f:?}");
+        let only_h100 = ClusterFileConfig {
+            node_pools: file
+                .node_pools
+                .iter()
+                .filter(|p| p.metadata.name == "h100")
+                .cloned()
+                .collect(),
+            ..file.clone()
+        };
+        let f = pool_findings(&only_h100);
+        assert!(f.len() == 1 && f[0].level == Level::Ok, "{f:?}");
+    }
+
+    #[test]
     fn this_machine_gets_a_report_and_a_line() {
         let dir = tempfile::tempdir().expect("tmp");
-        let r = examine(dir.path(), &Settings::default());
+        let r = examine(dir.path(), &ClusterFileConfig::default());
         for area in ["gpu", "cgroups", "containers", "ports", "data"] {
             assert!(r.findings.iter().any(|f| f.area == area), "{area}: {r:?}");
         }
