@@ -2,7 +2,9 @@
 //! envtest): the binaries come from `KUBEBUILDER_ASSETS` (a directory holding `etcd` and
 //! `kube-apiserver`, and optionally `kube-controller-manager` for garbage collection) or
 //! from `TEST_ASSET_ETCD`, `TEST_ASSET_KUBE_APISERVER` and
-//! `TEST_ASSET_KUBE_CONTROLLER_MANAGER`. Without them the test says it was skipped and why.
+//! `TEST_ASSET_KUBE_CONTROLLER_MANAGER`. Without them the test says it was skipped and why;
+//! under `CI=true` (or `CORRAL_REQUIRE_ENVTEST=1`) it fails instead, and then needs
+//! kube-controller-manager and `CORRAL_OPERATOR_BIN` too, so CI cannot pass by skipping.
 //!
 //! The server runs with RBAC and static tokens: an admin (`system:masters`), the operator's
 //! ServiceAccount `corral-system/corral-operator` (bound by `deploy/rbac.yaml` and
@@ -12,8 +14,9 @@
 //!
 //! `KUBEFLOW_TRAINING_OPERATOR_CRDS` may name a directory with Kubeflow training operator's
 //! own `pytorchjobs.yaml` CRD: the alongside case then runs on it (else on Corral's).
-//! `UPDATE_FIXTURES=1` rewrites `tests/fixtures/real-api/*.json`, the server's answers on
-//! the error paths that the mocked tests replay; otherwise they are checked against it.
+//! `tests/fixtures/real-api/*.json` hold the server's answers on the error paths; each run
+//! checks them against the server, and a missing one fails the test. Only
+//! `UPDATE_FIXTURES=1` writes them (captures them anew).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -42,6 +45,28 @@ const H100: &str = "NVIDIA-H100-80GB-HBM3";
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Whether the suite must run: under `CI=true` or `CORRAL_REQUIRE_ENVTEST=1`.
+fn required() -> bool {
+    std::env::var("CI").as_deref() == Ok("true")
+        || std::env::var("CORRAL_REQUIRE_ENVTEST").as_deref() == Ok("1")
+}
+
+/// Whether a prerequisite (`what`) is there. Under `CI=true` (or `CORRAL_REQUIRE_ENVTEST=1`)
+/// a missing one fails the test, so CI cannot pass by skipping; elsewhere the test prints
+/// why it is skipped (as `common::prerequisite` of the other crates' tests).
+#[track_caller]
+fn prerequisite(present: bool, what: &str) -> bool {
+    if present {
+        return true;
+    }
+    assert!(
+        !required(),
+        "{what}: required under CI=true or CORRAL_REQUIRE_ENVTEST=1 (tests do not skip in CI)"
+    );
+    eprintln!("envtest SKIPPED: {what} (outside CI; with CI=true this fails)");
+    false
 }
 
 struct Assets {
@@ -547,22 +572,36 @@ fn replica(count: u32, gpu: u32) -> Value {
            "template": {"image": "busybox:1.36", "command": ["sh", "-c", "true"]}})
 }
 
-/// Captures the server's answer on an error path into tests/fixtures/real-api/, or checks
-/// that the saved one still says what the server says (code, reason, status).
+/// Checks that the committed answer on an error path (tests/fixtures/real-api/NAME.json)
+/// still says what the server says (code, kind, status, reason; all of a body that is no
+/// Status); a missing one fails. With `UPDATE_FIXTURES=1` it captures the answer instead.
 fn fixture(name: &str, code: u16, body: &Value) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/real-api")
         .join(format!("{name}.json"));
-    if std::env::var_os("UPDATE_FIXTURES").is_some() || !path.exists() {
+    if std::env::var("UPDATE_FIXTURES").as_deref() == Ok("1") {
         std::fs::create_dir_all(path.parent().expect("dir")).expect("fixtures dir");
         let saved = json!({"code": code, "body": body});
         let text = serde_json::to_string_pretty(&saved).expect("json") + "\n";
         std::fs::write(&path, text).expect("write fixture");
+        eprintln!("envtest: wrote {}", path.display());
         return;
     }
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "fixture {}: {e}; run with UPDATE_FIXTURES=1 to capture it from the server, \
+             and commit it (the server said {code}: {body})",
+            path.display()
+        )
+    });
     let saved: Value =
-        serde_json::from_str(&std::fs::read_to_string(&path).expect("fixture")).expect("json");
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("fixture {}: {e}", path.display()));
     assert_eq!(saved["code"], json!(code), "{name}");
+    if !body.is_object() || !saved["body"].is_object() {
+        // Not a Status (e.g. the text `404 page not found`): all of it.
+        assert_eq!(&saved["body"], body, "{name}: body");
+        return;
+    }
     for k in ["kind", "status", "reason", "code"] {
         assert_eq!(saved["body"][k], body[k], "{name}: {k}");
     }
@@ -573,10 +612,16 @@ async fn envtest() {
     let assets = match assets() {
         Ok(a) => a,
         Err(why) => {
-            eprintln!("envtest SKIPPED: {why}");
+            prerequisite(false, &why);
             return;
         }
     };
+    // Without it the garbage collector's checks do not run: fine on a laptop, not in CI.
+    assert!(
+        assets.controller_manager.is_some() || !required(),
+        "no kube-controller-manager binary: put it in KUBEBUILDER_ASSETS or set \
+         TEST_ASSET_KUBE_CONTROLLER_MANAGER; required under CI=true or CORRAL_REQUIRE_ENVTEST=1"
+    );
     let env = match Env::start(&assets).await {
         Ok(e) => e,
         Err(why) => panic!("envtest could not start its API server: {why}"),
@@ -821,8 +866,9 @@ async fn install(env: &Env) {
         eprintln!("envtest: PyTorchJob CRD of Kubeflow's training operator installed");
     }
     apply_file(&env.admin, &repo_root().join("deploy/kubeflow-rbac.yaml")).await;
-    // A kind the group does not serve (an operator newer than its CRDs): a Status, unlike
-    // a group that is not there at all.
+    // A kind the group does not serve (an operator newer than its CRDs). kube-apiserver
+    // v1.36.2 answers it, as a group that is not there at all, with the text `404 page not
+    // found`, not a Status (see the fixture).
     let (code, body) = raw(
         &env.admin,
         "GET",
@@ -1369,7 +1415,10 @@ async fn kubeflow_alongside(env: &Env, op: &Operator) {
 /// ServiceAccount's identity. `CORRAL_OPERATOR_BIN` names it (e.g. target/debug/corral).
 async fn operator_binary(env: &Env) {
     let Some(bin) = std::env::var_os("CORRAL_OPERATOR_BIN") else {
-        eprintln!("envtest: operator binary case SKIPPED: set CORRAL_OPERATOR_BIN");
+        prerequisite(
+            false,
+            "operator binary case: set CORRAL_OPERATOR_BIN (e.g. target/release/corral)",
+        );
         return;
     };
     let ns = "kf-bin";
