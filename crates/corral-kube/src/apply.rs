@@ -24,7 +24,7 @@ use tokio::sync::Mutex;
 use tracing::Instrument;
 
 use crate::consts::*;
-use crate::convert;
+use crate::dynamic_objects;
 use crate::plan::{AdmissionChange, JobPlan, Plan};
 use crate::record::LaunchRejectionRecord;
 
@@ -296,7 +296,7 @@ impl Applier {
         let jobs: Api<DynamicObject> = Api::namespaced_with(
             self.client.clone(),
             &jp.namespace,
-            &convert::training_jobs(),
+            &dynamic_objects::training_jobs(),
         );
         let text = r.to_text().map_err(Error::SerdeError)?;
         self.limiter.acquire().await;
@@ -343,7 +343,7 @@ impl Applier {
         let jobs: Api<DynamicObject> = Api::namespaced_with(
             self.client.clone(),
             &jp.namespace,
-            &convert::training_jobs(),
+            &dynamic_objects::training_jobs(),
         );
         let mut rv = jp.resource_version.clone();
 

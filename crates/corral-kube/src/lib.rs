@@ -29,8 +29,8 @@
 pub mod apply;
 pub mod build;
 pub mod consts;
-pub mod convert;
 pub mod crds;
+pub mod dynamic_objects;
 pub mod kubeflow;
 pub mod leader;
 pub mod metrics;

@@ -25,7 +25,7 @@ use corral_api::{JobPriorityClass, NodePool, Queue, TrainingJob};
 use crate::apply::{Applier, ApplyReport, RateLimiter};
 use crate::build::BuildOptions;
 use crate::consts::JOB_NAME_LABEL;
-use crate::convert;
+use crate::dynamic_objects;
 use crate::leader::LeaseLock;
 use crate::metrics::Metrics;
 use crate::observe::World;
@@ -155,12 +155,14 @@ pub async fn observe_api(client: &Client) -> Result<World, Error> {
     let lp = ListParams::default();
     let mut world = World::default();
     let dynamic = |ar: ApiResource| Api::<DynamicObject>::all_with(client.clone(), &ar);
-    let jobs = dynamic(convert::training_jobs()).list(&lp).await?;
-    let queues = dynamic(convert::queues()).list(&lp).await?;
-    let pools = dynamic(convert::node_pools()).list(&lp).await?;
-    let classes = dynamic(convert::job_priority_classes()).list(&lp).await?;
+    let jobs = dynamic(dynamic_objects::training_jobs()).list(&lp).await?;
+    let queues = dynamic(dynamic_objects::queues()).list(&lp).await?;
+    let pools = dynamic(dynamic_objects::node_pools()).list(&lp).await?;
+    let classes = dynamic(dynamic_objects::job_priority_classes())
+        .list(&lp)
+        .await?;
     // The deprecated kind's CRD may be absent (installed without it): then there is nothing.
-    let legacy = dynamic(convert::legacy_priority_classes())
+    let legacy = dynamic(dynamic_objects::legacy_priority_classes())
         .list(&lp)
         .await
         .map(|l| l.items.into_iter().map(Arc::new).collect::<Vec<_>>())
@@ -190,7 +192,7 @@ fn decode_all<T: serde::de::DeserializeOwned>(
     warnings: &mut Vec<String>,
 ) -> Vec<T> {
     objs.iter()
-        .filter_map(|o| match convert::decode::<T>(o) {
+        .filter_map(|o| match dynamic_objects::decode::<T>(o) {
             Ok(v) => Some(v),
             Err(e) => {
                 warnings.push(e);
@@ -412,10 +414,10 @@ impl Health {
 /// cluster can act on.
 pub async fn check_api(client: &Client) -> Result<(), String> {
     for ar in [
-        convert::training_jobs(),
-        convert::queues(),
-        convert::node_pools(),
-        convert::job_priority_classes(),
+        dynamic_objects::training_jobs(),
+        dynamic_objects::queues(),
+        dynamic_objects::node_pools(),
+        dynamic_objects::job_priority_classes(),
     ] {
         let crd = format!("{}.{}", ar.plural, ar.group);
         let listed = Api::<DynamicObject>::all_with(client.clone(), &ar)
@@ -600,45 +602,45 @@ async fn lead(
     let wc = watcher::Config::default;
     // Watch the deprecated kind only where its CRD is served: a watch of a missing resource
     // would fail forever.
-    let legacy_served = ar(convert::legacy_priority_classes())
+    let legacy_served = ar(dynamic_objects::legacy_priority_classes())
         .list(&ListParams::default().limit(1))
         .await
         .is_ok();
     let legacy_classes = legacy_served.then(|| {
         reflect(
-            ar(convert::legacy_priority_classes()),
+            ar(dynamic_objects::legacy_priority_classes()),
             wc(),
-            convert::legacy_priority_classes(),
+            dynamic_objects::legacy_priority_classes(),
             notify.clone(),
             &mut tasks,
         )
     });
     let stores = Stores {
         jobs: reflect(
-            ar(convert::training_jobs()),
+            ar(dynamic_objects::training_jobs()),
             wc(),
-            convert::training_jobs(),
+            dynamic_objects::training_jobs(),
             notify.clone(),
             &mut tasks,
         ),
         queues: reflect(
-            ar(convert::queues()),
+            ar(dynamic_objects::queues()),
             wc(),
-            convert::queues(),
+            dynamic_objects::queues(),
             notify.clone(),
             &mut tasks,
         ),
         pools: reflect(
-            ar(convert::node_pools()),
+            ar(dynamic_objects::node_pools()),
             wc(),
-            convert::node_pools(),
+            dynamic_objects::node_pools(),
             notify.clone(),
             &mut tasks,
         ),
         classes: reflect(
-            ar(convert::job_priority_classes()),
+            ar(dynamic_objects::job_priority_classes()),
             wc(),
-            convert::job_priority_classes(),
+            dynamic_objects::job_priority_classes(),
             notify.clone(),
             &mut tasks,
         ),

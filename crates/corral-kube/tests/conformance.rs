@@ -183,8 +183,11 @@ async fn the_conformance_story_through_the_operator() {
             ScenarioStep::Resume(name) => set_suspend(&fake, name, false),
             ScenarioStep::Delete(name) => {
                 // A background deletion: the garbage collector takes the job's pods with it.
-                let api: Api<DynamicObject> =
-                    Api::namespaced_with(fake.client(), ns, &corral_kube::convert::training_jobs());
+                let api: Api<DynamicObject> = Api::namespaced_with(
+                    fake.client(),
+                    ns,
+                    &corral_kube::dynamic_objects::training_jobs(),
+                );
                 api.delete(name, &DeleteParams::background())
                     .await
                     .expect("delete");

@@ -68,7 +68,7 @@ pub async fn apply(
                 let api: Api<DynamicObject> = Api::namespaced_with(
                     client.clone(),
                     namespace,
-                    &crate::convert::training_jobs(),
+                    &crate::dynamic_objects::training_jobs(),
                 );
                 api.patch(&name, &ssa, &Patch::Apply(body))
                     .await
@@ -83,7 +83,7 @@ pub async fn apply(
                 let api: Api<DynamicObject> = Api::namespaced_with(
                     client.clone(),
                     namespace,
-                    &crate::convert::training_jobs(),
+                    &crate::dynamic_objects::training_jobs(),
                 );
                 let dp = DeleteParams {
                     preconditions: uid.clone().map(|uid| Preconditions {
@@ -211,13 +211,14 @@ pub async fn reconcile_once(
         return Ok((Vec::new(), ApplyReport::default()));
     }
     let (jobs, _missing) = list_jobs(client).await?;
-    let tjs: Api<DynamicObject> = Api::all_with(client.clone(), &crate::convert::training_jobs());
+    let tjs: Api<DynamicObject> =
+        Api::all_with(client.clone(), &crate::dynamic_objects::training_jobs());
     let training_jobs: Vec<TrainingJob> = tjs
         .list(&ListParams::default())
         .await?
         .items
         .iter()
-        .filter_map(|o| crate::convert::decode(o).ok())
+        .filter_map(|o| crate::dynamic_objects::decode(o).ok())
         .collect();
     let actions = super::plan(mode, &jobs, &training_jobs, now);
     let report = apply(client, recorder, &RateLimiter::unlimited(), &actions).await;
