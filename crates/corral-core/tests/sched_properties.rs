@@ -120,7 +120,7 @@ fn job(i: usize, spec: &JobSpec, queues: usize) -> JobRequest {
         throughput: BTreeMap::new(),
         preemptible: true,
         node_selector: BTreeMap::new(),
-        tolerations: Vec::new(),
+        tolerations: Default::default(),
     }
 }
 

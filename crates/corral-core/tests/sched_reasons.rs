@@ -3,9 +3,10 @@
 use std::collections::BTreeMap;
 
 use corral_core::sched::{
-    Blocker, ClusterSnapshot, JobRequest, Needs, Node, NodeAllocation, PendingReason, PoolQuota,
-    PreemptionReason, QueueConfig, QuotaResource, ReplicaGroup, ReplicaPlacement, ResourceAmount,
-    RunningJob, SchedulerConfig, TaintBlock, schedule,
+    Blocker, ClusterSnapshot, JobRequest, Misfit, Needs, Node, NodeAllocation, NodePoolConfig,
+    PendingReason, PoolQuota, PreemptionReason, QueueConfig, QuotaResource, ReplicaGroup,
+    ReplicaPlacement, ResourceAmount, RunningJob, SchedulerConfig, Taint, TaintBlock, TaintEffect,
+    Toleration, schedule,
 };
 
 fn needs(replicas: u64, per: Option<u32>, total: u64, types: &[&str]) -> Needs {
@@ -51,7 +52,7 @@ fn job(key: &str, queue: &str, groups: Vec<ReplicaGroup>) -> JobRequest {
         throughput: BTreeMap::new(),
         preemptible: true,
         node_selector: BTreeMap::new(),
-        tolerations: Vec::new(),
+        tolerations: Default::default(),
     }
 }
 
@@ -151,12 +152,20 @@ fn no_such_queue() {
 fn no_matching_pool() {
     assert_eq!(
         reason(vec![Blocker::NoMatchingPool {
-            gpu_types: vec!["A100".into()]
+            gpu_types: vec!["A100".into()],
+            asks_gpus: true,
+            unpooled: vec![],
+            unpooled_total: 0,
         }]),
         "needs 8 GPUs of type A100 on one node; no node pool has GPUs of type A100"
     );
     assert_eq!(
-        reason(vec![Blocker::NoMatchingPool { gpu_types: vec![] }]),
+        reason(vec![Blocker::NoMatchingPool {
+            gpu_types: vec![],
+            asks_gpus: true,
+            unpooled: vec![],
+            unpooled_total: 0,
+        }]),
         "needs 8 GPUs of type A100 on one node; no node pool has GPUs, and this job asks for GPUs"
     );
 }
@@ -244,6 +253,7 @@ fn too_large_for_pool() {
     );
 }
 
+/// A reason stored before the scheduler said what rules the nodes out keeps its words.
 #[test]
 fn no_suitable_node() {
     assert!(
@@ -251,6 +261,7 @@ fn no_suitable_node() {
             pool: "A100".into(),
             gpu_type: Some("A100".into()),
             taint: None,
+            misfit: None,
         }])
         .ends_with("no node matches the job's node selector, tolerations, CPU, memory and extended resources")
     );
@@ -269,6 +280,7 @@ fn capacity(largest: u32, free: u64, fit: u64, replicas: u64, reserved: &[&str])
         reserved_for: reserved.iter().map(|s| s.to_string()).collect(),
         reserved_free: if reserved.is_empty() { 0 } else { 8 },
         tainted: None,
+        short: None,
     }
 }
 
@@ -423,7 +435,7 @@ fn a_namespace_the_queue_does_not_list_waits_with_the_queue_and_its_namespaces()
 fn a_reservation_is_named_only_where_it_holds_room_the_job_could_use_and_taints_are_named() {
     let busy = a100_node("node-a", &[]);
     let tainted = Node {
-        taints: vec!["dedicated=infra:NoSchedule".into()],
+        taints: vec![Taint::new("dedicated", "infra", TaintEffect::NoSchedule)],
         ..a100_node("node-c", &[])
     };
     let snapshot = ClusterSnapshot {
@@ -475,7 +487,15 @@ fn a_reservation_is_named_only_where_it_holds_room_the_job_could_use_and_taints_
     // A job that tolerates the taint is placed on node-c: not blocked by the reservation.
     let mut tolerant = small.clone();
     tolerant.key = "infra/tolerant".into();
-    tolerant.tolerations = vec!["dedicated=infra:NoSchedule".into()];
+    tolerant.tolerations = [(
+        "worker".to_string(),
+        vec![Toleration::equal(
+            "dedicated",
+            "infra",
+            Some(TaintEffect::NoSchedule),
+        )],
+    )]
+    .into();
     let mut gang = job("vision/ddp-c", "default", vec![group("worker", 2, 8)]);
     gang.submit_time = 0;
     let out = schedule(&snapshot, &[gang, tolerant], SchedulerConfig::default(), 1).unwrap();
@@ -508,7 +528,11 @@ fn a_reservation_is_named_only_where_it_holds_room_the_job_could_use_and_taints_
 fn a_job_that_never_fits_names_the_taint_of_a_node_that_would_hold_it() {
     let snapshot = ClusterSnapshot {
         nodes: vec![Node {
-            taints: vec!["nvidia.com/gpu=reserved:NoSchedule".into()],
+            taints: vec![Taint::new(
+                "nvidia.com/gpu",
+                "reserved",
+                TaintEffect::NoSchedule,
+            )],
             ..a100_node("node-0", &[])
         }],
         queues: vec![open_queue()],
@@ -555,4 +579,395 @@ fn open_queue() -> QueueConfig {
         )]
         .into(),
     }
+}
+
+/// A queue with unlimited quota in each of `pools`.
+fn queue_for(pools: &[&str]) -> QueueConfig {
+    QueueConfig {
+        name: "default".into(),
+        cohort: None,
+        weight: 1,
+        namespaces: Vec::new(),
+        quotas: pools
+            .iter()
+            .map(|p| {
+                (
+                    p.to_string(),
+                    PoolQuota {
+                        nominal: ResourceAmount::UNLIMITED,
+                        borrowing_limit: None,
+                        lending_limit: None,
+                    },
+                )
+            })
+            .collect(),
+    }
+}
+
+fn cpu_group(role: &str, count: u32, cpu_milli: u64, memory_bytes: u64) -> ReplicaGroup {
+    ReplicaGroup {
+        role: role.into(),
+        count,
+        cpu_milli,
+        memory_bytes,
+        gpu: 0,
+        allowed_gpu_types: vec![],
+        extended: BTreeMap::new(),
+    }
+}
+
+/// The one reason of the one pending job.
+fn only_reason(snapshot: &ClusterSnapshot, job: JobRequest) -> PendingReason {
+    let out = schedule(snapshot, &[job], SchedulerConfig::default(), 1).unwrap();
+    assert!(out.admitted.is_empty(), "{:?}", out.admitted);
+    out.pending[0].reason.clone()
+}
+
+fn cpu_node(name: &str, cpu_milli: u64, memory_bytes: u64) -> Node {
+    Node::new(name, None, 0, cpu_milli, memory_bytes)
+}
+
+/// Issue 31: a CPU-only job waiting for CPU was told "no GPUs are free".
+#[test]
+fn a_cpu_only_job_waiting_for_cpu_is_told_cpu() {
+    let busy = |cpu_used: u64, mem_used: u64| Node {
+        allocated: NodeAllocation {
+            cpu_milli: cpu_used,
+            memory_bytes: mem_used,
+            ..Default::default()
+        },
+        ..cpu_node("cpu-0", 4000, 16 << 30)
+    };
+    let snapshot = |node: Node| ClusterSnapshot {
+        nodes: vec![node],
+        queues: vec![queue_for(&["cpu"])],
+        ..Default::default()
+    };
+    let want = cpu_group("worker", 1, 2000, 8 << 30);
+    let one = job("a/cpu", "default", vec![want.clone()]);
+    // Was: "needs 2 CPUs and 8 GiB memory on one node; no GPUs are free".
+    assert_eq!(
+        only_reason(&snapshot(busy(3000, 0)), one.clone()).to_string(),
+        "needs 2 CPUs and 8 GiB memory on one node; no node has 2 CPUs free (at most 1, on cpu-0)"
+    );
+    assert_eq!(
+        only_reason(&snapshot(busy(0, 12 << 30)), one.clone()).to_string(),
+        "needs 2 CPUs and 8 GiB memory on one node; no node has 8 GiB memory free (at most \
+         4 GiB, on cpu-0)"
+    );
+    assert_eq!(
+        only_reason(&snapshot(busy(4000, 12 << 30)), one.clone()).to_string(),
+        "needs 2 CPUs and 8 GiB memory on one node; no node has 2 CPUs free (all CPU is taken) \
+         or 8 GiB memory free (at most 4 GiB, on cpu-0)"
+    );
+    // Each is free somewhere, but not on one node.
+    let two = ClusterSnapshot {
+        nodes: vec![
+            Node {
+                name: "cpu-1".into(),
+                ..busy(0, 12 << 30)
+            },
+            busy(3000, 0),
+        ],
+        queues: vec![queue_for(&["cpu"])],
+        ..Default::default()
+    };
+    assert_eq!(
+        only_reason(&two, one).to_string(),
+        "needs 2 CPUs and 8 GiB memory on one node; no node has 2 CPUs and 8 GiB memory free \
+         at once"
+    );
+    // A CPU-only gang on a GPU pool is not told about GPUs or "room for 0 of 2 replicas".
+    let gpu_pool = ClusterSnapshot {
+        nodes: vec![Node {
+            allocated: NodeAllocation {
+                cpu_milli: 63_000,
+                ..Default::default()
+            },
+            ..a100_node("node-0", &[])
+        }],
+        queues: vec![open_queue()],
+        ..Default::default()
+    };
+    let text = only_reason(
+        &gpu_pool,
+        job(
+            "a/gang",
+            "default",
+            vec![cpu_group("worker", 2, 2000, 1 << 30)],
+        ),
+    )
+    .to_string();
+    assert_eq!(
+        text,
+        "needs 2 replicas x 2 CPUs and 1 GiB memory; no node has 2 CPUs free (at most 1, on \
+         node-0)"
+    );
+}
+
+/// Issue 31: with pools declared as in examples/cluster.yaml (gpuType + nodeSelector), a job
+/// that asks for no GPU was told "this job asks for GPUs" on a machine without GPUs.
+#[test]
+fn with_declared_pools_a_job_without_gpus_is_not_told_it_asks_for_gpus() {
+    let product = "nvidia.com/gpu.product";
+    let pool = |name: &str, gpu_type: &str| NodePoolConfig {
+        name: name.into(),
+        gpu_type: Some(gpu_type.into()),
+        node_selector: [(product.to_string(), gpu_type.to_string())].into(),
+    };
+    let pools = vec![
+        pool("h100", "NVIDIA-H100-80GB-HBM3"),
+        pool("a100", "NVIDIA-A100-SXM4-80GB"),
+    ];
+    let local = Node {
+        labels: [("kubernetes.io/hostname".to_string(), "local".to_string())].into(),
+        ..cpu_node("local", 8000, 32 << 30)
+    };
+    let snapshot = ClusterSnapshot {
+        nodes: vec![local],
+        pools: pools.clone(),
+        queues: vec![queue_for(&["h100", "a100"])],
+        running: vec![],
+    };
+    let reason = only_reason(
+        &snapshot,
+        job(
+            "a/cpu",
+            "default",
+            vec![cpu_group("worker", 1, 1000, 1 << 30)],
+        ),
+    );
+    // Was: "needs 1 CPUs and 1 GiB memory on one node; no node pool has GPUs, and this job
+    // asks for GPUs".
+    assert_eq!(
+        reason.to_string(),
+        "needs 1 CPU and 1 GiB memory on one node; no node pool has a node; node local is in \
+         no pool (a NodePool takes only nodes with GPUs of its gpuType and the labels of its \
+         nodeSelector)"
+    );
+    assert!(reason.never_fits());
+    // Where a pool's node is there, the same job runs on it.
+    let a100 = Node {
+        labels: [(product.to_string(), "NVIDIA-A100-SXM4-80GB".to_string())].into(),
+        ..Node::new(
+            "a100-0",
+            Some("NVIDIA-A100-SXM4-80GB".into()),
+            8,
+            64_000,
+            512 << 30,
+        )
+    };
+    let snapshot = ClusterSnapshot {
+        nodes: vec![a100],
+        pools,
+        queues: vec![queue_for(&["h100", "a100"])],
+        running: vec![],
+    };
+    let out = schedule(
+        &snapshot,
+        &[job(
+            "a/cpu",
+            "default",
+            vec![cpu_group("worker", 1, 1000, 1 << 30)],
+        )],
+        SchedulerConfig::default(),
+        1,
+    )
+    .unwrap();
+    assert_eq!(out.admitted.len(), 1, "{:?}", out.pending);
+}
+
+/// Issue 31 (seen in the operator): 600Gi of memory on 512Gi nodes was "no node matches the
+/// job's node selector, tolerations, CPU, memory and extended resources".
+#[test]
+fn a_replica_larger_than_any_node_names_the_resource() {
+    let snapshot = ClusterSnapshot {
+        nodes: vec![a100_node("node-0", &[]), a100_node("node-1", &[])],
+        queues: vec![open_queue()],
+        ..Default::default()
+    };
+    let big = ReplicaGroup {
+        memory_bytes: 600 << 30,
+        ..group("worker", 1, 1)
+    };
+    let reason = only_reason(&snapshot, job("a/big", "default", vec![big.clone()]));
+    assert!(reason.never_fits());
+    assert!(
+        matches!(
+            &reason.blockers[..],
+            [Blocker::NoSuitableNode {
+                misfit: Some(Misfit::Resources(_)),
+                taint: None,
+                ..
+            }]
+        ),
+        "{:?}",
+        reason.blockers
+    );
+    assert_eq!(
+        reason.to_string(),
+        "needs 1 GPU of type A100 on one node; a replica needs 600 GiB memory but the largest \
+         node, node-0, has 512 GiB"
+    );
+    // Several resources, and the role when the job has several.
+    let chief = ReplicaGroup {
+        cpu_milli: 96_000,
+        extended: [("rdma/hca".to_string(), 2)].into(),
+        ..ReplicaGroup {
+            role: "chief".into(),
+            ..big
+        }
+    };
+    assert_eq!(
+        only_reason(
+            &snapshot,
+            job("a/mixed", "default", vec![chief, group("worker", 2, 1)])
+        )
+        .to_string(),
+        "needs 3 replicas x 1 GPU (3 GPUs) of type A100; a chief replica needs 96 CPUs but the \
+         largest node, node-0, has 64; a chief replica needs 600 GiB memory but the largest \
+         node, node-0, has 512 GiB; a chief replica needs 2 rdma/hca but no node has any"
+    );
+    // Each fits some node, but no node has both.
+    let snapshot = ClusterSnapshot {
+        nodes: vec![
+            Node::new("fat", Some("A100".into()), 8, 16_000, 1 << 40),
+            Node::new("wide", Some("A100".into()), 8, 128_000, 256 << 30),
+        ],
+        queues: vec![open_queue()],
+        ..Default::default()
+    };
+    let both = ReplicaGroup {
+        cpu_milli: 96_000,
+        memory_bytes: 600 << 30,
+        ..group("worker", 1, 1)
+    };
+    assert_eq!(
+        only_reason(&snapshot, job("a/both", "default", vec![both])).to_string(),
+        "needs 1 GPU of type A100 on one node; no node has 1 GPU, 96 CPUs and 600 GiB memory \
+         at once, which a replica needs"
+    );
+}
+
+/// A node selector no node matches, and nodes left out by the selector, are said so.
+#[test]
+fn a_node_selector_that_matches_no_node_is_named() {
+    let labelled = |name: &str, rack: &str, gpus: u32| Node {
+        labels: [("rack".to_string(), rack.to_string())].into(),
+        ..Node::new(name, Some("A100".into()), gpus, 64_000, 512 << 30)
+    };
+    let snapshot = ClusterSnapshot {
+        nodes: vec![labelled("node-0", "r1", 4), labelled("node-1", "r2", 8)],
+        queues: vec![open_queue()],
+        ..Default::default()
+    };
+    let mut j = job("a/j", "default", vec![group("worker", 1, 8)]);
+    j.node_selector = [("rack".to_string(), "r9".to_string())].into();
+    assert_eq!(
+        only_reason(&snapshot, j.clone()).to_string(),
+        "needs 8 GPUs of type A100 on one node; no node has the labels of the job's node \
+         selector (rack=r9)"
+    );
+    j.node_selector = [("rack".to_string(), "r1".to_string())].into();
+    assert_eq!(
+        only_reason(&snapshot, j).to_string(),
+        "needs 8 GPUs of type A100 on one node; a replica needs 8 GPUs but the largest node \
+         the job may use, node-0, has 4"
+    );
+}
+
+/// GPUs free, CPU taken: the reason names CPU, not "CPU, memory and extended resources".
+#[test]
+fn free_gpus_without_the_cpu_a_replica_needs_name_cpu() {
+    let half = |name: &str| Node {
+        allocated: NodeAllocation {
+            cpu_milli: 32_000,
+            ..Default::default()
+        },
+        ..a100_node(name, &[])
+    };
+    let snapshot = ClusterSnapshot {
+        nodes: vec![half("node-0"), half("node-1")],
+        queues: vec![open_queue()],
+        ..Default::default()
+    };
+    let hungry = ReplicaGroup {
+        cpu_milli: 48_000,
+        ..group("worker", 1, 1)
+    };
+    // Was: "...; 8 GPUs are free on node-0, but no node with enough free GPUs has the CPU,
+    // memory and extended resources a replica needs free".
+    assert_eq!(
+        only_reason(&snapshot, job("a/j", "default", vec![hungry])).to_string(),
+        "needs 1 GPU of type A100 on one node; 8 GPUs are free on node-0, but no node with 1 \
+         free GPU has 48 CPUs free (at most 32, on node-0)"
+    );
+}
+
+/// Taints by Kubernetes' rules, in the scheduler: PreferNoSchedule never blocks; a taint
+/// that keeps a CPU-only job off the only node with room is named with room, not GPUs; and
+/// a node is used only where every role of the job tolerates its taints.
+#[test]
+fn taints_and_tolerations_follow_kubernetes_rules_in_the_scheduler() {
+    let tainted = |effect: TaintEffect| ClusterSnapshot {
+        nodes: vec![Node {
+            taints: vec![Taint::new("dedicated", "infra", effect)],
+            ..cpu_node("cpu-0", 8000, 32 << 30)
+        }],
+        queues: vec![queue_for(&["cpu"])],
+        ..Default::default()
+    };
+    let cpu_job = || {
+        job(
+            "a/cpu",
+            "default",
+            vec![cpu_group("worker", 1, 1000, 1 << 30)],
+        )
+    };
+    let admitted = |snapshot: &ClusterSnapshot, j: JobRequest| {
+        schedule(snapshot, &[j], SchedulerConfig::default(), 1)
+            .unwrap()
+            .admitted
+            .len()
+    };
+    assert_eq!(
+        admitted(&tainted(TaintEffect::PreferNoSchedule), cpu_job()),
+        1
+    );
+    let reason = only_reason(&tainted(TaintEffect::NoExecute), cpu_job());
+    // Was: "...; no node matches the job's node selector, tolerations, CPU, memory and
+    // extended resources (cpu-0 has 0 GPUs but taint dedicated=infra:NoExecute, ...)".
+    assert_eq!(
+        reason.to_string(),
+        "needs 1 CPU and 1 GiB memory on one node; no node the job tolerates could hold a \
+         replica (cpu-0 has room for a replica but taint dedicated=infra:NoExecute, which the \
+         job does not tolerate)"
+    );
+    // Every role must tolerate: the chief tolerates everything, the worker nothing.
+    let mut two_roles = job(
+        "a/two",
+        "default",
+        vec![
+            cpu_group("chief", 1, 1000, 1 << 30),
+            cpu_group("worker", 1, 1000, 1 << 30),
+        ],
+    );
+    two_roles.tolerations = [("chief".to_string(), vec![Toleration::exists("", None)])].into();
+    assert_eq!(
+        admitted(&tainted(TaintEffect::NoSchedule), two_roles.clone()),
+        0
+    );
+    two_roles.tolerations.insert(
+        "worker".to_string(),
+        vec![Toleration::exists(
+            "dedicated",
+            Some(TaintEffect::NoSchedule),
+        )],
+    );
+    assert_eq!(
+        admitted(&tainted(TaintEffect::NoSchedule), two_roles.clone()),
+        1
+    );
+    // The worker's toleration is for NoSchedule only.
+    assert_eq!(admitted(&tainted(TaintEffect::NoExecute), two_roles), 0);
 }

@@ -33,7 +33,7 @@ fn job(key: &str, groups: Vec<ReplicaGroup>) -> JobRequest {
         throughput: Default::default(),
         preemptible: true,
         node_selector: Default::default(),
-        tolerations: Vec::new(),
+        tolerations: Default::default(),
     }
 }
 

@@ -61,7 +61,7 @@ fn job(key: &str, submit: u64, gpus: u32, tput: &[(&str, f64)]) -> JobRequest {
         throughput: tput.iter().map(|(t, v)| (t.to_string(), *v)).collect(),
         preemptible: true,
         node_selector: BTreeMap::new(),
-        tolerations: Vec::new(),
+        tolerations: Default::default(),
     }
 }
 

@@ -260,44 +260,35 @@ pub fn observe_pod(pod: &Pod) -> Option<ObservedReplica> {
     Some(ObservedReplica::new(id, incarnation, phase))
 }
 
-/// `key=value:effect` (or `key:effect`), the form the scheduler matches exactly.
-pub fn taint_string(t: &Taint) -> String {
-    match t.value.as_deref().filter(|v| !v.is_empty()) {
-        Some(v) => format!("{}={v}:{}", t.key, t.effect),
-        None => format!("{}:{}", t.key, t.effect),
-    }
+/// A node's taint in the scheduler's terms; `None` for an effect Kubernetes does not know
+/// (its scheduler ignores such a taint too). The scheduler decides which taints keep pods
+/// off and what tolerates them.
+pub fn taint_of(t: &Taint) -> Option<sched::Taint> {
+    Some(sched::Taint::new(
+        t.key.clone(),
+        t.value.clone().unwrap_or_default(),
+        sched::TaintEffect::parse(&t.effect)?,
+    ))
 }
 
-/// Taints that keep new pods off a node (PreferNoSchedule only prefers).
-fn hard_taints(node: &Node) -> Vec<&Taint> {
-    node.spec
-        .as_ref()
-        .and_then(|s| s.taints.as_ref())
-        .into_iter()
-        .flatten()
-        .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
-        .collect()
-}
-
-/// Kubernetes' toleration matching (v1 helper ToleratesTaint).
-pub fn tolerates(tol: &Toleration, taint: &Taint) -> bool {
-    if let Some(e) = tol.effect.as_deref().filter(|e| !e.is_empty())
-        && e != taint.effect
-    {
-        return false;
-    }
-    let key = tol.key.as_deref().unwrap_or("");
-    if !key.is_empty() && key != taint.key {
-        return false;
-    }
-    match tol.operator.as_deref().unwrap_or("Equal") {
-        "Exists" => true,
-        "Equal" => {
-            key == taint.key
-                && tol.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
-        }
-        _ => false,
-    }
+/// A pod's toleration in the scheduler's terms; `None` for one that tolerates no taint (an
+/// operator or effect Kubernetes does not know: its `ToleratesTaint` is false for them).
+pub fn toleration_of(t: &Toleration) -> Option<sched::Toleration> {
+    let operator = match t.operator.as_deref().unwrap_or("") {
+        "" | "Equal" => sched::TolerationOperator::Equal,
+        "Exists" => sched::TolerationOperator::Exists,
+        _ => return None,
+    };
+    let effect = match t.effect.as_deref().unwrap_or("") {
+        "" => None,
+        e => Some(sched::TaintEffect::parse(e)?),
+    };
+    Some(sched::Toleration {
+        key: t.key.clone().unwrap_or_default(),
+        operator,
+        value: t.value.clone().unwrap_or_default(),
+        effect,
+    })
 }
 
 /// A role's pod-template field, decoded.
@@ -321,14 +312,13 @@ fn template_field<T: serde::de::DeserializeOwned>(
         .map_err(|e| format!("spec.replicas.{role}.template.podTemplate.spec.{field}: {e}"))
 }
 
-/// The node selector of a job (every role's, together) and the taints, among those of
-/// `nodes`, that every role tolerates: the scheduler matches both exactly.
+/// The node selector of a job (every role's, together) and the tolerations of each role
+/// with replicas, as the scheduler takes them (it matches them to node taints).
 pub fn job_constraints(
     job: &TrainingJob,
-    nodes: &[Node],
-) -> Result<(BTreeMap<String, String>, Vec<String>), String> {
+) -> Result<(BTreeMap<String, String>, sched::JobTolerations), String> {
     let mut selector = BTreeMap::new();
-    let mut tolerations: Vec<Vec<Toleration>> = Vec::new();
+    let mut tolerations = sched::JobTolerations::new();
     for (role, spec) in &job.spec.replicas {
         if spec.count == 0 {
             continue;
@@ -336,22 +326,14 @@ pub fn job_constraints(
         if let Some(sel) = template_field::<BTreeMap<String, String>>(job, *role, "nodeSelector")? {
             selector.extend(sel);
         }
-        tolerations.push(
-            template_field::<Vec<Toleration>>(job, *role, "tolerations")?.unwrap_or_default(),
+        let tols =
+            template_field::<Vec<Toleration>>(job, *role, "tolerations")?.unwrap_or_default();
+        tolerations.insert(
+            role.as_str().to_string(),
+            tols.iter().filter_map(toleration_of).collect(),
         );
     }
-    let mut tolerated = BTreeSet::new();
-    for node in nodes {
-        for t in hard_taints(node) {
-            if tolerations
-                .iter()
-                .all(|tols| tols.iter().any(|tol| tolerates(tol, t)))
-            {
-                tolerated.insert(taint_string(t));
-            }
-        }
-    }
-    Ok((selector, tolerated.into_iter().collect()))
+    Ok((selector, tolerations))
 }
 
 fn node_ready(node: &Node) -> bool {
@@ -407,7 +389,14 @@ pub fn sched_node(
         topology: topology_label.and_then(|l| labels.get(l).cloned()),
         labels,
         schedulable: !unschedulable && node_ready(node),
-        taints: hard_taints(node).into_iter().map(taint_string).collect(),
+        taints: node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .into_iter()
+            .flatten()
+            .filter_map(taint_of)
+            .collect(),
         allocated: sched::NodeAllocation {
             cpu_milli: foreign.cpu_milli.min(alloc.cpu_milli),
             memory_bytes: foreign.memory_bytes.min(alloc.memory_bytes),

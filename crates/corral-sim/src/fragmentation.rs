@@ -337,7 +337,7 @@ impl CorralPlacer {
             throughput: BTreeMap::new(),
             preemptible: false,
             node_selector: BTreeMap::new(),
-            tolerations: Vec::new(),
+            tolerations: Default::default(),
         };
         let now = (pod.creation_s * 1000.0).round() as u64;
         match self

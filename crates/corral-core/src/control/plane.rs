@@ -34,7 +34,9 @@ const REASON_REFRESH_MS: Millis = 30_000;
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SchedulingHints {
     pub node_selector: BTreeMap<String, String>,
-    pub tolerations: Vec<String>,
+    /// Tolerations of the pod templates by role, as the platform states them; the scheduler
+    /// matches them to node taints (`crate::sched::taint`).
+    pub tolerations: crate::sched::JobTolerations,
     pub throughput: BTreeMap<String, f64>,
 }
 

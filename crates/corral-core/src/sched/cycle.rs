@@ -5,12 +5,13 @@ use std::collections::{BTreeSet, BinaryHeap, HashMap};
 
 use corral_api::gpu_type;
 
-use super::explain::{Blocker, Needs, PendingReason, TaintBlock};
+use super::explain::{Blocker, Misfit, Needs, PendingReason, TaintBlock};
 use super::index::{ClusterIndex, NO_POOL, NodeFilter, PodRequest};
 use super::model::{ClusterSnapshot, JobRequest, Millis, RunningJob, SchedError, SchedulerConfig};
 use super::outcome::{Admission, CycleOutcome, Decision, PendingJob, ReplicaPlacement};
 use super::placement::{Alloc, GangShape, enough_slots, place_gang};
 use super::quota::{Amount, Quotas};
+use super::taint::{Toleration, common_tolerations};
 
 pub(crate) struct RunningState {
     pub pool: u16,
@@ -22,6 +23,8 @@ pub(crate) struct RunningState {
 
 pub(crate) struct JobEntry {
     pub req: JobRequest,
+    /// What every role of the job with replicas tolerates.
+    pub tolerations: Vec<Toleration>,
     pub queue: Option<u32>,
     /// (count, per-replica request), parallel to `req.groups`.
     pub groups: Vec<(u32, PodRequest)>,
@@ -54,7 +57,7 @@ impl JobEntry {
             gpu_slots: &self.gpu_slots,
             filter: NodeFilter {
                 selector: &self.req.node_selector,
-                tolerations: &self.req.tolerations,
+                tolerations: &self.tolerations,
             },
         }
     }
@@ -397,10 +400,19 @@ impl Scheduler {
             }
             None => None,
         };
+        let tolerations = common_tolerations(
+            &req.tolerations,
+            req.groups
+                .iter()
+                .filter(|g| g.count > 0)
+                .map(|g| g.role.as_str()),
+        );
         let filter = NodeFilter {
             selector: &req.node_selector,
-            tolerations: &req.tolerations,
+            tolerations: &tolerations,
         };
+        // Roles are named in a reason only when the job has several.
+        let several_roles = req.groups.iter().filter(|g| g.count > 0).count() > 1;
         let mut pools: Vec<(u16, f64)> = Vec::new();
         let mut static_blockers = Vec::new();
         for (pi, p) in self.index.pools.iter().enumerate() {
@@ -437,21 +449,31 @@ impl Scheduler {
                 });
                 continue;
             }
-            if groups
-                .iter()
-                .any(|(c, pod)| *c > 0 && !self.index.could_ever_hold(pi, pod, &filter))
-            {
-                let taint = self.index.tainted_room(pi, &filter, biggest, true).map(
-                    |(n, free_gpus, taint)| TaintBlock {
-                        node: self.index.nodes[n as usize].name.clone(),
-                        free_gpus,
-                        taint,
-                    },
-                );
+            // The first replica (largest first) that no node could ever hold.
+            if let Some(&gi) = order.iter().find(|&&gi| {
+                let (c, pod) = &groups[gi as usize];
+                *c > 0 && !self.index.could_ever_hold(pi, pod, &filter)
+            }) {
+                let pod = &groups[gi as usize].1;
+                let taint =
+                    self.index
+                        .tainted_room(pi, &filter, pod, true)
+                        .map(|(n, gpus, taint)| TaintBlock {
+                            node: self.index.nodes[n as usize].name.clone(),
+                            free_gpus: if pod.gpu > 0 { gpus } else { 0 },
+                            taint,
+                        });
+                let mut misfit = self.index.misfit(pi, pod, &filter);
+                if let Misfit::Resources(s) = &mut misfit
+                    && several_roles
+                {
+                    s.role = Some(req.groups[gi as usize].role.clone());
+                }
                 static_blockers.push(Blocker::NoSuitableNode {
                     pool: p.name.clone(),
                     gpu_type: p.gpu_type.clone(),
                     taint,
+                    misfit: Some(misfit),
                 });
                 continue;
             }
@@ -484,8 +506,20 @@ impl Scheduler {
             pools.sort_by_key(|&(pi, _)| (self.index.pools[pi as usize].gpu_type.is_some(), pi));
         }
         if pools.is_empty() && static_blockers.is_empty() {
+            // Nodes no pool takes (declared pools select by GPU type and labels).
+            const NAMED: usize = 3;
+            let mut unpooled = self.index.nodes.iter().filter(|n| n.pool == NO_POOL);
+            let names: Vec<String> = unpooled
+                .by_ref()
+                .take(NAMED)
+                .map(|n| n.name.clone())
+                .collect();
+            let total = names.len() as u64 + unpooled.count() as u64;
             static_blockers.push(Blocker::NoMatchingPool {
                 gpu_types: allowed.clone().unwrap_or_default(),
+                asks_gpus: uses_gpus,
+                unpooled: names,
+                unpooled_total: total,
             });
         }
         if let Some(b) = refused {
@@ -538,6 +572,7 @@ impl Scheduler {
         };
         JobEntry {
             req,
+            tolerations,
             queue,
             groups,
             order,
@@ -880,13 +915,41 @@ impl Scheduler {
         let biggest = e.groups.iter().map(|(_, pod)| pod.gpu).max().unwrap_or(0);
         let (reserved_free, reserved_for) =
             self.index.reserved_room(pool, &filter, biggest, &e.req.key);
+        // Where the GPUs are there (or not asked for): the first replica (largest first)
+        // that no usable node has room for, and what it lacks.
+        let scan = self.config.node_scan_limit as usize;
+        let several_roles = e.groups.iter().filter(|(c, _)| *c > 0).count() > 1;
+        let short = e
+            .order
+            .iter()
+            .filter(|&&gi| e.groups[gi as usize].0 > 0)
+            .find_map(|&gi| {
+                let pod = &e.groups[gi as usize].1;
+                let mut s = self.index.shortfall_now(pool, pod, &filter, scan)?;
+                if several_roles {
+                    s.role = Some(e.req.groups[gi as usize].role.clone());
+                }
+                Some((gi, s))
+            });
+        // The largest replica, or the one that lacks room.
+        let pod = &e.groups[short.as_ref().map_or(e.order[0], |(gi, _)| *gi) as usize].1;
+        // Named where it is what keeps the job off room: more free GPUs than the job
+        // finds elsewhere, or room for a replica that finds none.
+        let no_room = || {
+            short.is_some()
+                || pod.gpu == 0
+                    && self
+                        .index
+                        .find_node(pool, pod, None, &filter, scan)
+                        .is_none()
+        };
         let tainted = self
             .index
-            .tainted_room(pool, &filter, biggest.max(1), false)
-            .filter(|&(_, free, _)| free > largest)
+            .tainted_room(pool, &filter, pod, false)
+            .filter(|&(_, free, _)| free > largest || no_room())
             .map(|(n, free_gpus, taint)| TaintBlock {
                 node: self.index.nodes[n as usize].name.clone(),
-                free_gpus,
+                free_gpus: if pod.gpu > 0 { free_gpus } else { 0 },
                 taint,
             });
         let fit = if biggest == 0 {
@@ -906,6 +969,7 @@ impl Scheduler {
             reserved_for,
             reserved_free,
             tainted,
+            short: short.map(|(_, s)| s),
         }
     }
 

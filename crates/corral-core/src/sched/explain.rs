@@ -2,9 +2,17 @@
 //! "needs 8 GPUs of type A100 on one node; largest free block is 6 on node-3; queue team-a is
 //! at its quota 16/16 and its cohort has nothing to lend".
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
+
+/// [`ResourceShort::resource`] of GPUs.
+pub const GPU: &str = "gpu";
+/// [`ResourceShort::resource`] of CPU, counted in milli-CPUs.
+pub const CPU: &str = "cpu";
+/// [`ResourceShort::resource`] of memory, counted in bytes.
+pub const MEMORY: &str = "memory";
 
 /// What a pending job needs, for the first clause of its reason.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -43,13 +51,197 @@ pub struct TaintBlock {
 
 impl fmt::Display for TaintBlock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let room = if self.free_gpus == 0 {
+            "room for a replica".to_string()
+        } else {
+            plural(u64::from(self.free_gpus), "GPU", "GPUs")
+        };
         write!(
             f,
-            "{} has {} but taint {}, which the job does not tolerate",
-            self.node,
-            plural(u64::from(self.free_gpus), "GPU", "GPUs"),
-            self.taint
+            "{} has {room} but taint {}, which the job does not tolerate",
+            self.node, self.taint
         )
+    }
+}
+
+/// How much of one resource a replica needs, and the most of it one node the job may use
+/// has for it (free now, or in all for a job that never fits).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceShort {
+    /// [`GPU`], [`CPU`] (milli-CPUs), [`MEMORY`] (bytes) or an extended resource's name.
+    pub resource: String,
+    pub needed: u64,
+    pub most: u64,
+    /// The node that has `most` (none when no node has any).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+}
+
+impl ResourceShort {
+    fn short(&self) -> bool {
+        self.most < self.needed
+    }
+}
+
+/// Why no node has room for a replica: every resource the replica asks for (besides GPUs,
+/// where those are counted apart) with the most one node has. The resources whose `most`
+/// is below `needed` are what falls short; when none is, no node has them all at once.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Shortfall {
+    /// The replica's role, when the job has several.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// Whether the job's node selector or tolerations leave nodes of the pool out.
+    #[serde(default)]
+    pub narrowed: bool,
+    pub resources: Vec<ResourceShort>,
+}
+
+impl Shortfall {
+    fn who(&self) -> String {
+        match &self.role {
+            Some(r) => format!("a {r} replica"),
+            None => "a replica".to_string(),
+        }
+    }
+
+    fn may_use(&self) -> &'static str {
+        if self.narrowed {
+            " the job may use"
+        } else {
+            ""
+        }
+    }
+
+    /// Free now: "no node with 8 free GPUs has 16 CPUs free (at most 4, on node-3)".
+    fn write_free(&self, f: &mut fmt::Formatter<'_>, gpus: u32) -> fmt::Result {
+        if let Some(role) = &self.role {
+            write!(f, "for a {role} replica, ")?;
+        }
+        write!(f, "no node")?;
+        if gpus > 0 {
+            write!(
+                f,
+                " with {}",
+                plural(u64::from(gpus), "free GPU", "free GPUs")
+            )?;
+        }
+        if self.narrowed {
+            write!(f, " that the job may use")?;
+        }
+        let short: Vec<&ResourceShort> = self.resources.iter().filter(|r| r.short()).collect();
+        if short.is_empty() {
+            let all: Vec<String> = self
+                .resources
+                .iter()
+                .map(|r| resource_amount(&r.resource, r.needed))
+                .collect();
+            return write!(f, " has {} free at once", join_and(&all));
+        }
+        let clauses: Vec<String> = short
+            .iter()
+            .map(|r| {
+                let most = match (&r.node, r.most) {
+                    (Some(node), m) if m > 0 => {
+                        format!("at most {}, on {node}", resource_bare(&r.resource, m))
+                    }
+                    _ => format!("all {} is taken", resource_noun(&r.resource)),
+                };
+                format!("{} free ({most})", resource_amount(&r.resource, r.needed))
+            })
+            .collect();
+        write!(f, " has {}", clauses.join(" or "))
+    }
+
+    /// Even empty: "a replica needs 600 GiB memory but the largest node, node-0, has
+    /// 512 GiB".
+    fn write_total(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let short: Vec<&ResourceShort> = self.resources.iter().filter(|r| r.short()).collect();
+        if short.is_empty() {
+            let all: Vec<String> = self
+                .resources
+                .iter()
+                .map(|r| resource_amount(&r.resource, r.needed))
+                .collect();
+            return write!(
+                f,
+                "no node{} has {} at once, which {} needs",
+                self.may_use(),
+                join_and(&all),
+                self.who()
+            );
+        }
+        let clauses: Vec<String> = short
+            .iter()
+            .map(|r| {
+                let largest = match (&r.node, r.most) {
+                    (Some(node), m) if m > 0 => format!(
+                        "the largest node{}, {node}, has {}",
+                        self.may_use(),
+                        resource_bare(&r.resource, m)
+                    ),
+                    _ => format!("no node{} has any", self.may_use()),
+                };
+                format!(
+                    "{} needs {} but {largest}",
+                    self.who(),
+                    resource_amount(&r.resource, r.needed)
+                )
+            })
+            .collect();
+        write!(f, "{}", clauses.join("; "))
+    }
+}
+
+/// Why no node of a pool could hold a replica of the job even when empty (what
+/// [`Blocker::NoSuitableNode`] names when no taint alone keeps the job off a node).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "kind")]
+pub enum Misfit {
+    /// No node of the pool takes new work (cordoned, or not ready).
+    NoneSchedulable,
+    /// No node that takes new work has the labels of the job's node selector.
+    Selector { selector: BTreeMap<String, String> },
+    /// Every such node the node selector admits carries a taint the job does not tolerate.
+    Taints {
+        /// One of those taints (`key=value:Effect`).
+        taint: String,
+        /// Whether the job has a node selector (that left other nodes out).
+        narrowed: bool,
+    },
+    /// The nodes the job may use are too small for a replica.
+    Resources(Shortfall),
+}
+
+impl fmt::Display for Misfit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Misfit::NoneSchedulable => write!(
+                f,
+                "no node of the pool takes new work (all are cordoned or not ready)"
+            ),
+            Misfit::Selector { selector } => {
+                let labels: Vec<String> =
+                    selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                write!(
+                    f,
+                    "no node has the labels of the job's node selector ({})",
+                    labels.join(", ")
+                )
+            }
+            Misfit::Taints { taint, narrowed } => write!(
+                f,
+                "every node{} has a taint the job does not tolerate, such as {taint}",
+                if *narrowed {
+                    " that matches the job's node selector"
+                } else {
+                    ""
+                }
+            ),
+            Misfit::Resources(s) => s.write_total(f),
+        }
     }
 }
 
@@ -65,8 +257,19 @@ pub enum Blocker {
         namespace: String,
         allowed: Vec<String>,
     },
-    /// No pool offers any of the allowed GPU types.
-    NoMatchingPool { gpu_types: Vec<String> },
+    /// No pool offers any of the allowed GPU types (or, for a job without GPUs, no pool
+    /// has a node).
+    NoMatchingPool {
+        gpu_types: Vec<String>,
+        /// Whether the job asks for GPUs.
+        #[serde(default = "yes")]
+        asks_gpus: bool,
+        /// Nodes that belong to no pool (the first few), and how many there are.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        unpooled: Vec<String>,
+        #[serde(default)]
+        unpooled_total: u64,
+    },
     /// A replica needs more GPUs than any node of the pool has, even empty.
     TooLargeForNode {
         pool: String,
@@ -81,14 +284,17 @@ pub enum Blocker {
         total_gpus: u64,
         pool_gpus: u64,
     },
-    /// No node of the pool matches the job's node selector, tolerations, CPU, memory or
-    /// extended resources, even empty.
+    /// No node of the pool could hold a replica even empty: its node selector, taints,
+    /// CPU, memory, GPUs or extended resources rule every node out.
     NoSuitableNode {
         pool: String,
         gpu_type: Option<String>,
         /// A node that would hold a replica but for a taint the job does not tolerate.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         taint: Option<TaintBlock>,
+        /// What rules the nodes out otherwise.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        misfit: Option<Misfit>,
     },
     /// Not enough free room now.
     Capacity {
@@ -110,9 +316,14 @@ pub enum Blocker {
         /// Free GPUs this job could use on those reserved nodes.
         #[serde(default)]
         reserved_free: u64,
-        /// The node with more free GPUs than `largest_free` that a taint keeps the job off.
+        /// The node with more free GPUs than `largest_free` (or, where the GPUs are not
+        /// what is missing, with room for a replica) that a taint keeps the job off.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         tainted: Option<TaintBlock>,
+        /// Where GPUs are not what is missing (the job asks for none, or nodes have them
+        /// free): what a replica needs that no node has free.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        short: Option<Shortfall>,
     },
     /// The queue may not use more of this pool now.
     Quota {
@@ -167,6 +378,10 @@ impl PendingReason {
     }
 }
 
+fn yes() -> bool {
+    true
+}
+
 fn plural(n: u64, one: &str, many: &str) -> String {
     if n == 1 {
         format!("1 {one}")
@@ -205,6 +420,51 @@ fn memory_text(bytes: u64) -> String {
     }
 }
 
+/// "1 CPU", "2.5 CPUs".
+fn cpus(milli: u64) -> String {
+    if milli == 1000 {
+        "1 CPU".to_string()
+    } else {
+        format!("{} CPUs", cpu_text(milli))
+    }
+}
+
+/// An amount with its unit: "8 GPUs", "4 CPUs", "600 GiB memory", "2 rdma/hca".
+fn resource_amount(resource: &str, v: u64) -> String {
+    match resource {
+        GPU => plural(v, "GPU", "GPUs"),
+        CPU => cpus(v),
+        MEMORY => format!("{} memory", memory_text(v)),
+        other => format!("{v} {other}"),
+    }
+}
+
+/// An amount whose resource is already named: "8", "4", "512 GiB", "1".
+fn resource_bare(resource: &str, v: u64) -> String {
+    match resource {
+        CPU => cpu_text(v),
+        MEMORY => memory_text(v),
+        _ => v.to_string(),
+    }
+}
+
+fn resource_noun(resource: &str) -> &str {
+    match resource {
+        GPU => "GPUs",
+        CPU => "CPU",
+        other => other,
+    }
+}
+
+/// "a", "a and b", "a, b and c".
+fn join_and(items: &[String]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => one.clone(),
+        [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
+    }
+}
+
 fn amount_text(resource: QuotaResource, v: u64) -> String {
     match resource {
         QuotaResource::Gpu => v.to_string(),
@@ -218,8 +478,8 @@ impl fmt::Display for Needs {
         let types = types_phrase(&self.gpu_types);
         if self.total_gpus == 0 {
             let what = format!(
-                "{} CPUs and {} memory",
-                cpu_text(self.cpu_milli),
+                "{} and {} memory",
+                cpus(self.cpu_milli),
                 memory_text(self.memory_bytes)
             );
             return if self.replicas == 1 {
@@ -275,11 +535,34 @@ impl fmt::Display for Blocker {
                 if allowed.len() == 1 { "" } else { "s" },
                 allowed.join(", ")
             ),
-            Blocker::NoMatchingPool { gpu_types } if gpu_types.is_empty() => {
-                write!(f, "no node pool has GPUs, and this job asks for GPUs")
-            }
-            Blocker::NoMatchingPool { gpu_types } => {
-                write!(f, "no node pool has GPUs {}", types_phrase(gpu_types))
+            Blocker::NoMatchingPool {
+                gpu_types,
+                asks_gpus,
+                unpooled,
+                unpooled_total,
+            } => {
+                match (asks_gpus, gpu_types.is_empty()) {
+                    (false, _) => write!(f, "no node pool has a node")?,
+                    (true, true) => write!(f, "no node pool has GPUs, and this job asks for GPUs")?,
+                    (true, false) => {
+                        write!(f, "no node pool has GPUs {}", types_phrase(gpu_types))?
+                    }
+                }
+                if !unpooled.is_empty() {
+                    let mut names = unpooled.join(", ");
+                    let more = unpooled_total.saturating_sub(unpooled.len() as u64);
+                    if more > 0 {
+                        names.push_str(&format!(" and {more} more"));
+                    }
+                    write!(
+                        f,
+                        "; node{} {names} {} in no pool (a NodePool takes only nodes with \
+                         GPUs of its gpuType and the labels of its nodeSelector)",
+                        if *unpooled_total == 1 { "" } else { "s" },
+                        if *unpooled_total == 1 { "is" } else { "are" },
+                    )?;
+                }
+                Ok(())
             }
             Blocker::TooLargeForNode {
                 gpus_per_replica,
@@ -299,16 +582,16 @@ impl fmt::Display for Blocker {
                 f,
                 "the gang needs {total_gpus} GPUs but the pool has only {pool_gpus}"
             ),
-            Blocker::NoSuitableNode { taint, .. } => {
-                write!(
+            Blocker::NoSuitableNode { taint, misfit, .. } => match (taint, misfit) {
+                (Some(t), _) => write!(f, "no node the job tolerates could hold a replica ({t})"),
+                (None, Some(m)) => write!(f, "{m}"),
+                // A reason stored before the scheduler said why.
+                (None, None) => write!(
                     f,
-                    "no node matches the job's node selector, tolerations, CPU, memory and extended resources"
-                )?;
-                if let Some(t) = taint {
-                    write!(f, " ({t})")?;
-                }
-                Ok(())
-            }
+                    "no node matches the job's node selector, tolerations, CPU, memory and \
+                     extended resources"
+                ),
+            },
             Blocker::Capacity {
                 largest_free,
                 largest_free_node,
@@ -319,26 +602,45 @@ impl fmt::Display for Blocker {
                 reserved_for,
                 reserved_free,
                 tainted,
+                short,
                 ..
             } => {
+                // GPUs are not what is missing: the job asks for none, or counted by GPUs
+                // alone the whole gang fits.
+                let gpus_there = *gpus_per_replica == 0
+                    || (largest_free_node.is_some()
+                        && *largest_free >= *gpus_per_replica
+                        && *replicas_that_fit >= *replicas);
                 match largest_free_node {
-                    // Counted by GPUs alone the whole gang fits: the rest is missing.
-                    Some(node)
-                        if *largest_free > 0
-                            && *largest_free >= *gpus_per_replica
-                            && *replicas_that_fit >= *replicas =>
-                    {
-                        write!(
-                            f,
-                            "{} free on {node}, but no node with enough \
-                             free GPUs has the CPU, memory and extended resources a replica \
-                             needs free",
-                            if *largest_free == 1 {
-                                "1 GPU is".to_string()
-                            } else {
-                                format!("{largest_free} GPUs are")
+                    _ if gpus_there => {
+                        if let Some(node) =
+                            largest_free_node.as_ref().filter(|_| *gpus_per_replica > 0)
+                        {
+                            write!(
+                                f,
+                                "{} free on {node}, but ",
+                                if *largest_free == 1 {
+                                    "1 GPU is".to_string()
+                                } else {
+                                    format!("{largest_free} GPUs are")
+                                }
+                            )?;
+                        }
+                        match short {
+                            Some(s) => s.write_free(f, *gpus_per_replica)?,
+                            None if tainted.is_some() && *gpus_per_replica == 0 => {
+                                write!(f, "no node the job may use has room for a replica")?
                             }
-                        )?
+                            None if *replicas > 1 => {
+                                write!(f, "no nodes have room for all {replicas} replicas at once")?
+                            }
+                            None if *gpus_per_replica > 0 => write!(
+                                f,
+                                "no node with enough free GPUs has the CPU, memory and \
+                                 extended resources a replica needs free"
+                            )?,
+                            None => write!(f, "no node the job may use has room for a replica")?,
+                        }
                     }
                     Some(node) if *largest_free > 0 => write!(
                         f,
@@ -355,7 +657,7 @@ impl fmt::Display for Blocker {
                     _ if *free_gpus > 0 => write!(f, "no node the job may use has a free GPU")?,
                     _ => write!(f, "no node has room for a replica")?,
                 }
-                if *replicas > 1 && *free_gpus > 0 {
+                if *replicas > 1 && *free_gpus > 0 && *gpus_per_replica > 0 && !gpus_there {
                     write!(
                         f,
                         " ({} free in all; room for {replicas_that_fit} of {replicas} replicas)",

@@ -7,7 +7,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use super::explain::{CPU, GPU, MEMORY, Misfit, ResourceShort, Shortfall};
 use super::model::{ClusterSnapshot, NodePoolConfig, SchedError};
+use super::taint::{Taint, Toleration, first_untolerated, tolerates_all};
 
 pub(crate) const NO_POOL: u16 = u16::MAX;
 
@@ -43,18 +45,21 @@ pub(crate) struct PodRequest {
     pub ext: Vec<(u32, u64)>,
 }
 
-/// Node selector and tolerations of a job.
+/// Node selector and tolerations of a job (what every role of it tolerates, see
+/// [`super::taint::common_tolerations`]).
 pub(crate) struct NodeFilter<'a> {
     pub selector: &'a BTreeMap<String, String>,
-    pub tolerations: &'a [String],
+    pub tolerations: &'a [Toleration],
 }
 
 impl NodeFilter<'_> {
     fn admits(&self, node: &NodeState) -> bool {
+        self.selects(node) && tolerates_all(self.tolerations, &node.taints)
+    }
+    fn selects(&self, node: &NodeState) -> bool {
         self.selector
             .iter()
             .all(|(k, v)| node.labels.get(k) == Some(v))
-            && node.taints.iter().all(|t| self.tolerations.contains(t))
     }
     fn is_trivial(&self) -> bool {
         self.selector.is_empty() && self.tolerations.is_empty()
@@ -74,7 +79,8 @@ pub(crate) struct NodeState {
     pub ext_free: Vec<(u32, u64)>,
     pub ext_total: Vec<(u32, u64)>,
     pub labels: BTreeMap<String, String>,
-    pub taints: Vec<String>,
+    /// The node's taints that keep pods off (`NoSchedule`, `NoExecute`) only.
+    pub taints: Vec<Taint>,
     pub schedulable: bool,
     pub reserved: bool,
 }
@@ -114,6 +120,43 @@ impl NodeState {
             .iter()
             .find(|(i, _)| *i == id)
             .map_or(0, |&(_, v)| v)
+    }
+    fn ext_capacity(&self, id: u32) -> u64 {
+        self.ext_total
+            .iter()
+            .find(|(i, _)| *i == id)
+            .map_or(0, |&(_, v)| v)
+    }
+}
+
+/// Which amount of a node a [`ResourceShort`] row reads.
+#[derive(Clone, Copy)]
+enum Key {
+    Cpu,
+    Mem,
+    Ext(u32),
+}
+
+/// The most of a resource one of `nodes` has (first in order among equals), against what a
+/// replica needs.
+fn most_of(
+    nodes: &[&NodeState],
+    resource: &str,
+    needed: u64,
+    amount: impl Fn(&NodeState) -> u64,
+) -> ResourceShort {
+    let best = nodes.iter().map(|n| (amount(n), *n)).fold(
+        None,
+        |best: Option<(u64, &NodeState)>, (v, n)| match best {
+            Some((b, _)) if b >= v => best,
+            _ => Some((v, n)),
+        },
+    );
+    ResourceShort {
+        resource: resource.to_string(),
+        needed,
+        most: best.map_or(0, |(v, _)| v),
+        node: best.filter(|(v, _)| *v > 0).map(|(_, n)| n.name.clone()),
     }
 }
 
@@ -245,10 +288,16 @@ impl ClusterIndex {
                 cluster_total[1] = cluster_total[1].saturating_add(n.cpu_milli);
                 cluster_total[2] = cluster_total[2].saturating_add(n.memory_bytes);
             }
+            let taints: Vec<Taint> = n
+                .taints
+                .iter()
+                .filter(|t| t.keeps_pods_off())
+                .cloned()
+                .collect();
             if pool != NO_POOL {
                 let p = &mut pools[pool as usize];
                 p.nodes.push(i as u32);
-                if !n.taints.is_empty() {
+                if !taints.is_empty() {
                     p.tainted.push(i as u32);
                 }
                 if n.schedulable {
@@ -271,7 +320,7 @@ impl ClusterIndex {
                 ext_free,
                 ext_total,
                 labels: n.labels.clone(),
-                taints: n.taints.clone(),
+                taints,
                 schedulable: n.schedulable,
                 reserved: false,
             });
@@ -400,15 +449,15 @@ impl ClusterIndex {
         (0, None)
     }
 
-    /// The schedulable node of the pool with the most room for a replica of `gpus` GPUs
-    /// (free now, or in all with `when_empty`) that the job's node selector admits but one
-    /// of whose taints it does not tolerate: (node, those GPUs, that taint). Names what
-    /// keeps the job off a node that has room.
+    /// The schedulable node of the pool with the most free GPUs that has room for `pod`
+    /// (free now, or in all with `when_empty`) and that the job's node selector admits but
+    /// one of whose taints it does not tolerate: (node, its GPUs for the job, that taint).
+    /// Names what keeps the job off a node that has room.
     pub fn tainted_room(
         &self,
         pool: u16,
         filter: &NodeFilter<'_>,
-        gpus: u32,
+        pod: &PodRequest,
         when_empty: bool,
     ) -> Option<(u32, u32, String)> {
         let p = &self.pools[pool as usize];
@@ -416,25 +465,170 @@ impl ClusterIndex {
             .iter()
             .filter_map(|&n| {
                 let node = &self.nodes[n as usize];
-                let selected = filter
-                    .selector
-                    .iter()
-                    .all(|(k, v)| node.labels.get(k) == Some(v));
                 let room = if when_empty {
+                    node.gpus >= pod.gpu
+                        && node.cpu_total >= pod.cpu
+                        && node.mem_total >= pod.mem
+                        && pod.ext.iter().all(|&(id, v)| node.ext_capacity(id) >= v)
+                } else {
+                    node.has_room(pod)
+                };
+                if !node.schedulable || !filter.selects(node) || !room {
+                    return None;
+                }
+                let taint = first_untolerated(filter.tolerations, &node.taints)?;
+                let gpus = if when_empty {
                     node.gpus
                 } else {
                     node.free_gpus()
                 };
-                if !node.schedulable || !selected || room < gpus {
-                    return None;
-                }
-                let taint = node
-                    .taints
-                    .iter()
-                    .find(|t| !filter.tolerations.contains(t))?;
-                Some((n, room, taint.clone()))
+                Some((n, gpus, taint.to_string()))
             })
             .max_by_key(|&(n, free, _)| (free, std::cmp::Reverse(n)))
+    }
+
+    /// Why no usable node of the pool (indexed, admitted by the filter) has room for `pod`
+    /// now, where GPUs are not what is missing: the most free CPU, memory and extended
+    /// resources on one node among those with enough free GPUs. `None` when such a node
+    /// has room, or when none has the GPUs (GPUs are then what is missing). Examines the
+    /// nodes [`ClusterIndex::find_node`] examines.
+    pub fn shortfall_now(
+        &self,
+        pool: u16,
+        pod: &PodRequest,
+        filter: &NodeFilter<'_>,
+        scan_limit: usize,
+    ) -> Option<Shortfall> {
+        let p = &self.pools[pool as usize];
+        let first = pod.gpu as usize;
+        if first >= p.buckets.len() {
+            return None;
+        }
+        let trivial = filter.is_trivial();
+        let mut most = self.resource_rows(pod);
+        let mut any = false;
+        let mut narrowed = false;
+        for bucket in &p.buckets[first..] {
+            for &(_, n) in bucket.iter().take(scan_limit) {
+                let node = &self.nodes[n as usize];
+                if !((trivial && node.taints.is_empty()) || filter.admits(node)) {
+                    narrowed = true;
+                    continue;
+                }
+                if node.has_room(pod) {
+                    return None;
+                }
+                any = true;
+                for (row, key) in most.iter_mut() {
+                    let have = match key {
+                        Key::Cpu => node.free_cpu,
+                        Key::Mem => node.free_mem,
+                        Key::Ext(id) => node.ext_free(*id),
+                    };
+                    if have > row.most {
+                        row.most = have;
+                        row.node = Some(node.name.clone());
+                    }
+                }
+            }
+        }
+        if !any || most.is_empty() {
+            return None;
+        }
+        Some(Shortfall {
+            role: None,
+            narrowed,
+            resources: most.into_iter().map(|(row, _)| row).collect(),
+        })
+    }
+
+    /// Why no schedulable node of the pool could hold `pod` even empty (for a replica that
+    /// [`ClusterIndex::could_ever_hold`] rules out): no node takes new work, none has the
+    /// labels of the node selector, every selected one has a taint the job does not
+    /// tolerate, or the rest are too small (the most of each resource one of them has).
+    pub fn misfit(&self, pool: u16, pod: &PodRequest, filter: &NodeFilter<'_>) -> Misfit {
+        let p = &self.pools[pool as usize];
+        let schedulable: Vec<&NodeState> = p
+            .nodes
+            .iter()
+            .map(|&n| &self.nodes[n as usize])
+            .filter(|n| n.schedulable)
+            .collect();
+        if schedulable.is_empty() {
+            return Misfit::NoneSchedulable;
+        }
+        let selected: Vec<&NodeState> = schedulable
+            .iter()
+            .copied()
+            .filter(|n| filter.selects(n))
+            .collect();
+        if selected.is_empty() {
+            return Misfit::Selector {
+                selector: filter.selector.clone(),
+            };
+        }
+        let usable: Vec<&NodeState> = selected
+            .iter()
+            .copied()
+            .filter(|n| tolerates_all(filter.tolerations, &n.taints))
+            .collect();
+        if usable.is_empty() {
+            let taint = selected
+                .iter()
+                .find_map(|n| first_untolerated(filter.tolerations, &n.taints))
+                .map(ToString::to_string)
+                .unwrap_or_default();
+            return Misfit::Taints {
+                taint,
+                narrowed: selected.len() < schedulable.len(),
+            };
+        }
+        let mut rows: Vec<ResourceShort> = Vec::new();
+        if pod.gpu > 0 {
+            rows.push(most_of(&usable, GPU, u64::from(pod.gpu), |n| {
+                u64::from(n.gpus)
+            }));
+        }
+        for (row, key) in self.resource_rows(pod) {
+            rows.push(match key {
+                Key::Cpu => most_of(&usable, CPU, row.needed, |n| n.cpu_total),
+                Key::Mem => most_of(&usable, MEMORY, row.needed, |n| n.mem_total),
+                Key::Ext(id) => most_of(&usable, &row.resource, row.needed, |n| n.ext_capacity(id)),
+            });
+        }
+        Misfit::Resources(Shortfall {
+            role: None,
+            narrowed: usable.len() < schedulable.len(),
+            resources: rows,
+        })
+    }
+
+    /// A row per resource `pod` asks for besides GPUs (CPU, memory, extended), at zero.
+    fn resource_rows(&self, pod: &PodRequest) -> Vec<(ResourceShort, Key)> {
+        let row = |resource: &str, needed: u64| ResourceShort {
+            resource: resource.to_string(),
+            needed,
+            most: 0,
+            node: None,
+        };
+        let mut rows = Vec::new();
+        if pod.cpu > 0 {
+            rows.push((row(CPU, pod.cpu), Key::Cpu));
+        }
+        if pod.mem > 0 {
+            rows.push((row(MEMORY, pod.mem), Key::Mem));
+        }
+        for &(id, v) in &pod.ext {
+            if v > 0 {
+                let name = self
+                    .ext_ids
+                    .iter()
+                    .find(|(_, i)| **i == id)
+                    .map_or("", |(name, _)| name.as_str());
+                rows.push((row(name, v), Key::Ext(id)));
+            }
+        }
+        rows
     }
 
     /// Free GPUs on nodes reserved for other jobs than `except` that this job could use
@@ -553,22 +747,17 @@ impl ClusterIndex {
         if pod.gpu > p.max_node_gpus || pod.cpu > p.max_node_cpu || pod.mem > p.max_node_mem {
             return false;
         }
-        if filter.is_trivial() && pod.ext.is_empty() {
-            return p.nodes.iter().any(|&n| {
-                self.nodes[n as usize].taints.is_empty() && self.nodes[n as usize].schedulable
-            });
-        }
+        // One node must have it all: the pool's largest GPU count, CPU and memory may be on
+        // different nodes.
+        let trivial = filter.is_trivial();
         p.nodes.iter().any(|&n| {
             let node = &self.nodes[n as usize];
             node.schedulable
                 && node.gpus >= pod.gpu
                 && node.cpu_total >= pod.cpu
                 && node.mem_total >= pod.mem
-                && filter.admits(node)
-                && pod
-                    .ext
-                    .iter()
-                    .all(|&(id, v)| node.ext_total.iter().any(|&(i, cap)| i == id && cap >= v))
+                && ((trivial && node.taints.is_empty()) || filter.admits(node))
+                && pod.ext.iter().all(|&(id, v)| node.ext_capacity(id) >= v)
         })
     }
 
@@ -706,46 +895,6 @@ impl ClusterIndex {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use std::collections::BTreeMap;
-
-    use super::{ClusterIndex, NodeFilter, PodRequest};
-    use crate::sched::model::{ClusterSnapshot, Node};
-
-    fn node(name: &str, cpu_milli: u64) -> Node {
-        Node::new(name, Some("A".to_string()), 8, cpu_milli, 1 << 40)
-    }
-
-    /// Two nodes with the same free GPUs: the CPU-hungry replica goes where it leaves
-    /// enough CPU for the GPUs left, not to the first node in order.
-    #[test]
-    fn a_replica_does_not_strand_gpus_by_taking_their_cpu() {
-        let snapshot = ClusterSnapshot {
-            nodes: vec![node("poor", 32_000), node("rich", 96_000)],
-            ..Default::default()
-        };
-        let index = ClusterIndex::new(&snapshot).expect("valid snapshot");
-        let selector = BTreeMap::new();
-        let filter = NodeFilter {
-            selector: &selector,
-            tolerations: &[],
-        };
-        let pod = PodRequest {
-            cpu: 16_000,
-            gpu: 1,
-            ..Default::default()
-        };
-        let (n, fit) = index.find_node(0, &pod, None, &filter, 256).expect("fits");
-        assert_eq!(index.nodes[n as usize].name, "rich");
-        // 80 cores back 6 of the 7 GPUs left at 12 cores per GPU.
-        assert_eq!(fit.stranded, 1);
-        // On `poor`, 16 cores would back 4 of 7.
-        let poor = index.fit(0, &pod, 8);
-        assert_eq!(poor.stranded, 3);
-    }
-}
-
 /// Whether a pool takes a node: its GPU type and node selector match. `explicit`: the
 /// cluster declares its pools (otherwise there is one implicit pool per GPU type).
 pub(crate) fn pool_selects(p: &NodePoolConfig, n: &super::Node, explicit: bool) -> bool {
@@ -805,4 +954,44 @@ pub fn pools_without_nodes(pools: &[NodePoolConfig], nodes: &[super::Node]) -> V
             )
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::{ClusterIndex, NodeFilter, PodRequest};
+    use crate::sched::model::{ClusterSnapshot, Node};
+
+    fn node(name: &str, cpu_milli: u64) -> Node {
+        Node::new(name, Some("A".to_string()), 8, cpu_milli, 1 << 40)
+    }
+
+    /// Two nodes with the same free GPUs: the CPU-hungry replica goes where it leaves
+    /// enough CPU for the GPUs left, not to the first node in order.
+    #[test]
+    fn a_replica_does_not_strand_gpus_by_taking_their_cpu() {
+        let snapshot = ClusterSnapshot {
+            nodes: vec![node("poor", 32_000), node("rich", 96_000)],
+            ..Default::default()
+        };
+        let index = ClusterIndex::new(&snapshot).expect("valid snapshot");
+        let selector = BTreeMap::new();
+        let filter = NodeFilter {
+            selector: &selector,
+            tolerations: &[],
+        };
+        let pod = PodRequest {
+            cpu: 16_000,
+            gpu: 1,
+            ..Default::default()
+        };
+        let (n, fit) = index.find_node(0, &pod, None, &filter, 256).expect("fits");
+        assert_eq!(index.nodes[n as usize].name, "rich");
+        // 80 cores back 6 of the 7 GPUs left at 12 cores per GPU.
+        assert_eq!(fit.stranded, 1);
+        // On `poor`, 16 cores would back 4 of 7.
+        let poor = index.fit(0, &pod, 8);
+        assert_eq!(poor.stranded, 3);
+    }
 }

@@ -61,18 +61,25 @@ mod placement;
 pub mod preempt;
 mod quota;
 pub mod rebalance;
+pub mod taint;
 pub mod workload;
 
-pub use index::pools_without_nodes;
 pub use cycle::Scheduler;
-pub use explain::{Blocker, Needs, PendingReason, PreemptionReason, QuotaResource, TaintBlock};
+pub use explain::{
+    Blocker, Misfit, Needs, PendingReason, PreemptionReason, QuotaResource, ResourceShort,
+    Shortfall, TaintBlock,
+};
 pub use from_api::{known_gpu_speed, known_gpu_speeds, priority_of};
+pub use index::pools_without_nodes;
 pub use model::{
     ClusterSnapshot, JobRequest, Millis, Node, NodeAllocation, NodePoolConfig, PoolQuota,
     QueueConfig, ReplicaGroup, ResourceAmount, RunningJob, SchedError, SchedulerConfig,
 };
 pub use outcome::{
     Admission, CycleCounters, CycleOutcome, Decision, PendingJob, Preemption, ReplicaPlacement,
+};
+pub use taint::{
+    JobTolerations, Taint, TaintEffect, Toleration, TolerationOperator, common_tolerations,
 };
 
 /// One cycle from a snapshot: builds a [`Scheduler`], submits `pending` and runs

@@ -8,6 +8,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use super::taint::{JobTolerations, Taint};
+
 /// Milliseconds since the Unix epoch. The scheduler's only notion of time.
 pub type Millis = u64;
 
@@ -50,9 +52,10 @@ pub struct Node {
     /// False when cordoned: nothing new lands here, running work stays.
     #[serde(default = "yes")]
     pub schedulable: bool,
-    /// Taints (`key=value:effect` or any string); only jobs tolerating all of them land here.
+    /// Taints; a job lands here only if it tolerates every one that keeps pods off
+    /// (`NoSchedule`, `NoExecute`), by Kubernetes' rules (see [`super::taint`]).
     #[serde(default)]
-    pub taints: Vec<String>,
+    pub taints: Vec<Taint>,
     /// What is in use on the node by work the scheduler does not manage.
     #[serde(default)]
     pub allocated: NodeAllocation,
@@ -236,8 +239,10 @@ pub struct JobRequest {
     pub preemptible: bool,
     #[serde(default)]
     pub node_selector: BTreeMap<String, String>,
+    /// Tolerations of the job's pod templates by role (a role not listed tolerates
+    /// nothing); the scheduler uses what every role with replicas tolerates.
     #[serde(default)]
-    pub tolerations: Vec<String>,
+    pub tolerations: JobTolerations,
 }
 
 /// A job admitted earlier and where its replicas run.
@@ -444,7 +449,7 @@ impl JobRequest {
             throughput: BTreeMap::new(),
             preemptible: true,
             node_selector: BTreeMap::new(),
-            tolerations: Vec::new(),
+            tolerations: JobTolerations::new(),
         })
     }
 

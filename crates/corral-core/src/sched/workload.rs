@@ -222,7 +222,7 @@ pub fn job(rng: &mut Rng, i: usize, spec: &WorkloadSpec) -> JobRequest {
         throughput,
         preemptible: true,
         node_selector: BTreeMap::new(),
-        tolerations: Vec::new(),
+        tolerations: Default::default(),
     }
 }
 

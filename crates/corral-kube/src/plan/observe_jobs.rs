@@ -107,12 +107,10 @@ pub(super) fn observe_jobs(world: &World) -> Vec<ObservedJob<'_>> {
                 }
             };
             let hints =
-                observe::job_constraints(job, &world.nodes).map(|(node_selector, tolerations)| {
-                    SchedulingHints {
-                        node_selector,
-                        tolerations,
-                        ..SchedulingHints::default()
-                    }
+                observe::job_constraints(job).map(|(node_selector, tolerations)| SchedulingHints {
+                    node_selector,
+                    tolerations,
+                    ..SchedulingHints::default()
                 });
             if let Err(e) = &hints {
                 problems.push(("Invalid", e.clone()));

@@ -9,9 +9,13 @@
 //!  "request":{"key":"default/j","queue":"default","priority":0,"submitTime":1795428480568,
 //!             "groups":[{"role":"worker","count":2,"cpuMilli":100,"memoryBytes":67108864,
 //!                        "gpu":0,"allowedGpuTypes":[],"extended":{}}],
-//!             "throughput":{},"preemptible":true,"nodeSelector":{},"tolerations":[]},
+//!             "throughput":{},"preemptible":true,"nodeSelector":{}},
 //!  "placements":[{"role":"worker","index":0,"node":"vm","gpuIndices":[]}]}
 //! ```
+//!
+//! `request.tolerations` (only when the job has some) maps each role to Kubernetes-style
+//! tolerations (`{"key","operator","value","effect"}`); records written before typed
+//! tolerations hold a list of the taints (`key=value:Effect`) the job tolerated instead.
 //!
 //! Rules:
 //! - Unknown fields are ignored (no `deny_unknown_fields` anywhere here): a record written by
@@ -27,7 +31,10 @@
 
 use std::collections::BTreeMap;
 
-use corral_core::sched::{JobRequest, ReplicaGroup, ReplicaPlacement, RunningJob};
+use corral_core::sched::{
+    JobRequest, JobTolerations, ReplicaGroup, ReplicaPlacement, RunningJob, Taint, TaintEffect,
+    Toleration, TolerationOperator,
+};
 use serde::{Deserialize, Serialize};
 
 use super::StoredAdmission;
@@ -76,8 +83,120 @@ pub(super) struct RequestRecord {
     pub preemptible: bool,
     #[serde(default)]
     pub node_selector: BTreeMap<String, String>,
+    /// Written only when there are some, so that a reader from before typed tolerations
+    /// (which expects a list) still reads every record without them.
+    #[serde(default, skip_serializing_if = "TolerationsRecord::is_empty")]
+    pub tolerations: TolerationsRecord,
+}
+
+/// A job's tolerations as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub(super) enum TolerationsRecord {
+    /// By role.
+    ByRole(BTreeMap<String, Vec<TolerationRecord>>),
+    /// Before typed tolerations: the taints (`key=value:Effect`) every role tolerated.
+    Taints(Vec<String>),
+}
+
+impl Default for TolerationsRecord {
+    fn default() -> Self {
+        TolerationsRecord::ByRole(BTreeMap::new())
+    }
+}
+
+impl TolerationsRecord {
+    fn is_empty(&self) -> bool {
+        match self {
+            TolerationsRecord::ByRole(m) => m.is_empty(),
+            TolerationsRecord::Taints(t) => t.is_empty(),
+        }
+    }
+
+    /// The scheduler's tolerations for a job of these roles.
+    fn into_tolerations(self, roles: &[GroupRecord]) -> JobTolerations {
+        match self {
+            TolerationsRecord::ByRole(m) => m
+                .into_iter()
+                .map(|(role, list)| {
+                    (
+                        role,
+                        list.iter()
+                            .filter_map(TolerationRecord::to_toleration)
+                            .collect(),
+                    )
+                })
+                .collect(),
+            TolerationsRecord::Taints(taints) => {
+                let list: Vec<Toleration> = taints
+                    .iter()
+                    .filter_map(|t| Taint::parse(t))
+                    .map(|t| Toleration::of(&t))
+                    .collect();
+                if list.is_empty() {
+                    return JobTolerations::new();
+                }
+                roles
+                    .iter()
+                    .map(|g| (g.role.clone(), list.clone()))
+                    .collect()
+            }
+        }
+    }
+}
+
+/// One toleration as stored: Kubernetes' field names and spellings (empty effect: all).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct TolerationRecord {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub key: String,
     #[serde(default)]
-    pub tolerations: Vec<String>,
+    pub operator: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub value: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub effect: String,
+}
+
+impl TolerationRecord {
+    fn from_toleration(t: &Toleration) -> Self {
+        let Toleration {
+            key,
+            operator,
+            value,
+            effect,
+        } = t;
+        TolerationRecord {
+            key: key.clone(),
+            operator: match operator {
+                TolerationOperator::Exists => "Exists",
+                TolerationOperator::Equal => "Equal",
+            }
+            .to_string(),
+            value: value.clone(),
+            effect: effect.map(|e| e.to_string()).unwrap_or_default(),
+        }
+    }
+
+    /// `None` for what tolerates no taint (an operator or effect this code does not know).
+    fn to_toleration(&self) -> Option<Toleration> {
+        let operator = match self.operator.as_str() {
+            "" | "Equal" => TolerationOperator::Equal,
+            "Exists" => TolerationOperator::Exists,
+            _ => return None,
+        };
+        let effect = match self.effect.as_str() {
+            "" => None,
+            e => Some(TaintEffect::parse(e)?),
+        };
+        Some(Toleration {
+            key: self.key.clone(),
+            operator,
+            value: self.value.clone(),
+            effect,
+        })
+    }
 }
 
 /// One role's replicas.
@@ -226,13 +345,24 @@ impl From<&JobRequest> for RequestRecord {
             throughput: throughput.clone(),
             preemptible: *preemptible,
             node_selector: node_selector.clone(),
-            tolerations: tolerations.clone(),
+            tolerations: TolerationsRecord::ByRole(
+                tolerations
+                    .iter()
+                    .map(|(role, list)| {
+                        (
+                            role.clone(),
+                            list.iter().map(TolerationRecord::from_toleration).collect(),
+                        )
+                    })
+                    .collect(),
+            ),
         }
     }
 }
 
 impl From<RequestRecord> for JobRequest {
     fn from(r: RequestRecord) -> Self {
+        let tolerations = r.tolerations.into_tolerations(&r.groups);
         JobRequest {
             key: r.key,
             queue: r.queue,
@@ -242,7 +372,7 @@ impl From<RequestRecord> for JobRequest {
             throughput: r.throughput,
             preemptible: r.preemptible,
             node_selector: r.node_selector,
-            tolerations: r.tolerations,
+            tolerations,
         }
     }
 }
@@ -338,7 +468,14 @@ mod tests {
                     throughput: BTreeMap::from([("NVIDIA A100-SXM4-80GB".into(), 2.5)]),
                     preemptible: false,
                     node_selector: BTreeMap::from([("zone".into(), "a".into())]),
-                    tolerations: vec!["spot".into()],
+                    tolerations: [(
+                        "worker".to_string(),
+                        vec![
+                            Toleration::exists("spot", None),
+                            Toleration::equal("gpu", "shared", Some(TaintEffect::NoSchedule)),
+                        ],
+                    )]
+                    .into(),
                 },
                 placements: vec![
                     ReplicaPlacement {
@@ -392,6 +529,34 @@ mod tests {
         assert!(a.running.request.preemptible, "default: preemptible");
         assert_eq!(a.running.request.groups[0].count, 1, "default count");
         assert_eq!(a.running.placements[0].node, "vm");
+    }
+
+    /// Records from before typed tolerations held the taints (`key=value:Effect`) the job
+    /// tolerated; they read as those exact tolerations for every role. A record without
+    /// tolerations writes none, so that such an older reader still reads it.
+    #[test]
+    fn tolerations_as_taint_strings_still_read() {
+        let text = r#"{"v":1,"pool":"cpu",
+            "request":{"key":"default/j","queue":"default","tolerations":["spot=yes:NoSchedule"],
+                       "groups":[{"role":"worker"},{"role":"ps"}]}}"#;
+        let a = decode(text).expect("decode");
+        let want = vec![Toleration::equal(
+            "spot",
+            "yes",
+            Some(TaintEffect::NoSchedule),
+        )];
+        assert_eq!(
+            a.running.request.tolerations,
+            JobTolerations::from([
+                ("ps".to_string(), want.clone()),
+                ("worker".to_string(), want)
+            ])
+        );
+        let mut bare = admission();
+        bare.running.request.tolerations.clear();
+        let text = encode(&bare).expect("encode");
+        assert!(!text.contains("tolerations"), "{text}");
+        assert_eq!(decode(&text), Ok(bare));
     }
 
     #[test]
