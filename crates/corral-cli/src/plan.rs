@@ -9,13 +9,11 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use corral_api::document::{Document, parse_documents};
-use corral_api::training_job::ConditionType;
 use corral_api::validate::ValidationContext;
 use corral_api::{JobPriorityClass, NodePool, Queue, TrainingJob};
 use corral_core::control::{
-    ControlConfig, ControlPlane, HeldAdmission, JobRecord, Platform, SchedulingHints,
+    ControlConfig, ControlPlane, HeldAdmission, JobRecord, Platform, SchedulingHints, Settling,
 };
-use corral_core::lifecycle::conditions;
 use corral_core::sched::{ClusterSnapshot, Node, NodePoolConfig, QueueConfig};
 use corral_local::config::ClusterFileConfig;
 
@@ -94,7 +92,7 @@ fn cluster(
     args: &PlanArgs,
     declared: &mut Declared,
     machine: Option<(ClusterFileConfig, Node)>,
-) -> Result<(ClusterSnapshot, ControlConfig, String), String> {
+) -> Result<Cluster, String> {
     if let Some((mut file, _)) = machine {
         file.node_pools.append(&mut declared.pools);
         file.queues.append(&mut declared.queues);
@@ -104,16 +102,25 @@ fn cluster(
             corral_local::cluster::build_cluster(&file, &inv).map_err(|e| e.to_string())?;
         let config = corral_local::cluster::control_config(&file, &node);
         let line = machine_line(&node);
+        let unhealthy = vec![(
+            node.name.clone(),
+            corral_local::cluster::unhealthy_gpus(&inv, node.gpus),
+        )];
         let snapshot = ClusterSnapshot {
             nodes: vec![node],
             pools,
             queues,
             running: Vec::new(),
         };
-        return Ok((snapshot, config, line));
+        return Ok(Cluster {
+            snapshot,
+            config,
+            line,
+            unhealthy,
+        });
     }
     let counts = parse_counts(args.nodes, &declared.pools)?;
-    let (nodes, line) = build_nodes(&declared.pools, &counts, args)?;
+    let (nodes, line, unhealthy) = build_nodes(&declared.pools, &counts, args)?;
     let queues: Vec<QueueConfig> = declared
         .queues
         .iter()
@@ -137,8 +144,26 @@ fn cluster(
         queues,
         running: Vec::new(),
     };
-    Ok((snapshot, config, line))
+    Ok(Cluster {
+        snapshot,
+        config,
+        line,
+        unhealthy,
+    })
 }
+
+/// The cluster a plan runs on.
+struct Cluster {
+    snapshot: ClusterSnapshot,
+    config: ControlConfig,
+    /// The cluster in words.
+    line: String,
+    /// GPUs the machine reports unhealthy, by node (as `corral up` tells its plane).
+    unhealthy: UnhealthyByNode,
+}
+
+/// GPU indices reported unhealthy, by node name.
+type UnhealthyByNode = Vec<(String, Vec<u32>)>;
 
 /// Submits the files' jobs to a fresh plane, in the files' order one millisecond apart,
 /// and runs one step.
@@ -165,8 +190,13 @@ pub fn decide(args: &PlanArgs) -> Result<Planned, String> {
         None => ValidationContext::default(),
     };
     let mut declared = read_declared(args.files, &base)?;
-    let (snapshot, config, cluster_line) = cluster(args, &mut declared, machine)?;
-    let mut plane = ControlPlane::new(snapshot, config).map_err(|e| e.to_string())?;
+    let cluster = cluster(args, &mut declared, machine)?;
+    let cluster_line = cluster.line;
+    let mut plane =
+        ControlPlane::new(cluster.snapshot, cluster.config).map_err(|e| e.to_string())?;
+    for (node, gpus) in &cluster.unhealthy {
+        plane.observe_unhealthy_gpus(node, gpus);
+    }
     let mut keys = Vec::new();
     let mut refused = Vec::new();
     for (i, job) in declared.jobs.iter().enumerate() {
@@ -182,9 +212,14 @@ pub fn decide(args: &PlanArgs) -> Result<Planned, String> {
             Err(e) => refused.push(e.to_string()),
         }
     }
-    let now = jiff::Timestamp::from_millisecond(declared.jobs.len() as i64)
-        .map_err(|e| e.to_string())?;
-    plane.step(now);
+    let now =
+        jiff::Timestamp::from_millisecond(declared.jobs.len() as i64).map_err(|e| e.to_string())?;
+    // One pass by the plane's settle rule; nothing runs here, so nothing is observed.
+    let mut settling = Settling::default();
+    let mut asked = !plane.step(now).is_empty();
+    while settling.again(asked, false) {
+        asked = !plane.settle(now).is_empty();
+    }
     let mut reasons = BTreeMap::new();
     let jobs = keys
         .into_iter()
@@ -192,8 +227,7 @@ pub fn decide(args: &PlanArgs) -> Result<Planned, String> {
             let held = plane.admission(&key).cloned();
             if held.is_none() {
                 let reason = plane
-                    .pending_reason(&key)
-                    .or_else(|| queued_message(plane.job(&key)?))
+                    .waiting_reason(&key)
                     .unwrap_or_else(|| "waiting for the next scheduling cycle".to_string());
                 reasons.insert(key.clone(), reason);
             }
@@ -269,15 +303,6 @@ fn machine_line(node: &Node) -> String {
     )
 }
 
-/// The reason in a waiting job's `Queued` condition (a job the scheduler cannot take as
-/// written says why there).
-fn queued_message(job: &TrainingJob) -> Option<String> {
-    let status = job.status.as_ref()?;
-    conditions::get(status, ConditionType::Queued)
-        .map(|c| c.message.clone())
-        .filter(|m| !m.is_empty())
-}
-
 fn parse_counts(specs: &[String], pools: &[NodePool]) -> Result<BTreeMap<String, u32>, String> {
     let mut counts = BTreeMap::new();
     for spec in specs
@@ -313,7 +338,7 @@ fn build_nodes(
     pools: &[NodePool],
     counts: &BTreeMap<String, u32>,
     args: &PlanArgs,
-) -> Result<(Vec<Node>, String), String> {
+) -> Result<(Vec<Node>, String, UnhealthyByNode), String> {
     let memory_bytes = args.node_memory_gib.saturating_mul(1 << 30);
     if pools.is_empty() {
         // No pools declared: this machine, exactly as `corral up` sees it (the embedded
@@ -322,7 +347,11 @@ fn build_nodes(
         let node = corral_local::cluster::local_node(&Default::default(), &inv)
             .map_err(|e| e.to_string())?;
         let line = machine_line(&node);
-        return Ok((vec![node], line));
+        let unhealthy = vec![(
+            node.name.clone(),
+            corral_local::cluster::unhealthy_gpus(&inv, node.gpus),
+        )];
+        return Ok((vec![node], line, unhealthy));
     }
     let mut nodes = Vec::new();
     let mut parts = Vec::new();
@@ -353,5 +382,5 @@ fn build_nodes(
         nodes.len(),
         parts.join(", ")
     );
-    Ok((nodes, line))
+    Ok((nodes, line, Vec::new()))
 }

@@ -92,16 +92,24 @@ fn plan_admits_what_the_embedded_cluster_admits_on_the_examples() {
     let mut now = Timestamp::from_second(1_800_000_000).expect("time");
     let (mut cluster, _) = Cluster::open(config, now).expect("open");
 
-    // Every file goes to both; a file one refuses, the other refuses too.
+    // Every file goes to both; a file one refuses, the other refuses too. Each file is
+    // submitted a millisecond after the last, as plan orders them.
     let mut accepted = Vec::new();
     let mut submitted = Vec::new();
     for f in example_files() {
+        now = now
+            .checked_add(jiff::SignedDuration::from_millis(1))
+            .expect("time");
         let text = std::fs::read_to_string(&f).expect("example");
         let ns = namespace_of(&text);
         let alone = plan(&config_path, std::slice::from_ref(&f));
         match cluster.submit(&text, &ns, now) {
             Ok(results) => {
-                assert!(alone.is_ok(), "{}: plan refused what up accepted: {alone:?}", f.display());
+                assert!(
+                    alone.is_ok(),
+                    "{}: plan refused what up accepted: {alone:?}",
+                    f.display()
+                );
                 for r in results {
                     submitted.push((r.namespace, r.name));
                 }
@@ -117,7 +125,9 @@ fn plan_admits_what_the_embedded_cluster_admits_on_the_examples() {
     assert!(accepted.len() >= 3, "most examples run here: {accepted:?}");
 
     let planned = plan(&config_path, &accepted).expect("plan");
-    now = now.checked_add(jiff::SignedDuration::from_secs(1)).expect("time");
+    now = now
+        .checked_add(jiff::SignedDuration::from_secs(1))
+        .expect("time");
     cluster.tick(now).expect("tick");
 
     let mut admitted = 0;
@@ -162,7 +172,9 @@ fn plan_admits_what_the_embedded_cluster_admits_on_the_examples() {
     let deadline = Instant::now() + Duration::from_secs(60);
     while !cluster.list(None).expect("list").is_empty() {
         assert!(Instant::now() < deadline, "jobs are removed after delete");
-        now = now.checked_add(jiff::SignedDuration::from_secs(1)).expect("time");
+        now = now
+            .checked_add(jiff::SignedDuration::from_secs(1))
+            .expect("time");
         cluster.tick(now).expect("tick");
         std::thread::sleep(Duration::from_millis(50));
     }

@@ -6,80 +6,19 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use corral_api::TrainingJob;
 use corral_api::training_job::ConditionType;
-use corral_api::{JobPriorityClass, TrainingJob};
 use corral_core::control::{
-    Change, ControlConfig, ControlError, ControlPlane, HeldAdmission, JobRecord, RestoredJob, Step,
+    Change, ControlConfig, ControlError, ControlPlane, HeldAdmission, RestoredJob, Step,
 };
 use corral_core::lifecycle::{
     Action, FailureReason, Incarnation, JobState, ObservedReplica, ReplicaId, ReplicaPhase,
     conditions, job_state,
 };
-use corral_core::sched::{ClusterSnapshot, Node, SchedulerConfig};
 use jiff::Timestamp;
+use plane_world::{cluster, config, job, record};
 
-fn job(name: &str, workers: u32, gpus: u32, priority: Option<&str>) -> TrainingJob {
-    let class = priority
-        .map(|p| format!("  priorityClass: {p}\n"))
-        .unwrap_or_default();
-    let yaml = format!(
-        "apiVersion: corral.dev/v1alpha1
-kind: TrainingJob
-metadata: {{name: {name}, namespace: team}}
-spec:
-  framework: pytorch
-{class}  replicas:
-    worker:
-      count: {workers}
-      restartPolicy: OnFailure
-      resources: {{gpu: {gpus}, cpu: 1, memory: 1Gi}}
-      template: {{command: [train]}}
-  runPolicy: {{backoffLimit: 3}}
-"
-    );
-    serde_saphyr::from_str(&yaml).expect("test job")
-}
-
-fn class(name: &str, value: i32) -> JobPriorityClass {
-    serde_saphyr::from_str(&format!(
-        "apiVersion: corral.dev/v1alpha1\nkind: JobPriorityClass\nmetadata: {{name: {name}}}\nspec: {{value: {value}}}\n"
-    ))
-    .expect("test class")
-}
-
-fn cluster(gpus: u32) -> ClusterSnapshot {
-    ClusterSnapshot {
-        nodes: vec![Node::new(
-            "node-a",
-            Some("H100".into()),
-            gpus,
-            64_000,
-            256 << 30,
-        )],
-        ..ClusterSnapshot::default()
-    }
-}
-
-fn config() -> ControlConfig {
-    ControlConfig {
-        scheduler: SchedulerConfig {
-            preemption_protection_ms: 0,
-            ..SchedulerConfig::default()
-        },
-        grace_period: Some(Duration::from_secs(7)),
-        priority_classes: vec![class("high", 100), class("low", 0)],
-        requires_image: false,
-    }
-}
-
-fn record(job: TrainingJob, submitted: u64) -> JobRecord {
-    JobRecord {
-        uid: format!("uid-{}", job.metadata.name),
-        job,
-        submitted,
-        hints: Default::default(),
-    }
-}
+mod plane_world;
 
 /// A shell whose replicas start and stop at once, recording what the plane asked.
 struct FakeShell {

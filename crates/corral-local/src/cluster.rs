@@ -570,7 +570,7 @@ pub struct MetricsSnapshot {
 
 pub use commands::{CheckedSubmission, SubmitContext};
 pub use engine::Cluster;
-pub use node::{build_cluster, control_config, local_node, validation_context};
+pub use node::{build_cluster, control_config, local_node, unhealthy_gpus, validation_context};
 
 #[cfg(test)]
 mod tests {

@@ -626,7 +626,7 @@ mod tests {
         )
         .expect("examples/cluster.yaml");
         let text = format!(
-            "{example}\n---\nkind: CorralConfig\nnode: {{name: n1, gpus: 8, gpuType: H100 80GB HBM3}}\n"
+            "{example}\n---\nkind: CorralConfig\nnode: {{name: n1, gpus: 8, gpuType: NVIDIA H100 80GB HBM3}}\n"
         );
         let file = ClusterFileConfig::parse(&text).expect("config");
         let f = pool_findings(&file);
@@ -636,8 +636,16 @@ mod tests {
             .map(|f| f.what.as_str())
             .collect();
         assert_eq!(warned.len(), 2, "a100 and v100 select nothing: {f:?}");
-        assert!(warned[0].starts_with("NodePool a100 selects no node"), "{}", warned[0]);
-        assert!(warned[0].contains("n1 (8 x NVIDIA-H100-80GB-HBM3)"), "{}", warned[0]);
+        assert!(
+            warned[0].starts_with("NodePool a100 selects no node"),
+            "{}",
+            warned[0]
+        );
+        assert!(
+            warned[0].contains("n1 (8 x NVIDIA-H100-80GB-HBM3)"),
+            "{}",
+            warned[0]
+        );
         assert!(f.iter().all(|f| !f.what.contains("NodePool h100")), "{f:?}");
         let only_h100 = ClusterFileConfig {
             node_pools: file

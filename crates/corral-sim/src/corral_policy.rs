@@ -33,8 +33,7 @@ use corral_api::training_job::{
     Framework, ReplicaSpec, ReplicaTemplate, Resources, RestartPolicy, Role, TrainingJobSpec,
 };
 use corral_core::control::{
-    Change, ControlConfig, ControlPlane, HeldAdmission, JobRecord, SchedulingHints, Settling,
-    Step,
+    Change, ControlConfig, ControlPlane, HeldAdmission, JobRecord, SchedulingHints, Settling, Step,
 };
 use corral_core::lifecycle::{
     Action, FailureReason, Incarnation, ObservedReplica, ReplicaId, ReplicaPhase,

@@ -51,6 +51,10 @@ pub mod event_reason {
     pub const SUCCEEDED: &str = "Succeeded";
     pub const FAILED: &str = "Failed";
     pub const INVALID: &str = "Invalid";
+    /// The gang's starts wait for room still held on a node (see `control::room`). Not in
+    /// [`ALL`]: whether a start waits depends on how fast the platform stops a victim, not on
+    /// a decision, so the conformance trace leaves it out.
+    pub const WAITING_FOR_ROOM: &str = "WaitingForRoom";
 
     /// Every reason above.
     pub const ALL: [&str; 14] = [

@@ -44,15 +44,17 @@ pub mod conformance;
 mod events;
 mod ledger;
 mod plane;
+mod room;
 mod rules;
 
 pub use config::{ControlConfig, ControlConfigBuilder, Platform, SETTLE_ROUNDS, Settling};
 pub use events::{EventType, JobEvent, event_reason};
 pub use ledger::{Ledger, ServiceByType};
 pub use plane::{
-    Change, ControlError, ControlPlane, HeldAdmission, JobAction, JobRecord,
-    LaunchRejection, RestoredJob, SchedulingHints, Step,
+    Change, ControlError, ControlPlane, HeldAdmission, JobAction, JobRecord, LaunchRejection,
+    RestoredJob, SchedulingHints, Step,
 };
+pub use room::{Need, Room, take_gang};
 pub use rules::{
     CPU_POOL, finished_for_good, grace_period, restorable_by_name, with_default_queue,
 };

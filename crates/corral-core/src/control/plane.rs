@@ -12,6 +12,7 @@ use jiff::Timestamp;
 use super::config::ControlConfig;
 use super::events::{EventType, JobEvent, event_reason, status_events};
 use super::ledger::{Ledger, ServiceByType};
+use super::room::{self, Need, Room};
 use super::rules;
 use crate::lifecycle::{
     self, Action, AdmissionState, Incarnation, ObservedReplica, ReplicaId, ReplicaPhase, conditions,
@@ -275,6 +276,12 @@ pub struct ControlPlane {
     retired: PackedNames,
     /// Retired jobs the user deleted: [`Change::Removed`] in the next step.
     retired_removed: Vec<String>,
+    /// The room on each node as the shell last observed it ([`ControlPlane::observe_room`]),
+    /// less what starts have taken since; `None`: the shell does not observe room (its
+    /// replicas free what they held as soon as they are told to stop).
+    room: Option<BTreeMap<String, Room>>,
+    /// Jobs whose starts wait for room, with the reason announced.
+    waiting_for_room: BTreeMap<String, String>,
 }
 
 fn millis(t: Timestamp) -> Millis {
@@ -418,6 +425,8 @@ impl ControlPlane {
             ledger,
             retired: PackedNames::default(),
             retired_removed: Vec::new(),
+            room: None,
+            waiting_for_room: BTreeMap::new(),
         };
         for (key, a) in held {
             if let Some(e) = plane.jobs.get_mut(&key) {
@@ -647,6 +656,21 @@ impl ControlPlane {
         }
     }
 
+    /// The GPUs of `node` that are unhealthy now (the shell reads GPU health while the
+    /// cluster runs): the scheduler offers them to no new replica until they heal; a job
+    /// running on one keeps it. The jobs that wait are looked at in the next step.
+    pub fn observe_unhealthy_gpus(&mut self, node: &str, gpus: &[u32]) {
+        self.scheduler.set_unhealthy_gpus(node, gpus);
+    }
+
+    /// The room on every node now (see [`super::room`]): what is free there, whoever holds
+    /// the rest. Replaces the last observation. Starts wait until their gang fits in it; the
+    /// jobs waiting for room are looked at again.
+    pub fn observe_room(&mut self, room: BTreeMap<String, Room>) {
+        self.room = Some(room);
+        self.unsettled.extend(self.waiting_for_room.keys().cloned());
+    }
+
     /// The record of a replica incarnation is gone (the shell removed it after a stop with
     /// `delete`): its name is free again.
     pub fn forget_replica(&mut self, key: &str, replica: ReplicaId, incarnation: Incarnation) {
@@ -678,6 +702,65 @@ impl ControlPlane {
         self.reconcile_unsettled(now, &mut step);
         dedup_actions(&mut step.actions);
         step
+    }
+
+    /// Takes the room a job's starts need, or holds them all back while the gang does not fit
+    /// in the room observed (a Normal `WaitingForRoom` event says why, once per wait).
+    /// Returns whether starts were held back.
+    fn hold_starts_without_room(
+        &mut self,
+        key: &str,
+        actions: &mut Vec<Action>,
+        step: &mut Step,
+    ) -> bool {
+        let Some(room) = self.room.as_mut() else {
+            return false;
+        };
+        let groups = self.jobs.get(key).and_then(|e| e.request.as_ref().ok());
+        let needs: Vec<Need> = actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Start {
+                    replica, placement, ..
+                } => {
+                    let group = groups
+                        .and_then(|r| r.groups.iter().find(|g| g.role == replica.role.as_str()));
+                    Some(Need {
+                        replica: replica.to_string(),
+                        node: placement.node.clone(),
+                        gpu_indices: placement.gpu_indices.clone(),
+                        gpus: placement.gpu_indices.len() as u64,
+                        cpu_milli: group.map_or(0, |g| g.cpu_milli),
+                        memory_bytes: group.map_or(0, |g| g.memory_bytes),
+                        extended: group.map(|g| g.extended.clone()).unwrap_or_default(),
+                    })
+                }
+                _ => None,
+            })
+            .collect();
+        if needs.is_empty() {
+            self.waiting_for_room.remove(key);
+            return false;
+        }
+        match room::take_gang(room, &needs) {
+            Ok(()) => {
+                self.waiting_for_room.remove(key);
+                false
+            }
+            Err(why) => {
+                actions.retain(|a| !matches!(a, Action::Start { .. }));
+                if self.waiting_for_room.get(key) != Some(&why) {
+                    step.event(
+                        key,
+                        EventType::Normal,
+                        event_reason::WAITING_FOR_ROOM,
+                        why.clone(),
+                    );
+                    self.waiting_for_room.insert(key.to_string(), why);
+                }
+                true
+            }
+        }
     }
 
     /// Keeps `holding` in step with a job's standing; called after every change of it.
@@ -912,8 +995,10 @@ impl ControlPlane {
         if let Some(e) = self.jobs.get_mut(key) {
             e.job.status = Some(status);
         }
-        let settled = unchanged && out.actions.is_empty() && out.requeue_after.is_none();
-        for action in out.actions {
+        let mut actions = out.actions;
+        let held_back = self.hold_starts_without_room(key, &mut actions, step);
+        let settled = unchanged && actions.is_empty() && out.requeue_after.is_none() && !held_back;
+        for action in actions {
             match action {
                 Action::Start { .. } | Action::Stop { .. } => step.actions.push(JobAction {
                     job: key.to_string(),
@@ -1198,9 +1283,9 @@ impl ControlPlane {
     /// Whether the job waits for an admission ([`lifecycle::is_pending`]) and is not being
     /// deleted: what `pending` counts in every shell.
     pub fn is_pending(&self, key: &str) -> bool {
-        self.jobs
-            .get(key)
-            .is_some_and(|e| !e.deleting && lifecycle::is_pending(&e.job.spec, e.job.status.as_ref()))
+        self.jobs.get(key).is_some_and(|e| {
+            !e.deleting && lifecycle::is_pending(&e.job.spec, e.job.status.as_ref())
+        })
     }
 
     pub fn is_retired(&self, key: &str) -> bool {
@@ -1214,6 +1299,18 @@ impl ControlPlane {
             (Standing::Queued, Some(r)) => Some(r.to_string()),
             _ => None,
         }
+    }
+
+    /// Why a job waits, in words: the scheduler's reason, or what keeps it from the
+    /// scheduler (a job that cannot be admitted as written says so in its `Queued`
+    /// condition).
+    pub fn waiting_reason(&self, key: &str) -> Option<String> {
+        self.pending_reason(key).or_else(|| {
+            let status = self.jobs.get(key)?.job.status.as_ref()?;
+            conditions::get(status, ConditionType::Queued)
+                .filter(|c| c.status == ConditionStatus::True && !c.message.is_empty())
+                .map(|c| c.message.clone())
+        })
     }
 
     /// The grace period the job's replicas get.

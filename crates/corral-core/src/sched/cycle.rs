@@ -13,6 +13,10 @@ use super::placement::{Alloc, GangShape, enough_slots, place_gang};
 use super::quota::{Amount, Quotas};
 use super::taint::{Toleration, common_tolerations};
 
+// Why a job waits (capacity, protected victims) and what the scheduler holds now.
+mod blocked;
+mod holdings;
+
 pub(crate) struct RunningState {
     pub pool: u16,
     pub allocs: Vec<Alloc>,
@@ -249,6 +253,21 @@ impl Scheduler {
         }
         let above = ((service / q).ln() / r.ln()).floor();
         1 + above.clamp(0.0, 1e6) as u32
+    }
+
+    /// The GPUs of `node` that are unhealthy now (an observation while the cluster runs):
+    /// they get no new replica until they heal; a job running on one keeps it. Returns
+    /// false for a node the scheduler does not know.
+    pub fn set_unhealthy_gpus(&mut self, node: &str, gpus: &[u32]) -> bool {
+        let Some(&n) = self.index.node_by_name.get(node) else {
+            return false;
+        };
+        let mask = gpus
+            .iter()
+            .filter(|g| **g < 64)
+            .fold(0u64, |m, g| m | (1u64 << g));
+        self.index.set_unhealthy(n, mask);
+        true
     }
 
     /// Forgets a job that finished or was deleted, freeing what it held. Returns whether it
@@ -841,55 +860,6 @@ impl Scheduler {
         });
     }
 
-    /// Lower-priority jobs in `pool` that preemption may not stop yet only because they
-    /// were admitted recently: how many (among the first few looked at), and when the first
-    /// protection ends. A reason that names them says what the job waits for, and until when.
-    fn protected_victims(&self, slot: u32, pool: u16, now: Millis) -> Option<(u32, Millis)> {
-        if self.config.preemption_protection_ms == 0 {
-            return None;
-        }
-        let priority = self.entry(slot).req.priority;
-        let mut jobs = 0u32;
-        let mut until: Option<Millis> = None;
-        for &(_, _, v) in self.running_by_pool[pool as usize]
-            .range(..(priority, 0, 0))
-            .take(PROTECTED_VICTIMS_EXAMINED)
-        {
-            let ve = self.entry(v);
-            let Some(r) = &ve.running else { continue };
-            if !ve.req.preemptible || r.cycle == self.cycle_no {
-                continue;
-            }
-            let end = r
-                .admitted_at
-                .saturating_add(self.config.preemption_protection_ms);
-            if end > now {
-                jobs += 1;
-                until = Some(until.map_or(end, |u| u.min(end)));
-            }
-        }
-        until.map(|u| (jobs, u))
-    }
-
-    /// How much of the pool jobs with fewer candidate pools than `e` want, relative to the
-    /// pool's part of the GPUs in use, in steps of 5% (the tolerance of speed bands): a job
-    /// takes the pool least wanted by jobs with less choice first, so that they find room;
-    /// pools wanted about as much are told apart by fit. Measured against use rather than
-    /// size so that it holds from the first jobs, before the wanting jobs have arrived.
-    fn pinned_level(&self, e: &JobEntry, pool: u16, used: u64) -> u32 {
-        let p = &self.index.pools[pool as usize];
-        let all = self.index.cluster_total[0];
-        let choice = e.pools.len().min(self.gpu_pools);
-        let wanted: u64 = self.pinned_milli[pool as usize][..choice].iter().sum();
-        if p.total_gpus == 0 || all == 0 || wanted == 0 {
-            return 0;
-        }
-        // 20 * wanted / (total * used / all), in u128 so that nothing overflows.
-        let num = u128::from(wanted) * 20 * u128::from(all);
-        let den = u128::from(p.total_gpus) * u128::from(used.max(1)) * 1000;
-        (num / den).min(u128::from(u32::MAX)) as u32
-    }
-
     fn take_plan(&mut self, slot: u32, plan: &[(u16, u32)]) -> Vec<Alloc> {
         let mut next_index = vec![0u32; self.entry(slot).groups.len()];
         let mut allocs = Vec::with_capacity(plan.len());
@@ -905,72 +875,6 @@ impl Scheduler {
             next_index[group as usize] += 1;
         }
         allocs
-    }
-
-    fn capacity_blocker(&self, pool: u16, e: &JobEntry) -> Blocker {
-        let p = &self.index.pools[pool as usize];
-        let filter = e.shape().filter;
-        // Only nodes the job may use count as its largest free block.
-        let (largest, node) = self.index.largest_free_for(pool, &filter);
-        let biggest = e.groups.iter().map(|(_, pod)| pod.gpu).max().unwrap_or(0);
-        let (reserved_free, reserved_for) =
-            self.index.reserved_room(pool, &filter, biggest, &e.req.key);
-        // Where the GPUs are there (or not asked for): the first replica (largest first)
-        // that no usable node has room for, and what it lacks.
-        let scan = self.config.node_scan_limit as usize;
-        let several_roles = e.groups.iter().filter(|(c, _)| *c > 0).count() > 1;
-        let short = e
-            .order
-            .iter()
-            .filter(|&&gi| e.groups[gi as usize].0 > 0)
-            .find_map(|&gi| {
-                let pod = &e.groups[gi as usize].1;
-                let mut s = self.index.shortfall_now(pool, pod, &filter, scan)?;
-                if several_roles {
-                    s.role = Some(e.req.groups[gi as usize].role.clone());
-                }
-                Some((gi, s))
-            });
-        // The largest replica, or the one that lacks room.
-        let pod = &e.groups[short.as_ref().map_or(e.order[0], |(gi, _)| *gi) as usize].1;
-        // Named where it is what keeps the job off room: more free GPUs than the job
-        // finds elsewhere, or room for a replica that finds none.
-        let no_room = || {
-            short.is_some()
-                || pod.gpu == 0
-                    && self
-                        .index
-                        .find_node(pool, pod, None, &filter, scan)
-                        .is_none()
-        };
-        let tainted = self
-            .index
-            .tainted_room(pool, &filter, pod, false)
-            .filter(|&(_, free, _)| free > largest || no_room())
-            .map(|(n, free_gpus, taint)| TaintBlock {
-                node: self.index.nodes[n as usize].name.clone(),
-                free_gpus: if pod.gpu > 0 { free_gpus } else { 0 },
-                taint,
-            });
-        let fit = if biggest == 0 {
-            0
-        } else {
-            self.index.fits_count(pool, biggest)
-        };
-        Blocker::Capacity {
-            pool: p.name.clone(),
-            gpu_type: p.gpu_type.clone(),
-            largest_free: largest,
-            largest_free_node: node.map(|n| self.index.nodes[n as usize].name.clone()),
-            gpus_per_replica: biggest,
-            free_gpus: p.free_gpus,
-            replicas_that_fit: fit.min(e.pods_gpus.len() as u64),
-            replicas: e.pods_gpus.len() as u64,
-            reserved_for,
-            reserved_free,
-            tainted,
-            short: short.map(|(_, s)| s),
-        }
     }
 
     pub(crate) fn admit(
@@ -1059,56 +963,5 @@ impl Scheduler {
             self.running_by_pool[running.pool as usize].remove(&(priority, level, slot));
         }
         Some(running)
-    }
-
-    /// Jobs running now, with their placements.
-    pub fn running_jobs(&self) -> Vec<RunningJob> {
-        self.jobs
-            .iter()
-            .flatten()
-            .filter_map(|e| {
-                let r = e.running.as_ref()?;
-                let mut placements: Vec<ReplicaPlacement> = r
-                    .allocs
-                    .iter()
-                    .map(|a| ReplicaPlacement {
-                        role: e.req.groups[a.group as usize].role.clone(),
-                        index: a.index,
-                        node: self.index.nodes[a.node as usize].name.clone(),
-                        gpu_indices: (0..64).filter(|b| a.mask & (1 << b) != 0).collect(),
-                    })
-                    .collect();
-                placements.sort_by(|a, b| (&a.role, a.index).cmp(&(&b.role, b.index)));
-                Some(RunningJob {
-                    request: e.req.clone(),
-                    placements,
-                    admitted_at: r.admitted_at,
-                })
-            })
-            .collect()
-    }
-
-    /// Keys of pending jobs, in submission-slot order.
-    pub fn pending_jobs(&self) -> Vec<&str> {
-        self.jobs
-            .iter()
-            .flatten()
-            .filter(|e| e.running.is_none())
-            .map(|e| e.req.key.as_str())
-            .collect()
-    }
-
-    /// A queue's usage in a pool, if both exist.
-    pub fn queue_usage(&self, queue: &str, pool: &str) -> Option<super::model::ResourceAmount> {
-        let q = *self.quotas.by_name.get(queue)?;
-        let p = self.index.pools.iter().position(|p| p.name == pool)?;
-        Some(super::model::ResourceAmount::from_array(
-            self.quotas.usage(q, p as u16),
-        ))
-    }
-
-    /// Pool names, in index order.
-    pub fn pool_names(&self) -> Vec<&str> {
-        self.index.pools.iter().map(|p| p.name.as_str()).collect()
     }
 }

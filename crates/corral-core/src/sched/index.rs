@@ -83,6 +83,11 @@ pub(crate) struct NodeState {
     pub taints: Vec<Taint>,
     pub schedulable: bool,
     pub reserved: bool,
+    /// GPUs the node reports unhealthy now ([`ClusterIndex::set_unhealthy`]): never free.
+    pub unhealthy: u64,
+    /// Of those, the ones the index holds itself (they were free, or were given back while
+    /// unhealthy); a GPU a job still holds stays the job's until it gives it back.
+    pub held_unhealthy: u64,
 }
 
 impl NodeState {
@@ -253,7 +258,7 @@ impl ClusterIndex {
             let explicit = !snapshot.pools.is_empty();
             let pool = pools_cfg
                 .iter()
-                .position(|p| pool_selects(p, n, explicit))
+                .position(|p| super::pools::pool_selects(p, n, explicit))
                 .map_or(NO_POOL, |p| p as u16);
             let next_domain = domains.len() as u32;
             let domain = match &n.topology {
@@ -323,6 +328,8 @@ impl ClusterIndex {
                 taints,
                 schedulable: n.schedulable,
                 reserved: false,
+                unhealthy: 0,
+                held_unhealthy: 0,
             });
         }
         for p in &mut pools {
@@ -396,6 +403,34 @@ impl ClusterIndex {
         ok
     }
 
+    /// The node's unhealthy GPUs are now `mask` (its GPU health is observed while the
+    /// cluster runs): a GPU that turns unhealthy is offered to no new replica (a job on it
+    /// keeps it until it gives it back), and one that heals is free again. Returns whether
+    /// anything changed.
+    pub fn set_unhealthy(&mut self, node: u32, mask: u64) -> bool {
+        let n = &self.nodes[node as usize];
+        let full = if n.gpus >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << n.gpus) - 1
+        };
+        let mask = mask & full;
+        if n.unhealthy == mask {
+            return false;
+        }
+        self.remove(node);
+        let n = &mut self.nodes[node as usize];
+        let turned_bad = mask & !n.unhealthy & n.free_mask;
+        n.free_mask &= !turned_bad;
+        n.held_unhealthy |= turned_bad;
+        let healed = n.held_unhealthy & !mask;
+        n.free_mask |= healed;
+        n.held_unhealthy &= !healed;
+        n.unhealthy = mask;
+        self.insert(node);
+        true
+    }
+
     /// Gives back what [`take`] or [`take_exact`] took.
     pub fn give(&mut self, node: u32, mask: u64, pod: &PodRequest) {
         self.apply(node, mask, pod, false);
@@ -409,7 +444,9 @@ impl ClusterIndex {
             n.free_cpu -= pod.cpu;
             n.free_mem -= pod.mem;
         } else {
-            n.free_mask |= mask;
+            // An unhealthy GPU given back is not free: the index keeps it until it heals.
+            n.held_unhealthy |= mask & n.unhealthy;
+            n.free_mask |= mask & !n.unhealthy;
             n.free_cpu += pod.cpu;
             n.free_mem += pod.mem;
         }
@@ -893,67 +930,6 @@ impl ClusterIndex {
             }
         }
     }
-}
-
-/// Whether a pool takes a node: its GPU type and node selector match. `explicit`: the
-/// cluster declares its pools (otherwise there is one implicit pool per GPU type).
-pub(crate) fn pool_selects(p: &NodePoolConfig, n: &super::Node, explicit: bool) -> bool {
-    let node_type = n.gpu_type.as_ref().filter(|_| n.gpus > 0);
-    let type_ok = match (&p.gpu_type, explicit) {
-        // Implicit pools: exactly one per type, CPU-only nodes in `cpu`.
-        (t, false) => t.as_ref() == node_type,
-        // A pool's `gpuType` names one type, in either spelling (NVML's or the product
-        // label's).
-        (Some(t), true) => node_type.is_some_and(|n| corral_api::gpu_type::same_type(n, t)),
-        // An explicit pool without a GPU type takes any node it selects.
-        (None, true) => true,
-    };
-    type_ok
-        && p.node_selector
-            .iter()
-            .all(|(k, v)| n.labels.get(k) == Some(v))
-}
-
-/// A warning for each declared pool that takes no node of the cluster (its jobs could
-/// never be admitted there): what `corral up`, the operator and `corral doctor` say.
-pub fn pools_without_nodes(pools: &[NodePoolConfig], nodes: &[super::Node]) -> Vec<String> {
-    pools
-        .iter()
-        .filter(|p| !nodes.iter().any(|n| pool_selects(p, n, true)))
-        .map(|p| {
-            let mut want = Vec::new();
-            if let Some(t) = &p.gpu_type {
-                want.push(format!("GPU type {t}"));
-            }
-            for (k, v) in &p.node_selector {
-                want.push(format!("label {k}={v}"));
-            }
-            let have: Vec<String> = nodes
-                .iter()
-                .map(|n| {
-                    let gpus = match &n.gpu_type {
-                        Some(t) if n.gpus > 0 => format!("{} x {t}", n.gpus),
-                        _ => "no GPU".to_string(),
-                    };
-                    format!("{} ({gpus})", n.name)
-                })
-                .collect();
-            format!(
-                "NodePool {} selects no node ({}); nodes: {}",
-                p.name,
-                if want.is_empty() {
-                    "it asks for nothing, yet matches none".to_string()
-                } else {
-                    format!("it wants {}", want.join(", "))
-                },
-                if have.is_empty() {
-                    "none".to_string()
-                } else {
-                    have.join(", ")
-                }
-            )
-        })
-        .collect()
 }
 
 #[cfg(test)]

@@ -58,6 +58,7 @@ mod index;
 mod model;
 mod outcome;
 mod placement;
+mod pools;
 pub mod preempt;
 mod quota;
 pub mod rebalance;
@@ -70,7 +71,6 @@ pub use explain::{
     Shortfall, TaintBlock,
 };
 pub use from_api::{known_gpu_speed, known_gpu_speeds, priority_of};
-pub use index::pools_without_nodes;
 pub use model::{
     ClusterSnapshot, JobRequest, Millis, Node, NodeAllocation, NodePoolConfig, PoolQuota,
     QueueConfig, ReplicaGroup, ResourceAmount, RunningJob, SchedError, SchedulerConfig,
@@ -78,6 +78,7 @@ pub use model::{
 pub use outcome::{
     Admission, CycleCounters, CycleOutcome, Decision, PendingJob, Preemption, ReplicaPlacement,
 };
+pub use pools::pools_without_nodes;
 pub use taint::{
     JobTolerations, Taint, TaintEffect, Toleration, TolerationOperator, common_tolerations,
 };

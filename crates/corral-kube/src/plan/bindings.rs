@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use corral_api::TrainingJobStatus;
 use corral_api::training_job::Role;
-use corral_core::control::ControlPlane;
+use corral_core::control::{ControlPlane, Need, Room, event_reason, take_gang};
 use corral_core::lifecycle::policy::launcher_waits_for_workers;
 use corral_core::lifecycle::{ReplicaId, conditions, current_incarnation};
 use corral_core::sched::Admission;
@@ -19,8 +19,8 @@ use super::observe_jobs::ObservedJob;
 use super::translate::Creating;
 use crate::observe::{self, Amounts, World};
 
-/// The event of a gang that waits for room on a node.
-pub const WAITING_FOR_ROOM: &str = "WaitingForRoom";
+/// The event of a gang that waits for room on a node (the core's reason).
+pub const WAITING_FOR_ROOM: &str = event_reason::WAITING_FOR_ROOM;
 
 /// The bindings of every job that holds an admission and has not finished, against the
 /// room left on every node now (each gang's bindings take theirs in key order).
@@ -31,7 +31,20 @@ pub(super) fn bind_admitted(
     created: &BTreeMap<String, Creating>,
     world: &World,
 ) {
-    let mut free = observe::free_now(world);
+    // Device plugins pick GPU indices on Kubernetes: the room counts GPUs.
+    let mut free: BTreeMap<String, Room> = observe::free_now(world)
+        .into_iter()
+        .map(|(node, a)| {
+            let room = Room {
+                gpus: a.gpus,
+                gpu_indices: None,
+                cpu_milli: a.cpu_milli,
+                memory_bytes: a.memory_bytes,
+                extended: a.extended,
+            };
+            (node, room)
+        })
+        .collect();
     let none = Creating::default();
     for o in jobs {
         let (Some(jp), Some(adm), Some(job)) = (
@@ -58,7 +71,7 @@ fn plan_bindings(
     adm: &Admission,
     status: &TrainingJobStatus,
     creating: &Creating,
-    free: &mut BTreeMap<String, Amounts>,
+    free: &mut BTreeMap<String, Room>,
 ) {
     let job = o.job;
     let wait_for_workers = launcher_waits_for_workers(&job.spec);
@@ -84,22 +97,25 @@ fn plan_bindings(
     if unbound.is_empty() {
         return;
     }
-    let mut trial = free.clone();
-    for (_, node, need) in &unbound {
-        match trial.get_mut(node) {
-            Some(f) if f.holds(need) => f.take(need),
-            _ => {
-                let msg = format!(
-                    "waiting for room on node {node} (pods there are still terminating or another scheduler placed work there)"
-                );
-                if !jp.events.iter().any(|e| e.reason == WAITING_FOR_ROOM) {
-                    jp.event(false, WAITING_FOR_ROOM, msg);
-                }
-                return;
-            }
+    // The core decides whether the gang fits in the room the pods bound there leave.
+    let needs: Vec<Need> = unbound
+        .iter()
+        .map(|(id, node, need)| Need {
+            replica: id.to_string(),
+            node: node.clone(),
+            gpu_indices: Vec::new(),
+            gpus: need.gpus,
+            cpu_milli: need.cpu_milli,
+            memory_bytes: need.memory_bytes,
+            extended: need.extended.clone(),
+        })
+        .collect();
+    if let Err(why) = take_gang(free, &needs) {
+        if !jp.events.iter().any(|e| e.reason == WAITING_FOR_ROOM) {
+            jp.event(false, WAITING_FOR_ROOM, why);
         }
+        return;
     }
-    *free = trial;
     for (id, node, _) in unbound {
         jp.bind.push(PodBinding {
             pod: id.name(&job.metadata.name),

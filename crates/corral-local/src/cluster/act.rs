@@ -418,17 +418,6 @@ impl Cluster {
         {
             return Ok(None);
         }
-        // A GPU is never shared: processes of a preempted job may still hold the GPUs
-        // during their grace period; the start waits for them (the lifecycle asks again).
-        if !gpu_indices.is_empty() {
-            let busy = self.store.running_replicas()?.into_iter().any(|r| {
-                r.job_uid != stored.uid
-                    && r.record.gpu_indices.iter().any(|g| gpu_indices.contains(g))
-            });
-            if busy {
-                return Ok(None);
-            }
-        }
         let label = incarnation_label(&stored.uid, inc);
         let dir = self.executor.replica_dir(&name, &label);
         let addresses =

@@ -9,7 +9,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::time::Instant;
 
 use corral_api::TrainingJob;
-use corral_core::control::{ControlPlane, Settling};
+use corral_core::control::{ControlPlane, Room, Settling};
 use corral_core::lifecycle::{self, FailureReason, Incarnation, ReplicaId, ReplicaPhase};
 use corral_core::sched::{Millis, Node, NodePoolConfig, QueueConfig};
 use jiff::Timestamp;
@@ -177,6 +177,9 @@ pub struct Cluster {
     pub(super) plane: ControlPlane,
     pub(super) inventory: NodeInventory,
     pub(super) node: Node,
+    /// The node's GPUs NVML reports unhealthy, as last read (see `read_gpu_health`).
+    pub(super) unhealthy_gpus: BTreeSet<u32>,
+    pub(super) gpu_health_read: Instant,
     pub(super) pools: Vec<NodePoolConfig>,
     /// Declared queues and the implicit `default` one (the control plane's rule).
     pub(super) queues: Vec<QueueConfig>,
@@ -201,6 +204,9 @@ pub struct Cluster {
     /// [`StartGate`](crate::executor::StartGate)).
     pub(super) start_gate: Option<crate::executor::StartGate>,
 }
+
+/// How often the GPUs' health is read while the cluster runs.
+const GPU_HEALTH_PERIOD: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Cluster {
     /// Opens (or creates) the cluster in `config.data_dir`: the store, the executor and the
@@ -319,6 +325,8 @@ impl Cluster {
     ) -> Result<(), ClusterError> {
         let started = Instant::now();
         self.observe()?;
+        self.read_gpu_health(report);
+        self.plane.observe_room(self.room());
         let step = self.plane.step(now);
         self.counters.last_cycle_seconds = started.elapsed().as_secs_f64();
         // Starts and removed records are observations too: settle by the plane's rule.
@@ -331,6 +339,45 @@ impl Cluster {
             acted = self.apply(step, now, report)?;
         }
         Ok(())
+    }
+
+    /// This node's room: its GPUs less the unhealthy ones and those any replica still holds
+    /// (a preempted job's replicas hold theirs until they have exited).
+    fn room(&self) -> BTreeMap<String, Room> {
+        let in_use = self.executor.gpus_in_use();
+        let free = (0..self.node.gpus)
+            .filter(|g| !self.unhealthy_gpus.contains(g) && !in_use.contains(g))
+            .collect();
+        BTreeMap::from([(self.node.name.clone(), Room::gpus_only(free))])
+    }
+
+    /// Reads the GPUs' health again (NVML, every few seconds) and tells the plane when it
+    /// changed: a GPU that fails while the server runs gets no new replica, and one that
+    /// recovers is offered again.
+    fn read_gpu_health(&mut self, report: &mut TickReport) {
+        if self.node.gpus == 0 || self.gpu_health_read.elapsed() < GPU_HEALTH_PERIOD {
+            return;
+        }
+        self.gpu_health_read = Instant::now();
+        let samples = crate::gpu::samples();
+        let now: BTreeSet<u32> = samples
+            .iter()
+            .filter(|s| s.index < self.node.gpus)
+            .filter_map(|s| crate::gpu::unhealthy_reason(s).map(|why| (s.index, why)))
+            .map(|(i, why)| {
+                if !self.unhealthy_gpus.contains(&i) {
+                    report.errors.push(format!(
+                        "GPU {i} is unhealthy ({why}): it gets no new replicas"
+                    ));
+                }
+                i
+            })
+            .collect();
+        if now != self.unhealthy_gpus {
+            let list: Vec<u32> = now.iter().copied().collect();
+            self.plane.observe_unhealthy_gpus(&self.node.name, &list);
+            self.unhealthy_gpus = now;
+        }
     }
 
     /// What the executor saw change since the last pass, into the store and the plane.

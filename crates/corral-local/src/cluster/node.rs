@@ -62,6 +62,16 @@ pub fn validation_context(file: &ClusterFileConfig, node: &Node) -> ValidationCo
     validation
 }
 
+/// The GPUs NVML reports unhealthy among the node's `gpus`: what `corral up` (at open and
+/// while it runs) and `corral plan` tell the control plane (`observe_unhealthy_gpus`).
+pub fn unhealthy_gpus(inv: &NodeInventory, gpus: u32) -> Vec<u32> {
+    inv.unhealthy_gpus
+        .iter()
+        .map(|(i, _)| *i)
+        .filter(|i| *i < gpus)
+        .collect()
+}
+
 /// This machine as the scheduler's node: its inventory (`crate::inventory`, NVML included)
 /// with the overrides of `corral.yaml`. `corral up` and `corral plan` both use it.
 pub fn local_node(o: &NodeOverrides, inv: &NodeInventory) -> Result<Node, ClusterError> {
@@ -94,14 +104,6 @@ pub fn local_node(o: &NodeOverrides, inv: &NodeInventory) -> Result<Node, Cluste
             .ok_or_else(|| ClusterError::Config("node.memory: not a valid quantity".into()))?,
         None => inv.memory_bytes,
     };
-    // An unhealthy GPU is held as if by work the scheduler does not manage, so the core
-    // never places a replica on it.
-    let unhealthy: Vec<u32> = inv
-        .unhealthy_gpus
-        .iter()
-        .map(|(i, _)| *i)
-        .filter(|i| *i < gpus)
-        .collect();
     let name = o.name.clone().unwrap_or_else(|| inv.hostname.clone());
     // The labels Kubernetes and NVIDIA's GPU feature discovery would give this node, so a
     // NodePool's `nodeSelector` written for a cluster selects it here too.
@@ -112,16 +114,6 @@ pub fn local_node(o: &NodeOverrides, inv: &NodeInventory) -> Result<Node, Cluste
     Ok(Node {
         labels,
         extended: o.extended.clone(),
-        allocated: corral_core::sched::NodeAllocation {
-            gpu_indices: unhealthy,
-            ..Default::default()
-        },
-        ..Node::new(
-            name,
-            gpu_type,
-            gpus,
-            cpu_milli,
-            memory_bytes,
-        )
+        ..Node::new(name, gpu_type, gpus, cpu_milli, memory_bytes)
     })
 }

@@ -4,7 +4,7 @@
 //! can no longer hold) is persisted like any other step.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use corral_api::training_job::Role;
 use corral_core::control::{ControlPlane, HeldAdmission, JobRecord, RestoredJob};
@@ -173,6 +173,12 @@ pub(super) fn open(
     let control = super::node::control_config(&config.file, &node);
     let (mut plane, step) = ControlPlane::restore(snapshot, control, restored, now)
         .map_err(|e| ClusterError::Scheduler(e.to_string()))?;
+    // After the restore: a job running on a GPU that turned unhealthy keeps its admission.
+    let unhealthy: BTreeSet<u32> = super::node::unhealthy_gpus(&inventory, node.gpus)
+        .into_iter()
+        .collect();
+    let unhealthy_list: Vec<u32> = unhealthy.iter().copied().collect();
+    plane.observe_unhealthy_gpus(&node.name, &unhealthy_list);
     plane.restore_retired(
         retired
             .iter()
@@ -185,6 +191,8 @@ pub(super) fn open(
         plane,
         inventory,
         node,
+        unhealthy_gpus: unhealthy,
+        gpu_health_read: Instant::now(),
         pools,
         queues,
         stopping: BTreeSet::new(),

@@ -12,9 +12,8 @@ use corral_core::sched::ResourceAmount;
 
 use super::engine::{Cluster, phase_of, summary, timestamp};
 use super::{
-    AdmissionInfo, ClusterError, Event, GpuDevice, JobDetails, JobSummary,
-    MetricsSnapshot, NodeInfo, QueueInfo, QueuePoolUsage, ReplicaInfo, ReplicaLog, ReplicaUsageRow,
-    SummaryRow,
+    AdmissionInfo, ClusterError, Event, GpuDevice, JobDetails, JobSummary, MetricsSnapshot,
+    NodeInfo, QueueInfo, QueuePoolUsage, ReplicaInfo, ReplicaLog, ReplicaUsageRow, SummaryRow,
 };
 use crate::executor::ProcessState;
 

@@ -300,6 +300,16 @@ impl LocalExecutor {
         self.replicas.get(name).map(|t| &t.record)
     }
 
+    /// The GPU indices held by replicas that have not ended (a stopping replica in its grace
+    /// period included): what the control plane's room leaves out.
+    pub fn gpus_in_use(&self) -> std::collections::BTreeSet<u32> {
+        self.replicas
+            .values()
+            .filter(|t| !t.state.is_terminal())
+            .flat_map(|t| t.record.gpu_indices.iter().copied())
+            .collect()
+    }
+
     /// Every tracked replica's record, by name.
     pub fn records(&self) -> Vec<&ProcessRecord> {
         self.replicas.values().map(|t| &t.record).collect()
