@@ -208,7 +208,15 @@ impl Applier {
             tracing::debug!(retry_in_ms = left.as_millis() as u64, "backed off");
             return;
         }
-        match self.apply_job(jp, report).await {
+        // A launch the plan could not build is refused for good, as the API server's would be.
+        let outcome = match &jp.reject {
+            Some(r) => self
+                .apply_job(jp, report)
+                .await
+                .and(Err(JobError::Rejected(r.clone()))),
+            None => self.apply_job(jp, report).await,
+        };
+        match outcome {
             Ok(()) => self.clear_backoff(&key),
             Err(JobError::Rejected(r)) => {
                 self.clear_backoff(&key);
@@ -216,11 +224,16 @@ impl Applier {
                     replica = %format!("{}-{}", r.role, r.index),
                     code = r.code,
                     reason = %r.reason,
-                    "the API server refused the launch: {}",
+                    "the launch was refused for good: {}",
                     r.message
                 );
+                let who = if jp.reject.is_some() {
+                    "the operator cannot build"
+                } else {
+                    "the API server refused to create"
+                };
                 report.errors.push(format!(
-                    "{key}: the API server refused to create {}-{}-{} ({} {}): {}",
+                    "{key}: {who} {}-{}-{} ({} {}): {}",
                     jp.name, r.role, r.index, r.code, r.reason, r.message
                 ));
                 if let Err(e) = self.record_rejection(jp, &r).await {

@@ -852,3 +852,43 @@ async fn a_pod_deleted_from_outside_restarts_the_gang_counted_with_an_event() {
         );
     }
 }
+
+/// A launch the operator itself cannot build (here a name too long for the replicas' host
+/// names) is refused for good like one the API server refuses: recorded on the job, then the
+/// plane fails it with the words and its GPUs serve the next job; nothing is created.
+#[tokio::test]
+async fn a_launch_the_operator_cannot_build_fails_the_job_and_frees_the_gpus() {
+    let fake = cluster(&["n1"]);
+    let long = "a".repeat(60);
+    fake.insert(JOBS, job(&long, 1, 4, json!({})));
+    let (_, report) = pass_expecting_errors(&fake, t(0)).await;
+    assert_eq!(report.pods_created, 0, "nothing of the gang is created");
+    assert_eq!(report.rejected.len(), 1, "{:?}", report.errors);
+    assert!(
+        report.rejected[0].reason.starts_with("Invalid"),
+        "{:?}",
+        report.rejected
+    );
+    assert!(
+        report
+            .errors
+            .iter()
+            .any(|e| e.contains("the operator cannot build")),
+        "{:?}",
+        report.errors
+    );
+    let (_, _) = pass(&fake, t(1)).await;
+    assert_eq!(condition(&fake, &long, "Failed").as_deref(), Some("True"));
+    let message = condition_message(&fake, &long, "Failed");
+    assert!(message.contains("at most 63"), "{message}");
+    fake.finish_terminating();
+    pass(&fake, t(2)).await;
+    let job = fake.get(JOBS, "ml", &long).expect("job");
+    assert!(
+        job["metadata"]["annotations"]["corral.dev/admission"].is_null(),
+        "admission released"
+    );
+    fake.insert(JOBS, self::job("next", 1, 4, json!({})));
+    let (_, report) = pass(&fake, t(3)).await;
+    assert_eq!(report.pods_created, 2, "the GPUs serve the next job");
+}

@@ -41,11 +41,12 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use corral_api::TrainingJobStatus;
 use corral_api::training_job::TrainingJob;
 use corral_core::control::{ControlConfig, ControlPlane, LaunchRejection, RestoredJob, Step};
+use corral_core::lifecycle::{Incarnation, ReplicaId};
 use corral_core::sched::{ClusterSnapshot, CycleCounters, SchedError, SchedulerConfig};
 
 use crate::build::BuildOptions;
 use crate::observe::World;
-use crate::record::AdmissionRecord;
+use crate::record::{AdmissionRecord, LaunchRejectionRecord};
 
 /// Settings of the plan.
 #[derive(Clone, Debug, Default)]
@@ -113,6 +114,11 @@ pub struct JobPlan {
     pub delete: Vec<PodDeletion>,
     pub delete_job: bool,
     pub events: Vec<PlannedEvent>,
+    /// A launch the operator itself cannot build (a pod template, name or launch file that
+    /// can never be made): recorded on the job like the API server's refusal for good, so
+    /// the next pass hands it to the plane (`launch_rejected`: the job fails and frees its
+    /// GPUs) instead of retrying it while holding them. Nothing of the gang is created.
+    pub reject: Option<LaunchRejectionRecord>,
 }
 
 impl JobPlan {
@@ -132,11 +138,42 @@ impl JobPlan {
             delete: Vec::new(),
             delete_job: false,
             events: Vec::new(),
+            reject: None,
         }
     }
 
     /// An event only the operator can see (a pod template it cannot build, no room on a
     /// node yet); the control plane's events come through [`translate`].
+    /// The operator cannot build this replica incarnation's launch: a refusal for good.
+    fn reject_launch(
+        &mut self,
+        replica: ReplicaId,
+        incarnation: Incarnation,
+        reason: &str,
+        message: String,
+    ) {
+        if self.reject.is_none() {
+            self.reject = Some(LaunchRejectionRecord {
+                role: replica.role.as_str().to_string(),
+                index: replica.index,
+                incarnation: incarnation.to_string(),
+                // What the API server answers for an object it cannot accept.
+                code: 422,
+                reason: reason.to_string(),
+                message,
+            });
+        }
+    }
+
+    /// As [`JobPlan::reject_launch`], for the first pod of the gang to create (a Service or
+    /// launch file serves the whole gang).
+    fn reject_first_launch(&mut self, reason: &str, message: String) {
+        let first = self.create.first().and_then(crate::observe::replica_of);
+        if let Some((replica, incarnation)) = first {
+            self.reject_launch(replica, incarnation, reason, message);
+        }
+    }
+
     fn event(&mut self, warning: bool, reason: &str, note: String) {
         self.events.push(PlannedEvent {
             warning,

@@ -90,7 +90,11 @@ pub(super) fn translate(
                         .insert(*replica, observe::pod_requests(&pod));
                     jp.create.push(pod);
                 }
-                Err(e) => jp.event(true, "InvalidPodTemplate", e.to_string()),
+                Err(e) => {
+                    let message = e.to_string();
+                    jp.event(true, "InvalidPodTemplate", message.clone());
+                    jp.reject_launch(*replica, *incarnation, "InvalidPodTemplate", message);
+                }
             },
             Action::Stop {
                 replica,
@@ -145,20 +149,38 @@ pub(super) fn translate(
         if !has_service || !jp.create.is_empty() {
             match build::build_service(o.job) {
                 Ok(s) => jp.service = Some(s),
-                Err(e) => jp.event(true, "InvalidName", e.to_string()),
+                Err(e) => {
+                    jp.event(true, "InvalidName", e.to_string());
+                    jp.reject_first_launch("InvalidName", e.to_string());
+                }
             }
         }
         if !jp.create.is_empty() {
             match build::build_config_map(o.job, build_options) {
                 Ok(c) => jp.config_map = c,
-                Err(e) => jp.event(true, "InvalidLaunch", e.to_string()),
+                Err(e) => {
+                    jp.event(true, "InvalidLaunch", e.to_string());
+                    jp.reject_first_launch("InvalidLaunch", e.to_string());
+                }
             }
             if build::ssh_mount_path(o.job).is_some() {
                 match build::build_ssh_secret(o.job) {
                     Ok(s) => jp.ssh_secret = Some(s),
-                    Err(e) => jp.event(true, "InvalidLaunch", e.to_string()),
+                    Err(e) => {
+                        jp.event(true, "InvalidLaunch", e.to_string());
+                        jp.reject_first_launch("InvalidLaunch", e.to_string());
+                    }
                 }
             }
+        }
+    }
+
+    // A gang the operator cannot build is created not at all (its refusal is recorded).
+    for jp in plans.values_mut() {
+        if jp.reject.is_some() {
+            jp.create.clear();
+            jp.config_map = None;
+            jp.ssh_secret = None;
         }
     }
 
