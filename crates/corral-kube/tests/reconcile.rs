@@ -892,3 +892,19 @@ async fn a_launch_the_operator_cannot_build_fails_the_job_and_frees_the_gpus() {
     let (_, report) = pass(&fake, t(3)).await;
     assert_eq!(report.pods_created, 2, "the GPUs serve the next job");
 }
+
+/// A job naming a priority class the cluster does not have is not admitted at another
+/// priority: it waits as written, and its reason names the class and those that exist.
+#[tokio::test]
+async fn a_job_naming_a_missing_priority_class_waits_and_says_which() {
+    let fake = cluster(&["n1"]);
+    let mut j = job("classless", 1, 1, json!({}));
+    j["spec"]["priorityClass"] = json!("platinum");
+    fake.insert(JOBS, j);
+    let (plan, report) = pass(&fake, t(0)).await;
+    assert_eq!(report.pods_created, 0);
+    assert_eq!(condition(&fake, "classless", "Queued").as_deref(), Some("True"));
+    let why = condition_message(&fake, "classless", "Queued");
+    assert!(why.contains("`platinum` is not a JobPriorityClass"), "{why}");
+    assert!(event_reasons(&plan).contains(&"Invalid".to_string()));
+}

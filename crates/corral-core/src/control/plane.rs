@@ -318,7 +318,35 @@ impl ControlPlane {
         } else {
             Vec::new()
         };
-        let request = if missing.is_empty() {
+        // A class the cluster does not have: refused as written, naming what exists (the
+        // embedded shell refuses it at submit; here, for a plane fed by another platform).
+        // A job already admitted keeps running if its class goes away (as a pod does).
+        let admitted = job
+            .status
+            .as_ref()
+            .is_some_and(|s| conditions::is_true(s, ConditionType::Admitted));
+        let unknown_class = defaulted.spec.priority_class.as_deref().filter(|n| {
+            !admitted
+                && !config
+                    .priority_classes
+                    .iter()
+                    .any(|c| c.metadata.name == *n)
+        });
+        let request = if let Some(name) = unknown_class {
+            let names: Vec<&str> = config
+                .priority_classes
+                .iter()
+                .map(|c| c.metadata.name.as_str())
+                .collect();
+            Err(format!(
+                "spec.priorityClass: `{name}` is not a JobPriorityClass of this cluster; it has {}",
+                if names.is_empty() {
+                    "none".to_string()
+                } else {
+                    names.join(", ")
+                }
+            ))
+        } else if missing.is_empty() {
             Ok(())
         } else {
             Err(missing
