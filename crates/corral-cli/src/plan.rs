@@ -92,7 +92,7 @@ fn cluster(
     args: &PlanArgs,
     declared: &mut Declared,
     machine: Option<(ClusterFileConfig, Node)>,
-) -> Result<Cluster, String> {
+) -> Result<PlanTarget, String> {
     if let Some((mut file, _)) = machine {
         file.node_pools.append(&mut declared.pools);
         file.queues.append(&mut declared.queues);
@@ -112,7 +112,7 @@ fn cluster(
             queues,
             running: Vec::new(),
         };
-        return Ok(Cluster {
+        return Ok(PlanTarget {
             snapshot,
             config,
             line,
@@ -144,7 +144,7 @@ fn cluster(
         queues,
         running: Vec::new(),
     };
-    Ok(Cluster {
+    Ok(PlanTarget {
         snapshot,
         config,
         line,
@@ -153,7 +153,7 @@ fn cluster(
 }
 
 /// The cluster a plan runs on.
-struct Cluster {
+struct PlanTarget {
     snapshot: ClusterSnapshot,
     config: ControlConfig,
     /// The cluster in words.

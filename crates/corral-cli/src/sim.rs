@@ -216,7 +216,7 @@ fn read(path: &str) -> Result<String, String> {
 fn load_jobs(
     args: &SimArgs,
     format: Format,
-    cluster: &corral_sim::Cluster,
+    cluster: &corral_sim::SimCluster,
 ) -> Result<(Vec<SimJob>, Vec<String>), String> {
     if format == Format::Sia {
         return trace::sia::load(

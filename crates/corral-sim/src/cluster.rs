@@ -19,14 +19,14 @@ use serde::Deserialize;
 #[derive(Clone, Debug, PartialEq)]
 pub struct SimNode {
     pub name: String,
-    /// Index into [`Cluster::types`].
+    /// Index into [`SimCluster::types`].
     pub gpu_type: usize,
     pub gpus: u32,
 }
 
 /// GPU types in the order given, and nodes grouped by type.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Cluster {
+pub struct SimCluster {
     pub types: Vec<String>,
     pub nodes: Vec<SimNode>,
 }
@@ -108,7 +108,7 @@ impl ClusterSpec {
     }
 
     /// Builds the nodes. Node names are `<type>-<i>`.
-    pub fn build(&self) -> Result<Cluster, String> {
+    pub fn build(&self) -> Result<SimCluster, String> {
         if self.pools.is_empty() {
             return Err("the cluster has no GPU pools".into());
         }
@@ -159,11 +159,11 @@ impl ClusterSpec {
         if nodes.is_empty() {
             return Err("the cluster has no GPUs".into());
         }
-        Ok(Cluster { types, nodes })
+        Ok(SimCluster { types, nodes })
     }
 }
 
-impl Cluster {
+impl SimCluster {
     /// GPUs per type, parallel to `types`.
     pub fn gpus_per_type(&self) -> Vec<u32> {
         let mut v = vec![0; self.types.len()];

@@ -43,7 +43,7 @@ use corral_core::sched::{
 };
 use jiff::Timestamp;
 
-use crate::cluster::Cluster;
+use crate::cluster::SimCluster;
 use crate::job::SimJob;
 use crate::round::{Assignment, EngineConfig, Policy, RoundCtx};
 
@@ -269,7 +269,7 @@ impl Policy for CorralPolicy {
 
     fn init(
         &mut self,
-        cluster: &Cluster,
+        cluster: &SimCluster,
         jobs: &[SimJob],
         _tput: &[Vec<f64>],
         _cfg: &EngineConfig,

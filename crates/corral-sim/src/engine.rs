@@ -13,7 +13,7 @@
 //! (every `checkpoint_s` of productive run time; 0: it checkpoints when stopped and loses
 //! nothing) and pays `restart_s` of no progress when it runs again.
 
-use crate::cluster::Cluster;
+use crate::cluster::SimCluster;
 use crate::job::SimJob;
 use crate::round::{Assignment, Policy, RoundCtx};
 pub use crate::round::{EngineConfig, JobState, Placement};
@@ -46,7 +46,7 @@ pub struct SimResult {
 }
 
 /// Dense throughput matrix: `tput[job][type]`, 0 where the job cannot run.
-pub fn throughput_matrix(jobs: &[SimJob], cluster: &Cluster) -> Vec<Vec<f64>> {
+pub fn throughput_matrix(jobs: &[SimJob], cluster: &SimCluster) -> Vec<Vec<f64>> {
     jobs.iter()
         .map(|j| {
             cluster
@@ -68,7 +68,7 @@ pub fn throughput_matrix(jobs: &[SimJob], cluster: &Cluster) -> Vec<Vec<f64>> {
 /// emptiest nodes first. Updates `free`.
 fn place(
     free: &mut [u32],
-    cluster: &Cluster,
+    cluster: &SimCluster,
     by_type: &[Vec<usize>],
     t: usize,
     k: u32,
@@ -113,7 +113,7 @@ fn place(
 /// round with the fraction of jobs done.
 pub fn simulate(
     jobs: &[SimJob],
-    cluster: &Cluster,
+    cluster: &SimCluster,
     policy: &mut dyn Policy,
     cfg: &EngineConfig,
     progress: &mut dyn FnMut(f64),

@@ -24,7 +24,7 @@ pub mod report;
 pub mod round;
 pub mod trace;
 
-pub use cluster::{Cluster, ClusterSpec};
+pub use cluster::{ClusterSpec, SimCluster};
 pub use engine::{SimResult, simulate};
 pub use job::{SimJob, Throughput};
 pub use metrics::PolicyMetrics;
@@ -34,7 +34,7 @@ pub use round::{EngineConfig, Policy};
 /// Runs one policy and summarises it.
 pub fn run_policy(
     jobs: &[SimJob],
-    cluster: &Cluster,
+    cluster: &SimCluster,
     policy: &mut dyn Policy,
     cfg: &EngineConfig,
     progress: &mut dyn FnMut(f64),

@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use crate::cluster::Cluster;
+use crate::cluster::SimCluster;
 use crate::engine::SimResult;
 use crate::job::SimJob;
 
@@ -49,7 +49,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[rank.min(sorted.len() - 1)]
 }
 
-pub fn summarize(jobs: &[SimJob], cluster: &Cluster, r: &SimResult) -> PolicyMetrics {
+pub fn summarize(jobs: &[SimJob], cluster: &SimCluster, r: &SimResult) -> PolicyMetrics {
     let total = f64::from(cluster.total_gpus());
     let per_type = cluster.gpus_per_type();
     let mut jct = Vec::new();

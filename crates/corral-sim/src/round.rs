@@ -5,7 +5,7 @@
 //! The engine ([`crate::engine`]) and every policy ([`crate::policy`],
 //! [`crate::corral_policy`]) depend on this module and on nothing of each other.
 
-use crate::cluster::Cluster;
+use crate::cluster::SimCluster;
 use crate::job::SimJob;
 
 /// Simulation settings.
@@ -46,7 +46,7 @@ pub struct JobState {
     pub done_steps: f64,
     /// GPU-seconds held so far (attained service, for LAS).
     pub attained_gpu_s: f64,
-    /// Seconds held per GPU type (parallel to [`Cluster::types`]).
+    /// Seconds held per GPU type (parallel to [`SimCluster::types`]).
     pub held_s_on: Vec<f64>,
     /// Placement in the last round (None: not running).
     pub current: Option<Placement>,
@@ -89,7 +89,7 @@ pub struct RoundCtx<'a> {
     pub state: &'a [JobState],
     /// Jobs that arrived and are not done, in arrival order.
     pub active: &'a [usize],
-    pub cluster: &'a Cluster,
+    pub cluster: &'a SimCluster,
     /// `tput[job][type]` in steps/s, 0 where the job cannot run.
     pub tput: &'a [Vec<f64>],
     /// A job arrived or finished since the last round.
@@ -120,7 +120,7 @@ pub trait Policy {
     fn name(&self) -> String;
     fn init(
         &mut self,
-        _cluster: &Cluster,
+        _cluster: &SimCluster,
         _jobs: &[SimJob],
         _tput: &[Vec<f64>],
         _cfg: &EngineConfig,

@@ -29,7 +29,7 @@ fn cfg(round_s: f64) -> EngineConfig {
     }
 }
 
-fn one_gpu() -> corral_sim::Cluster {
+fn one_gpu() -> corral_sim::SimCluster {
     ClusterSpec::parse_flag("v100:1", 1)
         .unwrap()
         .build()

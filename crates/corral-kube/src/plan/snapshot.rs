@@ -17,7 +17,7 @@ use super::observe_jobs::ObservedJob;
 use crate::consts::GPU_PRODUCT_LABEL;
 use crate::observe::{self, Amounts, World};
 
-pub(super) struct Cluster {
+pub(super) struct ObservedCluster {
     pub snapshot: ClusterSnapshot,
     /// Queues that could not be read, in words.
     pub warnings: Vec<String>,
@@ -36,7 +36,7 @@ pub(super) fn cluster(
     world: &World,
     jobs: &[ObservedJob<'_>],
     topology_label: Option<&str>,
-) -> Cluster {
+) -> ObservedCluster {
     let corral: Vec<&ObservedJob<'_>> = jobs.iter().filter(|o| placed_by_corral(o)).collect();
     let mut owned: BTreeSet<(&str, &str)> = corral
         .iter()
@@ -105,7 +105,7 @@ pub(super) fn cluster(
             Err(e) => warnings.push(format!("queue {}: {e}", q.metadata.name)),
         }
     }
-    Cluster {
+    ObservedCluster {
         snapshot: ClusterSnapshot {
             nodes,
             pools: world

@@ -34,7 +34,7 @@
 use std::collections::BTreeMap;
 
 use super::{Assignment, Policy, RoundCtx};
-use crate::cluster::Cluster;
+use crate::cluster::SimCluster;
 use crate::job::SimJob;
 use crate::round::EngineConfig;
 
@@ -122,7 +122,7 @@ fn local_place(free: &[u32], nodes: &[usize], node_size: u32, k: u32) -> Option<
 }
 
 impl Gandiva {
-    fn free(&self, cluster: &Cluster) -> Vec<u32> {
+    fn free(&self, cluster: &SimCluster) -> Vec<u32> {
         let mut free: Vec<u32> = cluster.nodes.iter().map(|n| n.gpus).collect();
         for g in self.groups.values() {
             for &(n, k) in &g.nodes {
@@ -269,7 +269,7 @@ impl Policy for Gandiva {
 
     fn init(
         &mut self,
-        cluster: &Cluster,
+        cluster: &SimCluster,
         _jobs: &[SimJob],
         _tput: &[Vec<f64>],
         cfg: &EngineConfig,

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use microlp::{ComparisonOp, OptimizationDirection, Problem, Variable};
 
 use super::{Assignment, Policy, RoundCtx};
-use crate::cluster::Cluster;
+use crate::cluster::SimCluster;
 use crate::job::SimJob;
 use crate::round::EngineConfig;
 use corral_core::sched::workload::Rng;
@@ -354,7 +354,7 @@ impl Policy for MaxMin {
 
     fn init(
         &mut self,
-        cluster: &Cluster,
+        cluster: &SimCluster,
         _jobs: &[SimJob],
         tput: &[Vec<f64>],
         _cfg: &EngineConfig,

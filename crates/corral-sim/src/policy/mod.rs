@@ -7,7 +7,7 @@ pub mod gavel;
 pub mod las;
 pub mod sjf;
 
-use crate::cluster::Cluster;
+use crate::cluster::SimCluster;
 pub use crate::round::{Assignment, Policy, RoundCtx};
 
 /// Policies by name.
@@ -140,7 +140,7 @@ impl PolicyKind {
 }
 
 /// Free GPUs per type, for policies that decide at the level of types.
-pub(crate) fn free_per_type(cluster: &Cluster) -> Vec<u32> {
+pub(crate) fn free_per_type(cluster: &SimCluster) -> Vec<u32> {
     cluster.gpus_per_type()
 }
 
