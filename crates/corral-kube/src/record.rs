@@ -38,13 +38,13 @@ pub struct AdmissionRecord {
     #[serde(default)]
     pub gpu_type: Option<String>,
     #[serde(default)]
-    pub placements: Vec<PlacementRecord>,
+    pub placements: Vec<AnnotatedPlacement>,
 }
 
 /// Where one replica runs.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct PlacementRecord {
+pub struct AnnotatedPlacement {
     pub role: String,
     pub index: u32,
     pub node: String,
@@ -65,7 +65,7 @@ impl AdmissionRecord {
             placements: a
                 .placements
                 .iter()
-                .map(|p| PlacementRecord {
+                .map(|p| AnnotatedPlacement {
                     role: p.role.clone(),
                     index: p.index,
                     node: p.node.clone(),

@@ -62,7 +62,7 @@ pub(super) struct AdmissionRecord {
     pub admitted_at: u64,
     pub request: RequestRecord,
     #[serde(default)]
-    pub placements: Vec<PlacementRecord>,
+    pub placements: Vec<StoredPlacement>,
 }
 
 /// The admitted job's request, as the scheduler needs it to take the job back.
@@ -221,7 +221,7 @@ pub(super) struct GroupRecord {
 /// Where one replica runs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub(super) struct PlacementRecord {
+pub(super) struct StoredPlacement {
     pub role: String,
     pub index: u32,
     pub node: String,
@@ -244,7 +244,7 @@ struct LegacyAdmission {
 struct LegacyRunning {
     request: RequestRecord,
     #[serde(default)]
-    placements: Vec<PlacementRecord>,
+    placements: Vec<StoredPlacement>,
     #[serde(default)]
     admitted_at: u64,
 }
@@ -302,7 +302,7 @@ impl From<&StoredAdmission> for AdmissionRecord {
             gpu_type: a.gpu_type.clone(),
             admitted_at: *admitted_at,
             request: RequestRecord::from(request),
-            placements: placements.iter().map(PlacementRecord::from).collect(),
+            placements: placements.iter().map(StoredPlacement::from).collect(),
         }
     }
 }
@@ -414,7 +414,7 @@ impl From<GroupRecord> for ReplicaGroup {
     }
 }
 
-impl From<&ReplicaPlacement> for PlacementRecord {
+impl From<&ReplicaPlacement> for StoredPlacement {
     fn from(p: &ReplicaPlacement) -> Self {
         let ReplicaPlacement {
             role,
@@ -422,7 +422,7 @@ impl From<&ReplicaPlacement> for PlacementRecord {
             node,
             gpu_indices,
         } = p;
-        PlacementRecord {
+        StoredPlacement {
             role: role.clone(),
             index: *index,
             node: node.clone(),
@@ -431,8 +431,8 @@ impl From<&ReplicaPlacement> for PlacementRecord {
     }
 }
 
-impl From<PlacementRecord> for ReplicaPlacement {
-    fn from(p: PlacementRecord) -> Self {
+impl From<StoredPlacement> for ReplicaPlacement {
+    fn from(p: StoredPlacement) -> Self {
         ReplicaPlacement {
             role: p.role,
             index: p.index,
