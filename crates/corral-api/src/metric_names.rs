@@ -20,12 +20,13 @@ pub const LABEL_QUEUE: &str = "queue";
 pub const LABEL_STATE: &str = "state";
 
 /// Every value of the `state` label, in lifecycle order.
-pub const JOB_STATES: [&str; 9] = [
+pub const JOB_STATES: [&str; 10] = [
     "Queued",
     "Admitted",
     "Running",
     "Restarting",
     "Preempting",
+    "BackOff",
     "Suspended",
     "Succeeded",
     "Failed",

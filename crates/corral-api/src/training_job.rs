@@ -468,8 +468,8 @@ pub enum LauncherCreationPolicy {
 #[serde(rename_all = "camelCase")]
 pub struct TrainingJobStatus {
     /// Where the job is now, in one word: the same word `corral list` shows and the `state`
-    /// label of `corral_jobs` (Queued, Admitted, Running, Restarting, Preempting, Suspended,
-    /// Succeeded or Failed).
+    /// label of `corral_jobs` (Queued, Admitted, Running, Restarting, Preempting, BackOff,
+    /// Suspended, Succeeded or Failed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<JobState>,
     /// GPUs the job holds now (0 while it waits or after it finished).
@@ -477,7 +477,7 @@ pub struct TrainingJobStatus {
     pub gpus: u32,
     /// What keeps a waiting job from being admitted, by kind (Capacity, Quota, NodeSize,
     /// PoolSize, NoMatchingPool, NoSuchQueue, NamespaceNotAllowed, NoSuitableNode, Protected,
-    /// AwaitingCycle):
+    /// AwaitingCycle, StartBackOff):
     /// the `Queued` condition's message in words, this for programs. Empty unless waiting.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub blocked_by: Vec<String>,
@@ -503,9 +503,16 @@ pub struct TrainingJobStatus {
     /// Times the job was preempted and returned to its queue (never counted as restarts).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub preemption_count: u32,
-    /// Restart back-off: no replica starts before this time.
+    /// Restart back-off: no replica starts before this time. In start back-off (state
+    /// BackOff): when the job re-enters its queue.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backoff_until: Option<Timestamp>,
+    /// Starts in a row that the platform could not make (an image it cannot pull, a command
+    /// that does not exist): each takes the job out of its queue for a back-off of 10 s,
+    /// doubling up to 5 min; never counted against backoffLimit. Reset once a start
+    /// succeeds.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub start_failures: u32,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -567,6 +574,10 @@ pub enum JobState {
     Restarting,
     // Preempted; replicas stop and the job goes back to its queue.
     Preempting,
+    // The platform could not start a replica (an image it cannot pull, a command that does
+    // not exist): the job gave its resources back and waits out a back-off before it
+    // re-enters its queue.
+    BackOff,
     Suspended,
     Succeeded,
     Failed,
@@ -584,6 +595,7 @@ impl JobState {
             JobState::Running => "Running",
             JobState::Restarting => "Restarting",
             JobState::Preempting => "Preempting",
+            JobState::BackOff => "BackOff",
             JobState::Suspended => "Suspended",
             JobState::Succeeded => "Succeeded",
             JobState::Failed => "Failed",

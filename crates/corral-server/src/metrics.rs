@@ -14,12 +14,13 @@ use std::fmt::Write as _;
 use corral_api::metric_names as names;
 use corral_local::cluster::{JobState, MetricsSnapshot, QueueInfo, QuotaLimits, ReplicaUsageRow};
 
-const STATES: [JobState; 9] = [
+const STATES: [JobState; 10] = [
     JobState::Queued,
     JobState::Admitted,
     JobState::Running,
     JobState::Restarting,
     JobState::Preempting,
+    JobState::BackOff,
     JobState::Suspended,
     JobState::Succeeded,
     JobState::Failed,

@@ -346,7 +346,7 @@ fn unranged_document() -> Value {
                 "JobSummary": {"type": "object", "properties": {
                     "namespace": {"type": "string"}, "name": {"type": "string"}, "uid": {"type": "string"},
                     "framework": {"type": "string"}, "queue": {"type": "string"},
-                    "state": {"type": "string", "enum": ["Queued", "Admitted", "Running", "Restarting", "Preempting", "Suspended", "Succeeded", "Failed", "Deleting"]},
+                    "state": {"type": "string", "enum": ["Queued", "Admitted", "Running", "Restarting", "Preempting", "BackOff", "Suspended", "Succeeded", "Failed", "Deleting"]},
                     "replicasReady": u32_schema(), "replicasTotal": u32_schema(),
                     "gpus": u64_schema(), "created": {"type": "string", "format": "date-time"},
                     "restarts": u32_schema(), "preemptions": u32_schema(),

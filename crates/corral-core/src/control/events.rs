@@ -35,7 +35,7 @@ pub struct JobEvent {
 }
 
 /// The reasons of the events the control plane emits. Shells add their own for what only
-/// they see (`Started` with a pid, `FailedStart`).
+/// they see (`Started` with a pid).
 pub mod event_reason {
     pub const ADMITTED: &str = "Admitted";
     pub const ADMISSION_LOST: &str = "AdmissionLost";
@@ -51,13 +51,16 @@ pub mod event_reason {
     pub const SUCCEEDED: &str = "Succeeded";
     pub const FAILED: &str = "Failed";
     pub const INVALID: &str = "Invalid";
+    /// The platform could not start a replica: the job backs off out of its queue
+    /// (`lifecycle::back_off_failed_start`), a Warning once per failed start.
+    pub const START_BACK_OFF: &str = "StartBackOff";
     /// The gang's starts wait for room still held on a node (see `control::room`). Not in
     /// [`ALL`]: whether a start waits depends on how fast the platform stops a victim, not on
     /// a decision, so the conformance trace leaves it out.
     pub const WAITING_FOR_ROOM: &str = "WaitingForRoom";
 
     /// Every reason above.
-    pub const ALL: [&str; 14] = [
+    pub const ALL: [&str; 15] = [
         ADMITTED,
         ADMISSION_LOST,
         PENDING,
@@ -72,12 +75,14 @@ pub mod event_reason {
         SUCCEEDED,
         FAILED,
         INVALID,
+        START_BACK_OFF,
     ];
 }
 
 /// Events for what the lifecycle changed in a job's status: conditions that became true
-/// (Running, Suspended, Succeeded, Failed), a restart counted, a resume. Admission and
-/// preemption have events of their own, emitted where the scheduler decides them.
+/// (Running, Suspended, Succeeded, Failed), a restart or a start failure counted, a resume.
+/// Admission and preemption have events of their own, emitted where the scheduler decides
+/// them.
 pub(crate) fn status_events(
     job: &str,
     old: &TrainingJobStatus,
@@ -125,6 +130,13 @@ pub(crate) fn status_events(
         push(
             EventType::Normal,
             event_reason::RESUMED,
+            message(ConditionType::Queued),
+        );
+    }
+    if new.start_failures > old.start_failures {
+        push(
+            EventType::Warning,
+            event_reason::START_BACK_OFF,
             message(ConditionType::Queued),
         );
     }

@@ -52,7 +52,7 @@ pub use events::{EventType, JobEvent, event_reason};
 pub use ledger::{Ledger, ServiceByType};
 pub use plane::{
     Change, ControlError, ControlPlane, HeldAdmission, JobAction, JobRecord, LaunchRejection,
-    RestoredJob, SchedulingHints, Step,
+    RestoredJob, SchedulingHints, StartFailure, Step,
 };
 pub use room::{Need, Room, take_gang};
 pub use rules::{

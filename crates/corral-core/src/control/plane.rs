@@ -33,6 +33,9 @@ use crate::sched::{
 /// `blockedBy` (and the `Queued` reason) of a job the scheduler cannot take as written.
 const INVALID_BLOCKER: &str = "Invalid";
 
+/// `blockedBy` of a job waiting out a start back-off (the `Queued` reason too).
+const START_BACK_OFF_BLOCKER: &str = conditions::reason::START_BACK_OFF;
+
 /// How often at most a waiting job's reason is rewritten when only its numbers change.
 const REASON_REFRESH_MS: Millis = 30_000;
 
@@ -227,6 +230,8 @@ struct Entry {
     deleting: bool,
     /// A launch the platform refused for good, not yet reconciled.
     rejected: Option<LaunchRejection>,
+    /// Starts the platform could not make, with its words, not yet reconciled.
+    start_failed: Vec<StartFailure>,
 }
 
 /// The platform refused to create a replica incarnation, for good (see
@@ -236,6 +241,20 @@ pub struct LaunchRejection {
     pub replica: ReplicaId,
     pub incarnation: Incarnation,
     /// The platform's own words (the API server's Status message).
+    pub message: String,
+}
+
+/// The platform could not start a replica incarnation's program (see
+/// [`ControlPlane::start_failed`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StartFailure {
+    pub replica: ReplicaId,
+    pub incarnation: Incarnation,
+    /// The runtime's exit code where it has one (podman's 125, 127 for a command that does
+    /// not exist), else 0.
+    pub exit_code: i32,
+    /// The platform's own words (the container status's reason and message, the runtime's
+    /// last lines, the executor's error).
     pub message: String,
 }
 
@@ -260,7 +279,8 @@ impl Entry {
         };
         !(conditions::is_terminal(status)
             || conditions::is_true(status, ConditionType::Admitted)
-            || conditions::is_true(status, ConditionType::Suspended))
+            || conditions::is_true(status, ConditionType::Suspended)
+            || lifecycle::is_backing_off(status))
     }
 }
 
@@ -377,6 +397,7 @@ impl ControlPlane {
             reason_written: None,
             deleting: false,
             rejected: None,
+            start_failed: Vec::new(),
         }
     }
 
@@ -530,6 +551,33 @@ impl ControlPlane {
         self.unsettled.extend(self.waiting_for_room.keys().cloned());
     }
 
+    /// The platform could not start this replica incarnation's program, and says why: an
+    /// image it cannot pull (Kubernetes ErrImagePull, ImagePullBackOff; podman's exit 125
+    /// before the container ran), a command that does not exist, no port left for it. The
+    /// observation `Failed` with [`FailureReason::StartFailed`](lifecycle::FailureReason),
+    /// with the platform's words for the job's status and event. The lifecycle decides what
+    /// it means ([`lifecycle::back_off_failed_start`]): the job's other replicas stop, its
+    /// admission is released, and it re-enters its queue after a back-off, never counted
+    /// against backoffLimit. Ignored for any incarnation but the current one and for a
+    /// finished job. (`observe` with that phase alone decides the same, in general words.)
+    pub fn start_failed(&mut self, key: &str, failure: StartFailure) {
+        self.observe(
+            key,
+            ObservedReplica::new(
+                failure.replica,
+                failure.incarnation,
+                ReplicaPhase::Failed {
+                    exit_code: failure.exit_code,
+                    reason: lifecycle::FailureReason::StartFailed,
+                },
+            ),
+        );
+        if let Some(e) = self.jobs.get_mut(key) {
+            e.start_failed.push(failure);
+            self.unsettled.insert(key.to_string());
+        }
+    }
+
     /// The record of a replica incarnation is gone (the shell removed it after a stop with
     /// `delete`): its name is free again.
     pub fn forget_replica(&mut self, key: &str, replica: ReplicaId, incarnation: Incarnation) {
@@ -623,6 +671,28 @@ impl ControlPlane {
                 && lifecycle::current_incarnation(status, r.replica) == r.incarnation
             {
                 lifecycle::fail_rejected_launch(status, &r.replica.name(&job), &r.message, now);
+            }
+        }
+        // A start the platform could not make, in its words: the lifecycle's back-off,
+        // recorded before the reconcile (which would otherwise say it in general words).
+        for f in std::mem::take(&mut e.start_failed) {
+            let job = e.job.name().to_string();
+            let status = e.job.status.get_or_insert_with(Default::default);
+            let current = lifecycle::current_incarnation(status, f.replica) == f.incarnation;
+            let observed = matches!(
+                e.replicas.get(&(f.replica, f.incarnation)),
+                Some(ReplicaPhase::Failed {
+                    reason: lifecycle::FailureReason::StartFailed,
+                    ..
+                })
+            );
+            if current
+                && observed
+                && conditions::is_true(status, ConditionType::Admitted)
+                && !conditions::is_terminal(status)
+                && !lifecycle::is_backing_off(status)
+            {
+                lifecycle::back_off_failed_start(status, &f.replica.name(&job), &f.message, now);
             }
         }
         let e = &*e;

@@ -30,6 +30,9 @@ pub enum StopReason {
     JobFailed,
     /// The job finished; `cleanPodPolicy: All` removes the records of finished replicas.
     Cleanup,
+    /// The platform could not start a replica of the job: every replica stops, and the job
+    /// waits out a back-off before it re-enters its queue.
+    StartBackOff,
 }
 
 impl StopReason {
@@ -44,6 +47,7 @@ impl StopReason {
             StopReason::JobSucceeded => "JobSucceeded",
             StopReason::JobFailed => "JobFailed",
             StopReason::Cleanup => "Cleanup",
+            StopReason::StartBackOff => "StartBackOff",
         }
     }
 }

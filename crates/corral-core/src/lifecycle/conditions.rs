@@ -22,6 +22,10 @@ pub mod reason {
     /// The platform refused to create a replica for good (see
     /// [`crate::lifecycle::fail_rejected_launch`]).
     pub const LAUNCH_REJECTED: &str = "LaunchRejected";
+    /// The platform could not start a replica: the job waits out a back-off before it
+    /// re-enters its queue (the `Queued` condition's reason, and `blockedBy`; see
+    /// [`crate::lifecycle::back_off_failed_start`]).
+    pub const START_BACK_OFF: &str = "StartBackOff";
 }
 
 pub fn get(status: &TrainingJobStatus, type_: ConditionType) -> Option<&Condition> {

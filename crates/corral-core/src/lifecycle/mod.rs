@@ -33,6 +33,11 @@
 //!   incarnation are late or duplicated and only ever get stopped.
 //! - **Preemption is not a failure.** It does not count against backoffLimit; the job
 //!   returns to its queue with its restart history (`status.preemptionCount` counts it).
+//! - **A start the platform cannot make is not a failure either** (an image it cannot pull,
+//!   a command that does not exist: [`FailureReason::StartFailed`]). The job stops what
+//!   runs, gives its admission back and waits out of its queue (state `BackOff`) for a
+//!   back-off of 10 s doubling to 5 min, counted in `status.startFailures` (durable, never
+//!   against backoffLimit), then re-enters it ([`back_off_failed_start`]).
 //! - **Nothing runs without an admission**, and a gang starts only with a placement for
 //!   every replica. A replica starts only when its name is free (no other incarnation).
 //! - Allreduce frameworks (PyTorch DDP, MPI, JAX, XGBoost, TF without parameter servers,
@@ -52,5 +57,7 @@ pub use observe::{
     current_incarnation,
 };
 pub use policy::DEFAULT_GRACE_PERIOD;
-pub use reconcile::{Reconciled, fail_rejected_launch, reconcile, reconcile_with};
-pub use state::{JobState, is_pending, is_preempting, job_state};
+pub use reconcile::{
+    Reconciled, back_off_failed_start, fail_rejected_launch, reconcile, reconcile_with,
+};
+pub use state::{JobState, is_backing_off, is_pending, is_preempting, job_state};

@@ -98,6 +98,11 @@ pub enum FailureReason {
     /// What the replica needs before its program runs could not be made (a Python
     /// environment whose requirements do not resolve): a restart would fail the same way.
     SetupFailed,
+    /// The platform could not start the replica's program (an image it cannot pull, a
+    /// command that does not exist, no port left for it): not a failure of the program.
+    /// The job backs off out of its queue (see [`crate::lifecycle::back_off_failed_start`]),
+    /// never counted against backoffLimit.
+    StartFailed,
 }
 
 impl FailureReason {
@@ -110,6 +115,7 @@ impl FailureReason {
             FailureReason::NodeLost => "NodeLost",
             FailureReason::DeadlineExceeded => "DeadlineExceeded",
             FailureReason::SetupFailed => "SetupFailed",
+            FailureReason::StartFailed => "StartFailed",
         }
     }
 

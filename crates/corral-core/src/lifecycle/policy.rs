@@ -24,6 +24,26 @@ pub fn backoff(restart_count: u32) -> Duration {
         .min(BACKOFF_CAP)
 }
 
+/// First back-off after a start the platform could not make; doubles with every one in a
+/// row (as kubelet's image pull back-off).
+pub const START_BACKOFF_BASE: Duration = Duration::from_secs(10);
+/// Longest back-off after a start the platform could not make (kubelet's image pull cap).
+pub const START_BACKOFF_CAP: Duration = Duration::from_secs(300);
+/// How long a job must have been Running before its start counts as made and the count of
+/// start failures resets: a shell may report a replica Running as soon as it spawned it,
+/// before its command or image is known to work (a replica that ended any other way than
+/// a start failure has shown it at once).
+pub const START_PROVEN_AFTER: Duration = Duration::from_secs(60);
+
+/// How long a job waits out of its queue after its `failures`-th start failure in a row
+/// (1-based): 10s, 20s, 40s, ... 5 min.
+pub fn start_backoff(failures: u32) -> Duration {
+    let doublings = failures.saturating_sub(1).min(16);
+    START_BACKOFF_BASE
+        .saturating_mul(1u32 << doublings)
+        .min(START_BACKOFF_CAP)
+}
+
 /// What a replica's exit means for the job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Exit {
@@ -33,6 +53,9 @@ pub enum Exit {
     Retry,
     /// The job fails.
     Permanent,
+    /// The platform could not start it: the job gives its admission back and re-enters its
+    /// queue after a back-off (never counted against backoffLimit), under every policy.
+    BackOff,
 }
 
 /// Decides what one replica's terminal phase means under its role's restart policy.
@@ -40,6 +63,7 @@ pub enum Exit {
 /// signals (retryable); machine failures (eviction, lost node) are retryable whatever the
 /// code. A deadline or a setup that cannot be made (no retry would differ) is permanent
 /// under every policy. A replica that vanished is restarted under any policy: it did not exit.
+/// A start the platform could not make backs off under every policy: the program never ran.
 pub fn classify_exit(policy: RestartPolicy, phase: ReplicaPhase) -> Exit {
     match phase {
         ReplicaPhase::Pending | ReplicaPhase::Starting | ReplicaPhase::Running => Exit::Done,
@@ -51,6 +75,10 @@ pub fn classify_exit(policy: RestartPolicy, phase: ReplicaPhase) -> Exit {
                 Exit::Done
             }
         }
+        ReplicaPhase::Failed {
+            reason: FailureReason::StartFailed,
+            ..
+        } => Exit::BackOff,
         ReplicaPhase::Failed { exit_code, reason } => {
             if matches!(
                 reason,
@@ -205,6 +233,31 @@ mod tests {
         assert_eq!(backoff(7), BACKOFF_CAP);
         assert_eq!(backoff(u32::MAX), BACKOFF_CAP);
         assert_eq!(backoff(0), BACKOFF_BASE);
+    }
+
+    #[test]
+    fn start_backoff_doubles_and_caps_at_five_minutes() {
+        assert_eq!(start_backoff(1), Duration::from_secs(10));
+        assert_eq!(start_backoff(2), Duration::from_secs(20));
+        assert_eq!(start_backoff(5), Duration::from_secs(160));
+        assert_eq!(start_backoff(6), START_BACKOFF_CAP);
+        assert_eq!(start_backoff(u32::MAX), START_BACKOFF_CAP);
+    }
+
+    #[test]
+    fn a_start_that_failed_backs_off_under_every_policy() {
+        let failed = ReplicaPhase::Failed {
+            exit_code: 125,
+            reason: FailureReason::StartFailed,
+        };
+        for p in [
+            RestartPolicy::Never,
+            RestartPolicy::OnFailure,
+            RestartPolicy::Always,
+            RestartPolicy::ExitCode,
+        ] {
+            assert_eq!(classify_exit(p, failed), Exit::BackOff, "{p:?}");
+        }
     }
 
     #[test]

@@ -131,6 +131,60 @@ pub fn fail_rejected_launch(
     }
 }
 
+/// The platform could not start replica `replica` of the job, in its own words `message` (an
+/// image it cannot pull, a command that does not exist, no port left): a start that cannot
+/// succeed now, and not the program's failure. Decided here for every shell: the job's
+/// current incarnations become stale (a new attempt), the start failure is counted in
+/// `status.startFailures` (durable; never against backoffLimit), and the job waits out a
+/// back-off (10 s doubling to 5 min, `status.backoffUntil`) with the `Queued` condition's
+/// reason `StartBackOff` (state `BackOff`). The next [`reconcile`] stops its other replicas,
+/// gives its admission back once none runs (its GPUs go to jobs that can run) and, after the
+/// back-off, puts it back in its queue.
+pub fn back_off_failed_start(
+    status: &mut TrainingJobStatus,
+    replica: &str,
+    message: &str,
+    now: Timestamp,
+) {
+    let failures = status.start_failures.saturating_add(1);
+    status.start_failures = failures;
+    status.attempt = status.attempt.saturating_add(1);
+    status.replica_retries.clear();
+    let wait = policy::start_backoff(failures);
+    status.backoff_until = Some(add(now, wait));
+    let times = match failures {
+        1 => "once".to_string(),
+        n => format!("{n} times in a row"),
+    };
+    let msg = format!(
+        "replica {replica} could not start: {message}; the job gives its resources back and \
+         re-enters its queue in {}s (starts failed {times}; not counted against backoffLimit)",
+        wait.as_secs()
+    );
+    conditions::set(
+        status,
+        ConditionType::Queued,
+        ConditionStatus::True,
+        reason::START_BACK_OFF,
+        msg.clone(),
+        now,
+    );
+    conditions::clear(
+        status,
+        ConditionType::Running,
+        reason::START_BACK_OFF,
+        msg.clone(),
+        now,
+    );
+    conditions::clear(
+        status,
+        ConditionType::Restarting,
+        reason::START_BACK_OFF,
+        msg,
+        now,
+    );
+}
+
 /// Observations merged per incarnation, the most advanced phase winning: a replica only moves
 /// forward, so an older duplicate cannot undo a newer event.
 fn merge(observed: &[ObservedReplica]) -> BTreeMap<(ReplicaId, Incarnation), ReplicaPhase> {
@@ -205,6 +259,12 @@ impl Reconciler {
         }
         if conditions::is_true(&self.status, ConditionType::Suspended) {
             self.resume();
+        }
+        if super::is_backing_off(&self.status) {
+            let holds = !matches!(admission, AdmissionState::Waiting);
+            self.wait_out_start_back_off(holds);
+            self.update_replica_statuses();
+            return;
         }
         match admission {
             AdmissionState::Preempted {
@@ -404,6 +464,10 @@ impl Reconciler {
     }
 
     fn suspend(&mut self) {
+        if super::is_backing_off(&self.status) {
+            // The suspend ends the back-off: a resume goes back to the queue at once.
+            self.status.backoff_until = None;
+        }
         if !self.is(ConditionType::Suspended) {
             let msg = "runPolicy.suspend is set".to_string();
             self.set(ConditionType::Suspended, reason::SUSPENDED, msg.clone());
@@ -439,6 +503,76 @@ impl Reconciler {
         let msg = format!("resumed; waiting for admission in queue {}", self.queue);
         self.set(ConditionType::Queued, reason::RESUMED, msg);
         self.actions.push(Action::Requeue);
+    }
+
+    /// A start the platform could not make ([`back_off_failed_start`]): every replica
+    /// stops; once none runs the admission goes back (`holds`: the scheduler still gives
+    /// the job one), and once the back-off has passed the job re-enters its queue.
+    fn wait_out_start_back_off(&mut self, holds: bool) {
+        self.stop_all(self.grace_period, StopReason::StartBackOff);
+        if self.any_active() {
+            return;
+        }
+        if self.is(ConditionType::Admitted) {
+            let msg = "all replicas stopped; the admission is given back during the start \
+                       back-off"
+                .to_string();
+            self.clear(ConditionType::Admitted, reason::START_BACK_OFF, msg);
+            self.actions.push(Action::Release);
+        } else if holds {
+            self.actions.push(Action::Release);
+        }
+        match self.status.backoff_until {
+            Some(t) if self.now < t => self.requeue(until(self.now, t)),
+            _ => {
+                self.status.backoff_until = None;
+                let msg = format!(
+                    "the start back-off is over; waiting for admission in queue {}",
+                    self.queue
+                );
+                self.set(ConditionType::Queued, reason::QUEUED, msg);
+                self.actions.push(Action::Requeue);
+            }
+        }
+    }
+
+    /// A start counts as made once a replica of the job has shown that its program ran
+    /// (it ended any other way than a start failure), or the job has been Running for
+    /// [`policy::START_PROVEN_AFTER`]: then the count of start failures resets.
+    fn reset_start_failures(&mut self, current: &BTreeMap<ReplicaId, ReplicaPhase>) {
+        if self.status.start_failures == 0 {
+            return;
+        }
+        let ran = current.values().any(|p| {
+            matches!(
+                p,
+                ReplicaPhase::Succeeded
+                    | ReplicaPhase::Failed {
+                        reason: FailureReason::Error
+                            | FailureReason::OomKilled
+                            | FailureReason::DeadlineExceeded,
+                        ..
+                    }
+            )
+        });
+        let running_since = conditions::get(&self.status, ConditionType::Running)
+            .filter(|c| c.status == ConditionStatus::True)
+            .map(|c| c.last_transition_time);
+        let proven = match running_since {
+            Some(t) => {
+                let at = add(t, policy::START_PROVEN_AFTER);
+                if self.now < at {
+                    self.requeue(until(self.now, at));
+                    false
+                } else {
+                    true
+                }
+            }
+            None => false,
+        };
+        if ran || proven {
+            self.status.start_failures = 0;
+        }
     }
 
     fn run_admitted(&mut self, admission: &Admission) {
@@ -522,6 +656,23 @@ impl Reconciler {
             return;
         }
 
+        // A start the platform could not make: the job backs off out of its queue. (A shell
+        // that has the platform's words hands them to the plane, which records the back-off
+        // before this sees it.)
+        if let Some((id, exit_code)) = current.iter().find_map(|(id, p)| match p {
+            ReplicaPhase::Failed {
+                exit_code,
+                reason: FailureReason::StartFailed,
+            } => Some((*id, *exit_code)),
+            _ => None,
+        }) {
+            let words = format!("the platform gave no reason (exit code {exit_code})");
+            back_off_failed_start(&mut self.status, &id.name(&self.job), &words, self.now);
+            self.wait_out_start_back_off(true);
+            return;
+        }
+        self.reset_start_failures(&current);
+
         if let Some((id, _)) = current.iter().find(|(_, p)| {
             matches!(
                 p,
@@ -539,7 +690,8 @@ impl Reconciler {
         let mut retry = Vec::new();
         for (&id, &phase) in &current {
             match policy::classify_exit(self.spec.restart_policy(id.role), phase) {
-                Exit::Done => {}
+                // Handled above.
+                Exit::Done | Exit::BackOff => {}
                 Exit::Retry => retry.push((id, phase)),
                 Exit::Permanent => {
                     self.update_replica_statuses();

@@ -24,6 +24,8 @@ pub fn job_state(spec: &TrainingJobSpec, status: Option<&TrainingJobStatus>) -> 
         JobState::Failed
     } else if is(ConditionType::Suspended) || suspend {
         JobState::Suspended
+    } else if is_backing_off(status) {
+        JobState::BackOff
     } else if is_preempting(status) {
         JobState::Preempting
     } else if is(ConditionType::Restarting) {
@@ -42,6 +44,17 @@ pub fn job_state(spec: &TrainingJobSpec, status: Option<&TrainingJobStatus>) -> 
 pub fn is_preempting(status: &TrainingJobStatus) -> bool {
     conditions::is_true(status, ConditionType::Admitted)
         && conditions::is_true(status, ConditionType::Queued)
+        && !is_backing_off(status)
+}
+
+/// Whether the job waits out a start back-off (state `BackOff`): the platform could not
+/// start one of its replicas; the job stops what runs, gives its admission back and stays
+/// out of its queue until `status.backoffUntil`.
+pub fn is_backing_off(status: &TrainingJobStatus) -> bool {
+    conditions::get(status, ConditionType::Queued).is_some_and(|c| {
+        c.status == corral_api::training_job::ConditionStatus::True
+            && c.reason == conditions::reason::START_BACK_OFF
+    })
 }
 
 /// Whether the job waits for an admission (state `Queued`): not admitted, not suspended,

@@ -76,6 +76,11 @@ impl ControlPlane {
         let Some(e) = self.jobs.get_mut(key) else {
             return;
         };
+        if lifecycle::is_backing_off(status) {
+            // Out of the scheduler until the back-off ends; the `Queued` message says why.
+            status.blocked_by = vec![START_BACK_OFF_BLOCKER.to_string()];
+            return;
+        }
         if let Err(message) = &e.request
             && e.wants_admission()
             && conditions::is_true(status, ConditionType::Queued)
