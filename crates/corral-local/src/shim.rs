@@ -85,6 +85,8 @@ where
                 oom_killed: false,
                 error: Some(message),
                 setup_failed: false,
+                // The shim could not get as far as running the command.
+                start_failed: true,
                 written_by: "shim".into(),
                 finished_at_ms: files::now_ms(),
             };
@@ -224,6 +226,7 @@ fn supervise(dir: &Path) -> Result<i32, String> {
                     oom_killed: false,
                     error: Some(message),
                     setup_failed: true,
+                    start_failed: false,
                     written_by: "shim".into(),
                     finished_at_ms: files::now_ms(),
                 };
@@ -376,6 +379,10 @@ fn killed_at_its_memory_limit(
     }
 }
 
+/// How the replica ended. `error`: why the command could not be started at all (then the
+/// start failed); a container whose runtime's client exited 125 to 127 before the
+/// container ever ran (an image it cannot pull, an option it refuses, a command the image
+/// lacks) failed to start too, in the runtime's words: the last lines of the log.
 fn finish(
     dir: &Path,
     launch: &LaunchFile,
@@ -383,10 +390,22 @@ fn finish(
     signal: Option<i32>,
     error: Option<String>,
 ) -> Result<(), String> {
+    let mut error = error;
+    let mut start_failed = error.is_some();
     // cgroup v2 counts OOM kills of child cgroups too (a container's, below the replica's).
     let mut oom_killed = launch.cgroup.as_ref().is_some_and(|cg| cg.oom_kills() > 0);
     // A container is asked how it ended, then removed: nothing of a replica outlives it.
     if let Some(c) = &launch.container {
+        if error.is_none() && matches!(code, Some(125..=127)) && c.never_started() {
+            start_failed = true;
+            error = Some(last_words(&launch.log_path).unwrap_or_else(|| {
+                format!(
+                    "{} exited {} before the container started",
+                    c.kind.as_str(),
+                    code.unwrap_or_default()
+                )
+            }));
+        }
         oom_killed |= c.oom_killed() || killed_at_its_memory_limit(c, launch, code, signal);
         if !c.remove() {
             eprintln!("corral shim: removing container {} failed", c.name);
@@ -402,6 +421,7 @@ fn finish(
         oom_killed,
         error,
         setup_failed: false,
+        start_failed,
         written_by: "shim".into(),
         finished_at_ms: files::now_ms(),
     };
@@ -409,9 +429,60 @@ fn finish(
         .map_err(|e| format!("writing {EXIT_FILE}: {e}"))
 }
 
+/// What a container runtime said last, from the end of the replica's log: from its last
+/// line that starts with `Error` (podman's and docker's form) to the end, else the last
+/// line; at most 1,000 characters. `None` for an empty log.
+fn last_words(log: &Path) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    const TAIL: u64 = 8 * 1024;
+    let mut f = std::fs::File::open(log).ok()?;
+    let len = f.metadata().ok()?.len();
+    f.seek(SeekFrom::Start(len.saturating_sub(TAIL))).ok()?;
+    let mut bytes = Vec::new();
+    f.read_to_end(&mut bytes).ok()?;
+    let text = String::from_utf8_lossy(&bytes);
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let from = lines
+        .iter()
+        .rposition(|l| l.starts_with("Error"))
+        .unwrap_or(lines.len().checked_sub(1)?);
+    let words = lines[from..].join(" ");
+    Some(match words.char_indices().nth(1000) {
+        Some((i, _)) => format!("{}...", &words[..i]),
+        None => words,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A runtime's last words: from its last `Error` line on, else the last line.
+    #[test]
+    fn the_last_words_of_a_log_are_the_runtime_error() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = dir.path().join(LOG_FILE);
+        assert_eq!(last_words(&log), None);
+        std::fs::write(
+            &log,
+            "Trying to pull localhost/nope:1...\n\
+             time=\"...\" level=warning msg=\"Failed, retrying in 1s ... (1/3)\"\n\
+             Error: initializing source docker://localhost/nope:1: connection refused\n\n",
+        )
+        .expect("write");
+        assert_eq!(
+            last_words(&log).as_deref(),
+            Some("Error: initializing source docker://localhost/nope:1: connection refused")
+        );
+        std::fs::write(&log, "one\ntwo\n").expect("write");
+        assert_eq!(last_words(&log).as_deref(), Some("two"));
+        std::fs::write(&log, "\n\n").expect("write");
+        assert_eq!(last_words(&log), None);
+    }
     use crate::cgroup::{CgroupLimits, CgroupRef};
 
     /// The shim makes the cgroup the executor named; when it cannot, the replica fails

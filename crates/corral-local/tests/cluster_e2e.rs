@@ -149,24 +149,75 @@ fn permanent_failure_fails_the_job() {
     assert_eq!(d.replicas[0].exit_code, Some(7));
     assert_eq!(d.replicas[0].message, None, "the command ran");
     assert!(d.events.iter().any(|e| e.reason == "Failed"));
+}
 
-    // A program that does not exist: describe says so, not just "exit code 127".
+/// A command that does not exist is a start that cannot succeed: the job backs off out of
+/// its queue with the shim's words (state BackOff, not a restart counted against
+/// backoffLimit, not a failure), gives its GPUs back at once to a job that fits only then,
+/// and re-enters its queue after the back-off.
+fn a_command_that_does_not_exist_backs_off_and_gives_its_gpus_to_another_job() {
+    let (mut h, mut c) = Harness::new(WAITS, 31250, "node: {gpus: 2, gpuType: FAKE-GPU}\n");
+    let gpus = "      resources: {gpu: 2}\n";
     let missing =
-        job("missing", 1, "", "x").replace("[/bin/sh, -c, 'x']", "[no-such-program-corral-test]");
+        job("missing", 1, gpus, "x").replace("[/bin/sh, -c, 'x']", "[no-such-program-corral-test]");
     c.submit(&missing, "default", h.now).expect("submit");
-    h.until(&mut c, "failure", |c| {
-        state(c, "missing") == Some(JobState::Failed)
+    c.submit(&job("next", 1, gpus, "sleep 30"), "default", h.now)
+        .expect("submit");
+    h.until(&mut c, "missing backs off and next runs", |c| {
+        state(c, "missing") == Some(JobState::BackOff)
+            && state(c, "next") == Some(JobState::Running)
     });
     let d = c
         .describe("default", "missing")
         .expect("describe")
         .expect("job");
-    assert_eq!(d.replicas[0].exit_code, Some(127));
-    let message = d.replicas[0].message.as_deref().unwrap_or_default();
+    let status = d.job.status.clone().expect("status");
+    assert_eq!(status.start_failures, 1);
+    assert_eq!(status.restart_count, 0);
+    assert_eq!(status.blocked_by, ["StartBackOff"]);
+    assert_eq!(status.gpus, 0);
+    assert!(d.admission.is_none(), "the admission was given back");
+    let queued = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == corral_api::training_job::ConditionType::Queued)
+        .expect("Queued");
+    assert_eq!(queued.reason, "StartBackOff");
     assert!(
-        message.contains("cannot run") && message.contains("no-such-program-corral-test"),
-        "{message:?}"
+        queued.message.contains("cannot run")
+            && queued.message.contains("no-such-program-corral-test"),
+        "{}",
+        queued.message
     );
+    let warnings: Vec<_> = d
+        .events
+        .iter()
+        .filter(|e| e.reason == "StartBackOff")
+        .collect();
+    assert_eq!(warnings.len(), 1, "{:?}", d.events);
+    assert!(warnings[0].message.contains("no-such-program-corral-test"));
+    assert!(
+        !d.events
+            .iter()
+            .any(|e| e.reason == "FailedStart" || e.reason == "Failed")
+    );
+    let next = c
+        .describe("default", "next")
+        .expect("describe")
+        .expect("job");
+    assert_eq!(next.replicas[0].gpus.len(), 2);
+
+    // After its back-off (10 s on the cluster's clock), it waits in its queue again.
+    h.until(&mut c, "missing queued again", |c| {
+        state(c, "missing") == Some(JobState::Queued)
+    });
+    assert_eq!(state(&c, "next"), Some(JobState::Running));
+    for name in ["missing", "next"] {
+        c.delete("default", name, h.now).expect("delete");
+    }
+    h.until(&mut c, "all deleted", |c| {
+        c.list(None).expect("list").is_empty()
+    });
 }
 
 fn two_jobs_never_share_a_port_or_a_gpu() {
@@ -734,7 +785,7 @@ fn a_replica_started_and_ended_but_not_recorded_is_recorded_not_retried() {
     });
     let d = c.describe("default", "ended").expect("d").expect("job");
     assert!(
-        !d.events.iter().any(|e| e.reason == "FailedStart"),
+        !d.events.iter().any(|e| e.reason == "StartBackOff"),
         "{:?}",
         d.events
     );
@@ -846,6 +897,10 @@ fn main() -> std::process::ExitCode {
         (
             "permanent_failure_fails_the_job",
             permanent_failure_fails_the_job,
+        ),
+        (
+            "a_command_that_does_not_exist_backs_off_and_gives_its_gpus_to_another_job",
+            a_command_that_does_not_exist_backs_off_and_gives_its_gpus_to_another_job,
         ),
         (
             "two_jobs_never_share_a_port_or_a_gpu",

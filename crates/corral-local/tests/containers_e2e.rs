@@ -188,6 +188,73 @@ fn a_training_job_runs_in_its_image_with_the_contract_env() {
     assert!(format!("{e:?}").contains("template.workingDir"), "{e:?}");
 }
 
+/// An image that cannot be pulled (podman's client exits 125 before the container ran) is
+/// a start that cannot succeed, not a failure of the program: the job backs off out of its
+/// queue with podman's own words instead of failing (backoffLimit 0) or restarting, and
+/// leaves no container behind.
+fn an_image_that_cannot_be_pulled_backs_off_with_the_runtime_words() {
+    if image().is_none() {
+        return;
+    }
+    let (mut h, mut c) = Harness::new(WAITS, 32650, "");
+    let missing = "localhost/corral-no-such-image:1";
+    c.submit(
+        &image_job("nopull", "", "").replace(IMAGE, missing),
+        "default",
+        h.now,
+    )
+    .expect("submit");
+    h.until(&mut c, "back-off", |c| {
+        state(c, "nopull") == Some(JobState::BackOff)
+    });
+    let d = c
+        .describe("default", "nopull")
+        .expect("describe")
+        .expect("job");
+    let status = d.job.status.clone().expect("status");
+    assert_eq!(status.start_failures, 1);
+    assert_eq!(status.restart_count, 0);
+    assert_eq!(status.blocked_by, ["StartBackOff"]);
+    let queued = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == corral_api::training_job::ConditionType::Queued)
+        .expect("Queued");
+    assert_eq!(queued.reason, "StartBackOff");
+    // podman's last words, not "exit code 125 (Error)".
+    assert!(
+        queued.message.contains("Error") && queued.message.contains("corral-no-such-image"),
+        "{}",
+        queued.message
+    );
+    assert!(
+        !queued.message.contains("exit code 125"),
+        "{}",
+        queued.message
+    );
+    assert!(
+        d.events.iter().any(|e| e.reason == "StartBackOff"),
+        "{:?}",
+        d.events
+    );
+    assert!(
+        !d.events
+            .iter()
+            .any(|e| e.reason == "Failed" || e.reason == "Restarting"),
+        "{:?}",
+        d.events
+    );
+    assert!(d.admission.is_none(), "the admission was given back");
+    assert!(
+        containers_of(&h.run_dir()).is_empty(),
+        "no container is left"
+    );
+    c.delete("default", "nopull", h.now).expect("delete");
+    h.until(&mut c, "deleted", |c| {
+        c.list(None).expect("list").is_empty()
+    });
+}
+
 fn a_kubeflow_pytorchjob_with_an_image_runs_in_a_container() {
     if image().is_none() {
         return;
@@ -500,6 +567,10 @@ fn main() -> std::process::ExitCode {
         (
             "a_kubeflow_pytorchjob_with_an_image_runs_in_a_container",
             a_kubeflow_pytorchjob_with_an_image_runs_in_a_container,
+        ),
+        (
+            "an_image_that_cannot_be_pulled_backs_off_with_the_runtime_words",
+            an_image_that_cannot_be_pulled_backs_off_with_the_runtime_words,
         ),
         (
             "the_memory_limit_kills_the_hog_alone",

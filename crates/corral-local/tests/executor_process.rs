@@ -154,7 +154,7 @@ fn executor_reports_exit_codes_signals_and_missing_programs() {
     );
     assert_eq!(
         wait_terminal(&mut ex, "missing-worker-0"),
-        ProcessState::Exited { code: 127 }
+        ProcessState::StartFailed { code: 127 }
     );
     assert!(log_text(&ex, "missing-worker-0").contains("cannot run"));
     // A missing working directory is named as such, not as a missing program.
@@ -163,7 +163,7 @@ fn executor_reports_exit_codes_signals_and_missing_programs() {
     ex.start(&nowhere).expect("start");
     assert_eq!(
         wait_terminal(&mut ex, "nowhere-worker-0"),
-        ProcessState::Exited { code: 127 }
+        ProcessState::StartFailed { code: 127 }
     );
     let log = log_text(&ex, "nowhere-worker-0");
     assert!(

@@ -1,6 +1,8 @@
 //! Carrying out a step of the control plane: persist its changes (status, admissions with
 //! their ports, deletions) before anything is done, record its events, then start and stop
-//! replica processes and record what happened. No decision about a job is taken here.
+//! replica processes and record what happened. No decision about a job is taken here: a start
+//! that could not be made is an observation for the plane (`ControlPlane::start_failed`), a
+//! spec that cannot be launched a refusal (`ControlPlane::launch_rejected`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -8,7 +10,9 @@ use std::time::Duration;
 
 use corral_api::TrainingJob;
 use corral_api::training_job::Role;
-use corral_core::control::{Change, EventType, HeldAdmission, JobEvent, Step, event_reason};
+use corral_core::control::{
+    Change, EventType, HeldAdmission, JobEvent, LaunchRejection, StartFailure, Step, event_reason,
+};
 use corral_core::lifecycle::{Action, Incarnation, ObservedReplica, ReplicaId};
 use corral_core::sched::RunningJob;
 use jiff::Timestamp;
@@ -32,6 +36,27 @@ pub(super) fn observed(r: &StoredReplica, state: ProcessState) -> Option<Observe
         },
         phase_of(state),
     ))
+}
+
+/// A replica whose command never ran (the shim or the container runtime could not start
+/// it), as the plane is told it: with the words the shim or the runtime left.
+pub(super) fn start_failure(r: &StoredReplica, state: ProcessState) -> Option<StartFailure> {
+    let ProcessState::StartFailed { code } = state else {
+        return None;
+    };
+    let role: Role = r.role.parse().ok()?;
+    Some(StartFailure {
+        replica: ReplicaId::new(role, r.index),
+        incarnation: Incarnation {
+            attempt: r.attempt,
+            retry: r.retry,
+        },
+        exit_code: code,
+        message: r
+            .record
+            .exit_error()
+            .unwrap_or_else(|| format!("its command could not be started (exit code {code})")),
+    })
 }
 
 /// What every start of one job's replicas in a step reads, read once for all of them:
@@ -108,13 +133,9 @@ impl Cluster {
                     let Some(ctx) = &context else {
                         continue;
                     };
-                    if let Some(p) = self.prepare_start(
-                        ctx,
-                        replica,
-                        incarnation,
-                        &placement.gpu_indices,
-                        report,
-                    )? {
+                    if let Some(p) =
+                        self.prepare_start(ctx, replica, incarnation, &placement.gpu_indices)?
+                    {
                         batch.push(p);
                     }
                 }
@@ -268,7 +289,8 @@ impl Cluster {
             ports = match self.executor.ports_mut().allocate(&stored.uid, slots.len()) {
                 Ok(p) => p,
                 Err(e) => {
-                    // Replicas then start without a port of their own and say so.
+                    // Its starts cannot be made without them: each is a start failure for
+                    // the plane to decide on (see `prepare_start`).
                     report.errors.push(format!("{}: {e}", stored.key()));
                     Vec::new()
                 }
@@ -391,14 +413,14 @@ impl Cluster {
     }
 
     /// What starting a replica takes: its process spec, or nothing when it must not start
-    /// now (already recorded or running, its GPUs still held, no launch env).
+    /// now (already recorded or running) or cannot: no port of its own (a start failure) or
+    /// no launch env for its spec (a launch refused), which the plane is told.
     fn prepare_start(
         &mut self,
         ctx: &StartContext,
         id: ReplicaId,
         inc: Incarnation,
         gpu_indices: &[u32],
-        report: &mut TickReport,
     ) -> Result<Option<PendingStart>, ClusterError> {
         let StartContext {
             stored,
@@ -418,6 +440,25 @@ impl Cluster {
         {
             return Ok(None);
         }
+        let key = stored.key();
+        let Some(port) = ports.get(&id.key()).copied() else {
+            let range = self.executor.ports_mut().range();
+            self.plane.start_failed(
+                &key,
+                StartFailure {
+                    replica: id,
+                    incarnation: inc,
+                    exit_code: 0,
+                    message: format!(
+                        "no port of its own is free: every port of {}..={} (settings.ports) \
+                         is held by another replica or cannot be bound",
+                        range.start,
+                        range.end.saturating_sub(1)
+                    ),
+                },
+            );
+            return Ok(None);
+        };
         let label = incarnation_label(&stored.uid, inc);
         let dir = self.executor.replica_dir(&name, &label);
         let addresses =
@@ -431,7 +472,15 @@ impl Cluster {
         let launch = match corral_core::launch::replica_env(job, id, &addresses, &options) {
             Ok(l) => l,
             Err(e) => {
-                report.errors.push(format!("{name}: {e}"));
+                // The job's spec cannot be launched: every retry would be refused the same.
+                self.plane.launch_rejected(
+                    &key,
+                    LaunchRejection {
+                        replica: id,
+                        incarnation: inc,
+                        message: e.to_string(),
+                    },
+                );
                 return Ok(None);
             }
         };
@@ -473,11 +522,10 @@ impl Cluster {
         let Some(process) = process else {
             return Ok(None);
         };
-        let port = ports.get(&id.key()).copied();
         Ok(Some(PendingStart {
             id,
             inc,
-            port,
+            port: Some(port),
             process,
         }))
     }
@@ -552,15 +600,21 @@ impl Cluster {
         let image = process.container.as_ref().map(|c| c.image.clone());
         let record = match result {
             Ok(r) => r,
-            Err(e) => {
+            // Another process of the name still runs (not adopted yet): the plane asks again.
+            Err(e @ (ExecutorError::AlreadyRunning(_) | ExecutorError::AlreadyStarted { .. })) => {
                 report.errors.push(format!("{name}: {e}"));
-                self.event(
-                    &stored.namespace,
-                    &stored.name,
-                    now,
-                    EventType::Warning,
-                    "FailedStart",
-                    format!("replica {}: {e}", id.name(&stored.name)),
+                return Ok(());
+            }
+            // The executor could not start it: a start failure, for the plane to decide on.
+            Err(e) => {
+                self.plane.start_failed(
+                    &stored.key(),
+                    StartFailure {
+                        replica: id,
+                        incarnation: inc,
+                        exit_code: 0,
+                        message: e.to_string(),
+                    },
                 );
                 return Ok(());
             }

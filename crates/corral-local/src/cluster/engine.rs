@@ -83,6 +83,10 @@ pub(crate) fn phase_of(state: ProcessState) -> ReplicaPhase {
             exit_code: 125,
             reason: FailureReason::SetupFailed,
         },
+        ProcessState::StartFailed { code } => ReplicaPhase::Failed {
+            exit_code: code,
+            reason: FailureReason::StartFailed,
+        },
         ProcessState::Gone => ReplicaPhase::Gone,
     }
 }
@@ -409,9 +413,12 @@ impl Cluster {
             {
                 self.store
                     .set_replica_state(&r.name, r.attempt, r.retry, state)?;
-                if let Some(observed) = super::act::observed(&r, state) {
-                    self.plane
-                        .observe(&format!("{}/{}", r.namespace, r.job), observed);
+                let key = format!("{}/{}", r.namespace, r.job);
+                if let Some(failure) = super::act::start_failure(&r, state) {
+                    // The words of the shim or the runtime go with it.
+                    self.plane.start_failed(&key, failure);
+                } else if let Some(observed) = super::act::observed(&r, state) {
+                    self.plane.observe(&key, observed);
                 }
             }
         }
@@ -449,6 +456,13 @@ mod tests {
             ReplicaPhase::Failed {
                 exit_code: 137,
                 reason: FailureReason::OomKilled
+            }
+        );
+        assert_eq!(
+            phase_of(ProcessState::StartFailed { code: 127 }),
+            ReplicaPhase::Failed {
+                exit_code: 127,
+                reason: FailureReason::StartFailed
             }
         );
         assert_eq!(phase_of(ProcessState::Gone), ReplicaPhase::Gone);

@@ -179,6 +179,12 @@ pub(super) fn open(
         .collect();
     let unhealthy_list: Vec<u32> = unhealthy.iter().copied().collect();
     plane.observe_unhealthy_gpus(&node.name, &unhealthy_list);
+    // Starts that could not be made, with the words the shim or the runtime left.
+    for r in &replicas {
+        if let Some(failure) = super::act::start_failure(r, r.state) {
+            plane.start_failed(&format!("{}/{}", r.namespace, r.job), failure);
+        }
+    }
     plane.restore_retired(
         retired
             .iter()

@@ -143,6 +143,26 @@ impl ContainerHandle {
         cmd.status().is_ok_and(|s| s.success())
     }
 
+    /// Whether the container never started: it does not exist (its image could not be
+    /// pulled, the runtime refused an option before it made it) or was made and never ran
+    /// (its command could not be started). `false` when the runtime cannot be asked.
+    pub fn never_started(&self) -> bool {
+        let mut cmd = self.command();
+        cmd.args(["container", "inspect", "--format", "{{.State.StartedAt}}"])
+            .arg(&self.name)
+            .stdout(Stdio::piped());
+        match cmd.output() {
+            Ok(o) if o.status.success() => {
+                let at = String::from_utf8_lossy(&o.stdout);
+                let at = at.trim();
+                // Both runtimes write Go's zero time for a container that never ran.
+                at.is_empty() || at.starts_with("0001-01-01")
+            }
+            Ok(_) => true,
+            Err(_) => false,
+        }
+    }
+
     /// Whether the kernel killed the container for exceeding its memory limit.
     pub fn oom_killed(&self) -> bool {
         let mut cmd = self.command();

@@ -76,6 +76,12 @@ pub struct ExitRecord {
     /// environment): `error` says why; retrying would not help.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub setup_failed: bool,
+    /// The command never ran: the shim could not start it (a program that does not exist,
+    /// a working directory that does not, a cgroup it could not make) or, in a container,
+    /// the runtime could not (an image it cannot pull, an option it refuses: its client
+    /// exited 125 before the container started). `error` says why.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub start_failed: bool,
     /// Who wrote the record: "shim" or "executor".
     pub written_by: String,
     /// Milliseconds since the Unix epoch.
@@ -251,6 +257,7 @@ mod tests {
             oom_killed: false,
             error: None,
             setup_failed: false,
+            start_failed: false,
             written_by: "shim".into(),
             finished_at_ms: 1,
         };

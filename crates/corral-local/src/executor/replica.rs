@@ -103,6 +103,12 @@ pub enum ProcessState {
     /// What it needs before its command runs could not be made (a Python environment
     /// that does not resolve); the exit file's `error` says why.
     SetupFailed,
+    /// Its command never ran: the shim or the container runtime could not start it (exit
+    /// `code`: 127 for a program that does not exist, 125 for a runtime's own error such
+    /// as an image it cannot pull); the exit file's `error` says why.
+    StartFailed {
+        code: i32,
+    },
 }
 
 impl ProcessState {
@@ -113,6 +119,10 @@ impl ProcessState {
     pub(super) fn from_exit(rec: &ExitRecord) -> Self {
         if rec.setup_failed {
             ProcessState::SetupFailed
+        } else if rec.start_failed {
+            ProcessState::StartFailed {
+                code: rec.code.unwrap_or(125),
+            }
         } else if rec.oom_killed && rec.code != Some(0) {
             ProcessState::OomKilled
         } else if let Some(signal) = rec.signal {

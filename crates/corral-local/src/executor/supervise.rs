@@ -288,6 +288,7 @@ fn executor_exit(code: Option<i32>, signal: Option<i32>, oom_killed: bool) -> Ex
         oom_killed,
         error: None,
         setup_failed: false,
+        start_failed: false,
         written_by: "executor".into(),
         finished_at_ms: files::now_ms(),
     }
@@ -323,5 +324,11 @@ mod tests {
         let mut setup = rec(Some(125), None, false);
         setup.setup_failed = true;
         assert_eq!(ProcessState::from_exit(&setup), ProcessState::SetupFailed);
+        let mut start = rec(Some(127), None, false);
+        start.start_failed = true;
+        assert_eq!(
+            ProcessState::from_exit(&start),
+            ProcessState::StartFailed { code: 127 }
+        );
     }
 }
