@@ -244,9 +244,91 @@ fn failure_reason(pod: &Pod) -> (i32, FailureReason) {
     (exit_code, reason)
 }
 
-/// The replica state of one Corral pod; `None` for pods without Corral's labels.
+/// Reasons a container waits with when the kubelet cannot start it as it is (it backs off
+/// and retries while the pod keeps its node's resources): an image it cannot pull, a
+/// container it cannot create or run.
+pub const START_FAILURE_REASONS: [&str; 6] = [
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "RunContainerError",
+];
+
+/// Reasons a container terminated with when the runtime could not start its command (a
+/// program the image lacks): containerd's and CRI-O's, then dockershim's.
+pub const START_ERROR_REASONS: [&str; 2] = ["StartError", "ContainerCannotRun"];
+
+/// Why the platform cannot start a pod's program, in its words (`reason: message` of the
+/// container status): an init or app container waiting with one of
+/// [`START_FAILURE_REASONS`], or one that ended with one of [`START_ERROR_REASONS`] (its
+/// command never ran). `None` otherwise.
+pub fn start_failure(pod: &Pod) -> Option<String> {
+    let status = pod.status.as_ref()?;
+    let words = |reason: &str, message: Option<&str>| match message.filter(|m| !m.is_empty()) {
+        Some(m) => format!("{reason}: {m}"),
+        None => reason.to_string(),
+    };
+    let ended = matches!(status.phase.as_deref(), Some("Succeeded" | "Failed"));
+    status
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .chain(status.container_statuses.iter().flatten())
+        .find_map(|c| {
+            let state = c.state.as_ref()?;
+            if let Some(w) = state.waiting.as_ref().filter(|_| !ended) {
+                let reason = w.reason.as_deref()?;
+                return START_FAILURE_REASONS
+                    .contains(&reason)
+                    .then(|| words(reason, w.message.as_deref()));
+            }
+            let t = state.terminated.as_ref()?;
+            let reason = t.reason.as_deref()?;
+            START_ERROR_REASONS
+                .contains(&reason)
+                .then(|| words(reason, t.message.as_deref()))
+        })
+}
+
+/// A Corral pod whose program the platform cannot start, as the control plane is told it:
+/// with the container status's words ([`start_failure`]).
+pub fn pod_start_failure(pod: &Pod) -> Option<corral_core::control::StartFailure> {
+    let message = start_failure(pod)?;
+    let (replica, incarnation) = replica_of(pod)?;
+    Some(corral_core::control::StartFailure {
+        replica,
+        incarnation,
+        exit_code: start_exit_code(pod),
+        message,
+    })
+}
+
+/// The exit code of a container whose command never ran (128 for containerd's StartError),
+/// else 0: a container waiting for its image never exited.
+fn start_exit_code(pod: &Pod) -> i32 {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .into_iter()
+        .flatten()
+        .find_map(|c| c.state.as_ref()?.terminated.as_ref().map(|t| t.exit_code))
+        .unwrap_or(0)
+}
+
+/// The replica state of one Corral pod; `None` for pods without Corral's labels. A pod
+/// whose container the kubelet cannot start ([`start_failure`]) is `Failed` with
+/// [`FailureReason::StartFailed`]: the control plane decides what that means.
 pub fn observe_pod(pod: &Pod) -> Option<ObservedReplica> {
     let (id, incarnation) = replica_of(pod)?;
+    if start_failure(pod).is_some() {
+        let phase = ReplicaPhase::Failed {
+            exit_code: start_exit_code(pod),
+            reason: FailureReason::StartFailed,
+        };
+        return Some(ObservedReplica::new(id, incarnation, phase));
+    }
     let phase = match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
         Some("Running") => ReplicaPhase::Running,
         Some("Succeeded") => ReplicaPhase::Succeeded,

@@ -209,6 +209,80 @@ async fn a_failed_pod_restarts_the_gang_with_the_count_in_status() {
     assert_eq!(job_status(&fake, "llm")["restartCount"], json!(1));
 }
 
+/// A container the kubelet cannot start (its image cannot be pulled) is decided by the
+/// control plane as in every shell: the job stops its pods, gives its GPUs back to a job
+/// that can run, waits out a back-off in state BackOff with the kubelet's words (a Warning
+/// once, never counted against backoffLimit), then re-enters its queue.
+#[tokio::test]
+async fn a_pod_whose_image_cannot_be_pulled_backs_off_and_frees_its_gpus() {
+    let fake = cluster(&["n1"]);
+    fake.insert(
+        JOBS,
+        job("bad", 1, 4, json!({"runPolicy": {"backoffLimit": 0}})),
+    );
+    pass(&fake, t(0)).await;
+    assert_eq!(pods_of(&fake, "bad").len(), 2);
+    set_phase(&fake, "bad-worker-0", "Running", None);
+    let words = "Back-off pulling image \"pytorch/pytorch:2.5.1\": not found";
+    fake.update(PODS, "ml", "bad-master-0", |p| {
+        p["status"]["phase"] = json!("Pending");
+        p["status"]["containerStatuses"] = json!([{
+            "name": "pytorch", "ready": false, "restartCount": 0, "image": "pytorch/pytorch:2.5.1",
+            "imageID": "",
+            "state": {"waiting": {"reason": "ImagePullBackOff", "message": words}},
+        }]);
+    });
+    fake.insert(JOBS, job("next", 1, 4, json!({})));
+
+    // The plane backs the job off: its pods go, with the kubelet's words in its status.
+    let (plan, report) = pass(&fake, t(1)).await;
+    assert_eq!(report.pods_deleted, 2, "both pods stop");
+    let status = job_status(&fake, "bad");
+    assert_eq!(status["phase"], json!("BackOff"));
+    assert_eq!(status["startFailures"], json!(1));
+    assert_eq!(status["blockedBy"], json!(["StartBackOff"]));
+    assert_eq!(status["restartCount"], json!(null));
+    assert_eq!(condition(&fake, "bad", "Failed"), None);
+    let message = condition_message(&fake, "bad", "Queued");
+    assert!(message.contains("bad-master-0"), "{message}");
+    assert!(
+        message.contains(&format!("ImagePullBackOff: {words}")),
+        "{message}"
+    );
+    assert_eq!(
+        event_reasons(&plan)
+            .iter()
+            .filter(|r| *r == "StartBackOff")
+            .count(),
+        1
+    );
+
+    // Its admission is given back once its pods are gone; the job waiting behind it runs.
+    fake.finish_terminating();
+    pass(&fake, t(2)).await;
+    let (plan, report) = pass(&fake, t(3)).await;
+    let job = fake.get(JOBS, "ml", "bad").expect("job");
+    assert!(
+        job["metadata"]["annotations"]["corral.dev/admission"].is_null(),
+        "admission released"
+    );
+    assert_eq!(pods_of(&fake, "next").len(), 2, "{report:?}");
+    assert!(
+        !event_reasons(&plan).contains(&"StartBackOff".to_string()),
+        "announced once"
+    );
+    assert_eq!(job_status(&fake, "bad")["phase"], json!("BackOff"));
+    assert_eq!(job_status(&fake, "bad")["startFailures"], json!(1));
+
+    // After the back-off (10 s) it waits in its queue again: next holds the GPUs.
+    pass(&fake, t(12)).await;
+    let status = job_status(&fake, "bad");
+    assert_eq!(status["phase"], json!("Queued"));
+    assert_eq!(status["startFailures"], json!(1));
+    assert_ne!(status["blockedBy"], json!(["StartBackOff"]));
+    assert!(pods_of(&fake, "bad").is_empty());
+}
+
 #[tokio::test]
 async fn preemption_deletes_victims_with_grace_then_binds_the_preemptor() {
     let fake = cluster(&["n1"]);

@@ -40,12 +40,14 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 
 use corral_api::TrainingJobStatus;
 use corral_api::training_job::TrainingJob;
-use corral_core::control::{ControlConfig, ControlPlane, LaunchRejection, RestoredJob, Step};
+use corral_core::control::{
+    ControlConfig, ControlPlane, LaunchRejection, RestoredJob, StartFailure, Step,
+};
 use corral_core::lifecycle::{Incarnation, ReplicaId};
 use corral_core::sched::{ClusterSnapshot, CycleCounters, SchedError, SchedulerConfig};
 
 use crate::build::BuildOptions;
-use crate::observe::World;
+use crate::observe::{self, World};
 use crate::record::{AdmissionRecord, LaunchRejectionRecord};
 
 /// Settings of the plan.
@@ -221,20 +223,33 @@ impl Plan {
     }
 }
 
+/// What the platform said about starts, by job: launches the API server refused for good,
+/// and pods whose program the kubelet cannot start.
+#[derive(Default)]
+struct PlatformReports {
+    rejections: Vec<(String, LaunchRejection)>,
+    start_failures: Vec<(String, StartFailure)>,
+}
+
 /// Restores the plane from what the API server holds and steps it once: the restore's
 /// step (admissions that no longer fit) and the pass's step, as one.
 fn control_step(
     cluster: ClusterSnapshot,
     config: ControlConfig,
     jobs: Vec<RestoredJob>,
-    rejections: Vec<(String, LaunchRejection)>,
+    reports: PlatformReports,
     now: Timestamp,
 ) -> Result<(ControlPlane, Step), SchedError> {
     let (mut plane, mut step) = ControlPlane::restore(cluster, config, jobs, now)?;
     // Launches the API server refused for good (recorded by an earlier pass): the plane
     // decides what they mean (it ignores one of an older incarnation or a finished job).
-    for (key, r) in rejections {
+    for (key, r) in reports.rejections {
         plane.launch_rejected(&key, r);
+    }
+    // Pods the kubelet cannot start (an image it cannot pull, ...), with its words: the
+    // plane backs the job off (once: the failed incarnation is stale after that).
+    for (key, f) in reports.start_failures {
+        plane.start_failed(&key, f);
     }
     let main = plane.step(now);
     step.changes.extend(main.changes);
@@ -276,11 +291,21 @@ pub fn plan(world: &World, cfg: &PlanConfig, now: Timestamp) -> Plan {
     let config = snapshot::control_config(world, cfg);
 
     // 3. The control plane decides.
-    let rejections = observed
-        .iter()
-        .filter_map(|o| o.rejection.clone().map(|r| (o.key.clone(), r)))
-        .collect();
-    let (plane, step) = match control_step(cluster.snapshot, config, restored, rejections, now) {
+    let reports = PlatformReports {
+        rejections: observed
+            .iter()
+            .filter_map(|o| o.rejection.clone().map(|r| (o.key.clone(), r)))
+            .collect(),
+        start_failures: observed
+            .iter()
+            .flat_map(|o| {
+                o.pods
+                    .iter()
+                    .filter_map(|p| observe::pod_start_failure(p).map(|f| (o.key.clone(), f)))
+            })
+            .collect(),
+    };
+    let (plane, step) = match control_step(cluster.snapshot, config, restored, reports, now) {
         Ok(decided) => decided,
         Err(e) => {
             out.warnings.push(format!("cluster snapshot: {e}"));
