@@ -16,7 +16,7 @@
 use crate::cluster::SimCluster;
 use crate::job::SimJob;
 use crate::round::{Assignment, Policy, RoundCtx};
-pub use crate::round::{EngineConfig, JobState, Placement};
+pub use crate::round::{EngineConfig, JobProgress, Placement};
 
 /// One sample per round.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -36,7 +36,7 @@ pub struct Sample {
 pub struct SimResult {
     pub policy: String,
     pub total_gpus: u32,
-    pub states: Vec<JobState>,
+    pub states: Vec<JobProgress>,
     pub samples: Vec<Sample>,
     /// GPU-seconds allocated to jobs (including restart time and work later lost).
     pub allocated_gpu_s: f64,
@@ -128,13 +128,13 @@ pub fn simulate(
     for (i, n) in cluster.nodes.iter().enumerate() {
         by_type[n.gpu_type].push(i);
     }
-    let mut states: Vec<JobState> = jobs
+    let mut states: Vec<JobProgress> = jobs
         .iter()
         .enumerate()
-        .map(|(i, j)| JobState {
+        .map(|(i, j)| JobProgress {
             held_s_on: vec![0.0; ntypes],
             unschedulable: !(0..ntypes).any(|t| tput[i][t] > 0.0 && per_type[t] >= j.gpus),
-            ..JobState::default()
+            ..JobProgress::default()
         })
         .collect();
     policy.init(cluster, jobs, &tput, cfg)?;

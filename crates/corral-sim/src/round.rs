@@ -42,7 +42,7 @@ pub struct Placement {
 
 /// What the engine tracks for one job; policies read it.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct JobState {
+pub struct JobProgress {
     pub done_steps: f64,
     /// GPU-seconds held so far (attained service, for LAS).
     pub attained_gpu_s: f64,
@@ -72,7 +72,7 @@ pub struct JobState {
     pub unschedulable: bool,
 }
 
-impl JobState {
+impl JobProgress {
     /// The job is running and still paying its restart or start-up cost (it made no
     /// progress yet since it was placed).
     pub fn restoring(&self) -> bool {
@@ -86,7 +86,7 @@ pub struct RoundCtx<'a> {
     pub now: f64,
     pub round_s: f64,
     pub jobs: &'a [SimJob],
-    pub state: &'a [JobState],
+    pub state: &'a [JobProgress],
     /// Jobs that arrived and are not done, in arrival order.
     pub active: &'a [usize],
     pub cluster: &'a SimCluster,
