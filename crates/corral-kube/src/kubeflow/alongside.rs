@@ -2,8 +2,8 @@
 //! labelled [`QUEUE_LABEL`] through a *workload*, a TrainingJob converted from the job, owned
 //! by it and marked [`RUNNER_ANNOTATION`] (Kueue's Workload, in Corral's own kind). The
 //! workload is admitted by the same control plane as every TrainingJob; Corral creates none
-//! of its pods ([`strip_runner_work`]) and counts the Kubeflow job's pods as the workload's,
-//! not as foreign usage ([`runner_pods`]).
+//! of its pods (the operator's plan leaves them out: `plan::strip_runner_work`) and counts
+//! the Kubeflow job's pods as the workload's, not as foreign usage ([`runner_pods`]).
 //!
 //! Per labelled Kubeflow job, each pass:
 //! - finished (Kubeflow's Succeeded or Failed condition): its workload is deleted, so its
@@ -17,7 +17,7 @@
 //!   `runPolicy.suspend: true` (Kubeflow's operator then deletes its pods). Submit jobs
 //!   suspended to keep Kubeflow from starting pods before Corral first sees them.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
 
@@ -28,7 +28,6 @@ use super::serve::{convert_manifest, training_job_body};
 use super::{KF_JOB_NAME_LABEL, KubeflowAction, KubeflowJob, QUEUE_LABEL, RUNNER_ANNOTATION};
 use crate::consts::{ADMISSION_ANNOTATION, JOB_NAME_LABEL};
 use crate::observe::World;
-use crate::plan::JobPlan;
 use crate::record::AdmissionRecord;
 
 /// The node label kube-scheduler matches a node's name by.
@@ -39,20 +38,6 @@ pub const INVALID_ANNOTATION: &str = "corral.dev/invalid";
 /// Whether a TrainingJob's replicas are run by another operator (a workload).
 pub fn runs_elsewhere(tj: &TrainingJob) -> bool {
     tj.metadata.annotations.contains_key(RUNNER_ANNOTATION)
-}
-
-/// The operator's plan makes no pods, Service, ConfigMap or Bindings for workloads: the
-/// control plane's admission is applied to the Kubeflow job by [`plan`] instead.
-pub fn strip_runner_work(plans: &mut BTreeMap<String, JobPlan>, world: &World) {
-    for tj in world.jobs.iter().filter(|t| runs_elsewhere(t)) {
-        if let Some(jp) = plans.get_mut(&crate::observe::job_key(tj)) {
-            jp.create.clear();
-            jp.bind.clear();
-            jp.delete.clear();
-            jp.config_map = None;
-            jp.service = None;
-        }
-    }
 }
 
 /// The pods (namespace, name) of Kubeflow jobs whose workloads are among `placed` (jobs

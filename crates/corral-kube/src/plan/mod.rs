@@ -47,6 +47,7 @@ use corral_core::lifecycle::{Incarnation, ReplicaId};
 use corral_core::sched::{ClusterSnapshot, CycleCounters, SchedError, SchedulerConfig};
 
 use crate::build::BuildOptions;
+use crate::kubeflow::alongside::runs_elsewhere;
 use crate::observe::{self, World};
 use crate::record::{AdmissionRecord, LaunchRejectionRecord};
 
@@ -322,10 +323,25 @@ pub fn plan(world: &World, cfg: &PlanConfig, now: Timestamp) -> Plan {
     // 5. Bindings of the gangs that hold an admission.
     bindings::bind_admitted(&mut plans, &observed, &plane, &created, world);
     // Workloads of Kubeflow jobs (alongside mode): Kubeflow's operator makes their pods.
-    crate::kubeflow::alongside::strip_runner_work(&mut plans, world);
+    strip_runner_work(&mut plans, world);
 
     // 6. Numbers for /metrics.
     metrics::tally(&mut out, &observed, &plane);
     out.jobs = plans.into_values().collect();
     out
+}
+
+/// The operator's plan makes no pods, Service, ConfigMap or Bindings for workloads: the
+/// control plane's admission is applied to the Kubeflow job by
+/// [`crate::kubeflow::alongside::plan`] instead.
+fn strip_runner_work(plans: &mut BTreeMap<String, JobPlan>, world: &World) {
+    for tj in world.jobs.iter().filter(|t| runs_elsewhere(t)) {
+        if let Some(jp) = plans.get_mut(&observe::job_key(tj)) {
+            jp.create.clear();
+            jp.bind.clear();
+            jp.delete.clear();
+            jp.config_map = None;
+            jp.service = None;
+        }
+    }
 }
