@@ -977,8 +977,14 @@ async fn a_job_naming_a_missing_priority_class_waits_and_says_which() {
     fake.insert(JOBS, j);
     let (plan, report) = pass(&fake, t(0)).await;
     assert_eq!(report.pods_created, 0);
-    assert_eq!(condition(&fake, "classless", "Queued").as_deref(), Some("True"));
+    assert_eq!(
+        condition(&fake, "classless", "Queued").as_deref(),
+        Some("True")
+    );
     let why = condition_message(&fake, "classless", "Queued");
-    assert!(why.contains("`platinum` is not a JobPriorityClass"), "{why}");
+    assert!(
+        why.contains("`platinum` is not a JobPriorityClass"),
+        "{why}"
+    );
     assert!(event_reasons(&plan).contains(&"Invalid".to_string()));
 }
