@@ -244,11 +244,19 @@ fn an_image_that_cannot_be_pulled_backs_off_with_the_runtime_words() {
         "{:?}",
         d.events
     );
-    assert!(d.admission.is_none(), "the admission was given back");
-    assert!(
-        containers_of(&h.run_dir()).is_empty(),
-        "no container is left"
-    );
+    // The admission goes back once nothing of the job runs (the pass after its replicas
+    // are seen ended), well within the 10 s back-off.
+    let run_dir = h.run_dir();
+    h.until(&mut c, "the admission given back, no container left", |c| {
+        let released = c
+            .describe("default", "nopull")
+            .ok()
+            .flatten()
+            .is_some_and(|d| {
+                d.admission.is_none() && state(c, "nopull") == Some(JobState::BackOff)
+            });
+        released && containers_of(&run_dir).is_empty()
+    });
     c.delete("default", "nopull", h.now).expect("delete");
     h.until(&mut c, "deleted", |c| {
         c.list(None).expect("list").is_empty()
