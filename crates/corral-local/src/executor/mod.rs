@@ -66,7 +66,7 @@ mod supervise;
 pub mod trash;
 mod usage;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io;
 use std::path::PathBuf;
@@ -107,6 +107,9 @@ pub struct LocalExecutor {
     /// Which cgroup mode was chosen and why, in words (the log, `corral doctor`).
     cgroup_mode: String,
     replicas: BTreeMap<String, Tracked>,
+    /// Names of the tracked replicas that have not ended, so that what runs now is found
+    /// without walking the ended ones, which stay tracked until their job is deleted.
+    active: BTreeSet<String>,
     /// Shims whose replica has ended but which were not yet reaped.
     unreaped: Vec<Child>,
     /// Cgroups of ended replicas (and whether a container ran in each), removed by
@@ -210,6 +213,7 @@ impl LocalExecutor {
                 cgroups,
                 cgroup_mode,
                 replicas: BTreeMap::new(),
+                active: BTreeSet::new(),
                 unreaped: Vec::new(),
                 retired_cgroups: Vec::new(),
                 ports,
@@ -302,12 +306,23 @@ impl LocalExecutor {
 
     /// The GPU indices held by replicas that have not ended (a stopping replica in its grace
     /// period included): what the control plane's room leaves out.
-    pub fn gpus_in_use(&self) -> std::collections::BTreeSet<u32> {
-        self.replicas
-            .values()
+    pub fn gpus_in_use(&self) -> BTreeSet<u32> {
+        self.active
+            .iter()
+            .filter_map(|name| self.replicas.get(name))
             .filter(|t| !t.state.is_terminal())
             .flat_map(|t| t.record.gpu_indices.iter().copied())
             .collect()
+    }
+
+    /// Tracks `t` as `name`, and whether it still runs.
+    fn insert_tracked(&mut self, name: String, t: Tracked) {
+        if t.state.is_terminal() {
+            self.active.remove(&name);
+        } else {
+            self.active.insert(name.clone());
+        }
+        self.replicas.insert(name, t);
     }
 
     /// Every tracked replica's record, by name.
@@ -320,6 +335,7 @@ impl LocalExecutor {
         match self.replicas.get(name) {
             Some(t) if !t.state.is_terminal() => false,
             Some(_) => {
+                self.active.remove(name);
                 if let Some(mut t) = self.replicas.remove(name)
                     && let Some(c) = t.child.take()
                 {

@@ -454,7 +454,7 @@ impl LocalExecutor {
         {
             self.unreaped.push(c);
         }
-        self.replicas.insert(
+        self.insert_tracked(
             record.name.clone(),
             Tracked {
                 record: record.clone(),

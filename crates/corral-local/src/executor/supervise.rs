@@ -42,7 +42,7 @@ impl LocalExecutor {
         {
             self.unreaped.push(c);
         }
-        self.replicas.insert(
+        self.insert_tracked(
             record.name.clone(),
             Tracked {
                 record,
@@ -134,7 +134,7 @@ impl LocalExecutor {
                 t.reported = t.state;
                 changes.push((name.clone(), t.state));
             }
-            self.replicas.insert(name, t);
+            self.insert_tracked(name, t);
         }
         changes
     }
