@@ -35,7 +35,8 @@ pub fn report(args: &DoctorArgs) -> Result<corral_local::doctor::Report, String>
         }
         None => ClusterFileConfig::default(),
     };
-    Ok(corral_local::doctor::examine(&data_dir, &file))
+    Ok(corral_local::doctor::examine(&data_dir, &file.settings)
+        .with_findings(corral_local::doctor::pool_findings(&file)))
 }
 
 /// `corral doctor`: exits 0 whether findings are OK or WARN (a WARN is advice, and a

@@ -16,6 +16,7 @@ use corral_core::control::{
 };
 use corral_core::sched::{ClusterSnapshot, Node, NodePoolConfig, QueueConfig};
 use corral_local::config::ClusterFileConfig;
+use corral_local::inventory::NodeInventory;
 
 use crate::input;
 
@@ -91,13 +92,12 @@ fn read_declared(files: &[String], base: &ValidationContext) -> Result<Declared,
 fn cluster(
     args: &PlanArgs,
     declared: &mut Declared,
-    machine: Option<(ClusterFileConfig, Node)>,
+    machine: Option<(ClusterFileConfig, Node, NodeInventory)>,
 ) -> Result<PlanTarget, String> {
-    if let Some((mut file, _)) = machine {
+    if let Some((mut file, _, inv)) = machine {
         file.node_pools.append(&mut declared.pools);
         file.queues.append(&mut declared.queues);
         file.priority_classes.append(&mut declared.classes);
-        let inv = corral_local::inventory::inventory();
         let (node, pools, queues) =
             corral_local::cluster::build_cluster(&file, &inv).map_err(|e| e.to_string())?;
         let config = corral_local::cluster::control_config(&file, &node);
@@ -176,17 +176,16 @@ pub fn decide(args: &PlanArgs) -> Result<Planned, String> {
         }
         Some(path) => {
             let file = ClusterFileConfig::load(path).map_err(|e| e.to_string())?;
-            let node = corral_local::cluster::local_node(
-                &file.settings.node,
-                &corral_local::inventory::inventory(),
-            )
-            .map_err(|e| e.to_string())?;
-            Some((file, node))
+            // Read once: the node for the submit checks and the cluster come from it.
+            let inv = corral_local::inventory::inventory();
+            let node = corral_local::cluster::local_node(&file.settings.node, &inv)
+                .map_err(|e| e.to_string())?;
+            Some((file, node, inv))
         }
         None => None,
     };
     let base = match &machine {
-        Some((file, node)) => corral_local::cluster::validation_context(file, node),
+        Some((file, node, _)) => corral_local::cluster::validation_context(file, node),
         None => ValidationContext::default(),
     };
     let mut declared = read_declared(args.files, &base)?;

@@ -97,7 +97,7 @@ pub fn run_up(args: &UpArgs) -> ExitCode {
     let data_dir = options.cluster.data_dir.clone();
     let tokens = !options.cluster.file.settings.tokens.is_empty();
     // What `corral doctor` says, in one line, and which cgroup mode was chosen and why.
-    let report = corral_local::doctor::examine(&data_dir, &options.cluster.file);
+    let report = corral_local::doctor::examine(&data_dir, &options.cluster.file.settings);
     eprintln!("{}", report.one_line());
     if let Some(cg) = report.findings.iter().find(|f| f.area == "cgroups") {
         eprintln!("  cgroups: {}", cg.what);

@@ -258,8 +258,7 @@ pub fn pool_findings(file: &ClusterFileConfig) -> Vec<Finding> {
 }
 
 /// Examines this machine for a cluster configured by `file` in `data_dir`.
-pub fn examine(data_dir: &Path, file: &ClusterFileConfig) -> Report {
-    let settings = &file.settings;
+pub fn examine(data_dir: &Path, settings: &Settings) -> Report {
     let source = gpu::source();
     let mut findings = gpu_findings(source, settings);
     // Enumerated once for the report (none without NVML).
@@ -389,7 +388,6 @@ pub fn examine(data_dir: &Path, file: &ClusterFileConfig) -> Report {
             "check the directory's permissions",
         )),
     }
-    findings.extend(pool_findings(file));
     let all_ok = findings.iter().all(|f| f.level == Level::Ok);
     Report {
         findings,
@@ -402,6 +400,14 @@ pub fn examine(data_dir: &Path, file: &ClusterFileConfig) -> Report {
 }
 
 impl Report {
+    /// The report with more findings (`corral doctor` adds whether corral.yaml's pools take
+    /// this node; `corral up` says that when it opens the cluster).
+    pub fn with_findings(mut self, more: Vec<Finding>) -> Report {
+        self.findings.extend(more);
+        self.all_ok = self.findings.iter().all(|f| f.level == Level::Ok);
+        self
+    }
+
     /// The report as `corral doctor` prints it: one line per finding, its fix below.
     pub fn text(&self) -> String {
         let mut out = String::new();
@@ -663,7 +669,7 @@ mod tests {
     #[test]
     fn this_machine_gets_a_report_and_a_line() {
         let dir = tempfile::tempdir().expect("tmp");
-        let r = examine(dir.path(), &ClusterFileConfig::default());
+        let r = examine(dir.path(), &Settings::default());
         for area in ["gpu", "cgroups", "containers", "ports", "data"] {
             assert!(r.findings.iter().any(|f| f.area == area), "{area}: {r:?}");
         }
