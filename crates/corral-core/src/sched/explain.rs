@@ -284,6 +284,37 @@ pub enum Blocker {
         total_gpus: u64,
         pool_gpus: u64,
     },
+    /// Every replica fits a node alone, but the whole gang can never fit the nodes of the
+    /// pool the job may use at once, even empty.
+    GangTooLarge {
+        pool: String,
+        gpu_type: Option<String>,
+        /// [`GPU`], [`CPU`] or [`MEMORY`] the gang needs more of in all (`needed`) than
+        /// those nodes have (`most`); `None`: the sums fit, but the nodes' shapes hold only
+        /// `most` of the `needed` replicas of `role`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        resource: Option<String>,
+        needed: u64,
+        most: u64,
+        /// The role whose replicas do not fit, when the job has several.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        role: Option<String>,
+        /// Whether the job's node selector or tolerations leave nodes of the pool out.
+        #[serde(default)]
+        narrowed: bool,
+    },
+    /// The queue could never hold the job in this pool, even with nothing else running:
+    /// its quota there, borrowing included, is less than the job asks.
+    NoQuota {
+        queue: String,
+        pool: String,
+        gpu_type: Option<String>,
+        resource: QuotaResource,
+        requested: u64,
+        /// The most the queue could ever use in the pool (nominal, plus what it may borrow).
+        most: u64,
+        cohort: Option<String>,
+    },
     /// No node of the pool could hold a replica even empty: its node selector, taints,
     /// CPU, memory, GPUs or extended resources rule every node out.
     NoSuitableNode {
@@ -372,6 +403,8 @@ impl PendingReason {
                         | Blocker::NoMatchingPool { .. }
                         | Blocker::TooLargeForNode { .. }
                         | Blocker::TooLargeForPool { .. }
+                        | Blocker::GangTooLarge { .. }
+                        | Blocker::NoQuota { .. }
                         | Blocker::NoSuitableNode { .. }
                 )
             })
@@ -430,7 +463,7 @@ fn cpus(milli: u64) -> String {
 }
 
 /// An amount with its unit: "8 GPUs", "4 CPUs", "600 GiB memory", "2 rdma/hca".
-fn resource_amount(resource: &str, v: u64) -> String {
+pub(crate) fn resource_amount(resource: &str, v: u64) -> String {
     match resource {
         GPU => plural(v, "GPU", "GPUs"),
         CPU => cpus(v),
@@ -440,7 +473,7 @@ fn resource_amount(resource: &str, v: u64) -> String {
 }
 
 /// An amount whose resource is already named: "8", "4", "512 GiB", "1".
-fn resource_bare(resource: &str, v: u64) -> String {
+pub(crate) fn resource_bare(resource: &str, v: u64) -> String {
     match resource {
         CPU => cpu_text(v),
         MEMORY => memory_text(v),
@@ -470,6 +503,15 @@ fn amount_text(resource: QuotaResource, v: u64) -> String {
         QuotaResource::Gpu => v.to_string(),
         QuotaResource::Cpu => cpu_text(v),
         QuotaResource::Memory => memory_text(v),
+    }
+}
+
+/// A quota amount with its unit: "8 GPUs", "4 CPUs", "512 GiB memory".
+pub(crate) fn quota_amount(resource: QuotaResource, v: u64) -> String {
+    match resource {
+        QuotaResource::Gpu => resource_amount(GPU, v),
+        QuotaResource::Cpu => resource_amount(CPU, v),
+        QuotaResource::Memory => resource_amount(MEMORY, v),
     }
 }
 
@@ -582,6 +624,60 @@ impl fmt::Display for Blocker {
                 f,
                 "the gang needs {total_gpus} GPUs but the pool has only {pool_gpus}"
             ),
+            Blocker::GangTooLarge {
+                resource: Some(r),
+                needed,
+                most,
+                narrowed,
+                ..
+            } => write!(
+                f,
+                "the gang needs {} in all but the nodes{} have {}",
+                resource_amount(r, *needed),
+                if *narrowed { " the job may use" } else { "" },
+                resource_amount(r, *most)
+            ),
+            Blocker::GangTooLarge {
+                resource: None,
+                needed,
+                most,
+                role,
+                narrowed,
+                ..
+            } => write!(
+                f,
+                "the nodes{} hold at most {most} of the gang's {needed} {}replicas at once",
+                if *narrowed { " the job may use" } else { "" },
+                role.as_ref().map(|r| format!("{r} ")).unwrap_or_default()
+            ),
+            Blocker::NoQuota {
+                queue,
+                pool,
+                resource,
+                requested,
+                most,
+                cohort,
+                ..
+            } => {
+                let borrow = match cohort {
+                    None => "has no cohort to borrow from",
+                    Some(_) => "cannot borrow more from its cohort",
+                };
+                if *most == 0 {
+                    write!(
+                        f,
+                        "queue {queue} has no {resource} quota in pool {pool} and {borrow}"
+                    )
+                } else {
+                    write!(
+                        f,
+                        "queue {queue} may use at most {} in pool {pool}, borrowing included, \
+                         but the job needs {}",
+                        quota_amount(*resource, *most),
+                        quota_amount(*resource, *requested)
+                    )
+                }
+            }
             Blocker::NoSuitableNode { taint, misfit, .. } => match (taint, misfit) {
                 (Some(t), _) => write!(f, "no node the job tolerates could hold a replica ({t})"),
                 (None, Some(m)) => write!(f, "{m}"),
@@ -760,6 +856,8 @@ impl Blocker {
         match self {
             Blocker::TooLargeForNode { gpu_type, .. }
             | Blocker::TooLargeForPool { gpu_type, .. }
+            | Blocker::GangTooLarge { gpu_type, .. }
+            | Blocker::NoQuota { gpu_type, .. }
             | Blocker::NoSuitableNode { gpu_type, .. }
             | Blocker::Capacity { gpu_type, .. }
             | Blocker::Quota { gpu_type, .. } => gpu_type.as_deref(),
@@ -772,6 +870,8 @@ impl Blocker {
         match self {
             Blocker::TooLargeForNode { pool, .. }
             | Blocker::TooLargeForPool { pool, .. }
+            | Blocker::GangTooLarge { pool, .. }
+            | Blocker::NoQuota { pool, .. }
             | Blocker::NoSuitableNode { pool, .. }
             | Blocker::Capacity { pool, .. }
             | Blocker::Quota { pool, .. }

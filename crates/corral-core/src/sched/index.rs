@@ -53,15 +53,15 @@ pub(crate) struct NodeFilter<'a> {
 }
 
 impl NodeFilter<'_> {
-    fn admits(&self, node: &NodeState) -> bool {
+    pub(crate) fn admits(&self, node: &NodeState) -> bool {
         self.selects(node) && tolerates_all(self.tolerations, &node.taints)
     }
-    fn selects(&self, node: &NodeState) -> bool {
+    pub(crate) fn selects(&self, node: &NodeState) -> bool {
         self.selector
             .iter()
             .all(|(k, v)| node.labels.get(k) == Some(v))
     }
-    fn is_trivial(&self) -> bool {
+    pub(crate) fn is_trivial(&self) -> bool {
         self.selector.is_empty() && self.tolerations.is_empty()
     }
 }
@@ -542,7 +542,7 @@ impl ClusterIndex {
             return None;
         }
         let trivial = filter.is_trivial();
-        let mut most = self.resource_rows(pod);
+        let mut most = self.resource_rows(pod, &[]);
         let mut any = false;
         let mut narrowed = false;
         for bucket in &p.buckets[first..] {
@@ -583,7 +583,13 @@ impl ClusterIndex {
     /// [`ClusterIndex::could_ever_hold`] rules out): no node takes new work, none has the
     /// labels of the node selector, every selected one has a taint the job does not
     /// tolerate, or the rest are too small (the most of each resource one of them has).
-    pub fn misfit(&self, pool: u16, pod: &PodRequest, filter: &NodeFilter<'_>) -> Misfit {
+    pub fn misfit(
+        &self,
+        pool: u16,
+        pod: &PodRequest,
+        filter: &NodeFilter<'_>,
+        unknown_ext: &[String],
+    ) -> Misfit {
         let p = &self.pools[pool as usize];
         let schedulable: Vec<&NodeState> = p
             .nodes
@@ -626,7 +632,7 @@ impl ClusterIndex {
                 u64::from(n.gpus)
             }));
         }
-        for (row, key) in self.resource_rows(pod) {
+        for (row, key) in self.resource_rows(pod, unknown_ext) {
             rows.push(match key {
                 Key::Cpu => most_of(&usable, CPU, row.needed, |n| n.cpu_total),
                 Key::Mem => most_of(&usable, MEMORY, row.needed, |n| n.mem_total),
@@ -641,7 +647,8 @@ impl ClusterIndex {
     }
 
     /// A row per resource `pod` asks for besides GPUs (CPU, memory, extended), at zero.
-    fn resource_rows(&self, pod: &PodRequest) -> Vec<(ResourceShort, Key)> {
+    /// `unknown_ext` names ids past the index's own (resources no node has).
+    fn resource_rows(&self, pod: &PodRequest, unknown_ext: &[String]) -> Vec<(ResourceShort, Key)> {
         let row = |resource: &str, needed: u64| ResourceShort {
             resource: resource.to_string(),
             needed,
@@ -661,7 +668,12 @@ impl ClusterIndex {
                     .ext_ids
                     .iter()
                     .find(|(_, i)| **i == id)
-                    .map_or("", |(name, _)| name.as_str());
+                    .map(|(name, _)| name.as_str())
+                    .or_else(|| {
+                        let past = id.checked_sub(self.ext_ids.len() as u32)?;
+                        unknown_ext.get(past as usize).map(String::as_str)
+                    })
+                    .unwrap_or("");
                 rows.push((row(name, v), Key::Ext(id)));
             }
         }
@@ -796,6 +808,17 @@ impl ClusterIndex {
                 && ((trivial && node.taints.is_empty()) || filter.admits(node))
                 && pod.ext.iter().all(|&(id, v)| node.ext_capacity(id) >= v)
         })
+    }
+
+    /// How many replicas `pod` the node holds when empty (by every resource it asks).
+    pub fn replicas_on_empty(&self, node: &NodeState, pod: &PodRequest) -> u64 {
+        let each = |have: u64, need: u64| have.checked_div(need).unwrap_or(u64::MAX);
+        pod.ext.iter().fold(
+            each(u64::from(node.gpus), u64::from(pod.gpu))
+                .min(each(node.cpu_total, pod.cpu))
+                .min(each(node.mem_total, pod.mem)),
+            |m, &(id, v)| m.min(each(node.ext_capacity(id), v)),
+        )
     }
 
     /// Chooses nodes to reserve for a blocked gang: the nodes with the most free GPUs
