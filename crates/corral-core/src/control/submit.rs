@@ -76,10 +76,23 @@ impl SubmitCheck {
             return Ok(());
         };
         match fit.never_fits(&request) {
-            Some(reason) => Err(refusal(&defaulted, &reason)),
-            None => Ok(()),
+            Some(reason) if refused_for_size(&reason) => Err(refusal(&defaulted, &reason)),
+            _ => Ok(()),
         }
     }
+}
+
+/// Whether a job that never fits is refused at submit: for what the cluster's nodes and
+/// quotas can hold, not for its queue (a queue that does not exist is validation's to
+/// refuse; one that does not admit the job's namespace is the tenants' rule, said while
+/// the job waits, `NamespaceNotAllowed`).
+fn refused_for_size(reason: &PendingReason) -> bool {
+    !reason.blockers.iter().any(|b| {
+        matches!(
+            b,
+            Blocker::NoSuchQueue { .. } | Blocker::NamespaceNotAllowed { .. }
+        )
+    })
 }
 
 /// The refusal of a job that never fits: the field the first blocker is about, the reason
@@ -88,9 +101,6 @@ pub(crate) fn refusal(job: &TrainingJob, reason: &PendingReason) -> Refusal {
     let first = reason.blockers.first();
     let role = |named: Option<&String>| named.cloned().unwrap_or_else(|| main_role(job));
     let (path, remedy) = match first {
-        Some(Blocker::NoSuchQueue { .. } | Blocker::NamespaceNotAllowed { .. }) => {
-            ("spec.queue".to_string(), None)
-        }
         Some(Blocker::NoQuota {
             pool,
             resource,
@@ -229,11 +239,11 @@ pub(crate) fn check_request(
     request: &JobRequest,
 ) -> Result<(), Refusal> {
     match scheduler.never_fits(request) {
-        Some(reason) => {
+        Some(reason) if refused_for_size(&reason) => {
             let mut defaulted = job.clone();
             defaulted.spec.apply_defaults();
             Err(refusal(&defaulted, &reason))
         }
-        None => Ok(()),
+        _ => Ok(()),
     }
 }

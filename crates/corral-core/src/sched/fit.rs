@@ -311,6 +311,32 @@ fn gang_short(
             .map(|&n| &index.nodes[n as usize])
             .filter(|n| n.schedulable && ((trivial && n.taints.is_empty()) || filter.admits(n)))
     };
+    // One pass that stops once the gang has room by every count, so that a gang that fits
+    // costs what its size does, not what the pool's does.
+    let mut sums = [0u64; 3];
+    let mut fits = vec![0u64; gang.groups.len()];
+    let enough = |sums: &[u64; 3], fits: &[u64]| {
+        (0..3).all(|r| sums[r] >= gang.total[r])
+            && gang
+                .groups
+                .iter()
+                .zip(fits)
+                .all(|((count, _), fit)| *fit >= u64::from(*count))
+    };
+    for n in usable() {
+        if enough(&sums, &fits) {
+            break;
+        }
+        sums[0] = sums[0].saturating_add(u64::from(n.gpus));
+        sums[1] = sums[1].saturating_add(n.cpu_total);
+        sums[2] = sums[2].saturating_add(n.mem_total);
+        for ((_, pod), fit) in gang.groups.iter().zip(fits.iter_mut()) {
+            *fit = fit.saturating_add(index.replicas_on_empty(n, pod));
+        }
+    }
+    if enough(&sums, &fits) {
+        return None;
+    }
     let schedulable = p
         .nodes
         .iter()
@@ -328,37 +354,17 @@ fn gang_short(
             narrowed,
         }
     };
-    let mut sums = [0u64; 3];
-    for n in usable() {
-        sums[0] = sums[0].saturating_add(u64::from(n.gpus));
-        sums[1] = sums[1].saturating_add(n.cpu_total);
-        sums[2] = sums[2].saturating_add(n.mem_total);
-    }
     for (r, resource) in [GPU, CPU, MEMORY].into_iter().enumerate() {
         if gang.total[r] > sums[r] {
             return Some(blocker(Some(resource), gang.total[r], sums[r], None));
         }
     }
-    // Replicas of one role: how many each node holds is its own count, so stop counting
-    // once they all have a place.
-    for &gi in &gang.order {
-        let (count, pod) = &gang.groups[gi as usize];
-        let count = u64::from(*count);
-        if count < 2 {
-            continue;
-        }
-        let mut fit = 0u64;
-        for n in usable() {
-            fit = fit.saturating_add(index.replicas_on_empty(n, pod));
-            if fit >= count {
-                break;
-            }
-        }
-        if fit < count {
-            return Some(blocker(None, count, fit, role_of(gi as usize)));
-        }
-    }
-    None
+    // Replicas of one role: how many each node holds by its shape.
+    gang.order.iter().find_map(|&gi| {
+        let (count, _) = &gang.groups[gi as usize];
+        let (count, fit) = (u64::from(*count), fits[gi as usize]);
+        (fit < count).then(|| blocker(None, count, fit, role_of(gi as usize)))
+    })
 }
 
 /// A cluster's nodes and queues, for judging jobs apart from a scheduler: a shell whose
