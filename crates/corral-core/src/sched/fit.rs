@@ -389,8 +389,10 @@ impl ClusterFit {
     /// The cluster's nodes, pools and queues (what runs on it is not looked at).
     pub fn new(snapshot: &ClusterSnapshot) -> Result<Self, SchedError> {
         let index = ClusterIndex::new(&ClusterSnapshot {
+            nodes: snapshot.nodes.clone(),
+            pools: snapshot.pools.clone(),
+            queues: Vec::new(),
             running: Vec::new(),
-            ..snapshot.clone()
         })?;
         let quotas = Quotas::new(&snapshot.queues, &index.pools, index.cluster_total);
         Ok(ClusterFit { index, quotas })
