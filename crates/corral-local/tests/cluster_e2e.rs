@@ -633,6 +633,10 @@ fn the_configured_grace_period_reaches_suspend() {
 
 /// The conformance story (corral_core::control::conformance) with real processes: the same
 /// states, admissions and events after every step as the bare control plane.
+fn state_in(c: &Cluster, ns: &str, name: &str) -> Option<JobState> {
+    Some(c.describe(ns, name).ok()??.summary.state)
+}
+
 fn the_conformance_story_with_real_processes() {
     use corral_core::control::conformance::{self, JobOutcome, ScenarioStep};
     let classes: String = conformance::priority_classes()
@@ -652,7 +656,19 @@ fn the_conformance_story_with_real_processes() {
          [ -e {m}/fail-$CORRAL_REPLICA-$CORRAL_INCARNATION ] && exit 1; sleep 0.05; done",
         m = marks.display()
     );
-    let command = vec!["/bin/sh".to_string(), "-c".to_string(), script];
+    // A job that cannot start runs a program that does not exist (the shim exits 127); one
+    // slow to stop ignores SIGTERM and ends only when SIGKILLed after the grace period.
+    let command_of = |name: &str| -> Vec<String> {
+        if conformance::cannot_start(name) {
+            return vec!["/nonexistent/corral-conformance-train".to_string()];
+        }
+        let script = if conformance::slow_to_stop(name) {
+            format!("trap '' TERM; {script}")
+        } else {
+            script.clone()
+        };
+        vec!["/bin/sh".to_string(), "-c".to_string(), script]
+    };
     let ns = conformance::NAMESPACE;
     let mut seen: std::collections::BTreeMap<String, usize> = Default::default();
     let mut submitted: Vec<&str> = Vec::new();
@@ -663,7 +679,7 @@ fn the_conformance_story_with_real_processes() {
                 let items: Vec<serde_json::Value> = names
                     .iter()
                     .map(|n| {
-                        let job = conformance::job(n, &command).expect("job");
+                        let job = conformance::job(n, &command_of(n)).expect("job");
                         serde_json::to_value(&job).expect("json")
                     })
                     .collect();
@@ -687,6 +703,24 @@ fn the_conformance_story_with_real_processes() {
             ScenarioStep::Suspend(name) => c.suspend(ns, name, h.now).expect("suspend"),
             ScenarioStep::Resume(name) => c.resume(ns, name, h.now).expect("resume"),
             ScenarioStep::Delete(name) => c.delete(ns, name, h.now).expect("delete"),
+            ScenarioStep::GpuTurnsUnhealthy(name) => {
+                let d = c.describe(ns, name).expect("d").expect("job");
+                let gpu = d
+                    .replicas
+                    .iter()
+                    .find(|r| r.index == 0 && r.phase == "Running")
+                    .and_then(|r| r.gpus.first().copied())
+                    .unwrap_or_else(|| {
+                        panic!(
+                            "worker-0 runs on a GPU: {:#?}; trace {trace:#?}",
+                            d.replicas
+                        )
+                    });
+                // Where NVML is present it is read every few seconds and would say
+                // otherwise; this machine has none (the node's GPUs are `node.gpus`).
+                c.observe_unhealthy_gpus([gpu].into());
+            }
+            ScenarioStep::GpusHeal => c.observe_unhealthy_gpus(Default::default()),
         }
         // Settled: nothing happened and nothing is due for a few passes in a row, over at
         // least a second (a replica told to finish may take a while on a loaded machine).
@@ -701,7 +735,14 @@ fn the_conformance_story_with_real_processes() {
                 && r.preempted.is_empty()
                 && r.finished.is_empty()
                 && r.deleted.is_empty())
-                || r.next_tick_in.is_some();
+                || r.next_tick_in.is_some()
+                // A victim slow to exit: nothing happens until its grace period is over.
+                || submitted.iter().any(|n| {
+                    matches!(
+                        state_in(&c, ns, n),
+                        Some(JobState::Preempting | JobState::Admitted | JobState::Deleting)
+                    )
+                });
             if busy {
                 quiet = 0;
                 quiet_since = Instant::now();
@@ -709,6 +750,25 @@ fn the_conformance_story_with_real_processes() {
                 quiet += 1;
             }
             assert!(Instant::now() < deadline, "step {step:?} did not settle");
+            // No GPU is ever given to a replica while a live process of another holds it
+            // (a preempted replica slow to exit keeps its GPUs until it has gone).
+            let mut holders: std::collections::BTreeMap<u32, String> = Default::default();
+            for name in &submitted {
+                let Some(d) = c.describe(ns, name).expect("describe") else {
+                    continue;
+                };
+                for r in d.replicas.iter().filter(|r| r.pid.is_some_and(alive)) {
+                    for g in &r.gpus {
+                        if let Some(other) = holders.insert(*g, r.name.clone()) {
+                            assert!(
+                                other == r.name,
+                                "GPU {g} held by {other} and {} at once after {step:?}",
+                                r.name
+                            );
+                        }
+                    }
+                }
+            }
             std::thread::sleep(Duration::from_millis(50));
         }
         let mut outcome = std::collections::BTreeMap::new();
@@ -733,11 +793,8 @@ fn the_conformance_story_with_real_processes() {
         }
         trace.push(outcome);
     }
-    let expected = conformance::expected();
-    for (i, (got, want)) in trace.iter().zip(&expected).enumerate() {
-        assert_eq!(got, want, "after step {i} ({:?})", conformance::steps()[i]);
-    }
-    assert_eq!(trace.len(), expected.len());
+    let differences = conformance::differences(&trace);
+    assert!(differences.is_empty(), "{}", differences.join("\n"));
 }
 
 fn a_replica_started_and_ended_but_not_recorded_is_recorded_not_retried() {

@@ -277,6 +277,21 @@ pub enum Blocker {
         gpus_per_replica: u32,
         largest_node_gpus: u32,
     },
+    /// Some of the pool's GPUs are unhealthy now, and what is left healthy could not hold
+    /// the job even empty: a replica larger than the largest node's healthy GPUs, or a gang
+    /// larger than the pool's. It waits for the GPUs to heal (as on Kubernetes, where the
+    /// device plugin lowers the node's allocatable GPUs).
+    TooFewHealthyGpus {
+        pool: String,
+        gpu_type: Option<String>,
+        /// GPUs asked: per replica (`per_replica`) or for the whole gang.
+        needed: u64,
+        per_replica: bool,
+        /// Healthy GPUs: on the largest node (`per_replica`) or in the pool.
+        healthy: u64,
+        /// Unhealthy GPUs in the pool.
+        unhealthy: u64,
+    },
     /// The gang needs more GPUs than the whole pool has, even empty.
     TooLargeForPool {
         pool: String,
@@ -360,8 +375,9 @@ pub struct PendingReason {
 impl PendingReason {
     /// Whether the job could not be admitted even on an empty cluster: every blocker is
     /// about the cluster's shape (no such queue or pool, replicas larger than any node,
-    /// gangs larger than any pool), none about what is in use now. Such a job stays
-    /// pending (adding nodes may admit it) but is reported Unschedulable at once.
+    /// gangs larger than any pool, or than what is healthy of it now), none about what is
+    /// in use now. Such a job stays pending (adding nodes, or a GPU healing, may admit it)
+    /// but is reported Unschedulable at once.
     pub fn never_fits(&self) -> bool {
         !self.blockers.is_empty()
             && self.blockers.iter().all(|b| {
@@ -372,6 +388,7 @@ impl PendingReason {
                         | Blocker::NoMatchingPool { .. }
                         | Blocker::TooLargeForNode { .. }
                         | Blocker::TooLargeForPool { .. }
+                        | Blocker::TooFewHealthyGpus { .. }
                         | Blocker::NoSuitableNode { .. }
                 )
             })
@@ -574,6 +591,28 @@ impl fmt::Display for Blocker {
                 plural(u64::from(*gpus_per_replica), "GPU", "GPUs"),
                 largest_node_gpus
             ),
+            Blocker::TooFewHealthyGpus {
+                needed,
+                per_replica,
+                healthy,
+                unhealthy,
+                ..
+            } => write!(
+                f,
+                "{} {} but {} only {healthy} healthy now ({unhealthy} unhealthy); it waits for \
+                 them to heal",
+                if *per_replica {
+                    "a replica needs"
+                } else {
+                    "the gang needs"
+                },
+                plural(*needed, "GPU", "GPUs"),
+                if *per_replica {
+                    "the largest node has"
+                } else {
+                    "the pool has"
+                },
+            ),
             Blocker::TooLargeForPool {
                 total_gpus,
                 pool_gpus,
@@ -760,6 +799,7 @@ impl Blocker {
         match self {
             Blocker::TooLargeForNode { gpu_type, .. }
             | Blocker::TooLargeForPool { gpu_type, .. }
+            | Blocker::TooFewHealthyGpus { gpu_type, .. }
             | Blocker::NoSuitableNode { gpu_type, .. }
             | Blocker::Capacity { gpu_type, .. }
             | Blocker::Quota { gpu_type, .. } => gpu_type.as_deref(),
@@ -772,6 +812,7 @@ impl Blocker {
         match self {
             Blocker::TooLargeForNode { pool, .. }
             | Blocker::TooLargeForPool { pool, .. }
+            | Blocker::TooFewHealthyGpus { pool, .. }
             | Blocker::NoSuitableNode { pool, .. }
             | Blocker::Capacity { pool, .. }
             | Blocker::Quota { pool, .. }

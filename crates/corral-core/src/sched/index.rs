@@ -175,6 +175,9 @@ pub(crate) struct PoolState {
     /// GPUs on schedulable nodes, free or not.
     pub total_gpus: u64,
     pub max_node_gpus: u32,
+    /// `total_gpus` and `max_node_gpus` less the GPUs unhealthy now.
+    pub healthy_gpus: u64,
+    pub max_node_healthy_gpus: u32,
     pub max_node_cpu: u64,
     pub max_node_mem: u64,
     pub nodes: Vec<u32>,
@@ -233,6 +236,8 @@ impl ClusterIndex {
                 free_gpus: 0,
                 total_gpus: 0,
                 max_node_gpus: 0,
+                healthy_gpus: 0,
+                max_node_healthy_gpus: 0,
                 max_node_cpu: 0,
                 max_node_mem: 0,
                 nodes: Vec::new(),
@@ -334,6 +339,8 @@ impl ClusterIndex {
         }
         for p in &mut pools {
             p.buckets = vec![BTreeSet::new(); p.max_node_gpus as usize + 1];
+            p.healthy_gpus = p.total_gpus;
+            p.max_node_healthy_gpus = p.max_node_gpus;
         }
         let mut index = ClusterIndex {
             nodes,
@@ -427,7 +434,24 @@ impl ClusterIndex {
         n.free_mask |= healed;
         n.held_unhealthy &= !healed;
         n.unhealthy = mask;
+        let pool = n.pool;
         self.insert(node);
+        // The pool's healthy capacity, again over its nodes (health changes are rare).
+        if let Some(p) = self.pools.get(pool as usize) {
+            let healthy = |i: &u32| {
+                let n = &self.nodes[*i as usize];
+                n.gpus.saturating_sub(n.unhealthy.count_ones())
+            };
+            let schedulable = p
+                .nodes
+                .iter()
+                .filter(|i| self.nodes[**i as usize].schedulable);
+            let total: u64 = schedulable.clone().map(|i| u64::from(healthy(i))).sum();
+            let max = schedulable.map(healthy).max().unwrap_or(0);
+            let p = &mut self.pools[pool as usize];
+            p.healthy_gpus = total;
+            p.max_node_healthy_gpus = max;
+        }
         true
     }
 

@@ -522,6 +522,18 @@ impl Cluster {
         let Some(process) = process else {
             return Ok(None);
         };
+        if let Some(why) = process.missing_program() {
+            self.plane.start_failed(
+                &key,
+                StartFailure {
+                    replica: id,
+                    incarnation: inc,
+                    exit_code: 127,
+                    message: why,
+                },
+            );
+            return Ok(None);
+        }
         Ok(Some(PendingStart {
             id,
             inc,

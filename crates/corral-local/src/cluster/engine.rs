@@ -377,10 +377,21 @@ impl Cluster {
                 i
             })
             .collect();
-        if now != self.unhealthy_gpus {
-            let list: Vec<u32> = now.iter().copied().collect();
+        // No samples: no NVML here (or it failed this time); what was last known stands.
+        if !samples.is_empty() {
+            self.observe_unhealthy_gpus(now);
+        }
+    }
+
+    /// The node's GPUs that are unhealthy now, as NVML reports them (read every few
+    /// seconds where NVML is present) or as another health source says: they get no new
+    /// replica until they heal, a job running on one keeps it. The control plane decides
+    /// what waits and why.
+    pub fn observe_unhealthy_gpus(&mut self, gpus: BTreeSet<u32>) {
+        if gpus != self.unhealthy_gpus {
+            let list: Vec<u32> = gpus.iter().copied().collect();
             self.plane.observe_unhealthy_gpus(&self.node.name, &list);
-            self.unhealthy_gpus = now;
+            self.unhealthy_gpus = gpus;
         }
     }
 

@@ -188,6 +188,7 @@ fn blocker_kinds(reason: &PendingReason) -> Vec<String> {
                 Blocker::NoMatchingPool { .. } => "NoMatchingPool",
                 Blocker::TooLargeForNode { .. } => "NodeSize",
                 Blocker::TooLargeForPool { .. } => "PoolSize",
+                Blocker::TooFewHealthyGpus { .. } => "HealthyGpus",
                 Blocker::NoSuitableNode { .. } => "NoSuitableNode",
                 Blocker::Capacity { .. } => "Capacity",
                 Blocker::Quota { .. } => "Quota",
