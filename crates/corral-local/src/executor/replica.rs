@@ -129,7 +129,7 @@ impl ReplicaProcessSpec {
         };
         if program.starts_with('/') {
             return (!runnable(Path::new(program)))
-                .then(|| format!("{program}: no such executable file"));
+                .then(|| format!("cannot run {program:?}: no such executable file"));
         }
         if program.contains('/') || program.is_empty() {
             return None;
@@ -143,7 +143,7 @@ impl ReplicaProcessSpec {
             .or_else(|| std::env::var("PATH").ok().filter(|v| !v.is_empty()))
             .unwrap_or_else(|| super::base_env::DEFAULT_PATH.to_string());
         let found = std::env::split_paths(&path).any(|dir| runnable(&dir.join(program)));
-        (!found).then(|| format!("{program}: command not found in PATH ({path})"))
+        (!found).then(|| format!("cannot run {program:?}: not found in PATH ({path})"))
     }
 }
 
