@@ -48,6 +48,10 @@ pub struct FakeShell {
     pub room_of: Option<u32>,
     /// Whether two running replicas ever shared a GPU.
     pub shared_a_gpu: bool,
+    /// Jobs whose starts are held back, for the test to carry out or fail.
+    pub held: Vec<String>,
+    /// The starts held back, in order, as the plane asked them.
+    pub asked: Vec<(String, Action)>,
 }
 
 impl FakeShell {
@@ -63,6 +67,8 @@ impl FakeShell {
             slow_to_stop: BTreeSet::new(),
             room_of: None,
             shared_a_gpu: false,
+            held: Vec::new(),
+            asked: Vec::new(),
         }
     }
 
@@ -200,6 +206,22 @@ impl FakeShell {
                 incarnation,
                 placement,
             } => {
+                if self.held.iter().any(|h| h == job) {
+                    // Asked again until the test says how it went: nothing new.
+                    let asked = (
+                        job.to_string(),
+                        Action::Start {
+                            replica,
+                            incarnation,
+                            placement,
+                        },
+                    );
+                    if self.asked.contains(&asked) {
+                        return false;
+                    }
+                    self.asked.push(asked);
+                    return true;
+                }
                 if self.cannot_start.contains(job) {
                     self.plane.start_failed(
                         job,
@@ -275,6 +297,69 @@ impl FakeShell {
             }
             other => panic!("the plane handles {other:?} itself"),
         }
+    }
+
+    /// The starts held back: job, replica, incarnation.
+    pub fn asked_starts(&self) -> Vec<(String, ReplicaId, Incarnation)> {
+        self.asked
+            .iter()
+            .filter_map(|(j, a)| match a {
+                Action::Start {
+                    replica,
+                    incarnation,
+                    ..
+                } => Some((j.clone(), *replica, *incarnation)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Carries out the `i`-th start held back (and holds back no more).
+    pub fn carry_out(&mut self, i: usize) {
+        let (job, action) = self.asked[i].clone();
+        self.held.clear();
+        self.apply(&job, action);
+    }
+
+    /// The platform could not start the held start of `job` asked last.
+    pub fn fail_last_start(&mut self, job: &str, message: &str) -> (ReplicaId, Incarnation) {
+        let (replica, incarnation) = self
+            .asked
+            .iter()
+            .rev()
+            .find_map(|(j, a)| match a {
+                Action::Start {
+                    replica,
+                    incarnation,
+                    ..
+                } if j == job => Some((*replica, *incarnation)),
+                _ => None,
+            })
+            .expect("a start was asked");
+        self.plane.start_failed(
+            job,
+            StartFailure {
+                replica,
+                incarnation,
+                exit_code: 0,
+                message: message.to_string(),
+            },
+        );
+        (replica, incarnation)
+    }
+
+    /// The job's status as the plane holds it.
+    pub fn status(&self, key: &str) -> corral_api::TrainingJobStatus {
+        self.plane
+            .job(key)
+            .and_then(|j| j.status.clone())
+            .expect("status")
+    }
+
+    /// How long the job's start back-off has left.
+    pub fn backoff_left(&self, key: &str) -> Duration {
+        let until = self.status(key).backoff_until.expect("backoffUntil");
+        Duration::try_from(self.ts().duration_until(until)).expect("in the future")
     }
 
     /// A running replica's phase changes (it failed, it succeeded).
