@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::FakeApi;
+use common::{FakeApi, h100_node};
 use corral_kube::apply::{Applier, RateLimiter};
 use corral_kube::consts::ADMISSION_ANNOTATION;
 use corral_kube::operator::reconcile_once;
@@ -17,17 +17,6 @@ use serde_json::{Value, json};
 const PODS: &str = "api/v1/pods";
 const JOBS: &str = "apis/corral.dev/v1alpha1/trainingjobs";
 const NODES: &str = "api/v1/nodes";
-const H100: &str = "NVIDIA-H100-80GB-HBM3";
-
-fn node(name: &str) -> Value {
-    json!({
-        "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": H100}},
-        "status": {
-            "allocatable": {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "8"},
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    })
-}
 
 fn pods(fake: &FakeApi) -> Vec<(String, String, String)> {
     fake.list(PODS)
@@ -72,7 +61,7 @@ async fn pass(fake: &FakeApi, secs: i64) -> Vec<String> {
 async fn a_job_on_a_node_that_disappears_runs_again_on_another() {
     let fake = FakeApi::new();
     for n in ["n1", "n2"] {
-        fake.insert(NODES, node(n));
+        fake.insert(NODES, h100_node(n));
     }
     let res = json!({"cpu": "8", "memory": "32Gi", "gpu": 4});
     let tpl = json!({"image": "pytorch/pytorch:2.5.1", "command": ["torchrun", "train.py"]});
