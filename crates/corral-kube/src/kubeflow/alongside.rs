@@ -26,7 +26,7 @@ pub use super::adapter::{GenericJob, INVALID_ANNOTATION};
 use super::{KF_JOB_NAME_LABEL, KubeflowAction, KubeflowJob, RUNNER_ANNOTATION};
 use crate::consts::{ADMISSION_ANNOTATION, JOB_NAME_LABEL};
 use crate::observe::World;
-use crate::record::AdmissionRecord;
+use crate::record::AdmissionAnnotation;
 
 /// Whether a TrainingJob's replicas are run by another operator (a workload).
 pub fn runs_elsewhere(tj: &TrainingJob) -> bool {
@@ -141,11 +141,11 @@ pub fn reconcile<J: GenericJob>(
 }
 
 /// The admission the workload holds, as the operator recorded it on the workload.
-fn admission_of(tj: &TrainingJob) -> Option<AdmissionRecord> {
-    AdmissionRecord::parse(tj.metadata.annotations.get(ADMISSION_ANNOTATION)?).ok()
+fn admission_of(tj: &TrainingJob) -> Option<AdmissionAnnotation> {
+    AdmissionAnnotation::parse(tj.metadata.annotations.get(ADMISSION_ANNOTATION)?).ok()
 }
 
-fn placed_nodes(a: &AdmissionRecord) -> String {
+fn placed_nodes(a: &AdmissionAnnotation) -> String {
     let nodes: BTreeSet<&str> = a.placements.iter().map(|p| p.node.as_str()).collect();
     nodes.into_iter().collect::<Vec<_>>().join(", ")
 }
