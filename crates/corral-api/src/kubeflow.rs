@@ -95,6 +95,14 @@ fn kind_map(kind: &str) -> Option<KindMap> {
     })
 }
 
+/// The Corral role of a replica type of a Kubeflow `kind`, in any case (TFJob's `Master` is
+/// Corral's chief); `None` for a kind or replica type Kubeflow does not define.
+pub fn replica_role(kind: &str, replica_type: &str) -> Option<Role> {
+    let lower = replica_type.to_ascii_lowercase();
+    let map = kind_map(kind)?;
+    map.roles.iter().find(|(n, _)| *n == lower).map(|&(_, r)| r)
+}
+
 /// Metadata the API server sets; not the user's intent, so not carried over.
 const SERVER_METADATA: &[&str] = &[
     "uid",

@@ -3,182 +3,21 @@
 //! failure and restart, a preemption with the configured grace period, suspend and resume,
 //! delete, and a restore that drops an admission the machine can no longer hold.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use corral_api::TrainingJob;
 use corral_api::training_job::ConditionType;
 use corral_core::control::{
-    Change, ControlConfig, ControlError, ControlPlane, HeldAdmission, RestoredJob, Step,
+    Change, ControlConfig, ControlError, ControlPlane, HeldAdmission, RestoredJob,
 };
 use corral_core::lifecycle::{
     Action, FailureReason, Incarnation, JobState, ObservedReplica, ReplicaId, ReplicaPhase,
-    conditions, job_state,
+    conditions,
 };
 use jiff::Timestamp;
+use plane_world::shell::FakeShell;
 use plane_world::{cluster, config, job, record};
 
 mod plane_world;
-
-/// A shell whose replicas start and stop at once, recording what the plane asked.
-struct FakeShell {
-    plane: ControlPlane,
-    now: i64,
-    /// Live replica incarnations by job.
-    live: BTreeMap<String, BTreeMap<(ReplicaId, Incarnation), ReplicaPhase>>,
-    log: Vec<Step>,
-    /// Stops sent: (job, grace period).
-    stops: Vec<(String, Duration)>,
-    /// Jobs as a shell stores them (spec and the last persisted status): what is left of
-    /// a job the plane retired.
-    stored: BTreeMap<String, TrainingJob>,
-}
-
-impl FakeShell {
-    fn new(plane: ControlPlane) -> Self {
-        FakeShell {
-            plane,
-            now: 1_000_000,
-            live: BTreeMap::new(),
-            log: Vec::new(),
-            stops: Vec::new(),
-            stored: BTreeMap::new(),
-        }
-    }
-
-    /// Persists a step's changes, as a shell's store would.
-    fn persist(&mut self, step: &Step) {
-        for c in &step.changes {
-            match c {
-                Change::Status { job, status } => {
-                    let known = self
-                        .plane
-                        .job(job)
-                        .or_else(|| self.stored.get(job))
-                        .cloned();
-                    if let Some(mut j) = known {
-                        j.status = Some(status.clone());
-                        self.stored.insert(job.clone(), j);
-                    }
-                }
-                Change::Removed { job } => {
-                    self.stored.remove(job);
-                }
-                Change::Retired { job } => {
-                    assert!(
-                        self.plane.job(job).is_none(),
-                        "{job} retired yet still held"
-                    );
-                    assert!(self.stored.contains_key(job), "{job} retired unrecorded");
-                }
-                Change::Admission { .. } | Change::Deleting { .. } => {}
-            }
-        }
-    }
-
-    /// The job: from the plane while it holds it, else as stored (once retired).
-    fn job(&self, key: &str) -> Option<TrainingJob> {
-        match self.plane.job(key) {
-            Some(j) => Some(j.clone()),
-            None if self.plane.is_retired(key) => self.stored.get(key).cloned(),
-            None => None,
-        }
-    }
-
-    fn ts(&self) -> Timestamp {
-        Timestamp::from_second(self.now).expect("valid time")
-    }
-
-    /// Steps until the plane asks for nothing more (bounded).
-    fn run(&mut self, seconds: i64) {
-        self.now += seconds;
-        let mut step = self.plane.step(self.ts());
-        for _ in 0..20 {
-            self.persist(&step);
-            let actions = step.actions.clone();
-            self.log.push(step);
-            if actions.is_empty() {
-                return;
-            }
-            for a in actions {
-                self.apply(&a.job, a.action);
-            }
-            step = self.plane.step(self.ts());
-        }
-        panic!("the plane did not settle: {:?}", self.log.last());
-    }
-
-    fn apply(&mut self, job: &str, action: Action) {
-        let live = self.live.entry(job.to_string()).or_default();
-        match action {
-            Action::Start {
-                replica,
-                incarnation,
-                ..
-            } => {
-                live.insert((replica, incarnation), ReplicaPhase::Running);
-                self.plane.observe(
-                    job,
-                    ObservedReplica::new(replica, incarnation, ReplicaPhase::Running),
-                );
-            }
-            Action::Stop {
-                replica,
-                incarnation,
-                grace_period,
-                delete,
-                ..
-            } => {
-                self.stops.push((job.to_string(), grace_period));
-                if delete {
-                    live.remove(&(replica, incarnation));
-                    self.plane.forget_replica(job, replica, incarnation);
-                } else {
-                    let phase = ReplicaPhase::Failed {
-                        exit_code: 143,
-                        reason: FailureReason::Error,
-                    };
-                    live.insert((replica, incarnation), phase);
-                    self.plane
-                        .observe(job, ObservedReplica::new(replica, incarnation, phase));
-                }
-            }
-            other => panic!("the plane handles {other:?} itself"),
-        }
-    }
-
-    fn state(&self, key: &str) -> JobState {
-        let job = self.job(key).expect("job exists");
-        job_state(&job.spec, job.status.as_ref())
-    }
-
-    fn events(&self, key: &str) -> Vec<&'static str> {
-        self.log
-            .iter()
-            .flat_map(|s| &s.events)
-            .filter(|e| e.job == key)
-            .map(|e| e.reason)
-            .collect()
-    }
-
-    fn running(&self, key: &str) -> usize {
-        self.live.get(key).map_or(0, |l| {
-            l.values().filter(|p| **p == ReplicaPhase::Running).count()
-        })
-    }
-
-    /// Changes of one kind for a job, over the whole log.
-    fn admission_changes(&self, key: &str) -> Vec<bool> {
-        self.log
-            .iter()
-            .flat_map(|s| &s.changes)
-            .filter_map(|c| match c {
-                Change::Admission { job, admission } if job == key => Some(admission.is_some()),
-                _ => None,
-            })
-            .collect()
-    }
-}
 
 #[test]
 fn a_scenario_of_arrivals_failure_preemption_suspend_and_delete() {
@@ -455,120 +294,6 @@ fn a_job_waiting_for_protected_victims_says_until_when() {
     assert!(shell.events("team/low").contains(&"Preempted"));
 }
 
-/// The conformance story through the bare plane and a fake executor: the reference every
-/// shell's own conformance test is held to.
-#[test]
-fn the_conformance_story_through_the_bare_plane() {
-    use corral_core::control::conformance::{self, JobOutcome, ScenarioStep};
-    let mut config = ControlConfig {
-        grace_period: Some(Duration::from_secs(conformance::GRACE_SECONDS)),
-        priority_classes: conformance::priority_classes(),
-        ..ControlConfig::default()
-    };
-    config.scheduler.preemption_protection_ms = 0;
-    let plane = ControlPlane::new(cluster(conformance::NODE_GPUS), config).expect("plane");
-    let mut shell = FakeShell::new(plane);
-    let mut seen_events = 0usize;
-    let mut submitted: Vec<&str> = Vec::new();
-    let mut trace = Vec::new();
-    for step in conformance::steps() {
-        let key = |name: &str| format!("{}/{name}", conformance::NAMESPACE);
-        match step {
-            ScenarioStep::Submit(names) => {
-                for name in names {
-                    let job = conformance::job(name, &["train".to_string()]).expect("job");
-                    shell
-                        .plane
-                        .submit(record(job, shell.now as u64 * 1000))
-                        .expect("submit");
-                    submitted.push(name);
-                }
-            }
-            ScenarioStep::FailWorker(name, index) => {
-                let k = key(name);
-                let live = shell.live.get(&k).cloned().unwrap_or_default();
-                let (id, inc) = live
-                    .keys()
-                    .find(|(id, _)| id.index == index)
-                    .copied()
-                    .unwrap_or_else(|| {
-                        panic!("a live worker; trace so far {trace:#?}; live {live:?}")
-                    });
-                let phase = ReplicaPhase::Failed {
-                    exit_code: 1,
-                    reason: FailureReason::Error,
-                };
-                shell
-                    .live
-                    .entry(k.clone())
-                    .or_default()
-                    .insert((id, inc), phase);
-                shell
-                    .plane
-                    .observe(&k, ObservedReplica::new(id, inc, phase));
-            }
-            ScenarioStep::Finish(name) => {
-                let k = key(name);
-                let live = shell.live.get(&k).cloned().unwrap_or_default();
-                for ((id, inc), phase) in live {
-                    if phase == ReplicaPhase::Running {
-                        shell
-                            .live
-                            .entry(k.clone())
-                            .or_default()
-                            .insert((id, inc), ReplicaPhase::Succeeded);
-                        shell
-                            .plane
-                            .observe(&k, ObservedReplica::new(id, inc, ReplicaPhase::Succeeded));
-                    }
-                }
-            }
-            ScenarioStep::Suspend(name) => {
-                shell.plane.set_suspend(&key(name), true).expect("suspend");
-            }
-            ScenarioStep::Resume(name) => {
-                shell.plane.set_suspend(&key(name), false).expect("resume");
-            }
-            ScenarioStep::Delete(name) => shell.plane.delete(&key(name)).expect("delete"),
-        }
-        // Settle: time passes a second at a time until the plane asks for nothing more.
-        for _ in 0..600 {
-            let before = shell.log.len();
-            shell.run(1);
-            let quiet = shell.log[before..]
-                .iter()
-                .all(|s| s.is_empty() && s.wake_in.is_none());
-            if quiet {
-                break;
-            }
-        }
-        let events: Vec<&corral_core::control::JobEvent> =
-            shell.log.iter().flat_map(|s| &s.events).collect();
-        let mut outcome = BTreeMap::new();
-        for name in &submitted {
-            let k = key(name);
-            outcome.insert(
-                name.to_string(),
-                JobOutcome::new(
-                    shell.job(&k).map(|j| job_state(&j.spec, j.status.as_ref())),
-                    shell.plane.admission(&k).is_some(),
-                    events[seen_events..]
-                        .iter()
-                        .filter(|e| e.job == k)
-                        .map(|e| e.reason),
-                ),
-            );
-        }
-        seen_events = events.len();
-        trace.push(outcome);
-    }
-    let expected = conformance::expected();
-    for (i, (got, want)) in trace.iter().zip(&expected).enumerate() {
-        assert_eq!(got, want, "after step {i} ({:?})", conformance::steps()[i]);
-    }
-    assert_eq!(trace.len(), expected.len());
-}
-
 #[test]
 fn a_step_asks_for_each_start_once_and_a_restored_move_keeps_its_new_placement() {
     let plane = ControlPlane::new(cluster(4), config()).expect("plane");
@@ -640,12 +365,8 @@ fn a_finished_job_is_retired_to_its_name_and_can_still_be_deleted() {
         .expect("submit");
     shell.run(1);
     assert_eq!(shell.running("team/done"), 2);
-    let live = shell.live.get("team/done").cloned().unwrap_or_default();
-    for (id, inc) in live.keys() {
-        shell.plane.observe(
-            "team/done",
-            ObservedReplica::new(*id, *inc, ReplicaPhase::Succeeded),
-        );
+    for (id, inc) in shell.running_replicas("team/done") {
+        shell.end("team/done", id, inc, ReplicaPhase::Succeeded);
     }
     shell.run(1);
     let retired: Vec<&String> = shell
@@ -882,7 +603,7 @@ fn a_replica_removed_from_outside_restarts_the_gang_counted_and_announced() {
     assert_eq!(shell.state("team/ddp"), JobState::Running);
     let live: Vec<Incarnation> = shell.live["team/ddp"]
         .iter()
-        .filter(|(_, p)| **p == ReplicaPhase::Running)
+        .filter(|(_, r)| r.phase == ReplicaPhase::Running)
         .map(|((_, i), _)| *i)
         .collect();
     assert_eq!(live.len(), 2);

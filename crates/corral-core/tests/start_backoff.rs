@@ -6,20 +6,19 @@
 //! count is in the job's status, so a plane rebuilt from it (the operator, each pass) goes on
 //! counting; a start that succeeded resets it.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use corral_api::TrainingJob;
 use corral_api::training_job::{ConditionType, Role};
-use corral_core::control::{
-    Change, ControlConfig, ControlPlane, JobRecord, RestoredJob, StartFailure, Step,
-};
+use corral_core::control::{ControlConfig, ControlPlane, JobRecord, RestoredJob, StartFailure};
 use corral_core::lifecycle::{
     Action, FailureReason, Incarnation, JobState, ObservedReplica, ReplicaId, ReplicaPhase,
-    StopReason, conditions, job_state,
+    StopReason, conditions,
 };
 use corral_core::sched::{ClusterSnapshot, Node};
-use jiff::Timestamp;
+use plane_world::shell::FakeShell;
+
+mod plane_world;
 
 const PULL: &str = "ImagePullBackOff: Back-off pulling image \"registry.local/nope:1\"";
 
@@ -71,191 +70,6 @@ fn record(job: TrainingJob, submitted: u64) -> JobRecord {
     }
 }
 
-/// A shell whose replicas start and stop at once, except the starts the test makes fail.
-struct Shell {
-    plane: ControlPlane,
-    now: i64,
-    live: BTreeMap<String, BTreeMap<(ReplicaId, Incarnation), ReplicaPhase>>,
-    log: Vec<Step>,
-    /// Jobs as stored (spec and the last persisted status).
-    stored: BTreeMap<String, TrainingJob>,
-    /// Starts of these jobs are not carried out: the test reports them.
-    held: Vec<String>,
-    /// Starts held back, in order.
-    asked: Vec<(String, ReplicaId, Incarnation)>,
-    /// The same, as the plane asked them.
-    asked_actions: Vec<(String, Action)>,
-}
-
-impl Shell {
-    fn new(plane: ControlPlane) -> Self {
-        Shell {
-            plane,
-            now: 1_000_000,
-            live: BTreeMap::new(),
-            log: Vec::new(),
-            stored: BTreeMap::new(),
-            held: Vec::new(),
-            asked: Vec::new(),
-            asked_actions: Vec::new(),
-        }
-    }
-
-    fn ts(&self) -> Timestamp {
-        Timestamp::from_second(self.now).expect("valid time")
-    }
-
-    fn persist(&mut self, step: &Step) {
-        for c in &step.changes {
-            if let Change::Status { job, status } = c
-                && let Some(mut j) = self
-                    .plane
-                    .job(job)
-                    .or_else(|| self.stored.get(job))
-                    .cloned()
-            {
-                j.status = Some(status.clone());
-                self.stored.insert(job.clone(), j);
-            }
-        }
-    }
-
-    /// Steps until the plane asks for nothing more (bounded).
-    fn run(&mut self, seconds: i64) {
-        self.now += seconds;
-        let mut step = self.plane.step(self.ts());
-        for _ in 0..20 {
-            self.persist(&step);
-            let actions = step.actions.clone();
-            self.log.push(step);
-            // A start held back is asked again until the test says how it went.
-            let new: Vec<_> = actions
-                .into_iter()
-                .filter(|a| {
-                    !self
-                        .asked_actions
-                        .contains(&(a.job.clone(), a.action.clone()))
-                })
-                .collect();
-            if new.is_empty() {
-                return;
-            }
-            for a in new {
-                self.apply(&a.job, a.action);
-            }
-            step = self.plane.step(self.ts());
-        }
-        panic!("the plane did not settle: {:?}", self.log.last());
-    }
-
-    fn apply(&mut self, job: &str, action: Action) {
-        match action.clone() {
-            Action::Start {
-                replica,
-                incarnation,
-                ..
-            } => {
-                if self.held.iter().any(|h| h == job) {
-                    self.asked.push((job.to_string(), replica, incarnation));
-                    self.asked_actions.push((job.to_string(), action));
-                    return;
-                }
-                self.live
-                    .entry(job.to_string())
-                    .or_default()
-                    .insert((replica, incarnation), ReplicaPhase::Running);
-                self.plane.observe(
-                    job,
-                    ObservedReplica::new(replica, incarnation, ReplicaPhase::Running),
-                );
-            }
-            Action::Stop {
-                replica,
-                incarnation,
-                ..
-            } => {
-                self.live
-                    .entry(job.to_string())
-                    .or_default()
-                    .remove(&(replica, incarnation));
-                self.plane.forget_replica(job, replica, incarnation);
-            }
-            other => panic!("the plane handles {other:?} itself"),
-        }
-    }
-
-    /// Carries out the `i`-th start held back.
-    fn carry_out(&mut self, i: usize) {
-        let (job, action) = self.asked_actions[i].clone();
-        self.held.clear();
-        self.apply(&job, action);
-    }
-
-    /// The platform could not start the held start of `job` asked last.
-    fn fail_last_start(&mut self, job: &str, message: &str) -> (ReplicaId, Incarnation) {
-        let (_, replica, incarnation) = self
-            .asked
-            .iter()
-            .rev()
-            .find(|(j, ..)| j == job)
-            .cloned()
-            .expect("a start was asked");
-        self.plane.start_failed(
-            job,
-            StartFailure {
-                replica,
-                incarnation,
-                exit_code: 0,
-                message: message.to_string(),
-            },
-        );
-        (replica, incarnation)
-    }
-
-    fn status(&self, key: &str) -> corral_api::TrainingJobStatus {
-        self.plane
-            .job(key)
-            .and_then(|j| j.status.clone())
-            .expect("status")
-    }
-
-    fn state(&self, key: &str) -> JobState {
-        let job = self.plane.job(key).expect("job");
-        job_state(&job.spec, job.status.as_ref())
-    }
-
-    fn events(&self, key: &str) -> Vec<&'static str> {
-        self.log
-            .iter()
-            .flat_map(|s| &s.events)
-            .filter(|e| e.job == key)
-            .map(|e| e.reason)
-            .collect()
-    }
-
-    fn running(&self, key: &str) -> usize {
-        self.live.get(key).map_or(0, |l| {
-            l.values().filter(|p| **p == ReplicaPhase::Running).count()
-        })
-    }
-
-    fn admission_changes(&self, key: &str) -> Vec<bool> {
-        self.log
-            .iter()
-            .flat_map(|s| &s.changes)
-            .filter_map(|c| match c {
-                Change::Admission { job, admission } if job == key => Some(admission.is_some()),
-                _ => None,
-            })
-            .collect()
-    }
-
-    fn backoff_left(&self, key: &str) -> Duration {
-        let until = self.status(key).backoff_until.expect("backoffUntil");
-        Duration::try_from(self.ts().duration_until(until)).expect("in the future")
-    }
-}
-
 fn worker(i: u32) -> ReplicaId {
     ReplicaId::new(Role::Worker, i)
 }
@@ -263,7 +77,7 @@ fn worker(i: u32) -> ReplicaId {
 #[test]
 fn a_start_that_cannot_succeed_backs_off_then_the_job_is_admitted_again() {
     let plane = ControlPlane::new(cluster(8), config()).expect("plane");
-    let mut shell = Shell::new(plane);
+    let mut shell = FakeShell::new(plane);
     shell.held.push("team/bad".into());
     shell
         .plane
@@ -349,7 +163,7 @@ fn a_start_that_cannot_succeed_backs_off_then_the_job_is_admitted_again() {
 #[test]
 fn the_gpus_of_a_job_that_cannot_start_go_at_once_to_a_job_that_can() {
     let plane = ControlPlane::new(cluster(8), config()).expect("plane");
-    let mut shell = Shell::new(plane);
+    let mut shell = FakeShell::new(plane);
     shell.held.push("team/bad".into());
     shell
         .plane
@@ -362,7 +176,7 @@ fn the_gpus_of_a_job_that_cannot_start_go_at_once_to_a_job_that_can() {
     shell.run(1);
     assert_eq!(shell.state("team/next"), JobState::Queued);
     // worker-0 of the gang started; worker-1's image cannot be pulled.
-    let asked: Vec<_> = shell.asked.clone();
+    let asked = shell.asked_starts();
     assert_eq!(asked.len(), 2);
     shell.carry_out(0);
     let (_, r0, _) = asked[0].clone();
@@ -412,7 +226,7 @@ fn the_gpus_of_a_job_that_cannot_start_go_at_once_to_a_job_that_can() {
 #[test]
 fn start_failures_are_never_counted_against_backoff_limit() {
     let plane = ControlPlane::new(cluster(8), config()).expect("plane");
-    let mut shell = Shell::new(plane);
+    let mut shell = FakeShell::new(plane);
     shell.held.push("team/bad".into());
     // backoffLimit 0: the first restart would fail the job.
     shell
@@ -444,7 +258,7 @@ fn start_failures_are_never_counted_against_backoff_limit() {
 #[test]
 fn the_count_of_start_failures_is_durable_across_a_restore() {
     let plane = ControlPlane::new(cluster(8), config()).expect("plane");
-    let mut shell = Shell::new(plane);
+    let mut shell = FakeShell::new(plane);
     shell.held.push("team/bad".into());
     shell
         .plane
@@ -456,7 +270,7 @@ fn the_count_of_start_failures_is_durable_across_a_restore() {
     assert_eq!(shell.state("team/bad"), JobState::BackOff);
 
     // The operator rebuilds the plane every pass from what it stored: no admission, no pod.
-    let rebuild = |shell: &mut Shell| {
+    let rebuild = |shell: &mut FakeShell| {
         let stored = shell.stored.get("team/bad").cloned().expect("stored");
         let restored = RestoredJob {
             record: record(stored, 1),
@@ -466,7 +280,7 @@ fn the_count_of_start_failures_is_durable_across_a_restore() {
                 .get("team/bad")
                 .into_iter()
                 .flatten()
-                .map(|((id, inc), p)| ObservedReplica::new(*id, *inc, *p))
+                .map(|((id, inc), p)| ObservedReplica::new(*id, *inc, p.phase))
                 .collect(),
             deleting: false,
             service: None,
@@ -513,14 +327,14 @@ fn the_count_of_start_failures_is_durable_across_a_restore() {
 #[test]
 fn a_start_failure_observed_without_words_backs_off_too_and_a_stale_one_is_ignored() {
     let plane = ControlPlane::new(cluster(8), config()).expect("plane");
-    let mut shell = Shell::new(plane);
+    let mut shell = FakeShell::new(plane);
     shell.held.push("team/bad".into());
     shell
         .plane
         .submit(record(job("bad", 1, 4, 3), 1))
         .expect("submit");
     shell.run(1);
-    let (_, replica, inc) = shell.asked.last().cloned().expect("asked");
+    let (_, replica, inc) = shell.asked_starts().last().cloned().expect("asked");
     // An older incarnation's failure changes nothing.
     shell.plane.start_failed(
         "team/bad",
@@ -563,7 +377,7 @@ fn a_start_failure_observed_without_words_backs_off_too_and_a_stale_one_is_ignor
 #[test]
 fn a_suspend_during_the_back_off_ends_it() {
     let plane = ControlPlane::new(cluster(8), config()).expect("plane");
-    let mut shell = Shell::new(plane);
+    let mut shell = FakeShell::new(plane);
     shell.held.push("team/bad".into());
     shell
         .plane

@@ -26,7 +26,7 @@ use tracing::Instrument;
 use crate::consts::*;
 use crate::dynamic_objects;
 use crate::plan::{AdmissionChange, JobPlan, Plan};
-use crate::record::LaunchRejectionRecord;
+use crate::record::LaunchRejectionAnnotation;
 
 /// A token bucket bounding the operator's writes to the API server (`--api-qps`,
 /// `--api-burst`), as client-go's rate limiter does.
@@ -88,7 +88,7 @@ pub struct ApplyReport {
     /// plane through [`LAUNCH_REJECTED_ANNOTATION`]).
     pub errors: Vec<String>,
     /// Launches the API server refused for good, recorded on their jobs.
-    pub rejected: Vec<LaunchRejectionRecord>,
+    pub rejected: Vec<LaunchRejectionAnnotation>,
     /// Jobs left alone this pass because a transient error backs them off.
     pub backed_off: u64,
     /// When the first backed-off job may be retried.
@@ -129,7 +129,7 @@ fn backoff(failures: u32) -> Duration {
 /// How a job's apply went wrong.
 enum JobError {
     /// Refused for good: the control plane hears of it.
-    Rejected(LaunchRejectionRecord),
+    Rejected(LaunchRejectionAnnotation),
     Failed(Error),
 }
 
@@ -305,7 +305,11 @@ impl Applier {
 
     /// Records a refusal on the job: the observation the next pass hands to the control
     /// plane (the write changes the job, so its watch starts that pass at once).
-    async fn record_rejection(&self, jp: &JobPlan, r: &LaunchRejectionRecord) -> Result<(), Error> {
+    async fn record_rejection(
+        &self,
+        jp: &JobPlan,
+        r: &LaunchRejectionAnnotation,
+    ) -> Result<(), Error> {
         let jobs: Api<DynamicObject> = Api::namespaced_with(
             self.client.clone(),
             &jp.namespace,
@@ -328,9 +332,9 @@ impl Applier {
         code: u16,
         reason: String,
         message: String,
-    ) -> Option<LaunchRejectionRecord> {
+    ) -> Option<LaunchRejectionAnnotation> {
         let (id, incarnation) = pod.and_then(crate::observe::replica_of)?;
-        Some(LaunchRejectionRecord {
+        Some(LaunchRejectionAnnotation {
             role: id.role.to_string(),
             index: id.index,
             incarnation: incarnation.to_string(),

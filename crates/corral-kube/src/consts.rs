@@ -9,12 +9,13 @@ pub const INDEX_LABEL: &str = "corral.dev/index";
 /// The replica's incarnation, `<attempt>.<retry>` (see `corral_core::lifecycle::Incarnation`).
 pub const INCARNATION_LABEL: &str = "corral.dev/incarnation";
 /// On a TrainingJob: the admission it holds (pool, GPU type, placement of every replica) as
-/// JSON, in the operator's versioned record (`crate::record::AdmissionRecord`). Written before any pod is created; removed when the job returns to its queue or
+/// JSON, in the operator's versioned format ([`crate::record::AdmissionAnnotation`]).
+/// Written before any pod is created; removed when the job returns to its queue or
 /// finishes. It is what survives a restart of the operator in the middle of a gang.
 pub const ADMISSION_ANNOTATION: &str = "corral.dev/admission";
 /// On a TrainingJob: a replica launch the API server refused for good (400, 403, 422, or a
-/// name held by a pod the job does not own), as JSON ([`crate::record::LaunchRejectionRecord`]).
-/// The observation the next pass hands to the control plane, which fails the job with the
+/// name held by a pod the job does not own), as JSON
+/// ([`crate::record::LaunchRejectionAnnotation`]). The observation the next pass hands to the control plane, which fails the job with the
 /// server's message and releases its admission.
 pub const LAUNCH_REJECTED_ANNOTATION: &str = "corral.dev/launch-rejected";
 /// On a pod: the node Corral chose for it (before the Binding is made).

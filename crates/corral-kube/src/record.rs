@@ -1,6 +1,6 @@
 //! What the operator stores on a TrainingJob: the `corral.dev/admission` annotation.
 //!
-//! The annotation is the operator's own versioned record ([`AdmissionRecord`]), converted
+//! The annotation is the operator's own versioned record ([`AdmissionAnnotation`]), converted
 //! explicitly to and from the core's [`HeldAdmission`], so that the scheduler's types can
 //! change without breaking a running cluster. Reading is lenient on purpose:
 //! - unknown fields are ignored, so an operator rolled back to an older version keeps the
@@ -18,13 +18,13 @@ use corral_core::control::HeldAdmission;
 use corral_core::sched::{Admission, ReplicaPlacement};
 
 /// The version this operator writes.
-pub const ADMISSION_RECORD_VERSION: u32 = 1;
+pub const ADMISSION_ANNOTATION_VERSION: u32 = 1;
 
 /// The `corral.dev/admission` annotation: the admission a job holds, with the placement of
 /// every replica.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct AdmissionRecord {
+pub struct AdmissionAnnotation {
     /// Version of the record; absent (0) in the format written before it was versioned.
     #[serde(default)]
     pub v: u32,
@@ -52,12 +52,12 @@ pub struct AnnotatedPlacement {
     pub gpu_indices: Vec<u32>,
 }
 
-impl AdmissionRecord {
+impl AdmissionAnnotation {
     /// The record of an admission the plane holds for a job.
     pub fn from_held(held: &HeldAdmission) -> Self {
         let a = &held.admission;
-        AdmissionRecord {
-            v: ADMISSION_RECORD_VERSION,
+        AdmissionAnnotation {
+            v: ADMISSION_ANNOTATION_VERSION,
             admitted_at: held.admitted_at,
             job: Some(a.job.clone()),
             pool: a.pool.clone(),
@@ -118,7 +118,7 @@ mod tests {
 
     #[test]
     fn reads_the_unversioned_annotation_of_earlier_operators() {
-        let r = AdmissionRecord::parse(UNVERSIONED).expect("earlier format reads");
+        let r = AdmissionAnnotation::parse(UNVERSIONED).expect("earlier format reads");
         assert_eq!(r.v, 0);
         let held = r.to_held("ml/llm");
         assert_eq!(held.admitted_at, 1_735_689_600_000);
@@ -140,7 +140,7 @@ mod tests {
     #[test]
     fn ignores_fields_a_newer_operator_added() {
         let text = r#"{"v":7,"admittedAt":5,"pool":"p","gpuType":null,"reservedFor":"x","placements":[{"role":"worker","index":1,"node":"n","gpuIndices":[3],"numa":0}]}"#;
-        let r = AdmissionRecord::parse(text).expect("unknown fields are ignored");
+        let r = AdmissionAnnotation::parse(text).expect("unknown fields are ignored");
         assert_eq!(r.v, 7);
         let held = r.to_held("ns/j");
         assert_eq!(held.admission.job, "ns/j");
@@ -150,12 +150,14 @@ mod tests {
 
     #[test]
     fn round_trips_and_stays_readable_by_the_unversioned_format() {
-        let held = AdmissionRecord::parse(UNVERSIONED)
+        let held = AdmissionAnnotation::parse(UNVERSIONED)
             .expect("parses")
             .to_held("ml/llm");
-        let text = AdmissionRecord::from_held(&held).to_text().expect("writes");
-        let back = AdmissionRecord::parse(&text).expect("reads back");
-        assert_eq!(back.v, ADMISSION_RECORD_VERSION);
+        let text = AdmissionAnnotation::from_held(&held)
+            .to_text()
+            .expect("writes");
+        let back = AdmissionAnnotation::parse(&text).expect("reads back");
+        assert_eq!(back.v, ADMISSION_ANNOTATION_VERSION);
         assert_eq!(back.to_held("ml/llm"), held);
         // What an operator of the unversioned format decodes: the core's `Admission`,
         // flattened, next to `admittedAt` (`job` required, placements strict).
@@ -176,7 +178,7 @@ mod tests {
 /// refused to create, and its words.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct LaunchRejectionRecord {
+pub struct LaunchRejectionAnnotation {
     pub role: String,
     pub index: u32,
     /// `<attempt>.<retry>`, as the pod's incarnation label.
@@ -189,7 +191,7 @@ pub struct LaunchRejectionRecord {
     pub message: String,
 }
 
-impl LaunchRejectionRecord {
+impl LaunchRejectionAnnotation {
     pub fn parse(text: &str) -> Result<Self, String> {
         serde_json::from_str(text).map_err(|e| e.to_string())
     }

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::FakeApi;
+use common::{FakeApi, h100_node};
 use corral_kube::apply::{Applier, ApplyReport, RateLimiter};
 use corral_kube::operator::reconcile_once;
 use corral_kube::plan::{Plan, PlanConfig};
@@ -17,16 +17,6 @@ const H100: &str = "NVIDIA-H100-80GB-HBM3";
 
 fn t(secs: i64) -> Timestamp {
     Timestamp::from_second(1_735_689_600 + secs).expect("valid time")
-}
-
-fn node(name: &str) -> Value {
-    json!({
-        "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": H100}},
-        "status": {
-            "allocatable": {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "8"},
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    })
 }
 
 fn job(name: &str, workers: u32, gpus: u32, extra: Value) -> Value {
@@ -51,7 +41,7 @@ fn job(name: &str, workers: u32, gpus: u32, extra: Value) -> Value {
 fn cluster(nodes: &[&str]) -> FakeApi {
     let fake = FakeApi::new();
     for n in nodes {
-        fake.insert("api/v1/nodes", node(n));
+        fake.insert("api/v1/nodes", h100_node(n));
     }
     fake.insert(
         "apis/corral.dev/v1alpha1/queues",
@@ -469,7 +459,7 @@ async fn a_job_naming_no_queue_is_admitted_on_a_cluster_that_declares_no_default
     // As embedded: the implicit `default` queue (unlimited in every pool) takes jobs that
     // name no queue. Before the control plane, the operator left them pending.
     let fake = FakeApi::new();
-    fake.insert("api/v1/nodes", node("n1"));
+    fake.insert("api/v1/nodes", h100_node("n1"));
     fake.insert(JOBS, job("noq", 1, 4, json!({})));
     let (plan, report) = pass(&fake, t(0)).await;
     assert!(event_reasons(&plan).contains(&"Admitted".to_string()));

@@ -35,6 +35,7 @@ mod commands;
 mod engine;
 mod node;
 mod recovery;
+mod replicas;
 mod views;
 
 /// How to open the embedded cluster.

@@ -19,7 +19,7 @@
 //!   `apiVersion` and kept compatible as an API (fields are only added, with defaults). They
 //!   have no `deny_unknown_fields` (unknown fields in user input are reported by
 //!   `corral_api::document`, not by serde), so a field added by a newer release is ignored.
-//! - `admissions.admission`: `record::AdmissionRecord`, the store's own versioned record
+//! - `admissions.admission`: `record::AdmissionRow`, the store's own versioned record
 //!   (`"v": 1`), converted explicitly from and to the scheduler's `RunningJob`, whose types
 //!   are internal and strict (`deny_unknown_fields`) and may change at any time. Reads the
 //!   unversioned layout corral 0.1.0 wrote. See the `record` module.

@@ -4,6 +4,8 @@
 //! test's own, moved forward a second per pass so that restart back-offs pass quickly.
 
 mod common;
+#[path = "cluster_e2e/story.rs"]
+mod story;
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -633,113 +635,6 @@ fn the_configured_grace_period_reaches_suspend() {
 
 /// The conformance story (corral_core::control::conformance) with real processes: the same
 /// states, admissions and events after every step as the bare control plane.
-fn the_conformance_story_with_real_processes() {
-    use corral_core::control::conformance::{self, JobOutcome, ScenarioStep};
-    let classes: String = conformance::priority_classes()
-        .iter()
-        .map(|c| format!("---\n{}", serde_json::to_string(c).expect("class")))
-        .collect::<Vec<_>>()
-        .join("\n");
-    let extra = format!(
-        "node: {{gpus: {}}}\npreemptionProtectionSeconds: 0\n{classes}\n",
-        conformance::NODE_GPUS
-    );
-    let (mut h, mut c) = Harness::new(WAITS, 32200, &extra);
-    let marks = h.path("marks");
-    std::fs::create_dir_all(&marks).expect("mkdir");
-    let script = format!(
-        "while true; do [ -e {m}/finish-$CORRAL_JOB ] && exit 0; \
-         [ -e {m}/fail-$CORRAL_REPLICA-$CORRAL_INCARNATION ] && exit 1; sleep 0.05; done",
-        m = marks.display()
-    );
-    let command = vec!["/bin/sh".to_string(), "-c".to_string(), script];
-    let ns = conformance::NAMESPACE;
-    let mut seen: std::collections::BTreeMap<String, usize> = Default::default();
-    let mut submitted: Vec<&str> = Vec::new();
-    let mut trace = Vec::new();
-    for step in conformance::steps() {
-        match &step {
-            ScenarioStep::Submit(names) => {
-                let items: Vec<serde_json::Value> = names
-                    .iter()
-                    .map(|n| {
-                        let job = conformance::job(n, &command).expect("job");
-                        serde_json::to_value(&job).expect("json")
-                    })
-                    .collect();
-                let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items});
-                c.submit(&list.to_string(), ns, h.now).expect("submit");
-                submitted.extend(names.iter().copied());
-            }
-            ScenarioStep::FailWorker(name, index) => {
-                let d = c.describe(ns, name).expect("d").expect("job");
-                let r = d
-                    .replicas
-                    .iter()
-                    .find(|r| r.index == *index && r.phase == "Running")
-                    .expect("a running worker");
-                let mark = marks.join(format!("fail-{name}-worker-{index}-{}", r.incarnation));
-                std::fs::write(mark, "").expect("mark");
-            }
-            ScenarioStep::Finish(name) => {
-                std::fs::write(marks.join(format!("finish-{name}")), "").expect("mark");
-            }
-            ScenarioStep::Suspend(name) => c.suspend(ns, name, h.now).expect("suspend"),
-            ScenarioStep::Resume(name) => c.resume(ns, name, h.now).expect("resume"),
-            ScenarioStep::Delete(name) => c.delete(ns, name, h.now).expect("delete"),
-        }
-        // Settled: nothing happened and nothing is due for a few passes in a row, over at
-        // least a second (a replica told to finish may take a while on a loaded machine).
-        let deadline = Instant::now() + WAITS.deadline;
-        let mut quiet = 0;
-        let mut quiet_since = Instant::now();
-        while quiet < 8 || quiet_since.elapsed() < Duration::from_secs(1) {
-            let r = h.tick(&mut c);
-            let busy = !(r.started.is_empty()
-                && r.stopped.is_empty()
-                && r.admitted.is_empty()
-                && r.preempted.is_empty()
-                && r.finished.is_empty()
-                && r.deleted.is_empty())
-                || r.next_tick_in.is_some();
-            if busy {
-                quiet = 0;
-                quiet_since = Instant::now();
-            } else {
-                quiet += 1;
-            }
-            assert!(Instant::now() < deadline, "step {step:?} did not settle");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let mut outcome = std::collections::BTreeMap::new();
-        for name in &submitted {
-            let d = c.describe(ns, name).expect("describe");
-            let (state, admitted, events) = match &d {
-                Some(d) => (
-                    Some(d.summary.state),
-                    d.admission.is_some(),
-                    d.events.clone(),
-                ),
-                None => (None, false, Vec::new()),
-            };
-            let from = seen.get(*name).copied().unwrap_or(0).min(events.len());
-            let recent = JobOutcome::new(
-                state,
-                admitted,
-                events[from..].iter().map(|e| e.reason.as_str()),
-            );
-            seen.insert(name.to_string(), events.len());
-            outcome.insert(name.to_string(), recent);
-        }
-        trace.push(outcome);
-    }
-    let expected = conformance::expected();
-    for (i, (got, want)) in trace.iter().zip(&expected).enumerate() {
-        assert_eq!(got, want, "after step {i} ({:?})", conformance::steps()[i]);
-    }
-    assert_eq!(trace.len(), expected.len());
-}
-
 fn a_replica_started_and_ended_but_not_recorded_is_recorded_not_retried() {
     // The crash came between the start and the store write, and the replica has ended
     // since: its exit is recorded on open, the job is not stuck retrying a start.
@@ -876,7 +771,11 @@ fn main() -> std::process::ExitCode {
         ),
         (
             "the_conformance_story_with_real_processes",
-            the_conformance_story_with_real_processes,
+            story::the_conformance_story_with_real_processes,
+        ),
+        (
+            "a_replica_without_a_free_port_backs_off_and_starts_once_one_is_free",
+            story::a_replica_without_a_free_port_backs_off_and_starts_once_one_is_free,
         ),
         (
             "a_job_larger_than_the_machine_is_unschedulable_at_once",

@@ -43,15 +43,20 @@
 //! - Allreduce frameworks (PyTorch DDP, MPI, JAX, XGBoost, TF without parameter servers,
 //!   generic) restart the whole gang when one replica fails; TF parameter-server jobs and
 //!   elastic PyTorch restart the replica alone.
+//! - **A job another operator runs is only gated.** Its workload is admitted like any job,
+//!   but whether the operator may run it, must keep it suspended, or is done with it is
+//!   [`Gate::decide`], the one decision the Kubernetes shell's alongside mode applies.
 
 mod action;
 pub mod conditions;
+mod gate;
 mod observe;
 pub mod policy;
 mod reconcile;
 mod state;
 
 pub use action::{Action, StopReason};
+pub use gate::Gate;
 pub use observe::{
     AdmissionState, FailureReason, Incarnation, ObservedReplica, ReplicaId, ReplicaPhase,
     current_incarnation,

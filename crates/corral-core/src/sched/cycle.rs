@@ -608,6 +608,11 @@ impl Scheduler {
             let Some(e) = self.jobs[slot as usize].as_ref() else {
                 return;
             };
+            // What the pool's healthy GPUs could never hold now is not tried.
+            if let Some(b) = self.too_few_healthy_gpus(pool, e) {
+                blockers.push(b);
+                continue;
+            }
             let quota = self.quotas.check(q, pool, e.total, &self.index.pools);
             let shape = e.shape();
             let room = enough_slots(&self.index, pool, &shape);

@@ -7,6 +7,10 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+// Why a running job was stopped, apart from why a job waits.
+mod preemption;
+pub use preemption::PreemptionReason;
+
 /// [`ResourceShort::resource`] of GPUs.
 pub const GPU: &str = "gpu";
 /// [`ResourceShort::resource`] of CPU, counted in milli-CPUs.
@@ -277,6 +281,21 @@ pub enum Blocker {
         gpus_per_replica: u32,
         largest_node_gpus: u32,
     },
+    /// Some of the pool's GPUs are unhealthy now, and what is left healthy could not hold
+    /// the job even empty: a replica larger than the largest node's healthy GPUs, or a gang
+    /// larger than the pool's. It waits for the GPUs to heal (as on Kubernetes, where the
+    /// device plugin lowers the node's allocatable GPUs).
+    TooFewHealthyGpus {
+        pool: String,
+        gpu_type: Option<String>,
+        /// GPUs asked: per replica (`per_replica`) or for the whole gang.
+        needed: u64,
+        per_replica: bool,
+        /// Healthy GPUs: on the largest node (`per_replica`) or in the pool.
+        healthy: u64,
+        /// Unhealthy GPUs in the pool.
+        unhealthy: u64,
+    },
     /// The gang needs more GPUs than the whole pool has, even empty.
     TooLargeForPool {
         pool: String,
@@ -391,8 +410,9 @@ pub struct PendingReason {
 impl PendingReason {
     /// Whether the job could not be admitted even on an empty cluster: every blocker is
     /// about the cluster's shape (no such queue or pool, replicas larger than any node,
-    /// gangs larger than any pool), none about what is in use now. Such a job stays
-    /// pending (adding nodes may admit it) but is reported Unschedulable at once.
+    /// gangs larger than any pool, or than what is healthy of it now), none about what is
+    /// in use now. Such a job stays pending (adding nodes, or a GPU healing, may admit it)
+    /// but is reported Unschedulable at once.
     pub fn never_fits(&self) -> bool {
         !self.blockers.is_empty()
             && self.blockers.iter().all(|b| {
@@ -405,6 +425,7 @@ impl PendingReason {
                         | Blocker::TooLargeForPool { .. }
                         | Blocker::GangTooLarge { .. }
                         | Blocker::NoQuota { .. }
+                        | Blocker::TooFewHealthyGpus { .. }
                         | Blocker::NoSuitableNode { .. }
                 )
             })
@@ -615,6 +636,28 @@ impl fmt::Display for Blocker {
                 "a replica needs {} but the largest node has {}",
                 plural(u64::from(*gpus_per_replica), "GPU", "GPUs"),
                 largest_node_gpus
+            ),
+            Blocker::TooFewHealthyGpus {
+                needed,
+                per_replica,
+                healthy,
+                unhealthy,
+                ..
+            } => write!(
+                f,
+                "{} {} but {} only {healthy} healthy now ({unhealthy} unhealthy); it waits for \
+                 them to heal",
+                if *per_replica {
+                    "a replica needs"
+                } else {
+                    "the gang needs"
+                },
+                plural(*needed, "GPU", "GPUs"),
+                if *per_replica {
+                    "the largest node has"
+                } else {
+                    "the pool has"
+                },
             ),
             Blocker::TooLargeForPool {
                 total_gpus,
@@ -858,6 +901,7 @@ impl Blocker {
             | Blocker::TooLargeForPool { gpu_type, .. }
             | Blocker::GangTooLarge { gpu_type, .. }
             | Blocker::NoQuota { gpu_type, .. }
+            | Blocker::TooFewHealthyGpus { gpu_type, .. }
             | Blocker::NoSuitableNode { gpu_type, .. }
             | Blocker::Capacity { gpu_type, .. }
             | Blocker::Quota { gpu_type, .. } => gpu_type.as_deref(),
@@ -872,6 +916,7 @@ impl Blocker {
             | Blocker::TooLargeForPool { pool, .. }
             | Blocker::GangTooLarge { pool, .. }
             | Blocker::NoQuota { pool, .. }
+            | Blocker::TooFewHealthyGpus { pool, .. }
             | Blocker::NoSuitableNode { pool, .. }
             | Blocker::Capacity { pool, .. }
             | Blocker::Quota { pool, .. }
@@ -898,92 +943,5 @@ impl fmt::Display for PendingReason {
             }
         }
         Ok(())
-    }
-}
-
-/// Why an admitted job was preempted.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", tag = "kind")]
-pub enum PreemptionReason {
-    /// A job of higher priority needed the room.
-    LowerPriority {
-        preemptor: String,
-        preemptor_priority: i32,
-        victim_priority: i32,
-    },
-    /// The preemptor's queue reclaims quota it lent to the victim's queue.
-    Reclaim {
-        preemptor: String,
-        queue: String,
-        pool: String,
-    },
-    /// A job of the same priority that has received much less service needed the room
-    /// (least attained service first).
-    AttainedService {
-        preemptor: String,
-        /// Attained service in GPU-seconds of the preemptor and of the victim.
-        preemptor_service: f64,
-        victim_service: f64,
-    },
-    /// The job moves to a pool where it runs faster and that has room.
-    Rebalance {
-        from_pool: String,
-        to_pool: String,
-        /// Its throughput there over its throughput where it ran.
-        speedup: f64,
-        /// The job it traded places with, which gains much less from this job's new pool.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        swapped_with: Option<String>,
-    },
-}
-
-impl fmt::Display for PreemptionReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            PreemptionReason::LowerPriority {
-                preemptor,
-                preemptor_priority,
-                victim_priority,
-            } => write!(
-                f,
-                "preempted to make room for {preemptor}, which has higher priority ({preemptor_priority} > {victim_priority})"
-            ),
-            PreemptionReason::Reclaim {
-                preemptor,
-                queue,
-                pool,
-            } => write!(
-                f,
-                "preempted because queue {queue} reclaims its quota in pool {pool}, which this job's queue had borrowed (for {preemptor})"
-            ),
-            PreemptionReason::AttainedService {
-                preemptor,
-                preemptor_service,
-                victim_service,
-            } => write!(
-                f,
-                "preempted to make room for {preemptor}, which has had much less service at the same priority ({:.1} < {:.1} GPU-hours)",
-                preemptor_service / 3600.0,
-                victim_service / 3600.0
-            ),
-            PreemptionReason::Rebalance {
-                from_pool,
-                to_pool,
-                speedup,
-                swapped_with: None,
-            } => write!(
-                f,
-                "moved from pool {from_pool} to pool {to_pool}, where it runs {speedup:.1}x faster"
-            ),
-            PreemptionReason::Rebalance {
-                from_pool,
-                to_pool,
-                speedup,
-                swapped_with: Some(other),
-            } => write!(
-                f,
-                "moved from pool {from_pool} to pool {to_pool} (speed x{speedup:.2}), trading places with {other}, which gains much more or loses much less from the move"
-            ),
-        }
     }
 }

@@ -13,7 +13,7 @@ use std::cmp::Reverse;
 use corral_api::gpu_type;
 
 use super::explain::{Blocker, CPU, GPU, MEMORY, Misfit, Needs, PendingReason, TaintBlock};
-use super::index::{ClusterIndex, NO_POOL, NodeFilter, PodRequest};
+use super::index::{ClusterIndex, NO_POOL, NodeFilter, NodeState, PodRequest};
 use super::model::{ClusterSnapshot, JobRequest, SchedError};
 use super::quota::{Amount, Quotas};
 use super::taint::{Toleration, common_tolerations};
@@ -331,7 +331,7 @@ fn gang_short(
         sums[1] = sums[1].saturating_add(n.cpu_total);
         sums[2] = sums[2].saturating_add(n.mem_total);
         for ((_, pod), fit) in gang.groups.iter().zip(fits.iter_mut()) {
-            *fit = fit.saturating_add(index.replicas_on_empty(n, pod));
+            *fit = fit.saturating_add(replicas_on_empty(n, pod));
         }
     }
     if enough(&sums, &fits) {
@@ -365,6 +365,17 @@ fn gang_short(
         let (count, fit) = (u64::from(*count), fits[gi as usize]);
         (fit < count).then(|| blocker(None, count, fit, role_of(gi as usize)))
     })
+}
+
+/// How many replicas `pod` the node holds when empty (by every resource it asks).
+fn replicas_on_empty(node: &NodeState, pod: &PodRequest) -> u64 {
+    let each = |have: u64, need: u64| have.checked_div(need).unwrap_or(u64::MAX);
+    pod.ext.iter().fold(
+        each(u64::from(node.gpus), u64::from(pod.gpu))
+            .min(each(node.cpu_total, pod.cpu))
+            .min(each(node.mem_total, pod.mem)),
+        |m, &(id, v)| m.min(each(node.ext_capacity(id), v)),
+    )
 }
 
 /// A cluster's nodes and queues, for judging jobs apart from a scheduler: a shell whose

@@ -126,7 +126,7 @@ impl NodeState {
             .find(|(i, _)| *i == id)
             .map_or(0, |&(_, v)| v)
     }
-    fn ext_capacity(&self, id: u32) -> u64 {
+    pub(crate) fn ext_capacity(&self, id: u32) -> u64 {
         self.ext_total
             .iter()
             .find(|(i, _)| *i == id)
@@ -175,6 +175,9 @@ pub(crate) struct PoolState {
     /// GPUs on schedulable nodes, free or not.
     pub total_gpus: u64,
     pub max_node_gpus: u32,
+    /// `total_gpus` and `max_node_gpus` less the GPUs unhealthy now.
+    pub healthy_gpus: u64,
+    pub max_node_healthy_gpus: u32,
     pub max_node_cpu: u64,
     pub max_node_mem: u64,
     pub nodes: Vec<u32>,
@@ -233,6 +236,8 @@ impl ClusterIndex {
                 free_gpus: 0,
                 total_gpus: 0,
                 max_node_gpus: 0,
+                healthy_gpus: 0,
+                max_node_healthy_gpus: 0,
                 max_node_cpu: 0,
                 max_node_mem: 0,
                 nodes: Vec::new(),
@@ -334,6 +339,8 @@ impl ClusterIndex {
         }
         for p in &mut pools {
             p.buckets = vec![BTreeSet::new(); p.max_node_gpus as usize + 1];
+            p.healthy_gpus = p.total_gpus;
+            p.max_node_healthy_gpus = p.max_node_gpus;
         }
         let mut index = ClusterIndex {
             nodes,
@@ -427,7 +434,24 @@ impl ClusterIndex {
         n.free_mask |= healed;
         n.held_unhealthy &= !healed;
         n.unhealthy = mask;
+        let pool = n.pool;
         self.insert(node);
+        // The pool's healthy capacity, again over its nodes (health changes are rare).
+        if let Some(p) = self.pools.get(pool as usize) {
+            let healthy = |i: &u32| {
+                let n = &self.nodes[*i as usize];
+                n.gpus.saturating_sub(n.unhealthy.count_ones())
+            };
+            let schedulable = p
+                .nodes
+                .iter()
+                .filter(|i| self.nodes[**i as usize].schedulable);
+            let total: u64 = schedulable.clone().map(|i| u64::from(healthy(i))).sum();
+            let max = schedulable.map(healthy).max().unwrap_or(0);
+            let p = &mut self.pools[pool as usize];
+            p.healthy_gpus = total;
+            p.max_node_healthy_gpus = max;
+        }
         true
     }
 
@@ -810,17 +834,6 @@ impl ClusterIndex {
         })
     }
 
-    /// How many replicas `pod` the node holds when empty (by every resource it asks).
-    pub fn replicas_on_empty(&self, node: &NodeState, pod: &PodRequest) -> u64 {
-        let each = |have: u64, need: u64| have.checked_div(need).unwrap_or(u64::MAX);
-        pod.ext.iter().fold(
-            each(u64::from(node.gpus), u64::from(pod.gpu))
-                .min(each(node.cpu_total, pod.cpu))
-                .min(each(node.mem_total, pod.mem)),
-            |m, &(id, v)| m.min(each(node.ext_capacity(id), v)),
-        )
-    }
-
     /// Chooses nodes to reserve for a blocked gang: the nodes with the most free GPUs
     /// (full ones too: nothing new lands on a reserved node, so it only drains), until the
     /// gang has a concrete packing on their full capacity. Returns the nodes and that
@@ -956,41 +969,4 @@ impl ClusterIndex {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::collections::BTreeMap;
-
-    use super::{ClusterIndex, NodeFilter, PodRequest};
-    use crate::sched::model::{ClusterSnapshot, Node};
-
-    fn node(name: &str, cpu_milli: u64) -> Node {
-        Node::new(name, Some("A".to_string()), 8, cpu_milli, 1 << 40)
-    }
-
-    /// Two nodes with the same free GPUs: the CPU-hungry replica goes where it leaves
-    /// enough CPU for the GPUs left, not to the first node in order.
-    #[test]
-    fn a_replica_does_not_strand_gpus_by_taking_their_cpu() {
-        let snapshot = ClusterSnapshot {
-            nodes: vec![node("poor", 32_000), node("rich", 96_000)],
-            ..Default::default()
-        };
-        let index = ClusterIndex::new(&snapshot).expect("valid snapshot");
-        let selector = BTreeMap::new();
-        let filter = NodeFilter {
-            selector: &selector,
-            tolerations: &[],
-        };
-        let pod = PodRequest {
-            cpu: 16_000,
-            gpu: 1,
-            ..Default::default()
-        };
-        let (n, fit) = index.find_node(0, &pod, None, &filter, 256).expect("fits");
-        assert_eq!(index.nodes[n as usize].name, "rich");
-        // 80 cores back 6 of the 7 GPUs left at 12 cores per GPU.
-        assert_eq!(fit.stranded, 1);
-        // On `poor`, 16 cores would back 4 of 7.
-        let poor = index.fit(0, &pod, 8);
-        assert_eq!(poor.stranded, 3);
-    }
-}
+mod tests;

@@ -1,5 +1,7 @@
 //! What the control plane's tests share: a PyTorch job of `workers` x `gpus`, priority
-//! classes `high` and `low`, a one-node cluster, the plane's settings and a job's record.
+//! classes `high` and `low`, a one-node cluster, the plane's settings and a job's record,
+//! and a fake shell. Each test crate uses part of it.
+#![allow(dead_code)]
 
 use std::time::Duration;
 
@@ -70,3 +72,4 @@ pub fn record(job: TrainingJob, submitted: u64) -> JobRecord {
         hints: Default::default(),
     }
 }
+pub mod shell;

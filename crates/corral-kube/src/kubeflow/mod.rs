@@ -15,10 +15,13 @@
 //!   suspends it again; a finished Kubeflow job deletes its workload (its quota is free).
 //!
 //! Both are pure plans ([`serve::plan`], [`alongside::plan`]) over what the API server
-//! holds, carried out by [`apply`]. Which job is admitted and where its replicas go is
+//! holds, carried out by [`apply`]. Alongside mode reads and writes a job only through its
+//! kind's adapter ([`adapter::GenericJob`], as Kueue's `jobframework`), and lets it run, keeps
+//! it suspended or drops its workload as the core's `lifecycle::Gate` says. Which job is admitted and where its replicas go is
 //! decided by the same control plane as every TrainingJob (the workload or the owned job
 //! is one); this module only converts, observes and applies.
 
+pub mod adapter;
 pub mod alongside;
 pub mod apply;
 pub mod crds;
@@ -30,6 +33,8 @@ use kube::api::{ApiResource, GroupVersionKind};
 use serde_json::{Map, Value, json};
 
 use corral_api::training_job::{Role, TrainingJob};
+
+use adapter::GenericJob;
 
 /// The label that puts a Kubeflow job into a Corral queue (alongside mode), as Kueue's
 /// `kueue.x-k8s.io/queue-name`. In serve mode it names the queue too, unless the job's
@@ -356,9 +361,9 @@ pub enum KubeflowAction {
 }
 
 impl KubeflowAction {
-    fn event(job: &KubeflowJob, warning: bool, reason: &str, note: String) -> Self {
+    fn event(job: &impl GenericJob, warning: bool, reason: &str, note: String) -> Self {
         KubeflowAction::Event {
-            kind: job.kind,
+            kind: job.kind(),
             namespace: job.namespace().to_string(),
             name: job.name().to_string(),
             uid: job.uid().map(str::to_string),

@@ -49,7 +49,7 @@ use corral_core::sched::{ClusterSnapshot, CycleCounters, SchedError, SchedulerCo
 use crate::build::BuildOptions;
 use crate::kubeflow::alongside::runs_elsewhere;
 use crate::observe::{self, World};
-use crate::record::{AdmissionRecord, LaunchRejectionRecord};
+use crate::record::{AdmissionAnnotation, LaunchRejectionAnnotation};
 
 /// Settings of the plan.
 #[derive(Clone, Debug, Default)]
@@ -66,7 +66,7 @@ pub struct PlanConfig {
 #[derive(Clone, Debug, PartialEq)]
 pub enum AdmissionChange {
     Keep,
-    Set(AdmissionRecord),
+    Set(AdmissionAnnotation),
     Clear,
 }
 
@@ -121,7 +121,7 @@ pub struct JobPlan {
     /// can never be made): recorded on the job like the API server's refusal for good, so
     /// the next pass hands it to the plane (`launch_rejected`: the job fails and frees its
     /// GPUs) instead of retrying it while holding them. Nothing of the gang is created.
-    pub reject: Option<LaunchRejectionRecord>,
+    pub reject: Option<LaunchRejectionAnnotation>,
 }
 
 impl JobPlan {
@@ -156,7 +156,7 @@ impl JobPlan {
         message: String,
     ) {
         if self.reject.is_none() {
-            self.reject = Some(LaunchRejectionRecord {
+            self.reject = Some(LaunchRejectionAnnotation {
                 role: replica.role.as_str().to_string(),
                 index: replica.index,
                 incarnation: incarnation.to_string(),

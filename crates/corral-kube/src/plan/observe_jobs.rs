@@ -14,7 +14,7 @@ use corral_core::control::{
 
 use crate::consts::{ADMISSION_ANNOTATION, LAUNCH_REJECTED_ANNOTATION};
 use crate::observe::{self, World};
-use crate::record::{AdmissionRecord, LaunchRejectionRecord};
+use crate::record::{AdmissionAnnotation, LaunchRejectionAnnotation};
 
 /// One TrainingJob as observed this pass.
 pub(super) struct ObservedJob<'a> {
@@ -95,7 +95,7 @@ pub(super) fn observe_jobs(world: &World) -> Vec<ObservedJob<'_>> {
             let key = observe::job_key(job);
             let mut problems = Vec::new();
             let text = job.metadata.annotations.get(ADMISSION_ANNOTATION);
-            let stored = match text.map(|t| AdmissionRecord::parse(t)) {
+            let stored = match text.map(|t| AdmissionAnnotation::parse(t)) {
                 None => None,
                 Some(Ok(r)) => Some(r.to_held(&key)),
                 Some(Err(e)) => {
@@ -120,7 +120,7 @@ pub(super) fn observe_jobs(world: &World) -> Vec<ObservedJob<'_>> {
                 .annotations
                 .get(LAUNCH_REJECTED_ANNOTATION)
                 .and_then(|t| {
-                    match LaunchRejectionRecord::parse(t).and_then(|r| r.to_rejection()) {
+                    match LaunchRejectionAnnotation::parse(t).and_then(|r| r.to_rejection()) {
                         Ok(r) => Some(r),
                         Err(e) => {
                             problems.push((

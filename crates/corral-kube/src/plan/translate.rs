@@ -17,7 +17,7 @@ use super::observe_jobs::ObservedJob;
 use super::{AdmissionChange, JobPlan, PlannedEvent, PodDeletion};
 use crate::build::{self, BuildOptions};
 use crate::observe::{self, Amounts, World};
-use crate::record::AdmissionRecord;
+use crate::record::AdmissionAnnotation;
 
 /// The pods a job's plan creates, by replica, with what each requests (for the bindings).
 #[derive(Default)]
@@ -63,7 +63,7 @@ pub(super) fn translate(
             continue;
         };
         jp.admission = match admission {
-            Some(held) => AdmissionChange::Set(AdmissionRecord::from_held(held)),
+            Some(held) => AdmissionChange::Set(AdmissionAnnotation::from_held(held)),
             None if o.annotated => AdmissionChange::Clear,
             None => AdmissionChange::Keep,
         };

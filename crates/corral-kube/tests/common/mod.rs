@@ -473,3 +473,14 @@ impl FakeApi {
         }
     }
 }
+
+/// A ready node with 8 H100 GPUs, 64 CPUs and 512 GiB, as the device plugin reports it.
+pub fn h100_node(name: &str) -> Value {
+    json!({
+        "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}},
+        "status": {
+            "allocatable": {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "8"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    })
+}

@@ -9,7 +9,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use corral_api::TrainingJob;
-use corral_api::training_job::Role;
 use corral_core::control::{
     Change, EventType, HeldAdmission, JobEvent, LaunchRejection, StartFailure, Step, event_reason,
 };
@@ -17,47 +16,14 @@ use corral_core::lifecycle::{Action, Incarnation, ObservedReplica, ReplicaId};
 use corral_core::sched::RunningJob;
 use jiff::Timestamp;
 
-use super::engine::{
-    Cluster, incarnation_label, incarnation_prefix, millis, phase_of, process_name, replica_slots,
+use super::engine::{Cluster, millis};
+use super::replicas::{
+    incarnation_label, incarnation_prefix, observed, process_name, replica_slots,
 };
 use super::{ClusterError, TickReport};
 use crate::executor::container::ContainerRequest;
 use crate::executor::{ExecutorError, ProcessRecord, ProcessState, ReplicaProcessSpec};
 use crate::store::{StoredAdmission, StoredEvent, StoredJob, StoredReplica};
-
-/// What the control plane sees of a stored replica in a process state.
-pub(super) fn observed(r: &StoredReplica, state: ProcessState) -> Option<ObservedReplica> {
-    let role: Role = r.role.parse().ok()?;
-    Some(ObservedReplica::new(
-        ReplicaId::new(role, r.index),
-        Incarnation {
-            attempt: r.attempt,
-            retry: r.retry,
-        },
-        phase_of(state),
-    ))
-}
-
-/// A replica whose command never ran (the shim or the container runtime could not start
-/// it), as the plane is told it: with the words the shim or the runtime left.
-pub(super) fn start_failure(r: &StoredReplica, state: ProcessState) -> Option<StartFailure> {
-    let ProcessState::StartFailed { code } = state else {
-        return None;
-    };
-    let role: Role = r.role.parse().ok()?;
-    Some(StartFailure {
-        replica: ReplicaId::new(role, r.index),
-        incarnation: Incarnation {
-            attempt: r.attempt,
-            retry: r.retry,
-        },
-        exit_code: code,
-        message: r
-            .record
-            .exit_error()
-            .unwrap_or_else(|| format!("its command could not be started (exit code {code})")),
-    })
-}
 
 /// What every start of one job's replicas in a step reads, read once for all of them:
 /// its row, the plane's view of it, its ports and the incarnations already recorded.
@@ -522,6 +488,18 @@ impl Cluster {
         let Some(process) = process else {
             return Ok(None);
         };
+        if let Some(why) = process.missing_program() {
+            self.plane.start_failed(
+                &key,
+                StartFailure {
+                    replica: id,
+                    incarnation: inc,
+                    exit_code: 127,
+                    message: why,
+                },
+            );
+            return Ok(None);
+        }
         Ok(Some(PendingStart {
             id,
             inc,

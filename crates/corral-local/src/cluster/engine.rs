@@ -2,18 +2,19 @@
 //! loop's pass ([`Cluster::tick`]). The other parts of the shell are in the sibling modules:
 //! `recovery` (open after a crash), `commands` (submit, delete, suspend, resume), `act`
 //! (persist a step, then start and stop replicas), `views` (list, describe, queues, nodes,
-//! top, metrics) and `node` (this machine as a node, from the inventory and `corral.yaml`).
+//! top, metrics), `node` (this machine as a node, from the inventory and `corral.yaml`) and
+//! `replicas` (a replica's names, and what the plane sees of it).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{BuildHasher, Hasher};
 use std::time::Instant;
 
-use corral_api::TrainingJob;
 use corral_core::control::{ControlPlane, Room, Settling};
-use corral_core::lifecycle::{self, FailureReason, Incarnation, ReplicaId, ReplicaPhase};
+use corral_core::lifecycle;
 use corral_core::sched::{Millis, Node, NodePoolConfig, QueueConfig};
 use jiff::Timestamp;
 
+use super::replicas::{observed, start_failure};
 use super::{ClusterConfig, ClusterError, JobState, JobSummary, SummaryRow, TickReport};
 use crate::executor::{LocalExecutor, ProcessState};
 use crate::inventory::NodeInventory;
@@ -46,51 +47,6 @@ pub(super) fn timestamp(ms: u64) -> Timestamp {
         .unwrap_or(Timestamp::UNIX_EPOCH)
 }
 
-/// The executor's name of a replica: unique across namespaces (namespaces have no dots).
-pub(super) fn process_name(namespace: &str, job: &str, id: ReplicaId) -> String {
-    format!("{namespace}.{}", id.name(job))
-}
-
-/// The executor's incarnation label: unique across re-creations of a job of one name.
-pub(super) fn incarnation_label(uid: &str, inc: Incarnation) -> String {
-    format!("{}{inc}", incarnation_prefix(uid))
-}
-
-/// What every incarnation label of one job starts with.
-pub(super) fn incarnation_prefix(uid: &str) -> String {
-    let short: String = uid.chars().take(8).collect();
-    format!("{short}-")
-}
-
-/// What the lifecycle sees of a process state.
-pub(crate) fn phase_of(state: ProcessState) -> ReplicaPhase {
-    match state {
-        ProcessState::Running => ReplicaPhase::Running,
-        ProcessState::Exited { code: 0 } => ReplicaPhase::Succeeded,
-        ProcessState::Exited { code } => ReplicaPhase::Failed {
-            exit_code: code,
-            reason: FailureReason::Error,
-        },
-        ProcessState::Signaled { signal } => ReplicaPhase::Failed {
-            exit_code: 128i32.saturating_add(signal),
-            reason: FailureReason::Error,
-        },
-        ProcessState::OomKilled => ReplicaPhase::Failed {
-            exit_code: 137,
-            reason: FailureReason::OomKilled,
-        },
-        ProcessState::SetupFailed => ReplicaPhase::Failed {
-            exit_code: 125,
-            reason: FailureReason::SetupFailed,
-        },
-        ProcessState::StartFailed { code } => ReplicaPhase::Failed {
-            exit_code: code,
-            reason: FailureReason::StartFailed,
-        },
-        ProcessState::Gone => ReplicaPhase::Gone,
-    }
-}
-
 pub(super) fn new_uid(namespace: &str, name: &str, now: Timestamp, n: u64) -> String {
     let mut a = std::collections::hash_map::RandomState::new().build_hasher();
     a.write(namespace.as_bytes());
@@ -101,18 +57,6 @@ pub(super) fn new_uid(namespace: &str, name: &str, now: Timestamp, n: u64) -> St
     b.write_u64(a.finish());
     b.write_u64(std::process::id().into());
     format!("{:016x}{:016x}", a.finish(), b.finish())
-}
-
-/// Replica slots of each role (elastic PyTorch: up to its maximum), as `Addresses::local`
-/// numbers them: one port each.
-pub(super) fn replica_slots(job: &TrainingJob) -> Vec<ReplicaId> {
-    let mut out = Vec::new();
-    for (role, spec) in &job.spec.replicas {
-        for i in 0..corral_core::launch::replica_slots(job, *role, spec.count) {
-            out.push(ReplicaId::new(*role, i));
-        }
-    }
-    out
 }
 
 pub(super) fn state_of(stored: &StoredJob) -> JobState {
@@ -215,17 +159,6 @@ pub struct Cluster {
 const GPU_HEALTH_PERIOD: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Cluster {
-    /// Opens (or creates) the cluster in `config.data_dir`: the store, the executor and the
-    /// control plane. Recovers from a previous run: every recorded replica is re-adopted
-    /// (same pid and start time) or observed as ended or gone, the control plane is rebuilt
-    /// from the stored jobs and admissions. Returns warnings (no NVML, no cgroups, ...).
-    pub fn open(
-        config: ClusterConfig,
-        now: Timestamp,
-    ) -> Result<(Cluster, Vec<String>), ClusterError> {
-        super::recovery::open(config, now)
-    }
-
     /// The configuration the cluster was opened with (tokens, ports, declared objects).
     pub fn config(&self) -> &ClusterConfig {
         &self.config
@@ -379,10 +312,21 @@ impl Cluster {
                 i
             })
             .collect();
-        if now != self.unhealthy_gpus {
-            let list: Vec<u32> = now.iter().copied().collect();
+        // No samples: no NVML here (or it failed this time); what was last known stands.
+        if !samples.is_empty() {
+            self.observe_unhealthy_gpus(now);
+        }
+    }
+
+    /// The node's GPUs that are unhealthy now, as NVML reports them (read every few
+    /// seconds where NVML is present) or as another health source says: they get no new
+    /// replica until they heal, a job running on one keeps it. The control plane decides
+    /// what waits and why.
+    pub fn observe_unhealthy_gpus(&mut self, gpus: BTreeSet<u32>) {
+        if gpus != self.unhealthy_gpus {
+            let list: Vec<u32> = gpus.iter().copied().collect();
             self.plane.observe_unhealthy_gpus(&self.node.name, &list);
-            self.unhealthy_gpus = now;
+            self.unhealthy_gpus = gpus;
         }
     }
 
@@ -416,10 +360,10 @@ impl Cluster {
                 self.store
                     .set_replica_state(&r.name, r.attempt, r.retry, state)?;
                 let key = format!("{}/{}", r.namespace, r.job);
-                if let Some(failure) = super::act::start_failure(&r, state) {
+                if let Some(failure) = start_failure(&r, state) {
                     // The words of the shim or the runtime go with it.
                     self.plane.start_failed(&key, failure);
-                } else if let Some(observed) = super::act::observed(&r, state) {
+                } else if let Some(observed) = observed(&r, state) {
                     self.plane.observe(&key, observed);
                 }
             }
@@ -431,63 +375,10 @@ impl Cluster {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use corral_api::training_job::Role;
-
-    #[test]
-    fn process_states_map_to_replica_phases() {
-        assert_eq!(
-            phase_of(ProcessState::Exited { code: 0 }),
-            ReplicaPhase::Succeeded
-        );
-        assert_eq!(
-            phase_of(ProcessState::Exited { code: 3 }),
-            ReplicaPhase::Failed {
-                exit_code: 3,
-                reason: FailureReason::Error
-            }
-        );
-        assert_eq!(
-            phase_of(ProcessState::Signaled { signal: 9 }),
-            ReplicaPhase::Failed {
-                exit_code: 137,
-                reason: FailureReason::Error
-            }
-        );
-        assert_eq!(
-            phase_of(ProcessState::OomKilled),
-            ReplicaPhase::Failed {
-                exit_code: 137,
-                reason: FailureReason::OomKilled
-            }
-        );
-        assert_eq!(
-            phase_of(ProcessState::StartFailed { code: 127 }),
-            ReplicaPhase::Failed {
-                exit_code: 127,
-                reason: FailureReason::StartFailed
-            }
-        );
-        assert_eq!(phase_of(ProcessState::Gone), ReplicaPhase::Gone);
-        assert_eq!(phase_of(ProcessState::Running), ReplicaPhase::Running);
-    }
 
     #[test]
     fn the_cluster_can_move_between_threads() {
         fn send<T: Send>() {}
         send::<Cluster>();
-    }
-
-    #[test]
-    fn names_are_unique_across_namespaces_and_recreations() {
-        let id = ReplicaId::new(Role::Worker, 1);
-        assert_ne!(process_name("a", "j", id), process_name("b", "j", id));
-        let inc = Incarnation {
-            attempt: 0,
-            retry: 0,
-        };
-        assert_ne!(
-            incarnation_label("aaaaaaaa11", inc),
-            incarnation_label("bbbbbbbb22", inc)
-        );
     }
 }

@@ -13,6 +13,7 @@ use corral_core::sched::{Admission, ClusterSnapshot};
 use jiff::Timestamp;
 
 use super::engine::{Cluster, Counters};
+use super::replicas::{observed, start_failure};
 use super::{ClusterConfig, ClusterError, TickReport};
 use crate::executor::{
     ExecutorConfig, LocalExecutor, ProcessRecord, ProcessState, ShimCommand, discover, procfs,
@@ -20,10 +21,20 @@ use crate::executor::{
 use crate::inventory::inventory;
 use crate::store::{Store, StoredJob, StoredReplica};
 
-pub(super) fn open(
-    config: ClusterConfig,
-    now: Timestamp,
-) -> Result<(Cluster, Vec<String>), ClusterError> {
+impl Cluster {
+    /// Opens (or creates) the cluster in `config.data_dir`: the store, the executor and the
+    /// control plane. Recovers from a previous run: every recorded replica is re-adopted
+    /// (same pid and start time) or observed as ended or gone, the control plane is rebuilt
+    /// from the stored jobs and admissions. Returns warnings (no NVML, no cgroups, ...).
+    pub fn open(
+        config: ClusterConfig,
+        now: Timestamp,
+    ) -> Result<(Cluster, Vec<String>), ClusterError> {
+        open(config, now)
+    }
+}
+
+fn open(config: ClusterConfig, now: Timestamp) -> Result<(Cluster, Vec<String>), ClusterError> {
     let mut store = Store::open(&config.data_dir)?;
     let shim = match &config.shim {
         Some(shim) => shim.clone(),
@@ -145,7 +156,7 @@ pub(super) fn open(
     }
     let mut by_uid: HashMap<&str, Vec<ObservedReplica>> = HashMap::new();
     for r in &replicas {
-        if let Some(o) = super::act::observed(r, r.state) {
+        if let Some(o) = observed(r, r.state) {
             by_uid.entry(r.job_uid.as_str()).or_default().push(o);
         }
     }
@@ -183,7 +194,7 @@ pub(super) fn open(
     plane.observe_unhealthy_gpus(&node.name, &unhealthy_list);
     // Starts that could not be made, with the words the shim or the runtime left.
     for r in &replicas {
-        if let Some(failure) = super::act::start_failure(r, r.state) {
+        if let Some(failure) = start_failure(r, r.state) {
             plane.start_failed(&format!("{}/{}", r.namespace, r.job), failure);
         }
     }

@@ -10,7 +10,8 @@ use corral_core::control::EventType;
 use corral_core::lifecycle::{Incarnation, ReplicaPhase};
 use corral_core::sched::ResourceAmount;
 
-use super::engine::{Cluster, phase_of, summary, timestamp};
+use super::engine::{Cluster, summary, timestamp};
+use super::replicas::phase_of;
 use super::{
     AdmissionInfo, ClusterError, Event, GpuDevice, JobDetails, JobSummary, MetricsSnapshot,
     NodeInfo, QueueInfo, QueuePoolUsage, ReplicaInfo, ReplicaLog, ReplicaUsageRow, SummaryRow,

@@ -111,6 +111,42 @@ pub enum ProcessState {
     },
 }
 
+impl ReplicaProcessSpec {
+    /// Why its program cannot be started, where that is certain before any process is
+    /// made: a plain command (no container, no Python environment, whose setup may still
+    /// provide it) naming an absolute path that is not an executable file, or a bare name
+    /// found in no directory of its `PATH`. The shell reports it as a failed start without
+    /// spawning, as Kubernetes reports an image it cannot pull before any container runs.
+    /// Relative paths are left to the shim (they depend on its working directory).
+    pub fn missing_program(&self) -> Option<String> {
+        use std::os::unix::fs::PermissionsExt;
+        if self.container.is_some() || self.python.is_some() {
+            return None;
+        }
+        let program = self.command.first()?;
+        let runnable = |p: &Path| {
+            fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        };
+        if program.starts_with('/') {
+            return (!runnable(Path::new(program)))
+                .then(|| format!("cannot run {program:?}: no such executable file"));
+        }
+        if program.contains('/') || program.is_empty() {
+            return None;
+        }
+        let path = self
+            .env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "PATH")
+            .map(|(_, v)| v.clone())
+            .or_else(|| std::env::var("PATH").ok().filter(|v| !v.is_empty()))
+            .unwrap_or_else(|| super::base_env::DEFAULT_PATH.to_string());
+        let found = std::env::split_paths(&path).any(|dir| runnable(&dir.join(program)));
+        (!found).then(|| format!("cannot run {program:?}: not found in PATH ({path})"))
+    }
+}
+
 impl ProcessState {
     pub fn is_terminal(self) -> bool {
         self != ProcessState::Running

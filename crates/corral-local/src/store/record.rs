@@ -50,10 +50,10 @@ fn one() -> u32 {
     1
 }
 
-/// An admission as stored (version 1).
+/// An admission as stored: the `admission` column of an `admissions` row (version 1).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub(super) struct AdmissionRecord {
+pub(super) struct AdmissionRow {
     pub v: u64,
     pub pool: String,
     #[serde(default)]
@@ -249,9 +249,9 @@ struct LegacyRunning {
     admitted_at: u64,
 }
 
-impl From<LegacyAdmission> for AdmissionRecord {
+impl From<LegacyAdmission> for AdmissionRow {
     fn from(a: LegacyAdmission) -> Self {
-        AdmissionRecord {
+        AdmissionRow {
             v: VERSION,
             pool: a.pool,
             gpu_type: a.gpu_type,
@@ -266,12 +266,12 @@ impl From<LegacyAdmission> for AdmissionRecord {
 pub(super) fn decode(text: &str) -> Result<StoredAdmission, String> {
     let value: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
     let record = match value.get("v") {
-        None => AdmissionRecord::from(
+        None => AdmissionRow::from(
             serde_json::from_value::<LegacyAdmission>(value).map_err(|e| e.to_string())?,
         ),
         Some(v) => match v.as_u64() {
             Some(v) if v <= VERSION => {
-                serde_json::from_value::<AdmissionRecord>(value).map_err(|e| e.to_string())?
+                serde_json::from_value::<AdmissionRow>(value).map_err(|e| e.to_string())?
             }
             Some(v) => {
                 return Err(format!(
@@ -286,17 +286,17 @@ pub(super) fn decode(text: &str) -> Result<StoredAdmission, String> {
 
 /// The text stored for an admission (the current version).
 pub(super) fn encode(a: &StoredAdmission) -> Result<String, serde_json::Error> {
-    serde_json::to_string(&AdmissionRecord::from(a))
+    serde_json::to_string(&AdmissionRow::from(a))
 }
 
-impl From<&StoredAdmission> for AdmissionRecord {
+impl From<&StoredAdmission> for AdmissionRow {
     fn from(a: &StoredAdmission) -> Self {
         let RunningJob {
             request,
             placements,
             admitted_at,
         } = &a.running;
-        AdmissionRecord {
+        AdmissionRow {
             v: VERSION,
             pool: a.pool.clone(),
             gpu_type: a.gpu_type.clone(),
@@ -307,8 +307,8 @@ impl From<&StoredAdmission> for AdmissionRecord {
     }
 }
 
-impl From<AdmissionRecord> for StoredAdmission {
-    fn from(r: AdmissionRecord) -> Self {
+impl From<AdmissionRow> for StoredAdmission {
+    fn from(r: AdmissionRow) -> Self {
         StoredAdmission {
             pool: r.pool,
             gpu_type: r.gpu_type,

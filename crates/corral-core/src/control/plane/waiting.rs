@@ -190,6 +190,7 @@ fn blocker_kinds(reason: &PendingReason) -> Vec<String> {
                 Blocker::TooLargeForPool { .. } => "PoolSize",
                 Blocker::GangTooLarge { .. } => "GangSize",
                 Blocker::NoQuota { .. } => "NoQuota",
+                Blocker::TooFewHealthyGpus { .. } => "HealthyGpus",
                 Blocker::NoSuitableNode { .. } => "NoSuitableNode",
                 Blocker::Capacity { .. } => "Capacity",
                 Blocker::Quota { .. } => "Quota",

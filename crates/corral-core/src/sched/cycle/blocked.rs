@@ -1,9 +1,41 @@
-//! Why a job cannot be placed now: the capacity that falls short in a pool, and the
-//! recently admitted victims that preemption may not stop yet.
+//! Why a job cannot be placed now: the capacity that falls short in a pool, what is left
+//! healthy of it, and the recently admitted victims that preemption may not stop yet.
 
 use super::*;
 
 impl Scheduler {
+    /// The blocker when some of the pool's GPUs are unhealthy and the healthy rest could
+    /// not hold the job even empty (see [`Blocker::TooFewHealthyGpus`]).
+    pub(super) fn too_few_healthy_gpus(&self, pool: u16, e: &JobEntry) -> Option<Blocker> {
+        let p = &self.index.pools[pool as usize];
+        if p.healthy_gpus == p.total_gpus {
+            return None;
+        }
+        let unhealthy = p.total_gpus - p.healthy_gpus;
+        let biggest = e
+            .groups
+            .iter()
+            .filter(|(c, _)| *c > 0)
+            .map(|(_, pod)| pod.gpu)
+            .max()
+            .unwrap_or(0);
+        let (needed, per_replica, healthy) = if biggest > p.max_node_healthy_gpus {
+            (u64::from(biggest), true, u64::from(p.max_node_healthy_gpus))
+        } else if e.total[0] > p.healthy_gpus {
+            (e.total[0], false, p.healthy_gpus)
+        } else {
+            return None;
+        };
+        Some(Blocker::TooFewHealthyGpus {
+            pool: p.name.clone(),
+            gpu_type: p.gpu_type.clone(),
+            needed,
+            per_replica,
+            healthy,
+            unhealthy,
+        })
+    }
+
     /// Lower-priority jobs in `pool` that preemption may not stop yet only because they
     /// were admitted recently: how many (among the first few looked at), and when the first
     /// protection ends. A reason that names them says what the job waits for, and until when.
