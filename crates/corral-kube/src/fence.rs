@@ -14,6 +14,11 @@
 //! renewal that lands after the deadline has passed starts a new term, so a pass of the
 //! old term never writes again even if the same replica leads again.
 //!
+//! Left open, as in client-go: a request checked just before the process is frozen is sent
+//! when it resumes. The window is the few microseconds between the check and the socket;
+//! the operator's resourceVersion/UID preconditions and never-adopted pod names bound what
+//! such a write can do.
+//!
 //! The rules are pure functions of explicit instants ([`Term::renewed`], [`Term::permits`]),
 //! unit-tested below.
 

@@ -1,8 +1,9 @@
 //! Two replicas of the operator, one Lease: the leader is paused (SIGSTOP) in the middle of
-//! a burst, longer than the lease, and resumed while the other leads. The API server's audit
-//! log (each replica writes with its own token, told apart by uid) must show that the old
-//! leader wrote nothing once the new one started, nothing was lost or created twice, and
-//! the new leader bound a pod within the lease duration plus 2 s of the pause.
+//! a burst, longer than the lease, and resumed while the other leads; then that new leader
+//! is killed (SIGKILL) in the middle of a second burst. The API server's audit log (each
+//! replica writes with its own token, told apart by uid) must show that the old leader wrote
+//! nothing once the new one started, nothing was lost or created twice, and each new leader
+//! bound a pod within the lease duration plus 2 s of the pause or the kill.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -25,6 +26,8 @@ pub(crate) const REPLICA_ARGS_ENV: &str = "CORRAL_ENVTEST_OPERATOR_ARGS";
 const NS: &str = "ha";
 const LEASE: &str = "corral-operator-ha";
 const JOBS: usize = 24;
+/// The second burst, during which the new leader is killed.
+const SECOND: usize = 6;
 /// The shipped timings (seconds): the case proves what a user installs.
 const LEASE_SECS: i64 = 15;
 
@@ -171,7 +174,7 @@ fn audited_writes(env: &Env) -> Vec<Audited> {
 
 pub(crate) async fn two_replicas_paused_leader(env: &Env) {
     namespace(env, NS).await;
-    for n in ["ha-1", "ha-2", "ha-3", "ha-4"] {
+    for n in ["ha-1", "ha-2", "ha-3", "ha-4", "ha-5"] {
         gpu_node(env, n).await;
     }
     let mut a = start(env, 0);
@@ -208,15 +211,18 @@ pub(crate) async fn two_replicas_paused_leader(env: &Env) {
             .filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some()))
             .count()
     };
-    // Pause the leader inside its pass: a few pods bound, most not yet.
-    let mut some = false;
-    for _ in 0..600 {
-        if bound(&pods(env, NS).await) >= 3 {
-            some = true;
-            break;
+    // Waits (up to `tries` x 50 ms) until at least n pods are bound.
+    let until_bound = |n: usize, tries: u32| async move {
+        for _ in 0..tries {
+            if bound(&pods(env, NS).await) >= n {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        false
+    };
+    // Pause the leader inside its pass: a few pods bound, most not yet.
+    let some = until_bound(3, 600).await;
     assert!(some, "replica A bound nothing; its log:\n{}", a.log());
     let stopped_at = Timestamp::now();
     a.signal("-STOP");
@@ -229,18 +235,32 @@ pub(crate) async fn two_replicas_paused_leader(env: &Env) {
     tokio::time::sleep(Duration::from_secs(LEASE_SECS as u64 + 4)).await;
     let resumed_at = Timestamp::now();
     a.signal("-CONT");
-    let mut all = false;
-    for _ in 0..240 {
-        if bound(&pods(env, NS).await) == JOBS {
-            all = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    let all = until_bound(JOBS, 1200).await;
     // Give the old leader time to write, were it still to think it leads.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let metrics = (a.leader_metric(), b.leader_metric());
     let lease_holder = holder(env).await;
+
+    // kill -9 of the new leader during a second burst: A, following now, takes over.
+    for i in 0..SECOND {
+        submit(
+            env,
+            training_job(
+                NS,
+                &format!("second-{i}"),
+                "pytorch",
+                json!({"master": replica(1, 1)}),
+                json!({}),
+            ),
+        )
+        .await;
+    }
+    let some = until_bound(JOBS + 2, 600).await;
+    let killed_at = Timestamp::now();
+    b.signal("-KILL");
+    let bound_at_kill = bound(&pods(env, NS).await);
+    let all_second = until_bound(JOBS + SECOND, 1200).await;
+    let second_holder = holder(env).await;
     for r in [&mut a, &mut b] {
         r.signal("-TERM");
     }
@@ -261,6 +281,16 @@ pub(crate) async fn two_replicas_paused_leader(env: &Env) {
     );
     assert!(all, "not every job's pod was bound; {logs}");
     assert_eq!(lease_holder.as_deref(), Some(b.name), "{logs}");
+    assert!(some, "B bound nothing of the second burst; {logs}");
+    assert!(
+        bound_at_kill < JOBS + SECOND,
+        "the second burst was over before the kill"
+    );
+    assert!(
+        all_second,
+        "not every pod of the second burst was bound; {logs}"
+    );
+    assert_eq!(second_holder.as_deref(), Some(a.name), "{logs}");
     assert_eq!(
         metrics,
         (Some("0".into()), Some("1".into())),
@@ -270,8 +300,20 @@ pub(crate) async fn two_replicas_paused_leader(env: &Env) {
     let writes = audited_writes(env);
     let by = |uid: &'static str| writes.iter().filter(move |w| w.uid == uid);
     let b_first = by(b.uid).next().map(|w| w.at).expect("B wrote");
-    let a_last = by(a.uid).next_back().map(|w| w.at).expect("A wrote");
-    let a_late: Vec<&Audited> = by(a.uid).filter(|w| w.at >= b_first).collect();
+    let a_last = by(a.uid)
+        .rfind(|w| w.at < b_first)
+        .map(|w| w.at)
+        .expect("A wrote");
+    // B's term: from its first write until it was killed.
+    let a_late: Vec<&Audited> = by(a.uid)
+        .filter(|w| w.at >= b_first && w.at < killed_at)
+        .collect();
+    let a_back = by(a.uid)
+        .filter(|w| w.at >= killed_at)
+        .find(|w| w.subresource == "binding" && w.code == 201)
+        .map(|w| w.at)
+        .expect("A bound a pod after the kill");
+    let b_last = by(b.uid).next_back().map(|w| w.at).expect("B wrote");
     let count = |uid: &'static str| {
         let mut c: BTreeMap<String, usize> = BTreeMap::new();
         for w in by(uid) {
@@ -298,6 +340,14 @@ pub(crate) async fn two_replicas_paused_leader(env: &Env) {
         handover.as_secs_f64(),
         LEASE_SECS + 2
     );
+    let takeover = a_back.duration_since(killed_at);
+    eprintln!(
+        "envtest: leadership: B killed at {killed_at} with {bound_at_kill}/{} bound; B's last \
+         write {b_last}; A's first binding after it {:.3} s after the kill (limit {} s)",
+        JOBS + SECOND,
+        takeover.as_secs_f64(),
+        LEASE_SECS + 2
+    );
     eprintln!(
         "envtest: leadership: writes by A {:?}; by B {:?}",
         count(a.uid),
@@ -315,9 +365,14 @@ pub(crate) async fn two_replicas_paused_leader(env: &Env) {
         handover <= SignedDuration::from_secs(LEASE_SECS + 2),
         "B's first binding came {handover:?} after the pause"
     );
+    assert!(b_last < killed_at, "B wrote at {b_last}, after the kill");
+    assert!(
+        takeover <= SignedDuration::from_secs(LEASE_SECS + 2),
+        "A's first binding came {takeover:?} after the kill"
+    );
     // Nothing lost, nothing created twice: one pod per job, each created once.
     let ps = pods(env, NS).await;
-    assert_eq!(ps.len(), JOBS, "{logs}");
+    assert_eq!(ps.len(), JOBS + SECOND, "{logs}");
     let succeeded = |sub: &str| {
         writes
             .iter()
@@ -326,8 +381,8 @@ pub(crate) async fn two_replicas_paused_leader(env: &Env) {
             .filter(|w| w.code == 201)
             .count()
     };
-    assert_eq!(succeeded(""), JOBS, "pods created");
-    assert_eq!(succeeded("binding"), JOBS, "pods bound");
+    assert_eq!(succeeded(""), JOBS + SECOND, "pods created");
+    assert_eq!(succeeded("binding"), JOBS + SECOND, "pods bound");
     let lines = a.log();
     assert!(
         lines.contains("leadership lost") || lines.contains("passed to another replica"),
