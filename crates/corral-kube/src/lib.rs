@@ -31,6 +31,7 @@ pub mod build;
 pub mod consts;
 pub mod crds;
 pub mod dynamic_objects;
+pub mod fence;
 pub mod kubeflow;
 pub mod leader;
 pub mod metrics;
