@@ -97,8 +97,21 @@ fn gpus_beyond_the_machine_are_refused() {
 /// `examples/cluster.yaml` on an H100 machine: the `default` queue has quota only in pool
 /// v100, which has no node here, so a job in it could never run.
 fn a_queue_without_quota_where_the_machine_is_is_refused() {
-    let example = include_str!("../../../examples/cluster.yaml");
-    let extra = format!("node: {{gpus: 8, gpuType: NVIDIA-H100-80GB-HBM3}}\n---\n{example}");
+    // Two pools; the default queue has quota only in the one with no node here.
+    let pools = ["h100:NVIDIA-H100-80GB-HBM3", "v100:Tesla-V100-SXM2-32GB"]
+        .map(|p| {
+            let (name, ty) = p.split_once(':').unwrap_or_default();
+            format!(
+                "apiVersion: corral.dev/v1alpha1\nkind: NodePool\nmetadata: {{name: {name}}}\n\
+                 spec: {{gpuType: {ty}, nodeSelector: {{nvidia.com/gpu.product: {ty}}}}}\n"
+            )
+        })
+        .join("---\n");
+    let extra = format!(
+        "node: {{gpus: 8, gpuType: NVIDIA-H100-80GB-HBM3}}\n---\n{pools}---\n\
+         apiVersion: corral.dev/v1alpha1\nkind: Queue\nmetadata: {{name: default}}\n\
+         spec: {{quotas: [{{nodePool: v100, gpu: 8}}]}}\n"
+    );
     let (h, mut c) = Harness::new(WAITS, 33500, &extra);
     let (path, message) = refused_with(&mut c, &h, &job("lost", 1, "gpu: 1"));
     assert_eq!(path, "spec.queue");
