@@ -44,6 +44,8 @@ mod operator_binary;
 mod passes;
 #[path = "envtest/trainingjobs.rs"]
 mod trainingjobs;
+#[path = "envtest/webhook.rs"]
+mod webhook;
 
 use crate::defects::defects_on_the_real_server;
 use crate::error_paths::{error_paths, error_paths_before_crds};
@@ -54,6 +56,7 @@ use crate::kubeflow_jobs::{kubeflow_alongside, kubeflow_served};
 use crate::kubelet::gpu_node;
 use crate::operator_binary::operator_binary;
 use crate::passes::operator;
+use crate::webhook::admission_webhook;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envtest() {
@@ -102,4 +105,7 @@ async fn envtest() {
     kubeflow_alongside(&env, &op).await;
     eprintln!("envtest: defects_on_the_real_server");
     defects_on_the_real_server(&env, &op).await;
+    // Last: while it is registered, invalid jobs in its namespace are refused at create.
+    eprintln!("envtest: admission_webhook");
+    admission_webhook(&env).await;
 }
