@@ -25,6 +25,7 @@ use tracing::Instrument;
 
 use crate::consts::*;
 use crate::dynamic_objects;
+use crate::fence::Fence;
 use crate::plan::{AdmissionChange, JobPlan, Plan};
 use crate::record::LaunchRejectionAnnotation;
 
@@ -160,6 +161,9 @@ pub struct Applier {
     /// finds the same problem again (a template it cannot build, an annotation it cannot
     /// read) says it once an hour, not every pass.
     published: std::sync::Mutex<HashMap<(String, String, String), Instant>>,
+    /// The leadership term this applier writes for. Its client refuses every write once the
+    /// term is over (`fence::FenceLayer`); the applier then stops the pass and says so.
+    fence: Option<Fence>,
 }
 
 /// How long a published event keeps an identical one from being published again.
@@ -173,7 +177,19 @@ impl Applier {
             limiter,
             backoff: Default::default(),
             published: Default::default(),
+            fence: None,
         }
+    }
+
+    /// Writes for one leadership term only (the client should carry the same fence).
+    pub fn with_fence(mut self, fence: Fence) -> Self {
+        self.fence = Some(fence);
+        self
+    }
+
+    /// Whether the applier may still write (always, without a fence).
+    pub fn leading(&self) -> bool {
+        self.fence.as_ref().is_none_or(Fence::permits_now)
     }
 
     pub async fn apply(&self, plan: &Plan) -> ApplyReport {
@@ -182,9 +198,20 @@ impl Applier {
         if let Ok(mut p) = self.published.lock() {
             p.retain(|_, at| now.duration_since(*at) < EVENT_DEDUP);
         }
-        for jp in &plan.jobs {
+        for (i, jp) in plan.jobs.iter().enumerate() {
             if jp.is_empty() {
                 continue;
+            }
+            // The term is over: nothing more is written (the client refuses it anyway);
+            // the pass stops here and the next leader plans from what was written.
+            if !self.leading() {
+                let left = plan.jobs[i..].iter().filter(|j| !j.is_empty()).count();
+                let term = self.fence.as_ref().map_or(0, |f| f.term);
+                tracing::warn!(term, jobs_left = left, "not leading: pass abandoned");
+                report.errors.push(format!(
+                    "not leading (term {term} is over): pass abandoned with {left} jobs left"
+                ));
+                break;
             }
             // Every line about the job carries its namespace and name.
             let span = tracing::info_span!("job", namespace = %jp.namespace, job = %jp.name);
@@ -245,7 +272,7 @@ impl Applier {
                 report.rejected.push(r);
             }
             Err(JobError::Failed(e)) => {
-                if transient(&e) {
+                if transient(&e) && self.leading() {
                     let wait = self.bump_backoff(&key, now);
                     report.retry_in = Some(report.retry_in.map_or(wait, |r| r.min(wait)));
                     tracing::warn!(retry_in_ms = wait.as_millis() as u64, "apply failed: {e}");

@@ -2,15 +2,21 @@
 //! replica of the operator acts; the others wait until the holder stops renewing.
 //!
 //! The decision is pure ([`decide`]); [`LeaseLock`] reads and writes the Lease with
-//! optimistic concurrency (a lost race is a 409, never two leaders).
+//! optimistic concurrency (a lost race is a 409, never two leaders). [`run_election`] keeps
+//! the Lease on a thread of its own, whatever the passes do, and publishes what it holds in
+//! the [`Leadership`] that fences every write (see [`crate::fence`]).
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, PostParams};
 use kube::{Client, Error};
+use tokio::sync::oneshot;
+
+use crate::fence::{Leadership, Timings};
 
 /// What to do with the Lease as observed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -21,8 +27,17 @@ pub enum LeaseDecision {
     Renew,
     /// Free or expired: take it over (a new transition).
     Acquire,
-    /// Someone else holds it and renews: wait.
-    Follow { holder: String },
+    /// Someone else holds it and renews: wait, until `expires` at the latest.
+    Follow { holder: String, expires: Timestamp },
+}
+
+/// What one attempt on the Lease found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Attempt {
+    /// We hold it; `fresh`: newly acquired (created or taken over), not renewed.
+    Held { fresh: bool },
+    /// Someone else holds it (or won the race): try again by `expires` if known.
+    Follow { expires: Option<Timestamp> },
 }
 
 /// Client-go's rule: a lease is held while `renewTime + leaseDurationSeconds` is in the
@@ -48,7 +63,10 @@ pub fn decide(lease: Option<&Lease>, me: &str, now: Timestamp) -> LeaseDecision 
         .map(|t| t.0)
         .unwrap_or(Timestamp::UNIX_EPOCH);
     match renewed.checked_add(duration) {
-        Ok(expiry) if expiry > now => LeaseDecision::Follow { holder },
+        Ok(expiry) if expiry > now => LeaseDecision::Follow {
+            holder,
+            expires: expiry,
+        },
         _ => LeaseDecision::Acquire,
     }
 }
@@ -90,11 +108,14 @@ impl LeaseLock {
         }
     }
 
-    /// Tries to hold the lease once. Ok(true): we lead until `now + duration`.
-    pub async fn try_acquire_or_renew(&self, now: Timestamp) -> Result<bool, Error> {
+    /// Tries to hold the lease once, writing `now` as its renewTime.
+    pub async fn try_acquire_or_renew(&self, now: Timestamp) -> Result<Attempt, Error> {
         let current = self.api.get_opt(&self.name).await?;
+        let lost_race = Attempt::Follow { expires: None };
         match decide(current.as_ref(), &self.identity, now) {
-            LeaseDecision::Follow { .. } => Ok(false),
+            LeaseDecision::Follow { expires, .. } => Ok(Attempt::Follow {
+                expires: Some(expires),
+            }),
             LeaseDecision::Create => {
                 let lease = Lease {
                     metadata: ObjectMeta {
@@ -104,17 +125,18 @@ impl LeaseLock {
                     spec: Some(self.spec(now, Some(now), 0)),
                 };
                 match self.api.create(&PostParams::default(), &lease).await {
-                    Ok(_) => Ok(true),
-                    Err(Error::Api(s)) if s.code == 409 => Ok(false),
+                    Ok(_) => Ok(Attempt::Held { fresh: true }),
+                    Err(Error::Api(s)) if s.code == 409 => Ok(lost_race),
                     Err(e) => Err(e),
                 }
             }
             decision => {
                 let Some(mut lease) = current else {
-                    return Ok(false);
+                    return Ok(lost_race);
                 };
+                let fresh = decision != LeaseDecision::Renew;
                 let old = lease.spec.clone().unwrap_or_default();
-                let (acquire, transitions) = if decision == LeaseDecision::Renew {
+                let (acquire, transitions) = if !fresh {
                     (
                         old.acquire_time.map(|t| t.0),
                         old.lease_transitions.unwrap_or(0),
@@ -132,8 +154,8 @@ impl LeaseLock {
                     .replace(&self.name, &PostParams::default(), &lease)
                     .await
                 {
-                    Ok(_) => Ok(true),
-                    Err(Error::Api(s)) if s.code == 409 => Ok(false),
+                    Ok(_) => Ok(Attempt::Held { fresh }),
+                    Err(Error::Api(s)) if s.code == 409 => Ok(lost_race),
                     Err(e) => Err(e),
                 }
             }
@@ -161,6 +183,126 @@ impl LeaseLock {
             Err(Error::Api(s)) if s.code == 409 => Ok(()),
             Err(e) => Err(e),
         }
+    }
+}
+
+/// Where the Lease is and who asks for it.
+#[derive(Clone, Debug)]
+pub struct Election {
+    pub namespace: String,
+    pub name: String,
+    pub identity: String,
+    pub timings: Timings,
+}
+
+/// Runs [`run_election`] on a thread of its own, with its own runtime and client: a pass
+/// that keeps the operator's runtime busy (planning is CPU work) cannot delay a renewal.
+/// The thread ends when `quit` fires or its sender is dropped, releasing the lease if held.
+pub fn spawn_election(
+    config: kube::Config,
+    election: Election,
+    leadership: Arc<Leadership>,
+    quit: oneshot::Receiver<()>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("lease".into())
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    tracing::error!("leader election cannot start: {e}; this replica never leads");
+                    return;
+                }
+            };
+            rt.block_on(async move {
+                // Built inside this runtime: a kube client's connection task runs where it
+                // was built.
+                let client = match Client::try_from(config) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        tracing::error!(
+                            "leader election cannot start: {e}; this replica never leads"
+                        );
+                        return;
+                    }
+                };
+                let lock = LeaseLock::new(
+                    client,
+                    &election.namespace,
+                    &election.name,
+                    &election.identity,
+                    election.timings.lease_duration,
+                );
+                run_election(&lock, election.timings, &leadership, quit).await;
+            });
+        })
+}
+
+/// Acquires and renews the Lease every `retry_period` (client-go's loop) and records each
+/// success in `leadership`; a standby tries again when the holder's lease expires. The
+/// term ends by itself at its deadline when renewals fail ([`crate::fence`]).
+pub async fn run_election(
+    lock: &LeaseLock,
+    timings: Timings,
+    leadership: &Leadership,
+    mut quit: oneshot::Receiver<()>,
+) {
+    let mut holding = false;
+    loop {
+        let sent = Instant::now();
+        // An attempt never outlives the term it would extend; a standby's is bounded too.
+        let budget = leadership
+            .term()
+            .held_until
+            .and_then(|until| until.checked_duration_since(sent))
+            .filter(|d| !d.is_zero())
+            .unwrap_or(timings.renew_deadline);
+        let attempt = tokio::select! {
+            r = tokio::time::timeout(budget, lock.try_acquire_or_renew(Timestamp::now())) => r,
+            _ = &mut quit => break,
+        };
+        let mut wait = timings.retry_period;
+        match attempt {
+            Ok(Ok(Attempt::Held { fresh })) => {
+                let before = leadership.term();
+                let term = leadership.renewed(sent, fresh, timings.renew_deadline);
+                if term.number != before.number {
+                    tracing::info!(term = term.number, "leading as {}", lock.identity);
+                }
+                holding = true;
+            }
+            Ok(Ok(Attempt::Follow { expires })) => {
+                if holding {
+                    tracing::warn!("the lease passed to another replica; following");
+                }
+                leadership.end();
+                holding = false;
+                // Wake as the holder's lease expires when that is sooner: a standby takes
+                // over as soon as it may, not up to a retry period later.
+                if let Some(expires) = expires {
+                    let left = Duration::try_from(expires.duration_since(Timestamp::now()))
+                        .unwrap_or(Duration::ZERO);
+                    wait = wait.min(left + Duration::from_millis(10));
+                }
+            }
+            Ok(Err(e)) => tracing::warn!("leader election: {e}"),
+            Err(_) => tracing::warn!(
+                "leader election: no answer within {} ms",
+                budget.as_millis()
+            ),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = &mut quit => break,
+        }
+    }
+    // Writes stop before the lease is given up.
+    leadership.close();
+    if holding && let Err(e) = lock.release().await {
+        tracing::warn!("releasing the lease: {e}");
     }
 }
 
@@ -194,7 +336,10 @@ mod tests {
         );
         assert_eq!(
             decide(Some(&lease("b", t0, 15)), "a", later(10)),
-            LeaseDecision::Follow { holder: "b".into() }
+            LeaseDecision::Follow {
+                holder: "b".into(),
+                expires: later(15)
+            }
         );
         assert_eq!(
             decide(Some(&lease("b", t0, 15)), "a", later(16)),

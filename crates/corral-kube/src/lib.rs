@@ -34,6 +34,7 @@ pub mod build;
 pub mod consts;
 pub mod crds;
 pub mod dynamic_objects;
+pub mod fence;
 pub mod kubeflow;
 pub mod leader;
 pub mod metrics;

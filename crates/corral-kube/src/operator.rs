@@ -1,6 +1,10 @@
 //! The running operator: leader election, watches (reflectors) that trigger passes, the pass
 //! itself (observe -> plan -> apply), the health/readiness/metrics endpoints and graceful
 //! shutdown.
+//!
+//! The Lease is kept by its own thread ([`crate::leader::spawn_election`]); a replica leads
+//! while its [`Leadership`] term holds, with a client whose every write is fenced to that
+//! term ([`crate::fence`]), and a pass still running when the term ends is abandoned.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -14,11 +18,12 @@ use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
+use kube::client::ClientBuilder;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Error};
-use tokio::sync::{Notify, watch};
+use tokio::sync::{Notify, oneshot, watch};
 
 use corral_api::{JobPriorityClass, NodePool, Queue, TrainingJob};
 
@@ -26,7 +31,8 @@ use crate::apply::{Applier, ApplyReport, RateLimiter};
 use crate::build::BuildOptions;
 use crate::consts::JOB_NAME_LABEL;
 use crate::dynamic_objects;
-use crate::leader::LeaseLock;
+use crate::fence::{Fence, FenceLayer, Leadership, Timings};
+use crate::leader::{Election, spawn_election};
 use crate::metrics::Metrics;
 use crate::observe::World;
 use crate::plan::{self, Plan, PlanConfig};
@@ -46,11 +52,18 @@ pub struct OperatorArgs {
     /// This replica's identity in the Lease (default: the pod name, from POD_NAME).
     #[arg(long, env = "POD_NAME", default_value = "corral-operator")]
     pub identity: String,
-    /// Seconds a Lease holds without renewal.
+    /// Seconds a Lease holds without renewal (client-go's LeaseDuration): how long standbys
+    /// wait after the leader's last renewal.
     #[arg(long, default_value_t = 15)]
     pub lease_duration_secs: u64,
-    /// Seconds between lease renewals (less than the duration).
-    #[arg(long, default_value_t = 5)]
+    /// Seconds after its last successful renewal was sent that the leader stops writing
+    /// (client-go's RenewDeadline); less than the lease duration, whose difference is the
+    /// margin between its last write and another replica taking over.
+    #[arg(long, default_value_t = 10)]
+    pub renew_deadline_secs: u64,
+    /// Seconds between renewals, and between a standby's attempts (client-go's
+    /// RetryPeriod); less than the renew deadline.
+    #[arg(long, default_value_t = 2)]
     pub renew_every_secs: u64,
     /// Run a full pass at least this often even if nothing changes.
     #[arg(long, default_value_t = 30)]
@@ -58,10 +71,13 @@ pub struct OperatorArgs {
     /// Wait this long after a change to gather more before a pass.
     #[arg(long, default_value_t = 200)]
     pub debounce_ms: u64,
-    /// Writes per second to the API server (0: unlimited); reads are watches.
-    #[arg(long, default_value_t = 20.0)]
+    /// Writes per second to the API server (0: unlimited); reads are watches. Sized for
+    /// 20 jobs/s of a typical mix (2.6 pods a job, ~5.5 writes a pod: ~290 writes/s), so
+    /// that the limit guards the API server without throttling the work (deploy/README.md).
+    #[arg(long, default_value_t = 300.0)]
     pub api_qps: f64,
-    #[arg(long, default_value_t = 40)]
+    /// Writes allowed at once above the rate (a token bucket, as client-go's).
+    #[arg(long, default_value_t = 600)]
     pub api_burst: u32,
     /// Appended to replica host names (Kubeflow's CUSTOM_CLUSTER_DOMAIN).
     #[arg(long, env = "CUSTOM_CLUSTER_DOMAIN")]
@@ -454,6 +470,7 @@ async fn serve(
     addr: SocketAddr,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
+    leadership: Arc<Leadership>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), std::io::Error> {
     let m = metrics.clone();
@@ -476,6 +493,8 @@ async fn serve(
             "/metrics",
             get(move || {
                 let m = m.clone();
+                // `corral_leader` is the fence's own answer at the time of the scrape.
+                m.leader.set(i64::from(leadership.holds_now()));
                 async move { m.encode() }
             }),
         );
@@ -511,32 +530,30 @@ async fn shutdown_signal(tx: watch::Sender<bool>) {
 }
 
 async fn run(args: OperatorArgs) -> Result<(), OperatorError> {
-    let client = Client::try_default()
+    let timings = Timings::new(
+        Duration::from_secs(args.lease_duration_secs),
+        Duration::from_secs(args.renew_deadline_secs),
+        Duration::from_secs(args.renew_every_secs),
+    )
+    .map_err(OperatorError::Config)?;
+    let config = kube::Config::infer()
         .await
         .map_err(|e| OperatorError::Config(e.to_string()))?;
+    // Reads only (readiness); the passes get a fenced client per term.
+    let client = Client::try_from(config.clone())?;
     let metrics = Arc::new(Metrics::new());
     let health = Arc::new(Health::default());
+    let leadership = Leadership::new();
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(shutdown_signal(stop_tx));
     let server = tokio::spawn(serve(
         args.listen,
         metrics.clone(),
         health.clone(),
+        leadership.clone(),
         stop_rx.clone(),
     ));
     let webhook = spawn_webhook(&args, stop_rx.clone()).await?;
-
-    let lock = LeaseLock::new(
-        client.clone(),
-        &args.lease_namespace,
-        &args.lease_name,
-        &args.identity,
-        Duration::from_secs(args.lease_duration_secs.max(2)),
-    );
-    let renew = Duration::from_secs(
-        args.renew_every_secs
-            .clamp(1, args.lease_duration_secs.max(2) - 1),
-    );
     let mut stop = stop_rx.clone();
     // Readiness follows the API server: credentials accepted and CRDs served, checked now
     // and every API_CHECK_EVERY (a standby is ready on that alone).
@@ -556,40 +573,48 @@ async fn run(args: OperatorArgs) -> Result<(), OperatorError> {
             }
         });
     }
+    let (quit, quit_rx) = oneshot::channel();
+    let election = spawn_election(
+        config.clone(),
+        Election {
+            namespace: args.lease_namespace.clone(),
+            name: args.lease_name.clone(),
+            identity: args.identity.clone(),
+            timings,
+        },
+        leadership.clone(),
+        quit_rx,
+    )?;
     loop {
+        let term = tokio::select! {
+            t = leadership.acquired() => t,
+            _ = stop.wait_for(|s| *s) => break,
+        };
+        let fence = leadership.fence(term.number);
+        let fenced = ClientBuilder::try_from(config.clone())?
+            .with_layer(&FenceLayer(fence.clone()))
+            .build();
+        health.set_leading(true);
+        tokio::select! {
+            _ = lead(&args, &fenced, &fence, &metrics, &health, stop.clone()) => {}
+            _ = fence.lost() => tracing::warn!(
+                term = term.number,
+                "leadership lost: the pass in progress is abandoned; following"
+            ),
+        }
+        health.set_leading(false);
         if *stop.borrow() {
             break;
         }
-        match lock.try_acquire_or_renew(Timestamp::now()).await {
-            Ok(true) => {
-                metrics.leader.set(1);
-                health.set_leading(true);
-                tracing::info!("leading as {}", args.identity);
-                lead(
-                    &args,
-                    &client,
-                    &lock,
-                    renew,
-                    &metrics,
-                    &health,
-                    stop.clone(),
-                )
-                .await;
-                health.set_leading(false);
-                metrics.leader.set(0);
-                if *stop.borrow() {
-                    let _ = lock.release().await;
-                    break;
-                }
-            }
-            Ok(false) => {}
-            Err(e) => tracing::warn!("leader election: {e}"),
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(renew) => {}
-            _ = stop.wait_for(|s| *s) => {}
+        if fence.permits_now() {
+            // Still leading, yet the watches could not start: not in a tight loop.
+            tokio::time::sleep(Duration::from_secs(1)).await;
         }
     }
+    // No write after this; then the election gives the lease up for a standby.
+    leadership.close();
+    let _ = quit.send(());
+    let _ = tokio::task::spawn_blocking(move || election.join()).await;
     let _ = server.await;
     if let Some(w) = webhook {
         let _ = w.await;
@@ -628,18 +653,29 @@ async fn spawn_webhook(
     })))
 }
 
-/// Acts while holding the lease: returns when it is lost or on shutdown.
+/// Aborts the watch tasks of a leadership term when it ends, however it ends.
+struct AbortOnDrop(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        for t in &self.0 {
+            t.abort();
+        }
+    }
+}
+
+/// Acts while holding the lease, with `client` fenced to the term: returns on shutdown;
+/// the caller drops it when the term ends.
 async fn lead(
     args: &OperatorArgs,
     client: &Client,
-    lock: &LeaseLock,
-    renew: Duration,
+    fence: &Fence,
     metrics: &Metrics,
     health: &Health,
     mut stop: watch::Receiver<bool>,
 ) {
     let notify = Arc::new(Notify::new());
-    let mut tasks = Vec::new();
+    let mut tasks = AbortOnDrop(Vec::new());
     let ar = |r: ApiResource| Api::<DynamicObject>::all_with(client.clone(), &r);
     let wc = watcher::Config::default;
     // Watch the deprecated kind only where its CRD is served: a watch of a missing resource
@@ -654,7 +690,7 @@ async fn lead(
             wc(),
             dynamic_objects::legacy_priority_classes(),
             notify.clone(),
-            &mut tasks,
+            &mut tasks.0,
         )
     });
     let stores = Stores {
@@ -663,28 +699,28 @@ async fn lead(
             wc(),
             dynamic_objects::training_jobs(),
             notify.clone(),
-            &mut tasks,
+            &mut tasks.0,
         ),
         queues: reflect(
             ar(dynamic_objects::queues()),
             wc(),
             dynamic_objects::queues(),
             notify.clone(),
-            &mut tasks,
+            &mut tasks.0,
         ),
         pools: reflect(
             ar(dynamic_objects::node_pools()),
             wc(),
             dynamic_objects::node_pools(),
             notify.clone(),
-            &mut tasks,
+            &mut tasks.0,
         ),
         classes: reflect(
             ar(dynamic_objects::job_priority_classes()),
             wc(),
             dynamic_objects::job_priority_classes(),
             notify.clone(),
-            &mut tasks,
+            &mut tasks.0,
         ),
         legacy_classes,
         pods: reflect(
@@ -692,21 +728,21 @@ async fn lead(
             wc(),
             (),
             notify.clone(),
-            &mut tasks,
+            &mut tasks.0,
         ),
         nodes: reflect(
             Api::all(client.clone()),
             wc(),
             (),
             notify.clone(),
-            &mut tasks,
+            &mut tasks.0,
         ),
         services: reflect(
             Api::all(client.clone()),
             wc().labels(JOB_NAME_LABEL),
             (),
             notify.clone(),
-            &mut tasks,
+            &mut tasks.0,
         ),
     };
     let reporter = Reporter {
@@ -717,7 +753,8 @@ async fn lead(
         client.clone(),
         Some(Recorder::new(client.clone(), reporter)),
         RateLimiter::new(args.api_qps, args.api_burst),
-    );
+    )
+    .with_fence(fence.clone());
     let cfg = PlanConfig {
         build: BuildOptions {
             cluster_domain: args.cluster_domain.clone(),
@@ -727,27 +764,14 @@ async fn lead(
         grace_period: args.grace_period_secs.map(Duration::from_secs),
     };
     let kubeflow =
-        crate::kubeflow::watch::start(args.kubeflow, client, notify.clone(), &mut tasks).await;
+        crate::kubeflow::watch::start(args.kubeflow, client, notify.clone(), &mut tasks.0).await;
     tokio::select! {
         ok = stores.ready() => if !ok { return; },
-        _ = stop.wait_for(|s| *s) => { for t in tasks { t.abort(); } return; }
+        _ = stop.wait_for(|s| *s) => return,
     }
     health.set_synced();
     tracing::info!("watch caches synced");
-    let mut last_renew = Instant::now();
     loop {
-        if last_renew.elapsed() >= renew {
-            match lock.try_acquire_or_renew(Timestamp::now()).await {
-                Ok(true) => last_renew = Instant::now(),
-                Ok(false) => break,
-                Err(e) => {
-                    tracing::warn!("lease renewal: {e}");
-                    if last_renew.elapsed() >= lock.duration {
-                        break;
-                    }
-                }
-            }
-        }
         let world = stores.world();
         for w in &world.warnings {
             tracing::warn!("{w}");
@@ -773,7 +797,6 @@ async fn lead(
             .min()
             .unwrap_or(Duration::from_secs(args.resync_secs.max(1)))
             .min(Duration::from_secs(args.resync_secs.max(1)))
-            .min(renew)
             .max(Duration::from_millis(args.debounce_ms));
         tokio::select! {
             _ = notify.notified() => {
@@ -782,8 +805,5 @@ async fn lead(
             _ = tokio::time::sleep(next_after) => {}
             _ = stop.wait_for(|s| *s) => break,
         }
-    }
-    for t in tasks {
-        t.abort();
     }
 }

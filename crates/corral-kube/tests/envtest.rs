@@ -18,6 +18,10 @@
 //! checks them against the server, and a missing one fails the test. Only
 //! `UPDATE_FIXTURES=1` writes them (captures them anew).
 //!
+//! The leadership case runs two operator processes on one Lease (`CORRAL_OPERATOR_BIN`, else
+//! this test binary re-run as `operator_replica`), each with its own token of the
+//! ServiceAccount, and reads the server's audit log of their writes (see leadership.rs).
+//!
 //! The crate root holds the one test and the order of its cases; the harness, the helpers
 //! that stand in for nodes, kubelets and users, and the cases by topic are in tests/envtest/
 //! (named with `#[path]`: a crate root's `mod` paths start at tests/).
@@ -36,6 +40,8 @@ mod jobs;
 mod kubeflow_jobs;
 #[path = "envtest/kubelet.rs"]
 mod kubelet;
+#[path = "envtest/leadership.rs"]
+mod leadership;
 #[path = "envtest/manifests.rs"]
 mod manifests;
 #[path = "envtest/operator_binary.rs"]
@@ -54,6 +60,7 @@ use crate::install::{crd_output_dry_runs, install};
 use crate::jobs::{mpi_hostfile_and_ttl, pytorch_gang, suspend_resume};
 use crate::kubeflow_jobs::{kubeflow_alongside, kubeflow_served};
 use crate::kubelet::gpu_node;
+use crate::leadership::{REPLICA_ARGS_ENV, two_replicas_paused_leader};
 use crate::operator_binary::operator_binary;
 use crate::passes::operator;
 use crate::webhook::admission_webhook;
@@ -105,7 +112,34 @@ async fn envtest() {
     kubeflow_alongside(&env, &op).await;
     eprintln!("envtest: defects_on_the_real_server");
     defects_on_the_real_server(&env, &op).await;
+    eprintln!("envtest: two_replicas_paused_leader");
+    two_replicas_paused_leader(&env).await;
     // Last: while it is registered, invalid jobs in its namespace are refused at create.
     eprintln!("envtest: admission_webhook");
     admission_webhook(&env).await;
+}
+
+/// Not a test of its own: with `CORRAL_ENVTEST_OPERATOR_ARGS` set (a JSON list of `corral`
+/// arguments, `operator ...`) this process is an operator replica of the leadership case,
+/// running `run_operator` as the `corral` binary does; without it, it does nothing.
+#[test]
+fn operator_replica() {
+    #[derive(clap::Parser)]
+    struct Corral {
+        #[command(subcommand)]
+        command: Sub,
+    }
+    #[derive(clap::Subcommand)]
+    enum Sub {
+        Operator(corral_kube::OperatorArgs),
+    }
+    let Some(args) = std::env::var_os(REPLICA_ARGS_ENV) else {
+        return;
+    };
+    let args: Vec<String> =
+        serde_json::from_str(&args.to_string_lossy()).expect("the replica's arguments");
+    let Sub::Operator(args) =
+        <Corral as clap::Parser>::parse_from(std::iter::once("corral".to_string()).chain(args))
+            .command;
+    corral_kube::run_operator(args).expect("the operator replica");
 }

@@ -566,35 +566,24 @@ fn a_replica_started_but_not_recorded_is_found_not_started_again() {
     }
 }
 
-fn a_job_larger_than_the_machine_is_unschedulable_at_once() {
-    let (mut h, mut c) = Harness::new(WAITS, 31900, "node: {cpu: '4'}\n");
+fn a_job_larger_than_the_machine_is_refused_at_submit() {
+    let (h, mut c) = Harness::new(WAITS, 31900, "node: {cpu: '4'}\n");
     let big = job("too-big", 2, "      resources: {cpu: '8'}\n", "true");
-    c.submit(&big, "default", h.now).expect("submit");
-    h.tick(&mut c);
-    assert_eq!(state(&c, "too-big"), Some(JobState::Queued));
-    let d = c.describe("default", "too-big").expect("d").expect("job");
-    let status = d.job.status.clone().expect("status");
-    let unschedulable = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == corral_api::training_job::ConditionType::Unschedulable)
-        .expect("an Unschedulable condition");
-    assert_eq!(
-        unschedulable.status,
-        corral_api::training_job::ConditionStatus::True
-    );
+    let err = c.submit(&big, "default", h.now).expect_err("refused");
+    let ClusterError::Invalid(problems) = &err else {
+        panic!("not refused as invalid: {err}");
+    };
+    let field = &problems[0].errors[0];
+    assert_eq!(field.path, "spec.replicas.worker.resources.cpu");
     assert!(
-        d.events
-            .iter()
-            .any(|e| e.reason == "Unschedulable"
-                && e.type_ == corral_local::cluster::EventType::Warning),
-        "{:?}",
-        d.events
+        field
+            .message
+            .contains("a replica needs 8 CPUs but the largest node")
+            && field.message.contains("has 4"),
+        "{}",
+        field.message
     );
-    let reason = d.pending_reason.expect("a reason");
-    assert!(reason.to_lowercase().contains("cpu"), "{reason}");
-    c.delete("default", "too-big", h.now).expect("delete");
-    h.until(&mut c, "deleted", |c| state(c, "too-big").is_none());
+    assert!(c.list(None).expect("list").is_empty(), "nothing is stored");
 }
 
 fn the_configured_grace_period_reaches_suspend() {
@@ -778,8 +767,8 @@ fn main() -> std::process::ExitCode {
             story::a_replica_without_a_free_port_backs_off_and_starts_once_one_is_free,
         ),
         (
-            "a_job_larger_than_the_machine_is_unschedulable_at_once",
-            a_job_larger_than_the_machine_is_unschedulable_at_once,
+            "a_job_larger_than_the_machine_is_refused_at_submit",
+            a_job_larger_than_the_machine_is_refused_at_submit,
         ),
         (
             "the_configured_grace_period_reaches_suspend",

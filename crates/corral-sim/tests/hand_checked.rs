@@ -339,3 +339,20 @@ fn a_job_restart_cost_replaces_the_engines_and_first_starts_pay_start_s() {
     );
     assert_eq!((m.preemptions, m.restarts), (1, 1));
 }
+
+#[test]
+fn corral_a_job_no_cluster_could_hold_is_reported_unschedulable_not_refused_midway() {
+    // Two GPUs for one job on a one-GPU cluster: the engine reports it unschedulable before
+    // it arrives, as for every policy, so the plane (which refuses what never fits where
+    // nodes are fixed) never sees it; the other job runs as if it were alone.
+    use corral_sim::corral_policy::CorralPolicy;
+    let mut wide = job(1, 0.0, 100.0);
+    wide.gpus = 2;
+    let jobs = vec![job(0, 0.0, 500.0), wide];
+    let mut p = CorralPolicy::default();
+    let (r, m) = run_policy(&jobs, &one_gpu(), &mut p, &cfg(100.0), &mut |_| {}).unwrap();
+    assert_eq!(m.jobs_unschedulable, 1);
+    assert!(r.states[1].finished_at.is_none());
+    assert!((r.states[0].finished_at.unwrap() - 500.0).abs() < 1e-6);
+    assert!(p.rejected.is_empty(), "{:?}", p.rejected);
+}

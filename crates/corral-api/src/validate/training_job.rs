@@ -332,9 +332,9 @@ fn check_replica(
             .max()
             .unwrap_or(0)
     });
-    // No node has such GPUs at all: the job could never start. (One that asks for more per
-    // replica than the largest node holds is accepted and reported Unschedulable, as every
-    // shell does, since nodes may still be added; see control/conformance.rs.)
+    // No node has such GPUs at all: the job could never start. (Whether a replica or the
+    // gang fits the nodes is the control plane's judgement: refused at submit where nodes
+    // are fixed, Unschedulable on Kubernetes; see corral-core's `control::SubmitCheck`.)
     // Every type asked for is unknown, and already said so (with what exists): one error
     // for one mistake.
     let types_reported = !res.gpu_types.is_empty() && unknown_types == res.gpu_types.len();

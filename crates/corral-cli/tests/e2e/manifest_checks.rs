@@ -95,9 +95,10 @@ spec:
 
 /// Issue 16 on a machine shaped like the one it was found on: one GPU that the node
 /// override spells as NVML does. Jobs asking for the product label or the alias run; an
-/// A100 job is refused saying what exists; a 2-GPU replica is accepted with a warning that
-/// says so; `corral doctor` reports every area and who holds the data directory; `corral
-/// plan` sees this machine as `corral up` does.
+/// A100 job is refused saying what exists; a 2-GPU replica is refused (by `validate`
+/// against the server and by the submit alike) naming the field and the shortfall; `corral
+/// doctor` reports every area and who holds the data directory; `corral plan` sees this
+/// machine as `corral up` does.
 pub(super) fn gpu_type_names_capacity_warnings_doctor_and_plan() -> TestResult {
     let c = TestCluster::start(
         "kind: CorralConfig\nnode: {gpus: 1, gpuType: NVIDIA H100 80GB HBM3, cpu: \"4\", memory: 8Gi}\n",
@@ -124,14 +125,25 @@ pub(super) fn gpu_type_names_capacity_warnings_doctor_and_plan() -> TestResult {
     let two = dir.path().join("two.yaml");
     std::fs::write(&two, gpu_job("two", 2, "H100"))?;
     let report = manifests::validate_report(&[two.display().to_string()], true, Some(&client), &ns);
+    // The machine can never hold it: `validate` against the server refuses it as the
+    // submit does, naming the field, in the control plane's words.
+    let words = "a replica needs 2 GPUs but the largest node has 1; use at most 1 per replica, and more replicas";
     check(
-        !report.failed,
-        format!("a 2-GPU replica is valid: {report:?}"),
+        report.failed,
+        format!("a 2-GPU replica on a 1-GPU machine is refused: {report:?}"),
     )?;
     check(
-        report.err.contains("warning:")
-            && report.err.contains("spec.replicas.worker.resources.gpu: 2 GPUs in one replica, but this cluster has GPU type NVIDIA-H100-80GB-HBM3 (1 per node)"),
-        format!("validate warns at once: {}", report.err),
+        report.err.contains("spec.replicas.worker.resources.gpu") && report.err.contains(words),
+        format!("validate names the field and the shortfall: {}", report.err),
+    )?;
+    let err = client
+        .submit("default", &gpu_job("two", 2, "H100"))
+        .err()
+        .ok_or("a 2-GPU replica on a 1-GPU machine was accepted")?
+        .to_string();
+    check(
+        err.contains("spec.replicas.worker.resources.gpu") && err.contains(words),
+        format!("the submit refuses it in the same words: {err}"),
     )?;
 
     for (name, types) in [("by-label", "NVIDIA-H100-80GB-HBM3"), ("by-alias", "h100")] {

@@ -19,8 +19,9 @@ pub enum Platform {
 }
 
 /// Settings of the control plane: the same in every shell for the same cluster. Made with
-/// [`ControlConfig::builder`], so that every shell derives them by the same rules.
-#[derive(Clone, Debug, Default)]
+/// [`ControlConfig::builder`], so that every shell derives them by the same rules. The
+/// default is [`Platform::Processes`]'s.
+#[derive(Clone, Debug)]
 pub struct ControlConfig {
     /// The scheduler's settings (`move_in_place` is always on: the plane moves jobs).
     pub scheduler: SchedulerConfig,
@@ -30,6 +31,22 @@ pub struct ControlConfig {
     /// The platform runs replicas from container images only (Kubernetes): a job with a
     /// role that names no image is never admitted; it waits with the reason in its status.
     pub requires_image: bool,
+    /// The platform's nodes are fixed (processes on known machines, the simulator): a job
+    /// that no node can ever hold is refused at submit ([`super::SubmitCheck`]). Where nodes
+    /// come and go (Kubernetes) it is admitted and waits, Unschedulable.
+    pub fixed_nodes: bool,
+}
+
+impl Default for ControlConfig {
+    fn default() -> Self {
+        ControlConfig {
+            scheduler: SchedulerConfig::default(),
+            grace_period: None,
+            priority_classes: Vec::new(),
+            requires_image: false,
+            fixed_nodes: true,
+        }
+    }
 }
 
 impl ControlConfig {
@@ -37,6 +54,7 @@ impl ControlConfig {
         ControlConfigBuilder {
             config: ControlConfig {
                 requires_image: platform == Platform::Pods,
+                fixed_nodes: platform == Platform::Processes,
                 ..ControlConfig::default()
             },
             gpu_types: Vec::new(),
@@ -162,6 +180,7 @@ mod tests {
             .preemption_protection_seconds(Some(7))
             .build();
         assert!(c.requires_image);
+        assert!(!c.fixed_nodes);
         assert_eq!(c.scheduler.preemption_protection_ms, 7000);
         assert_eq!(c.scheduler.gpu_type_speed.len(), 2);
         let mut configured = SchedulerConfig::default();
@@ -171,6 +190,7 @@ mod tests {
             .gpu_types(["NVIDIA-H100-80GB-HBM3"])
             .build();
         assert!(!c.requires_image);
+        assert!(c.fixed_nodes);
         assert_eq!(c.scheduler.gpu_type_speed.len(), 1);
         assert_eq!(c.scheduler.gpu_type_speed.get("x"), Some(&2.0));
     }

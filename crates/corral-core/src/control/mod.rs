@@ -46,6 +46,7 @@ mod ledger;
 mod plane;
 mod room;
 mod rules;
+mod submit;
 
 pub use config::{ControlConfig, ControlConfigBuilder, Platform, SETTLE_ROUNDS, Settling};
 pub use events::{EventType, JobEvent, event_reason};
@@ -58,3 +59,4 @@ pub use room::{Need, Room, take_gang};
 pub use rules::{
     CPU_POOL, finished_for_good, grace_period, restorable_by_name, with_default_queue,
 };
+pub use submit::{Refusal, SubmitCheck};

@@ -433,19 +433,27 @@ impl ControlPlane {
 
     // ---- commands -------------------------------------------------------------------
 
-    /// A new job. Refused when a job of that key exists or the scheduler cannot read its
-    /// resources; nothing changes then.
+    /// A new job. Refused when a job of that key exists, the scheduler cannot read its
+    /// resources, or (where nodes are fixed, [`ControlConfig::fixed_nodes`]) no node of the
+    /// cluster could ever hold it; nothing changes then.
     pub fn submit(&mut self, record: JobRecord) -> Result<(), ControlError> {
         let key = record.key();
         if self.jobs.contains_key(&key) || self.retired.contains(&key) {
             return Err(ControlError::AlreadyExists(key));
         }
         let entry = Self::entry(&self.config, record);
-        if let Err(message) = &entry.request {
-            return Err(ControlError::Invalid {
-                job: key,
-                message: message.clone(),
-            });
+        let refused = match &entry.request {
+            Err(message) => Some(message.clone()),
+            // Where nodes are fixed, what none can ever hold is refused, not left waiting.
+            Ok(request) if self.config.fixed_nodes => {
+                super::submit::check_request(&self.scheduler, &entry.job, request)
+                    .err()
+                    .map(|r| r.to_string())
+            }
+            Ok(_) => None,
+        };
+        if let Some(message) = refused {
+            return Err(ControlError::Invalid { job: key, message });
         }
         self.jobs.insert(key.clone(), Box::new(entry));
         let mut ignored = Step::default();

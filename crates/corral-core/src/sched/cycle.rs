@@ -5,13 +5,14 @@ use std::collections::{BTreeSet, BinaryHeap, HashMap};
 
 use corral_api::gpu_type;
 
-use super::explain::{Blocker, Misfit, Needs, PendingReason, TaintBlock};
+use super::explain::{Blocker, Needs, PendingReason, TaintBlock};
+use super::fit::{self, Gang, Judgement};
 use super::index::{ClusterIndex, NO_POOL, NodeFilter, PodRequest};
 use super::model::{ClusterSnapshot, JobRequest, Millis, RunningJob, SchedError, SchedulerConfig};
 use super::outcome::{Admission, CycleOutcome, Decision, PendingJob, ReplicaPlacement};
 use super::placement::{Alloc, GangShape, enough_slots, place_gang};
 use super::quota::{Amount, Quotas};
-use super::taint::{Toleration, common_tolerations};
+use super::taint::Toleration;
 
 // Why a job waits (capacity, protected victims) and what the scheduler holds now.
 mod blocked;
@@ -212,6 +213,12 @@ impl Scheduler {
         self.insert_entry(job).map(|_| ())
     }
 
+    /// Why `job` could never be admitted on this cluster, even empty (what its reason
+    /// would say, Unschedulable), judged as a waiting job is; `None` when it could.
+    pub fn never_fits(&self, job: &JobRequest) -> Option<PendingReason> {
+        fit::never_fits(&self.index, &self.quotas, job)
+    }
+
     /// Sets the service a job has received so far, in GPU-seconds (weighted by the speed
     /// of the types it ran on, where the shell knows it). Within one priority, jobs with
     /// less service go first, by levels (see [`SchedulerConfig::service_quantum_gpu_s`]).
@@ -334,39 +341,27 @@ impl Scheduler {
     /// Works out once per job what every cycle needs: requests per replica, candidate pools
     /// and the job's speed on each, and what can never work.
     fn prepare(&mut self, req: JobRequest) -> JobEntry {
-        let groups: Vec<(u32, PodRequest)> = req
-            .groups
-            .iter()
-            .map(|g| {
-                let mut ext: Vec<(u32, u64)> = g
-                    .extended
-                    .iter()
-                    .map(|(name, &v)| (self.index.ext_id(name), v))
-                    .collect();
-                ext.sort_unstable();
-                (
-                    g.count,
-                    PodRequest {
-                        cpu: g.cpu_milli,
-                        mem: g.memory_bytes,
-                        gpu: g.gpu,
-                        ext,
-                    },
-                )
-            })
-            .collect();
-        let mut order: Vec<u16> = (0..groups.len() as u16).collect();
-        order.sort_by_key(|&i| (Reverse(groups[i as usize].1.gpu), i));
+        let index = &mut self.index;
+        let gang = Gang::new(&req, |name| index.ext_id(name));
+        let Judgement {
+            queue,
+            tolerations,
+            allowed,
+            pools,
+            blockers: static_blockers,
+        } = fit::judge(&self.index, &self.quotas, &req, &gang, &[]);
+        let needs = gang.needs(allowed.unwrap_or_default());
+        let Gang {
+            groups,
+            order,
+            total,
+            ..
+        } = gang;
         let mut pods_gpus = Vec::new();
-        let mut total = [0u64; 3];
         for (count, pod) in &groups {
             for _ in 0..*count {
                 pods_gpus.push(pod.gpu);
             }
-            let c = u64::from(*count);
-            total[0] = total[0].saturating_add(u64::from(pod.gpu) * c);
-            total[1] = total[1].saturating_add(pod.cpu.saturating_mul(c));
-            total[2] = total[2].saturating_add(pod.mem.saturating_mul(c));
         }
         let mut distinct: Vec<u32> = pods_gpus.iter().copied().filter(|&g| g > 0).collect();
         distinct.sort_unstable();
@@ -375,181 +370,43 @@ impl Scheduler {
             .iter()
             .map(|&g| (g, pods_gpus.iter().map(|&p| u64::from(p / g)).sum()))
             .collect();
-        // Allowed GPU types: each group that uses GPUs and names types must accept the pool's
-        // type (by `corral_api::gpu_type::matches`: aliases such as `H100` included).
-        let named: Vec<&Vec<String>> = req
-            .groups
-            .iter()
-            .filter(|g| g.gpu > 0 && g.count > 0 && !g.allowed_gpu_types.is_empty())
-            .map(|g| &g.allowed_gpu_types)
-            .collect();
         let existing: Vec<&str> = self
             .index
             .pools
             .iter()
             .filter_map(|p| p.gpu_type.as_deref())
             .collect();
-        let accepts = |t: &str| {
-            named.iter().all(|names| {
-                names
-                    .iter()
-                    .any(|n| gpu_type::selects(n, t, existing.iter().copied()))
+        let mut pools: Vec<(u16, f64)> = pools
+            .into_iter()
+            .map(|pi| {
+                let speed = match &self.index.pools[pi as usize].gpu_type {
+                    None => 1.0,
+                    Some(t) if !req.throughput.is_empty() => req
+                        .throughput
+                        .get(t)
+                        .or_else(|| {
+                            req.throughput
+                                .iter()
+                                .find(|(k, _)| gpu_type::selects(k, t, existing.iter().copied()))
+                                .map(|(_, v)| v)
+                        })
+                        .copied()
+                        .unwrap_or(0.0),
+                    Some(t) => self.config.gpu_type_speed.get(t).copied().unwrap_or(1.0),
+                };
+                (
+                    pi,
+                    if speed.is_finite() && speed > 0.0 {
+                        speed
+                    } else {
+                        0.0
+                    },
+                )
             })
-        };
-        // What the job asks for, in words: the names of the first group that names any.
-        let allowed: Option<Vec<String>> = named.first().map(|n| (*n).clone());
-        let uses_gpus = total[0] > 0;
-        // A queue a job's namespace may not use is, for the job, no queue: it waits with a
-        // reason naming the namespaces the queue admits.
-        let namespace = req.key.split_once('/').map(|(ns, _)| ns);
-        let mut refused = None;
-        let queue = match self.quotas.by_name.get(&req.queue).copied() {
-            Some(q) => {
-                let allowed = &self.quotas.queues[q as usize].namespaces;
-                let ok = allowed.is_empty()
-                    || namespace.is_some_and(|ns| allowed.iter().any(|a| a == ns));
-                if !ok {
-                    refused = Some(Blocker::NamespaceNotAllowed {
-                        queue: req.queue.clone(),
-                        namespace: namespace.unwrap_or("").to_string(),
-                        allowed: allowed.clone(),
-                    });
-                }
-                ok.then_some(q)
-            }
-            None => None,
-        };
-        let tolerations = common_tolerations(
-            &req.tolerations,
-            req.groups
-                .iter()
-                .filter(|g| g.count > 0)
-                .map(|g| g.role.as_str()),
-        );
-        let filter = NodeFilter {
-            selector: &req.node_selector,
-            tolerations: &tolerations,
-        };
-        // Roles are named in a reason only when the job has several.
-        let several_roles = req.groups.iter().filter(|g| g.count > 0).count() > 1;
-        let mut pools: Vec<(u16, f64)> = Vec::new();
-        let mut static_blockers = Vec::new();
-        for (pi, p) in self.index.pools.iter().enumerate() {
-            let pi = pi as u16;
-            let type_ok = match (&p.gpu_type, &allowed) {
-                (None, _) => !uses_gpus,
-                (Some(_), None) => true,
-                (Some(t), Some(_)) => accepts(t),
-            };
-            if !type_ok || p.nodes.is_empty() {
-                continue;
-            }
-            let biggest = groups
-                .iter()
-                .filter(|(c, _)| *c > 0)
-                .map(|(_, pod)| pod.gpu)
-                .max()
-                .unwrap_or(0);
-            if biggest > p.max_node_gpus {
-                static_blockers.push(Blocker::TooLargeForNode {
-                    pool: p.name.clone(),
-                    gpu_type: p.gpu_type.clone(),
-                    gpus_per_replica: biggest,
-                    largest_node_gpus: p.max_node_gpus,
-                });
-                continue;
-            }
-            if total[0] > p.total_gpus {
-                static_blockers.push(Blocker::TooLargeForPool {
-                    pool: p.name.clone(),
-                    gpu_type: p.gpu_type.clone(),
-                    total_gpus: total[0],
-                    pool_gpus: p.total_gpus,
-                });
-                continue;
-            }
-            // The first replica (largest first) that no node could ever hold.
-            if let Some(&gi) = order.iter().find(|&&gi| {
-                let (c, pod) = &groups[gi as usize];
-                *c > 0 && !self.index.could_ever_hold(pi, pod, &filter)
-            }) {
-                let pod = &groups[gi as usize].1;
-                let taint =
-                    self.index
-                        .tainted_room(pi, &filter, pod, true)
-                        .map(|(n, gpus, taint)| TaintBlock {
-                            node: self.index.nodes[n as usize].name.clone(),
-                            free_gpus: if pod.gpu > 0 { gpus } else { 0 },
-                            taint,
-                        });
-                let mut misfit = self.index.misfit(pi, pod, &filter);
-                if let Misfit::Resources(s) = &mut misfit
-                    && several_roles
-                {
-                    s.role = Some(req.groups[gi as usize].role.clone());
-                }
-                static_blockers.push(Blocker::NoSuitableNode {
-                    pool: p.name.clone(),
-                    gpu_type: p.gpu_type.clone(),
-                    taint,
-                    misfit: Some(misfit),
-                });
-                continue;
-            }
-            let speed = match &p.gpu_type {
-                None => 1.0,
-                Some(t) if !req.throughput.is_empty() => req
-                    .throughput
-                    .get(t)
-                    .or_else(|| {
-                        req.throughput
-                            .iter()
-                            .find(|(k, _)| gpu_type::selects(k, t, existing.iter().copied()))
-                            .map(|(_, v)| v)
-                    })
-                    .copied()
-                    .unwrap_or(0.0),
-                Some(t) => self.config.gpu_type_speed.get(t).copied().unwrap_or(1.0),
-            };
-            pools.push((
-                pi,
-                if speed.is_finite() && speed > 0.0 {
-                    speed
-                } else {
-                    0.0
-                },
-            ));
-        }
+            .collect();
         // CPU-only jobs go to CPU pools first.
-        if !uses_gpus {
+        if total[0] == 0 {
             pools.sort_by_key(|&(pi, _)| (self.index.pools[pi as usize].gpu_type.is_some(), pi));
-        }
-        if pools.is_empty() && static_blockers.is_empty() {
-            // Nodes no pool takes (declared pools select by GPU type and labels).
-            const NAMED: usize = 3;
-            let mut unpooled = self.index.nodes.iter().filter(|n| n.pool == NO_POOL);
-            let names: Vec<String> = unpooled
-                .by_ref()
-                .take(NAMED)
-                .map(|n| n.name.clone())
-                .collect();
-            let total = names.len() as u64 + unpooled.count() as u64;
-            static_blockers.push(Blocker::NoMatchingPool {
-                gpu_types: allowed.clone().unwrap_or_default(),
-                asks_gpus: uses_gpus,
-                unpooled: names,
-                unpooled_total: total,
-            });
-        }
-        if let Some(b) = refused {
-            static_blockers.insert(0, b);
-        } else if queue.is_none() {
-            static_blockers.insert(
-                0,
-                Blocker::NoSuchQueue {
-                    queue: req.queue.clone(),
-                },
-            );
         }
         // Speeds within 5% of each other count as equal, so that such jobs spread over the
         // less loaded type and leave the faster cards to jobs that gain from them.
@@ -566,29 +423,6 @@ impl Scheduler {
                 (pi, band)
             })
             .collect();
-        let uniform = {
-            let mut gs = groups.iter().filter(|(c, _)| *c > 0).map(|(_, p)| p.gpu);
-            let first = gs.next();
-            if gs.all(|g| Some(g) == first) {
-                first
-            } else {
-                None
-            }
-        };
-        let largest = groups
-            .iter()
-            .filter(|(c, _)| *c > 0)
-            .max_by_key(|(_, p)| (p.gpu, p.cpu, p.mem))
-            .map(|(_, p)| (p.cpu, p.mem))
-            .unwrap_or((0, 0));
-        let needs = Needs {
-            replicas: pods_gpus.len() as u64,
-            gpus_per_replica: uniform,
-            total_gpus: total[0],
-            gpu_types: allowed.unwrap_or_default(),
-            cpu_milli: largest.0,
-            memory_bytes: largest.1,
-        };
         JobEntry {
             req,
             tolerations,

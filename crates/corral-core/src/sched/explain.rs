@@ -7,6 +7,10 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+// Why a running job was stopped, apart from why a job waits.
+mod preemption;
+pub use preemption::PreemptionReason;
+
 /// [`ResourceShort::resource`] of GPUs.
 pub const GPU: &str = "gpu";
 /// [`ResourceShort::resource`] of CPU, counted in milli-CPUs.
@@ -299,6 +303,37 @@ pub enum Blocker {
         total_gpus: u64,
         pool_gpus: u64,
     },
+    /// Every replica fits a node alone, but the whole gang can never fit the nodes of the
+    /// pool the job may use at once, even empty.
+    GangTooLarge {
+        pool: String,
+        gpu_type: Option<String>,
+        /// [`GPU`], [`CPU`] or [`MEMORY`] the gang needs more of in all (`needed`) than
+        /// those nodes have (`most`); `None`: the sums fit, but the nodes' shapes hold only
+        /// `most` of the `needed` replicas of `role`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        resource: Option<String>,
+        needed: u64,
+        most: u64,
+        /// The role whose replicas do not fit, when the job has several.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        role: Option<String>,
+        /// Whether the job's node selector or tolerations leave nodes of the pool out.
+        #[serde(default)]
+        narrowed: bool,
+    },
+    /// The queue could never hold the job in this pool, even with nothing else running:
+    /// its quota there, borrowing included, is less than the job asks.
+    NoQuota {
+        queue: String,
+        pool: String,
+        gpu_type: Option<String>,
+        resource: QuotaResource,
+        requested: u64,
+        /// The most the queue could ever use in the pool (nominal, plus what it may borrow).
+        most: u64,
+        cohort: Option<String>,
+    },
     /// No node of the pool could hold a replica even empty: its node selector, taints,
     /// CPU, memory, GPUs or extended resources rule every node out.
     NoSuitableNode {
@@ -388,6 +423,8 @@ impl PendingReason {
                         | Blocker::NoMatchingPool { .. }
                         | Blocker::TooLargeForNode { .. }
                         | Blocker::TooLargeForPool { .. }
+                        | Blocker::GangTooLarge { .. }
+                        | Blocker::NoQuota { .. }
                         | Blocker::TooFewHealthyGpus { .. }
                         | Blocker::NoSuitableNode { .. }
                 )
@@ -447,7 +484,7 @@ fn cpus(milli: u64) -> String {
 }
 
 /// An amount with its unit: "8 GPUs", "4 CPUs", "600 GiB memory", "2 rdma/hca".
-fn resource_amount(resource: &str, v: u64) -> String {
+pub(crate) fn resource_amount(resource: &str, v: u64) -> String {
     match resource {
         GPU => plural(v, "GPU", "GPUs"),
         CPU => cpus(v),
@@ -457,7 +494,7 @@ fn resource_amount(resource: &str, v: u64) -> String {
 }
 
 /// An amount whose resource is already named: "8", "4", "512 GiB", "1".
-fn resource_bare(resource: &str, v: u64) -> String {
+pub(crate) fn resource_bare(resource: &str, v: u64) -> String {
     match resource {
         CPU => cpu_text(v),
         MEMORY => memory_text(v),
@@ -487,6 +524,15 @@ fn amount_text(resource: QuotaResource, v: u64) -> String {
         QuotaResource::Gpu => v.to_string(),
         QuotaResource::Cpu => cpu_text(v),
         QuotaResource::Memory => memory_text(v),
+    }
+}
+
+/// A quota amount with its unit: "8 GPUs", "4 CPUs", "512 GiB memory".
+pub(crate) fn quota_amount(resource: QuotaResource, v: u64) -> String {
+    match resource {
+        QuotaResource::Gpu => resource_amount(GPU, v),
+        QuotaResource::Cpu => resource_amount(CPU, v),
+        QuotaResource::Memory => resource_amount(MEMORY, v),
     }
 }
 
@@ -621,6 +667,60 @@ impl fmt::Display for Blocker {
                 f,
                 "the gang needs {total_gpus} GPUs but the pool has only {pool_gpus}"
             ),
+            Blocker::GangTooLarge {
+                resource: Some(r),
+                needed,
+                most,
+                narrowed,
+                ..
+            } => write!(
+                f,
+                "the gang needs {} in all but the nodes{} have {}",
+                resource_amount(r, *needed),
+                if *narrowed { " the job may use" } else { "" },
+                resource_amount(r, *most)
+            ),
+            Blocker::GangTooLarge {
+                resource: None,
+                needed,
+                most,
+                role,
+                narrowed,
+                ..
+            } => write!(
+                f,
+                "the nodes{} hold at most {most} of the gang's {needed} {}replicas at once",
+                if *narrowed { " the job may use" } else { "" },
+                role.as_ref().map(|r| format!("{r} ")).unwrap_or_default()
+            ),
+            Blocker::NoQuota {
+                queue,
+                pool,
+                resource,
+                requested,
+                most,
+                cohort,
+                ..
+            } => {
+                let borrow = match cohort {
+                    None => "has no cohort to borrow from",
+                    Some(_) => "cannot borrow more from its cohort",
+                };
+                if *most == 0 {
+                    write!(
+                        f,
+                        "queue {queue} has no {resource} quota in pool {pool} and {borrow}"
+                    )
+                } else {
+                    write!(
+                        f,
+                        "queue {queue} may use at most {} in pool {pool}, borrowing included, \
+                         but the job needs {}",
+                        quota_amount(*resource, *most),
+                        quota_amount(*resource, *requested)
+                    )
+                }
+            }
             Blocker::NoSuitableNode { taint, misfit, .. } => match (taint, misfit) {
                 (Some(t), _) => write!(f, "no node the job tolerates could hold a replica ({t})"),
                 (None, Some(m)) => write!(f, "{m}"),
@@ -799,6 +899,8 @@ impl Blocker {
         match self {
             Blocker::TooLargeForNode { gpu_type, .. }
             | Blocker::TooLargeForPool { gpu_type, .. }
+            | Blocker::GangTooLarge { gpu_type, .. }
+            | Blocker::NoQuota { gpu_type, .. }
             | Blocker::TooFewHealthyGpus { gpu_type, .. }
             | Blocker::NoSuitableNode { gpu_type, .. }
             | Blocker::Capacity { gpu_type, .. }
@@ -812,6 +914,8 @@ impl Blocker {
         match self {
             Blocker::TooLargeForNode { pool, .. }
             | Blocker::TooLargeForPool { pool, .. }
+            | Blocker::GangTooLarge { pool, .. }
+            | Blocker::NoQuota { pool, .. }
             | Blocker::TooFewHealthyGpus { pool, .. }
             | Blocker::NoSuitableNode { pool, .. }
             | Blocker::Capacity { pool, .. }
@@ -839,92 +943,5 @@ impl fmt::Display for PendingReason {
             }
         }
         Ok(())
-    }
-}
-
-/// Why an admitted job was preempted.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", tag = "kind")]
-pub enum PreemptionReason {
-    /// A job of higher priority needed the room.
-    LowerPriority {
-        preemptor: String,
-        preemptor_priority: i32,
-        victim_priority: i32,
-    },
-    /// The preemptor's queue reclaims quota it lent to the victim's queue.
-    Reclaim {
-        preemptor: String,
-        queue: String,
-        pool: String,
-    },
-    /// A job of the same priority that has received much less service needed the room
-    /// (least attained service first).
-    AttainedService {
-        preemptor: String,
-        /// Attained service in GPU-seconds of the preemptor and of the victim.
-        preemptor_service: f64,
-        victim_service: f64,
-    },
-    /// The job moves to a pool where it runs faster and that has room.
-    Rebalance {
-        from_pool: String,
-        to_pool: String,
-        /// Its throughput there over its throughput where it ran.
-        speedup: f64,
-        /// The job it traded places with, which gains much less from this job's new pool.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        swapped_with: Option<String>,
-    },
-}
-
-impl fmt::Display for PreemptionReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            PreemptionReason::LowerPriority {
-                preemptor,
-                preemptor_priority,
-                victim_priority,
-            } => write!(
-                f,
-                "preempted to make room for {preemptor}, which has higher priority ({preemptor_priority} > {victim_priority})"
-            ),
-            PreemptionReason::Reclaim {
-                preemptor,
-                queue,
-                pool,
-            } => write!(
-                f,
-                "preempted because queue {queue} reclaims its quota in pool {pool}, which this job's queue had borrowed (for {preemptor})"
-            ),
-            PreemptionReason::AttainedService {
-                preemptor,
-                preemptor_service,
-                victim_service,
-            } => write!(
-                f,
-                "preempted to make room for {preemptor}, which has had much less service at the same priority ({:.1} < {:.1} GPU-hours)",
-                preemptor_service / 3600.0,
-                victim_service / 3600.0
-            ),
-            PreemptionReason::Rebalance {
-                from_pool,
-                to_pool,
-                speedup,
-                swapped_with: None,
-            } => write!(
-                f,
-                "moved from pool {from_pool} to pool {to_pool}, where it runs {speedup:.1}x faster"
-            ),
-            PreemptionReason::Rebalance {
-                from_pool,
-                to_pool,
-                speedup,
-                swapped_with: Some(other),
-            } => write!(
-                f,
-                "moved from pool {from_pool} to pool {to_pool} (speed x{speedup:.2}), trading places with {other}, which gains much more or loses much less from the move"
-            ),
-        }
     }
 }

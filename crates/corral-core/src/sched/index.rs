@@ -53,15 +53,15 @@ pub(crate) struct NodeFilter<'a> {
 }
 
 impl NodeFilter<'_> {
-    fn admits(&self, node: &NodeState) -> bool {
+    pub(crate) fn admits(&self, node: &NodeState) -> bool {
         self.selects(node) && tolerates_all(self.tolerations, &node.taints)
     }
-    fn selects(&self, node: &NodeState) -> bool {
+    pub(crate) fn selects(&self, node: &NodeState) -> bool {
         self.selector
             .iter()
             .all(|(k, v)| node.labels.get(k) == Some(v))
     }
-    fn is_trivial(&self) -> bool {
+    pub(crate) fn is_trivial(&self) -> bool {
         self.selector.is_empty() && self.tolerations.is_empty()
     }
 }
@@ -126,7 +126,7 @@ impl NodeState {
             .find(|(i, _)| *i == id)
             .map_or(0, |&(_, v)| v)
     }
-    fn ext_capacity(&self, id: u32) -> u64 {
+    pub(crate) fn ext_capacity(&self, id: u32) -> u64 {
         self.ext_total
             .iter()
             .find(|(i, _)| *i == id)
@@ -566,7 +566,7 @@ impl ClusterIndex {
             return None;
         }
         let trivial = filter.is_trivial();
-        let mut most = self.resource_rows(pod);
+        let mut most = self.resource_rows(pod, &[]);
         let mut any = false;
         let mut narrowed = false;
         for bucket in &p.buckets[first..] {
@@ -607,7 +607,13 @@ impl ClusterIndex {
     /// [`ClusterIndex::could_ever_hold`] rules out): no node takes new work, none has the
     /// labels of the node selector, every selected one has a taint the job does not
     /// tolerate, or the rest are too small (the most of each resource one of them has).
-    pub fn misfit(&self, pool: u16, pod: &PodRequest, filter: &NodeFilter<'_>) -> Misfit {
+    pub fn misfit(
+        &self,
+        pool: u16,
+        pod: &PodRequest,
+        filter: &NodeFilter<'_>,
+        unknown_ext: &[String],
+    ) -> Misfit {
         let p = &self.pools[pool as usize];
         let schedulable: Vec<&NodeState> = p
             .nodes
@@ -650,7 +656,7 @@ impl ClusterIndex {
                 u64::from(n.gpus)
             }));
         }
-        for (row, key) in self.resource_rows(pod) {
+        for (row, key) in self.resource_rows(pod, unknown_ext) {
             rows.push(match key {
                 Key::Cpu => most_of(&usable, CPU, row.needed, |n| n.cpu_total),
                 Key::Mem => most_of(&usable, MEMORY, row.needed, |n| n.mem_total),
@@ -665,7 +671,8 @@ impl ClusterIndex {
     }
 
     /// A row per resource `pod` asks for besides GPUs (CPU, memory, extended), at zero.
-    fn resource_rows(&self, pod: &PodRequest) -> Vec<(ResourceShort, Key)> {
+    /// `unknown_ext` names ids past the index's own (resources no node has).
+    fn resource_rows(&self, pod: &PodRequest, unknown_ext: &[String]) -> Vec<(ResourceShort, Key)> {
         let row = |resource: &str, needed: u64| ResourceShort {
             resource: resource.to_string(),
             needed,
@@ -685,7 +692,12 @@ impl ClusterIndex {
                     .ext_ids
                     .iter()
                     .find(|(_, i)| **i == id)
-                    .map_or("", |(name, _)| name.as_str());
+                    .map(|(name, _)| name.as_str())
+                    .or_else(|| {
+                        let past = id.checked_sub(self.ext_ids.len() as u32)?;
+                        unknown_ext.get(past as usize).map(String::as_str)
+                    })
+                    .unwrap_or("");
                 rows.push((row(name, v), Key::Ext(id)));
             }
         }
@@ -957,41 +969,4 @@ impl ClusterIndex {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::collections::BTreeMap;
-
-    use super::{ClusterIndex, NodeFilter, PodRequest};
-    use crate::sched::model::{ClusterSnapshot, Node};
-
-    fn node(name: &str, cpu_milli: u64) -> Node {
-        Node::new(name, Some("A".to_string()), 8, cpu_milli, 1 << 40)
-    }
-
-    /// Two nodes with the same free GPUs: the CPU-hungry replica goes where it leaves
-    /// enough CPU for the GPUs left, not to the first node in order.
-    #[test]
-    fn a_replica_does_not_strand_gpus_by_taking_their_cpu() {
-        let snapshot = ClusterSnapshot {
-            nodes: vec![node("poor", 32_000), node("rich", 96_000)],
-            ..Default::default()
-        };
-        let index = ClusterIndex::new(&snapshot).expect("valid snapshot");
-        let selector = BTreeMap::new();
-        let filter = NodeFilter {
-            selector: &selector,
-            tolerations: &[],
-        };
-        let pod = PodRequest {
-            cpu: 16_000,
-            gpu: 1,
-            ..Default::default()
-        };
-        let (n, fit) = index.find_node(0, &pod, None, &filter, 256).expect("fits");
-        assert_eq!(index.nodes[n as usize].name, "rich");
-        // 80 cores back 6 of the 7 GPUs left at 12 cores per GPU.
-        assert_eq!(fit.stranded, 1);
-        // On `poor`, 16 cores would back 4 of 7.
-        let poor = index.fit(0, &pod, 8);
-        assert_eq!(poor.stranded, 3);
-    }
-}
+mod tests;

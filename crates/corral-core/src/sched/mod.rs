@@ -52,7 +52,8 @@
 //!   are remade every cycle from the highest-ranked blocked gangs.
 
 mod cycle;
-mod explain;
+pub(crate) mod explain;
+mod fit;
 mod from_api;
 mod index;
 mod model;
@@ -70,6 +71,7 @@ pub use explain::{
     Blocker, Misfit, Needs, PendingReason, PreemptionReason, QuotaResource, ResourceShort,
     Shortfall, TaintBlock,
 };
+pub use fit::ClusterFit;
 pub use from_api::{known_gpu_speed, known_gpu_speeds, priority_of};
 pub use model::{
     ClusterSnapshot, JobRequest, Millis, Node, NodeAllocation, NodePoolConfig, PoolQuota,

@@ -174,6 +174,46 @@ impl Quotas {
         Ok(())
     }
 
+    /// Why queue `q` could never hold `req` in `pool`, even with nothing else running: what
+    /// [`Quotas::check`] says at zero usage (usage only makes it stricter). The most the
+    /// queue may ever use there is its nominal quota without a cohort; in one, its
+    /// guaranteed part plus all its cohort may lend, within its borrowing limit.
+    pub fn never_admits(
+        &self,
+        q: u32,
+        pool: u16,
+        req: Amount,
+        pools: &[PoolState],
+    ) -> Option<Blocker> {
+        let queue = &self.queues[q as usize];
+        let cell = &queue.cells[pool as usize];
+        (0..3).find_map(|r| {
+            let most = match queue.cohort {
+                None => cell.nominal[r],
+                Some(c) => {
+                    let cc = &self.cohorts[c as usize].cells[pool as usize];
+                    let borrow = match cell.borrowing_limit {
+                        Some(b) => cell.nominal[r].saturating_add(b[r]),
+                        None => u64::MAX,
+                    };
+                    borrow.min(cell.guaranteed(r).saturating_add(cc.capacity[r]))
+                }
+            };
+            (req[r] > most).then(|| {
+                let p = &pools[pool as usize];
+                Blocker::NoQuota {
+                    queue: queue.name.clone(),
+                    pool: p.name.clone(),
+                    gpu_type: p.gpu_type.clone(),
+                    resource: RESOURCES[r],
+                    requested: req[r],
+                    most,
+                    cohort: queue.cohort.map(|c| self.cohorts[c as usize].name.clone()),
+                }
+            })
+        })
+    }
+
     fn blocker(&self, q: u32, pool: u16, r: usize, requested: u64, pools: &[PoolState]) -> Blocker {
         let queue = &self.queues[q as usize];
         let cell = &queue.cells[pool as usize];

@@ -60,6 +60,7 @@ pub fn config() -> ControlConfig {
         grace_period: Some(Duration::from_secs(7)),
         priority_classes: vec![class("high", 100), class("low", 0)],
         requires_image: false,
+        fixed_nodes: true,
     }
 }
 

@@ -14,6 +14,24 @@ use serde_json::{Value, json};
 pub(crate) const ADMIN_TOKEN: &str = "envtest-admin-token";
 pub(crate) const OPERATOR_TOKEN: &str = "envtest-operator-token";
 pub(crate) const NOBODY_TOKEN: &str = "envtest-nobody-token";
+/// Two more tokens of the operator's ServiceAccount, one per replica of the leadership case:
+/// the same user (and so the same RBAC), told apart in the audit log by their uids.
+pub(crate) const REPLICA_TOKENS: [(&str, &str); 2] = [
+    ("envtest-replica-a-token", "replica-a"),
+    ("envtest-replica-b-token", "replica-b"),
+];
+/// The operator's user name, as the audit log has it.
+pub(crate) const OPERATOR_USER: &str = "system:serviceaccount:corral-system:corral-operator";
+/// Every write of the operator's ServiceAccount, as the API server received it.
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  users: [\"system:serviceaccount:corral-system:corral-operator\"]
+  verbs: [create, update, patch, delete, deletecollection]
+- level: None
+";
 
 pub(crate) fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -143,15 +161,18 @@ impl Env {
         if !made.is_ok_and(|s| s.success()) {
             return Err("openssl is needed to make the service-account signing key".into());
         }
-        std::fs::write(
-            dir.join("tokens.csv"),
-            format!(
-                "{ADMIN_TOKEN},envtest-admin,1,\"system:masters\"\n\
-                 {OPERATOR_TOKEN},system:serviceaccount:corral-system:corral-operator,2,\"system:serviceaccounts,system:serviceaccounts:corral-system,system:authenticated\"\n\
-                 {NOBODY_TOKEN},nobody,3,\"system:authenticated\"\n"
-            ),
-        )
-        .map_err(|e| e.to_string())?;
+        let sa_groups =
+            "\"system:serviceaccounts,system:serviceaccounts:corral-system,system:authenticated\"";
+        let mut tokens = format!(
+            "{ADMIN_TOKEN},envtest-admin,1,\"system:masters\"\n\
+             {OPERATOR_TOKEN},{OPERATOR_USER},2,{sa_groups}\n\
+             {NOBODY_TOKEN},nobody,3,\"system:authenticated\"\n"
+        );
+        for (token, uid) in REPLICA_TOKENS {
+            tokens.push_str(&format!("{token},{OPERATOR_USER},{uid},{sa_groups}\n"));
+        }
+        std::fs::write(dir.join("tokens.csv"), tokens).map_err(|e| e.to_string())?;
+        std::fs::write(dir.join("audit-policy.yaml"), AUDIT_POLICY).map_err(|e| e.to_string())?;
         let (client_port, peer_port, api_port) = (free_port(), free_port(), free_port());
         let mut children = Vec::new();
         children.push(spawn(
@@ -192,6 +213,15 @@ impl Env {
                 ))
                 .arg("--service-cluster-ip-range=10.96.0.0/16")
                 .arg("--allow-privileged=true")
+                .arg(format!(
+                    "--audit-policy-file={}",
+                    dir.join("audit-policy.yaml").display()
+                ))
+                .arg(format!(
+                    "--audit-log-path={}",
+                    dir.join("audit.log").display()
+                ))
+                .arg("--audit-log-mode=blocking")
                 // More flags, e.g. `--enable-admission-plugins=OwnerReferencesPermissionEnforcement`.
                 .args(
                     std::env::var("ENVTEST_KUBE_APISERVER_FLAGS")

@@ -2,11 +2,12 @@
 //! here, and handed to the control plane, which decides what follows.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use corral_api::TrainingJob;
 use corral_api::document::{Document, parse_documents};
 use corral_api::validate::ValidationContext;
-use corral_core::control::{ControlError, EventType, JobRecord};
+use corral_core::control::{ControlError, EventType, JobRecord, SubmitCheck};
 use jiff::Timestamp;
 
 use super::engine::{Cluster, millis, new_uid};
@@ -19,6 +20,8 @@ use crate::store::{NewJob, StoredJob};
 pub struct SubmitContext {
     validation: ValidationContext,
     images: ImagePolicy,
+    /// What no node of this machine can ever hold: the plane's own check at submit.
+    fit: Arc<SubmitCheck>,
 }
 
 /// A submission as inserted in the open batch: its rows with their submission order
@@ -87,6 +90,7 @@ impl Cluster {
         SubmitContext {
             validation: super::node::validation_context(&self.config.file, &self.node),
             images: self.image_policy(),
+            fit: Arc::clone(&self.submit_check),
         }
     }
 
@@ -147,16 +151,17 @@ impl Cluster {
                         Document::TrainingJob(job) => {
                             let mut job = *job;
                             check_local(&job, namespace, images, &mut errors, &mut warnings);
-                            // What this cluster's nodes can never hold (it waits Unschedulable).
-                            warnings.extend(
-                                corral_api::validate::capacity_warnings(&job, &ctx.validation)
-                                    .into_iter()
-                                    .map(|w| FieldProblem {
-                                        path: w.path,
-                                        message: w.message,
-                                    }),
-                            );
                             job.metadata.namespace = Some(namespace.to_string());
+                            // What this machine can never hold: refused as the plane refuses
+                            // it, before the lock (and by `corral validate` against a server).
+                            if errors.is_empty()
+                                && let Err(r) = ctx.fit.check(&job)
+                            {
+                                errors.push(FieldProblem {
+                                    path: r.path,
+                                    message: r.message,
+                                });
+                            }
                             if errors.is_empty() {
                                 accepted.push((job, p.converted_from.clone()));
                                 warned.push(

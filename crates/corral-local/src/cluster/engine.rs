@@ -123,6 +123,8 @@ pub struct Cluster {
     pub(super) executor: LocalExecutor,
     /// Every decision about jobs: admission, lifecycle, reasons, events.
     pub(super) plane: ControlPlane,
+    /// The plane's check at submit, made before the cluster's lock ([`Cluster::submit_context`]).
+    pub(super) submit_check: std::sync::Arc<corral_core::control::SubmitCheck>,
     pub(super) inventory: NodeInventory,
     pub(super) node: Node,
     /// The node's GPUs NVML reports unhealthy, as last read (see `read_gpu_health`).

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use corral_api::training_job::Role;
-use corral_core::control::{ControlPlane, HeldAdmission, JobRecord, RestoredJob};
+use corral_core::control::{ControlPlane, HeldAdmission, JobRecord, RestoredJob, SubmitCheck};
 use corral_core::lifecycle::{self, Incarnation, ObservedReplica, ReplicaId};
 use corral_core::sched::{Admission, ClusterSnapshot};
 use jiff::Timestamp;
@@ -182,6 +182,8 @@ fn open(config: ClusterConfig, now: Timestamp) -> Result<(Cluster, Vec<String>),
         running: Vec::new(),
     };
     let control = super::node::control_config(&config.file, &node);
+    let submit_check = SubmitCheck::new(&snapshot, &control)
+        .map_err(|e| ClusterError::Scheduler(e.to_string()))?;
     let (mut plane, step) = ControlPlane::restore(snapshot, control, restored, now)
         .map_err(|e| ClusterError::Scheduler(e.to_string()))?;
     // After the restore: a job running on a GPU that turned unhealthy keeps its admission.
@@ -206,6 +208,7 @@ fn open(config: ClusterConfig, now: Timestamp) -> Result<(Cluster, Vec<String>),
         store,
         executor,
         plane,
+        submit_check: std::sync::Arc::new(submit_check),
         inventory,
         node,
         unhealthy_gpus: unhealthy,

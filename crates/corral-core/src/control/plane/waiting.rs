@@ -188,6 +188,8 @@ fn blocker_kinds(reason: &PendingReason) -> Vec<String> {
                 Blocker::NoMatchingPool { .. } => "NoMatchingPool",
                 Blocker::TooLargeForNode { .. } => "NodeSize",
                 Blocker::TooLargeForPool { .. } => "PoolSize",
+                Blocker::GangTooLarge { .. } => "GangSize",
+                Blocker::NoQuota { .. } => "NoQuota",
                 Blocker::TooFewHealthyGpus { .. } => "HealthyGpus",
                 Blocker::NoSuitableNode { .. } => "NoSuitableNode",
                 Blocker::Capacity { .. } => "Capacity",

@@ -1,0 +1,92 @@
+//! Why an admitted job was preempted, in words.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Why an admitted job was preempted.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "kind")]
+pub enum PreemptionReason {
+    /// A job of higher priority needed the room.
+    LowerPriority {
+        preemptor: String,
+        preemptor_priority: i32,
+        victim_priority: i32,
+    },
+    /// The preemptor's queue reclaims quota it lent to the victim's queue.
+    Reclaim {
+        preemptor: String,
+        queue: String,
+        pool: String,
+    },
+    /// A job of the same priority that has received much less service needed the room
+    /// (least attained service first).
+    AttainedService {
+        preemptor: String,
+        /// Attained service in GPU-seconds of the preemptor and of the victim.
+        preemptor_service: f64,
+        victim_service: f64,
+    },
+    /// The job moves to a pool where it runs faster and that has room.
+    Rebalance {
+        from_pool: String,
+        to_pool: String,
+        /// Its throughput there over its throughput where it ran.
+        speedup: f64,
+        /// The job it traded places with, which gains much less from this job's new pool.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        swapped_with: Option<String>,
+    },
+}
+
+impl fmt::Display for PreemptionReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PreemptionReason::LowerPriority {
+                preemptor,
+                preemptor_priority,
+                victim_priority,
+            } => write!(
+                f,
+                "preempted to make room for {preemptor}, which has higher priority ({preemptor_priority} > {victim_priority})"
+            ),
+            PreemptionReason::Reclaim {
+                preemptor,
+                queue,
+                pool,
+            } => write!(
+                f,
+                "preempted because queue {queue} reclaims its quota in pool {pool}, which this job's queue had borrowed (for {preemptor})"
+            ),
+            PreemptionReason::AttainedService {
+                preemptor,
+                preemptor_service,
+                victim_service,
+            } => write!(
+                f,
+                "preempted to make room for {preemptor}, which has had much less service at the same priority ({:.1} < {:.1} GPU-hours)",
+                preemptor_service / 3600.0,
+                victim_service / 3600.0
+            ),
+            PreemptionReason::Rebalance {
+                from_pool,
+                to_pool,
+                speedup,
+                swapped_with: None,
+            } => write!(
+                f,
+                "moved from pool {from_pool} to pool {to_pool}, where it runs {speedup:.1}x faster"
+            ),
+            PreemptionReason::Rebalance {
+                from_pool,
+                to_pool,
+                speedup,
+                swapped_with: Some(other),
+            } => write!(
+                f,
+                "moved from pool {from_pool} to pool {to_pool} (speed x{speedup:.2}), trading places with {other}, which gains much more or loses much less from the move"
+            ),
+        }
+    }
+}
