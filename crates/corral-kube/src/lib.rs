@@ -25,6 +25,9 @@
 //! counts and conditions in its status, and the incarnation of every replica in its pod's
 //! labels. An operator that restarts anywhere in
 //! the pipeline re-reads them and repeats only idempotent steps.
+//!
+//! Beside the pipeline, [`webhook`] refuses at `kubectl apply` what the pipeline could
+//! never run (with `--webhook-cert-dir`), in the embedded shell's words.
 
 pub mod apply;
 pub mod build;
@@ -39,6 +42,7 @@ pub mod observe;
 pub mod operator;
 pub mod plan;
 pub mod record;
+pub mod webhook;
 
 pub use observe::World;
 pub use operator::{OperatorArgs, run_operator};

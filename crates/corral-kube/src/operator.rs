@@ -99,6 +99,13 @@ pub struct OperatorArgs {
     /// collector). The level and targets come from RUST_LOG (default: info).
     #[arg(long, env = "CORRAL_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// Directory with the validating webhook's certificate (tls.crt, tls.key; a
+    /// cert-manager Secret mounted). Without it no webhook is served. See deploy/README.md.
+    #[arg(long)]
+    pub webhook_cert_dir: Option<std::path::PathBuf>,
+    /// Address of the validating webhook (HTTPS, /validate/trainingjobs).
+    #[arg(long, default_value = "0.0.0.0:9443")]
+    pub webhook_listen: SocketAddr,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -546,6 +553,7 @@ async fn run(args: OperatorArgs) -> Result<(), OperatorError> {
         leadership.clone(),
         stop_rx.clone(),
     ));
+    let webhook = spawn_webhook(&args, stop_rx.clone()).await?;
     let mut stop = stop_rx.clone();
     // Readiness follows the API server: credentials accepted and CRDs served, checked now
     // and every API_CHECK_EVERY (a standby is ready on that alone).
@@ -608,7 +616,41 @@ async fn run(args: OperatorArgs) -> Result<(), OperatorError> {
     let _ = quit.send(());
     let _ = tokio::task::spawn_blocking(move || election.join()).await;
     let _ = server.await;
+    if let Some(w) = webhook {
+        let _ = w.await;
+    }
     Ok(())
+}
+
+/// The validating webhook (every replica serves it, leader or not), when a certificate
+/// directory is given; a start without one says so.
+async fn spawn_webhook(
+    args: &OperatorArgs,
+    stop: watch::Receiver<bool>,
+) -> Result<Option<tokio::task::JoinHandle<()>>, OperatorError> {
+    let Some(dir) = args.webhook_cert_dir.clone() else {
+        tracing::info!(
+            "no --webhook-cert-dir: the validating webhook is not served; invalid \
+             TrainingJobs are stored and held Invalid"
+        );
+        return Ok(None);
+    };
+    // A missing certificate or a port in use fails the start, not the first review.
+    crate::webhook::tls_config(&dir).await?;
+    let listener = crate::webhook::bind(args.webhook_listen)?;
+    tracing::info!(
+        "validating webhook on https://{}{}",
+        args.webhook_listen,
+        crate::webhook::PATH
+    );
+    let opts = BuildOptions {
+        cluster_domain: args.cluster_domain.clone(),
+    };
+    Ok(Some(tokio::spawn(async move {
+        if let Err(e) = crate::webhook::serve(listener, dir, opts, stop).await {
+            tracing::error!("validating webhook: {e}");
+        }
+    })))
 }
 
 /// Aborts the watch tasks of a leadership term when it ends, however it ends.

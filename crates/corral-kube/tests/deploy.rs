@@ -410,3 +410,165 @@ fn rbac_lets_the_operator_block_owner_deletion_in_both_installs() {
         "missing update on corral.dev/trainingjobs/finalizers"
     );
 }
+
+/// Options of `corral operator`, as clap reads a Deployment's `args` (after `operator`).
+#[derive(clap::Parser)]
+struct OperatorCli {
+    #[command(flatten)]
+    args: corral_kube::OperatorArgs,
+}
+
+fn args_of(deployment: &Value) -> Vec<String> {
+    deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .map(|a| a.as_str().expect("a string").to_string())
+        .collect()
+}
+
+// The webhook overlay (deploy/webhook/): its parts name each other rightly, and the
+// configuration is what deploy/README.md says (sideEffects None, v1 reviews, a short
+// timeout, CREATE and UPDATE of trainingjobs only, never DELETE).
+#[test]
+fn the_webhook_overlay_is_consistent() {
+    use clap::Parser;
+    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+
+    let dir = deploy().join("webhook");
+    let k = &docs(&dir.join("kustomization.yaml"))[0];
+    assert_eq!(k["resources"], serde_json::json!(["../", "webhook.yaml"]));
+    assert_eq!(k["patches"][0]["path"], "operator-patch.yaml");
+    let all = docs(&dir.join("webhook.yaml"));
+    let of = |kind: &str| -> Value {
+        all.iter()
+            .find(|d| d["kind"] == kind)
+            .unwrap_or_else(|| panic!("no {kind} in deploy/webhook/webhook.yaml"))
+            .clone()
+    };
+    let vwc: ValidatingWebhookConfiguration =
+        serde_json::from_value(of("ValidatingWebhookConfiguration")).expect("parses");
+    let service: k8s_openapi::api::core::v1::Service =
+        serde_json::from_value(of("Service")).expect("parses");
+    let cert = of("Certificate");
+    let issuer = of("Issuer");
+    let patch = &docs(&dir.join("operator-patch.yaml"))[0];
+    let base = docs(&deploy().join("operator.yaml"))
+        .into_iter()
+        .find(|d| d["kind"] == "Deployment")
+        .expect("the operator's Deployment");
+
+    let svc_name = service.metadata.name.clone().expect("name");
+    let ns = service.metadata.namespace.clone().expect("namespace");
+    let webhooks = vwc.webhooks.clone().expect("webhooks");
+    assert_eq!(webhooks.len(), 1);
+    let w = &webhooks[0];
+    assert_eq!(w.name, "trainingjobs.corral.dev");
+    assert!(matches!(w.failure_policy.as_deref(), Some("Fail")));
+    assert_eq!(w.side_effects, "None");
+    assert_eq!(w.admission_review_versions, vec!["v1".to_string()]);
+    assert!(w.timeout_seconds.is_some_and(|t| (1..=10).contains(&t)));
+    let to = w.client_config.service.as_ref().expect("a Service");
+    assert_eq!(
+        (to.name.as_str(), to.namespace.as_str()),
+        (svc_name.as_str(), ns.as_str())
+    );
+    assert_eq!(to.path.as_deref(), Some(corral_kube::webhook::PATH));
+    let svc_port = service
+        .spec
+        .as_ref()
+        .and_then(|s| s.ports.as_ref())
+        .and_then(|p| p.first())
+        .expect("a port");
+    assert_eq!(to.port, Some(svc_port.port));
+    let rules = w.rules.clone().expect("rules");
+    assert_eq!(rules.len(), 1);
+    let r = &rules[0];
+    assert_eq!(
+        r.api_groups.as_deref(),
+        Some(&["corral.dev".to_string()][..])
+    );
+    assert_eq!(
+        r.resources.as_deref(),
+        Some(&["trainingjobs".to_string()][..])
+    );
+    assert_eq!(
+        r.operations.as_deref(),
+        Some(&["CREATE".to_string(), "UPDATE".to_string()][..]),
+        "deletes and status updates must never wait on the webhook"
+    );
+    // cert-manager: the CA of the Certificate the operator mounts is injected.
+    let cert_ref = format!(
+        "{}/{}",
+        cert["metadata"]["namespace"].as_str().expect("ns"),
+        cert["metadata"]["name"].as_str().expect("name")
+    );
+    assert_eq!(
+        vwc.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("cert-manager.io/inject-ca-from")),
+        Some(&cert_ref)
+    );
+    assert_eq!(
+        cert["spec"]["issuerRef"]["name"],
+        issuer["metadata"]["name"]
+    );
+    let dns = format!("{svc_name}.{ns}.svc");
+    assert!(
+        cert["spec"]["dnsNames"]
+            .as_array()
+            .expect("dnsNames")
+            .iter()
+            .any(|d| d == dns.as_str()),
+        "the certificate must name {dns}"
+    );
+
+    // The operator: the base args, then where the certificate is mounted and the port the
+    // Service targets.
+    let args = args_of(patch);
+    let base_args = args_of(&base);
+    assert_eq!(
+        args[..base_args.len()],
+        base_args[..],
+        "the patch's args repeat deploy/operator.yaml's"
+    );
+    assert_eq!(args[0], "operator");
+    let cli = OperatorCli::try_parse_from(&args).expect("the operator accepts the args");
+    let cert_dir = cli.args.webhook_cert_dir.expect("--webhook-cert-dir");
+    let pod = &patch["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    assert_eq!(
+        container["name"],
+        base["spec"]["template"]["spec"]["containers"][0]["name"]
+    );
+    let mount = &container["volumeMounts"][0];
+    assert_eq!(mount["mountPath"], cert_dir.display().to_string());
+    let volume = pod["volumes"]
+        .as_array()
+        .expect("volumes")
+        .iter()
+        .find(|v| v["name"] == mount["name"])
+        .expect("the mounted volume");
+    assert_eq!(volume["secret"]["secretName"], cert["spec"]["secretName"]);
+    let port = container["ports"]
+        .as_array()
+        .expect("ports")
+        .iter()
+        .find(|p| {
+            Some(p["name"].as_str().unwrap_or_default().to_string())
+                == svc_port.target_port.as_ref().map(|t| match t {
+                    k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(s) => {
+                        s.clone()
+                    }
+                    k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(i) => {
+                        i.to_string()
+                    }
+                })
+        })
+        .expect("the container port the Service targets");
+    assert_eq!(
+        port["containerPort"].as_u64(),
+        Some(u64::from(cli.args.webhook_listen.port()))
+    );
+}

@@ -50,6 +50,8 @@ mod operator_binary;
 mod passes;
 #[path = "envtest/trainingjobs.rs"]
 mod trainingjobs;
+#[path = "envtest/webhook.rs"]
+mod webhook;
 
 use crate::defects::defects_on_the_real_server;
 use crate::error_paths::{error_paths, error_paths_before_crds};
@@ -61,6 +63,7 @@ use crate::kubelet::gpu_node;
 use crate::leadership::{REPLICA_ARGS_ENV, two_replicas_paused_leader};
 use crate::operator_binary::operator_binary;
 use crate::passes::operator;
+use crate::webhook::admission_webhook;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envtest() {
@@ -111,6 +114,9 @@ async fn envtest() {
     defects_on_the_real_server(&env, &op).await;
     eprintln!("envtest: two_replicas_paused_leader");
     two_replicas_paused_leader(&env).await;
+    // Last: while it is registered, invalid jobs in its namespace are refused at create.
+    eprintln!("envtest: admission_webhook");
+    admission_webhook(&env).await;
 }
 
 /// Not a test of its own: with `CORRAL_ENVTEST_OPERATOR_ARGS` set (a JSON list of `corral`

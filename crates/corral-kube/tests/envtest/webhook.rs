@@ -1,0 +1,215 @@
+//! The validating admission webhook through the real kube-apiserver: deploy/webhook's
+//! ValidatingWebhookConfiguration (rules, matchConditions) pointed at the operator's
+//! webhook served in-process over HTTPS with a self-signed certificate, so that a
+//! TrainingJob that cannot run as written is refused at create with the embedded shell's
+//! words, and a valid one, its status and its deletion go through.
+
+use std::time::Duration;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingWebhookConfiguration, WebhookClientConfig,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use corral_kube::build::BuildOptions;
+use corral_kube::webhook;
+
+use crate::harness::{Env, repo_root};
+use crate::manifests::namespace;
+use crate::trainingjobs::{replica, training_job, training_jobs};
+
+/// deploy/webhook/webhook.yaml's configuration, calling `url` with `ca` instead of the
+/// Service and cert-manager's injection, for namespace `ns` only (the other cases hold
+/// jobs the operator must see invalid).
+fn configuration(url: &str, ca: &str, ns: &str) -> ValidatingWebhookConfiguration {
+    let text = std::fs::read_to_string(repo_root().join("deploy/webhook/webhook.yaml"))
+        .expect("deploy/webhook/webhook.yaml");
+    let doc = serde_saphyr::from_multiple::<Value>(&text)
+        .expect("yaml")
+        .into_iter()
+        .find(|d| d["kind"] == json!("ValidatingWebhookConfiguration"))
+        .expect("a ValidatingWebhookConfiguration");
+    let mut c: ValidatingWebhookConfiguration = serde_json::from_value(doc).expect("parses");
+    c.metadata.name = Some("corral-envtest-trainingjobs".into());
+    c.metadata.annotations = None;
+    for w in c.webhooks.iter_mut().flatten() {
+        w.client_config = WebhookClientConfig {
+            url: Some(url.to_string()),
+            ca_bundle: Some(ByteString(ca.as_bytes().to_vec())),
+            service: None,
+        };
+        w.namespace_selector = Some(LabelSelector {
+            match_labels: Some(
+                [("kubernetes.io/metadata.name".to_string(), ns.to_string())].into(),
+            ),
+            ..LabelSelector::default()
+        });
+    }
+    c
+}
+
+fn bad_job(ns: &str) -> Value {
+    // Memory without its unit, a success policy of another framework, and a pod template
+    // whose containers are not a list: what the CRD's schema lets through (it refuses a
+    // missing image itself).
+    let mut j = training_job(
+        ns,
+        "bad",
+        "pytorch",
+        json!({"worker": replica(2, 1)}),
+        json!({}),
+    );
+    j["spec"]["replicas"]["worker"]["resources"]["memory"] = json!("16");
+    j["spec"]["successPolicy"] = json!("AllWorkers");
+    j["spec"]["replicas"]["master"] = replica(1, 1);
+    j["spec"]["replicas"]["master"]["template"]["podTemplate"] =
+        json!({"spec": {"containers": "sidecar"}});
+    j
+}
+
+pub(crate) async fn admission_webhook(env: &Env) {
+    let ns = "webhook";
+    namespace(env, ns).await;
+    let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()])
+        .expect("self-signed certificate");
+    let dir = env.dir.join("webhook-certs");
+    std::fs::create_dir_all(&dir).expect("cert dir");
+    let ca = cert.cert.pem();
+    std::fs::write(dir.join(webhook::CERT_FILE), &ca).expect("tls.crt");
+    std::fs::write(
+        dir.join(webhook::KEY_FILE),
+        cert.signing_key.serialize_pem(),
+    )
+    .expect("tls.key");
+    let listener = webhook::bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let (stop, stopped) = watch::channel(false);
+    let server = tokio::spawn(webhook::serve(
+        listener,
+        dir,
+        BuildOptions::default(),
+        stopped,
+    ));
+
+    let configs: Api<ValidatingWebhookConfiguration> = Api::all(env.admin.clone());
+    let url = format!("https://127.0.0.1:{port}{}", webhook::PATH);
+    configs
+        .create(&PostParams::default(), &configuration(&url, &ca, ns))
+        .await
+        .expect("register the webhook");
+    let jobs: Api<DynamicObject> = Api::namespaced_with(env.admin.clone(), ns, &training_jobs());
+
+    // The server picks the configuration up within a moment: until then the job is stored.
+    let bad = bad_job(ns);
+    let mut refusal = None;
+    for _ in 0..60 {
+        match jobs
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(bad.clone()).expect("object"),
+            )
+            .await
+        {
+            Err(kube::Error::Api(s)) if s.message.contains("denied the request") => {
+                refusal = Some(s);
+                break;
+            }
+            Err(e) => panic!("the create failed otherwise than by the webhook: {e}"),
+            Ok(_) => {
+                jobs.delete("bad", &DeleteParams::default().grace_period(0))
+                    .await
+                    .expect("delete the job stored before the webhook was called");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+    }
+    let s = refusal.expect("the webhook never refused the invalid job");
+    eprintln!(
+        "envtest: kubectl would print: Error from server ({}): {}",
+        s.reason, s.message
+    );
+    assert_eq!(s.code, 422, "{s:?}");
+    assert_eq!(s.reason, "Invalid", "{s:?}");
+    // The embedded shell's words for the same document, after the server's prefix.
+    let expected = webhook::check(&bad, &BuildOptions::default()).message();
+    assert_eq!(
+        s.message,
+        format!("admission webhook \"trainingjobs.corral.dev\" denied the request: {expected}")
+    );
+    for field in [
+        "spec.replicas.worker.resources.memory",
+        "spec.successPolicy",
+        "spec.replicas.master.template.podTemplate",
+    ] {
+        assert!(
+            s.message.contains(&format!("\n  {field}: ")),
+            "{field}: {}",
+            s.message
+        );
+    }
+    assert!(
+        jobs.get_opt("bad").await.expect("get").is_none(),
+        "the refused job was stored"
+    );
+
+    // A valid job is created; an update that breaks its spec is refused; its status and
+    // annotations are written (the operator's updates) and it is deleted.
+    let good = training_job(
+        ns,
+        "good",
+        "pytorch",
+        json!({"master": replica(1, 1), "worker": replica(1, 1)}),
+        json!({}),
+    );
+    jobs.create(
+        &PostParams::default(),
+        &serde_json::from_value(good).expect("object"),
+    )
+    .await
+    .expect("a valid job is admitted");
+    let pp = PatchParams::default();
+    let broken = jobs
+        .patch(
+            "good",
+            &pp,
+            &Patch::Merge(
+                json!({"spec": {"replicas": {"worker": {"resources": {"memory": "16"}}}}}),
+            ),
+        )
+        .await
+        .expect_err("a spec update that breaks the job was admitted");
+    assert!(
+        broken
+            .to_string()
+            .contains("spec.replicas.worker.resources.memory"),
+        "{broken}"
+    );
+    jobs.patch(
+        "good",
+        &pp,
+        &Patch::Merge(json!({"metadata": {"annotations": {"corral.dev/note": "x"}}})),
+    )
+    .await
+    .expect("an annotation update is admitted");
+    jobs.patch_status(
+        "good",
+        &pp,
+        &Patch::Merge(json!({"status": {"conditions": []}})),
+    )
+    .await
+    .expect("a status update is admitted");
+    jobs.delete("good", &DeleteParams::default())
+        .await
+        .expect("a delete is admitted");
+
+    configs
+        .delete("corral-envtest-trainingjobs", &DeleteParams::default())
+        .await
+        .expect("unregister the webhook");
+    let _ = stop.send(true);
+    let _ = tokio::time::timeout(Duration::from_secs(10), server).await;
+}
