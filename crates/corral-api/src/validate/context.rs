@@ -97,21 +97,6 @@ impl ValidationContext {
         Some(format!("this cluster has GPU {noun} {}", list.join(", ")))
     }
 
-    /// The most GPUs one node of a type that `allowed` selects holds (any type when empty).
-    pub(super) fn largest_node_of(&self, allowed: &[String]) -> Option<u32> {
-        self.nodes
-            .as_ref()?
-            .iter()
-            .filter(|n| {
-                allowed.is_empty()
-                    || n.gpu_type
-                        .as_ref()
-                        .is_some_and(|t| self.selects_any(allowed, t))
-            })
-            .map(|n| n.gpus)
-            .max()
-    }
-
     /// Whether any of the names `allowed` selects type `t` among the types that exist here
     /// (`corral_api::gpu_type::resolve`).
     pub(super) fn selects_any(&self, allowed: &[String], t: &str) -> bool {

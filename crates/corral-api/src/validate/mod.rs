@@ -22,7 +22,7 @@ use crate::suggest::did_you_mean;
 pub use cluster_scoped::{validate_node_pool, validate_priority_class, validate_queue};
 pub use context::{NodeFacts, ValidationContext};
 pub use names::{check_dns1035_label, check_dns1123_label};
-pub use training_job::{capacity_warnings, missing_images, validate_training_job};
+pub use training_job::{missing_images, validate_training_job};
 
 /// Replicas per role above this are a typo, not a job.
 pub const MAX_REPLICAS_PER_ROLE: u32 = 10_000;

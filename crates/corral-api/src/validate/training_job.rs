@@ -503,39 +503,6 @@ fn check_replica(
     }
 }
 
-/// What a valid job asks for that no node of the cluster in `ctx` can hold now: a replica
-/// with more GPUs than the largest node of an allowed type. Such a job is accepted (it is
-/// reported Unschedulable and waits, since nodes may join: see control/conformance.rs), so
-/// these are warnings, said at once by `corral validate` and `corral submit` with what
-/// exists. Empty without the cluster's nodes.
-pub fn capacity_warnings(job: &TrainingJob, ctx: &ValidationContext) -> Vec<FieldError> {
-    let Some(exists) = ctx.gpus_in_words() else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for (role, r) in &job.spec.replicas {
-        let res = &r.resources;
-        if res.gpu == 0 {
-            continue;
-        }
-        let Some(largest) = ctx.largest_node_of(&res.gpu_types) else {
-            continue;
-        };
-        if largest > 0 && res.gpu > largest {
-            out.push(FieldError::new(
-                format!("spec.replicas.{}.resources.gpu", role.as_str()),
-                format!(
-                    "{} in one replica, but {exists}: the job stays Queued (Unschedulable) until a \
-                     node with {} joins; use at most {largest} per replica and more replicas",
-                    plural(res.gpu, "GPU"),
-                    plural(res.gpu, "GPU")
-                ),
-            ));
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
