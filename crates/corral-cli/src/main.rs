@@ -5,7 +5,9 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use corral_cli::output::{Format, emit, print_values};
-use corral_cli::{api_bench, doctor, manifests, plan, quickstart, remote, sched_bench, sim, up};
+use corral_cli::{
+    api_bench, doctor, manifests, operator_program, plan, quickstart, remote, sched_bench, sim, up,
+};
 use serde_json::Value;
 
 #[derive(Parser)]
@@ -105,8 +107,14 @@ enum Command {
     /// Replay a cluster trace through Corral's scheduler and baseline policies on a
     /// simulated cluster, and compare them (table, JSON or an HTML report).
     Sim(sim::SimArgs),
-    /// Run the Kubernetes operator (CRDs, pods bound by Corral's scheduler, status, events).
-    Operator(corral_kube::OperatorArgs),
+    /// Run the Kubernetes operator (CRDs, pods bound by Corral's scheduler, status, events):
+    /// runs the `corral-operator` program beside `corral` with these arguments
+    /// (`corral operator --help` lists them).
+    #[command(disable_help_flag = true)]
+    Operator {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
     /// Benchmarks that print JSON.
     Bench {
         #[command(subcommand)]
@@ -177,13 +185,7 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Operator(args) => match corral_kube::run_operator(args) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("operator: {e}");
-                ExitCode::FAILURE
-            }
-        },
+        Command::Operator { args } => operator_program::exec(args),
         Command::Validate(args) => manifests::validate(&args),
         Command::Convert {
             file,
