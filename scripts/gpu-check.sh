@@ -9,8 +9,8 @@
 #   4. under cgroup v2, a replica over its memory limit is OOM-killed alone and reported
 #      OOMKilled, while another replica keeps running;
 #   5. a job that could never run says so at once: `validate` against the server refuses a
-#      GPU type the machine lacks (naming what it has) and warns of a replica with more GPUs
-#      than the machine; `corral plan` sees the same GPUs as `corral up`;
+#      GPU type the machine lacks (naming what it has) and a replica with more GPUs than the
+#      machine (naming the largest node); `corral plan` sees the same GPUs as `corral up`;
 #   6. a Kubeflow PyTorchJob (torchrun, NCCL) with nvidia.com/gpu: 1 trains on the GPU.
 # A second GPU job submitted while the first holds the GPU waits ("no GPUs are free"), then
 # runs with CUDA_VISIBLE_DEVICES set. The doctor may warn of one thing only: no container
@@ -291,12 +291,15 @@ refused() {
 check "validate refuses gpuTypes [$MISSING], naming $GPU_TYPE" refused
 gpus=$("$BIN" nodes -o json | "$PY" -c 'import json,sys; print(max(len(n["gpus"]) for n in json.load(sys.stdin)["items"]))' 2>/dev/null || echo 1)
 matmul_job too-many "$GPU_TYPE" 5 | sed "s/gpu: 1,/gpu: $((gpus + 1)),/" >"$work/too-many.yaml"
-warned() {
-    "$BIN" validate "$work/too-many.yaml" >"$work/too-many.txt" 2>&1 || { cat "$work/too-many.txt"; return 1; }
+too_many_refused() {
+    if "$BIN" validate "$work/too-many.yaml" >"$work/too-many.txt" 2>&1; then
+        cat "$work/too-many.txt"
+        return 1
+    fi
     cat "$work/too-many.txt"
-    grep -q "warning:.*$((gpus + 1)) GPUs in one replica, but this cluster has GPU type $GPU_TYPE" "$work/too-many.txt"
+    grep -q "a replica needs $((gpus + 1)) GPUs but the largest node has $gpus" "$work/too-many.txt"
 }
-check "validate warns of a $((gpus + 1))-GPU replica on $gpus-GPU nodes" warned
+check "validate refuses a $((gpus + 1))-GPU replica on $gpus-GPU nodes" too_many_refused
 "$BIN" plan "$work/by-label.yaml" >"$work/plan.txt" 2>&1
 head -3 "$work/plan.txt"
 check "corral plan sees the machine's $GPU_TYPE and admits the job" \

@@ -98,13 +98,41 @@ pub fn run_up(args: &UpArgs) -> ExitCode {
     let tokens = !options.cluster.file.settings.tokens.is_empty();
     // What `corral doctor` says, in one line, and which cgroup mode was chosen and why.
     let report = corral_local::doctor::examine(&data_dir, &options.cluster.file.settings);
-    eprintln!("{}", report.one_line());
-    if let Some(cg) = report.findings.iter().find(|f| f.area == "cgroups") {
-        eprintln!("  cgroups: {}", cg.what);
-    }
+    let cgroups = report
+        .findings
+        .iter()
+        .find(|f| f.area == "cgroups")
+        .map(|cg| cg.what.clone());
+    // Printed once the server has said its own warnings too, so that the count is all of
+    // them and a warning both make (NVML's absence) is printed once.
+    let machine = move |server_warnings: &[String]| {
+        let mut all = report.warnings();
+        for w in server_warnings {
+            if !report
+                .findings
+                .iter()
+                .any(|f| w.contains(&f.what) || f.what.contains(w.as_str()))
+            {
+                all.push(w.clone());
+            }
+        }
+        let tail = match all.len() {
+            0 => "all OK".to_string(),
+            1 => "1 warning:".to_string(),
+            n => format!("{n} warnings:"),
+        };
+        eprintln!("{}; {tail}", report.one_line());
+        for w in &all {
+            eprintln!("  warning: {w}");
+        }
+        if let Some(cg) = &cgroups {
+            eprintln!("  cgroups: {cg}");
+        }
+    };
+    let mut machine = Some(machine);
     let result = corral_server::run_until_signal(options, |addr, warnings| {
-        for w in warnings {
-            eprintln!("warning: {w}");
+        if let Some(say) = machine.take() {
+            say(warnings);
         }
         eprintln!(
             "Corral is up at http://{addr} (data in {})",
@@ -127,6 +155,9 @@ pub fn run_up(args: &UpArgs) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
+            if let Some(say) = machine.take() {
+                say(&[]);
+            }
             eprintln!("error: {e}");
             ExitCode::FAILURE
         }
