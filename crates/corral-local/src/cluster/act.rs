@@ -434,6 +434,7 @@ impl Cluster {
         let options = corral_core::launch::LaunchOptions {
             gpu_indices: Some(gpu_indices.to_vec()),
             mpi_config_dir: dir.display().to_string(),
+            mpi_rsh_agent: self.exec_agent.clone(),
         };
         let launch = match corral_core::launch::replica_env(job, id, &addresses, &options) {
             Ok(l) => l,
