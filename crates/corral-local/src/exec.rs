@@ -149,16 +149,21 @@ pub struct ExecContext {
     pub gid: u32,
 }
 
-/// The context of the replica's running command, the shim's child: `None` when it is not
-/// running (ended, or the shim is still preparing it).
+/// The context of the replica's running command, the shim's child whose pid the shim wrote
+/// once it spawned it: `None` when it is not running (ended, or the shim is still preparing
+/// it: a child that builds the Python environment is not the command, and has not its
+/// environment).
 pub fn context_of(record: &ProcessRecord) -> Option<ExecContext> {
     if !procfs::is_same_alive(record.pid, record.start_time) {
         return None;
     }
-    let command = procfs::all()
-        .into_iter()
-        .filter(|s| s.ppid == record.pid && !s.is_dead())
-        .min_by_key(|s| s.start_time)?;
+    let pid: u32 = fs::read_to_string(record.dir.join(crate::executor::files::COMMAND_PID_FILE))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    // Still the shim's child (not a pid the kernel gave to another process since).
+    let command = procfs::stat(pid).filter(|s| s.ppid == record.pid && !s.is_dead())?;
     let proc_dir = PathBuf::from(format!("/proc/{}", command.pid));
     let environ = fs::read(proc_dir.join("environ")).ok()?;
     let env = environ
@@ -266,7 +271,10 @@ mod tests {
         let key = ExecKey::load_or_create(dir.path()).expect("key");
         let token = key.job_token("team-a", "hvd", "uid-1");
         let parsed = JobToken::parse(&token).expect("parses");
-        assert_eq!((parsed.namespace.as_str(), parsed.job.as_str()), ("team-a", "hvd"));
+        assert_eq!(
+            (parsed.namespace.as_str(), parsed.job.as_str()),
+            ("team-a", "hvd")
+        );
         assert!(key.verify(&parsed, "uid-1"));
         assert!(!key.verify(&parsed, "uid-2"));
         // The same key is read back: tokens survive a restart.

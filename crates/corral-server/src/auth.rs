@@ -87,7 +87,10 @@ impl FromRequestParts<AppState> for Caller {
             .get(axum::http::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok());
         let bearer = header
-            .and_then(|h| h.strip_prefix("Bearer ").or_else(|| h.strip_prefix("bearer ")))
+            .and_then(|h| {
+                h.strip_prefix("Bearer ")
+                    .or_else(|| h.strip_prefix("bearer "))
+            })
             .map(str::trim);
         // A replica's token keeps its narrow scope even on an open API.
         if let Some(token) = bearer.and_then(corral_local::exec::JobToken::parse) {

@@ -22,8 +22,8 @@ pub use bulk::{
     run_suspend,
 };
 pub use cluster_views::{ClusterViewArgs, TopArgs, run_nodes, run_queues, run_top};
-pub use exec::{ExecArgs, run_exec, run_rsh};
 pub use common_args::{ConnArgs, NamespaceArgs, Output, declared_namespace};
+pub use exec::{ExecArgs, run_exec, run_rsh};
 pub use jobs::{
     DescribeArgs, GetArgs, ListArgs, LogsArgs, SubmitArgs, parse_duration_secs, run_describe,
     run_get, run_list, run_logs, run_submit,

@@ -56,8 +56,10 @@ fn exec(
 }
 
 pub(super) fn mpi_example_trains_through_mpirun_and_corral_rsh() -> TestResult {
-    if !common::prerequisite(mpirun_available(), "mpirun (Debian: openmpi-bin) is not installed")
-        || !common::prerequisite(uv_available(), "uv is not installed")
+    if !common::prerequisite(
+        mpirun_available(),
+        "mpirun (Debian: openmpi-bin) is not installed",
+    ) || !common::prerequisite(uv_available(), "uv is not installed")
     {
         return Ok(());
     }
@@ -203,7 +205,10 @@ pub(super) fn exec_runs_in_the_replica_and_only_within_its_own_job() -> TestResu
 }
 
 pub(super) fn mpirun_fails_with_its_message_when_a_worker_is_gone() -> TestResult {
-    if !common::prerequisite(mpirun_available(), "mpirun (Debian: openmpi-bin) is not installed") {
+    if !common::prerequisite(
+        mpirun_available(),
+        "mpirun (Debian: openmpi-bin) is not installed",
+    ) {
         return Ok(());
     }
     let c = TestCluster::start("kind: CorralConfig\n")?;
@@ -270,7 +275,12 @@ spec:
         .job
         .status
         .as_ref()
-        .and_then(|s| s.conditions.iter().rev().find(|c| c.type_ == corral_api::training_job::ConditionType::Failed))
+        .and_then(|s| {
+            s.conditions
+                .iter()
+                .rev()
+                .find(|c| c.type_ == corral_api::training_job::ConditionType::Failed)
+        })
         .map(|c| c.message.clone())
         .unwrap_or_default();
     eprintln!(

@@ -113,8 +113,14 @@ pub(super) async fn exec(
                 // Dropping `input` closes it: the command sees the end of its input.
             });
         }
-        let out = child.stdout.take().map(|o| pump(o, FRAME_STDOUT, tx.clone()));
-        let err = child.stderr.take().map(|e| pump(e, FRAME_STDERR, tx.clone()));
+        let out = child
+            .stdout
+            .take()
+            .map(|o| pump(o, FRAME_STDOUT, tx.clone()));
+        let err = child
+            .stderr
+            .take()
+            .map(|e| pump(e, FRAME_STDERR, tx.clone()));
         // Both streams first, so that the exit status is the last frame. A client that
         // went away ends the pumps early; the child is then killed when dropped.
         let (out_ok, err_ok) = tokio::join!(
