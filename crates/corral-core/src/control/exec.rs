@@ -36,6 +36,8 @@ pub struct ExecTarget<'a> {
     pub job: &'a str,
     pub uid: &'a str,
     pub state: JobState,
+    /// The replica as the caller named it.
+    pub asked: &'a str,
     /// `None`: the job's spec has no such replica.
     pub replica: Option<ReplicaId>,
     /// The replica's observed phase (`None`: never started, or not started now).
@@ -119,7 +121,7 @@ pub fn decide_exec(caller: ExecCaller<'_>, target: &ExecTarget<'_>) -> Result<()
     }
     let Some(replica) = target.replica else {
         return Err(ExecRefusal::NoSuchReplica {
-            replica: "named".to_string(),
+            replica: target.asked.to_string(),
         });
     };
     match target.phase {
@@ -213,6 +215,7 @@ mod tests {
             job: "hvd",
             uid: "u1",
             state,
+            asked: "worker-0",
             replica: Some(ReplicaId::new(Role::Worker, 0)),
             phase,
         }
@@ -291,7 +294,10 @@ mod tests {
         assert!(r.to_string().contains("not started"), "{r}");
         let mut t = target(JobState::Running, None);
         t.replica = None;
-        assert!(decide_exec(OWN, &t).expect_err("refused").is_not_found());
+        t.asked = "worker-9";
+        let r = decide_exec(OWN, &t).expect_err("refused");
+        assert!(r.is_not_found());
+        assert!(r.to_string().contains("no replica worker-9;"), "{r}");
     }
 
     #[test]

@@ -96,6 +96,7 @@ impl Cluster {
             job,
             uid: &stored.uid,
             state: state_of(&stored),
+            asked: replica,
             replica: id,
             phase,
         };
