@@ -40,6 +40,9 @@ enum Command {
     Describe(remote::DescribeArgs),
     /// A replica's output (-f follows).
     Logs(remote::LogsArgs),
+    /// Run a command inside a running replica: `corral exec JOB REPLICA -- CMD...`; exits
+    /// with the command's status (-i passes standard input).
+    Exec(remote::ExecArgs),
     /// Delete jobs (replicas stop; logs are kept).
     Delete(remote::JobArgs),
     /// Suspend jobs: replicas stop, the admission is given back.
@@ -151,8 +154,12 @@ fn main() -> ExitCode {
     // `corral shim <replica dir>` supervises one replica (started by the embedded cluster,
     // not for users). It runs once per replica start, so it skips the command-line parser.
     let mut args = std::env::args_os().skip(1);
-    if args.next().is_some_and(|a| a == "shim") {
-        std::process::exit(corral_local::shim::run(args));
+    match args.next() {
+        Some(a) if a == "shim" => std::process::exit(corral_local::shim::run(args)),
+        // `corral rsh HOST COMMAND...`: the MPI launcher's rsh agent (mpirun runs it), not
+        // for people; its words are mpirun's, not options of this program.
+        Some(a) if a == "rsh" => std::process::exit(remote::run_rsh(args)),
+        _ => {}
     }
     let cli = Cli::parse();
     match cli.command {
@@ -164,6 +171,7 @@ fn main() -> ExitCode {
         Command::Get(a) => remote::run_get(&a),
         Command::Describe(a) => remote::run_describe(&a),
         Command::Logs(a) => remote::run_logs(&a),
+        Command::Exec(a) => remote::run_exec(&a),
         Command::Delete(a) => remote::run_delete(&a),
         Command::Suspend(a) => remote::run_suspend(&a),
         Command::Resume(a) => remote::run_resume(&a),
