@@ -43,6 +43,9 @@ def main():
     rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device(f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if use_cuda else "cpu")
     torch.manual_seed(0)  # the same initial weights everywhere (DDP also broadcasts rank 0's)
+    # One thread per process: the example asks one CPU per replica, and a model this small
+    # only loses time to more threads.
+    torch.set_num_threads(1)
 
     gen = torch.Generator().manual_seed(1234)
     x = torch.rand(SAMPLES, 2, generator=gen) * 2 - 1
