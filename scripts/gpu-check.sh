@@ -11,7 +11,8 @@
 #   5. a job that could never run says so at once: `validate` against the server refuses a
 #      GPU type the machine lacks (naming what it has) and a replica with more GPUs than the
 #      machine (naming the largest node); `corral plan` sees the same GPUs as `corral up`;
-#   6. a Kubeflow PyTorchJob (torchrun, NCCL) with nvidia.com/gpu: 1 trains on the GPU.
+#   6. a Kubeflow PyTorchJob (torchrun, NCCL) with nvidia.com/gpu: 1 trains on the GPU;
+#   7. `corral exec` (MPI's rsh agent's path) runs in the GPU replica: its env, cgroup, GPU.
 # A second GPU job submitted while the first holds the GPU waits ("no GPUs are free"), then
 # runs with CUDA_VISIBLE_DEVICES set. The doctor may warn of one thing only: no container
 # runtime, where neither podman nor docker is installed (the check says so).
@@ -131,6 +132,7 @@ spec:
           - |
             import os, time, torch
             print("CUDA_VISIBLE_DEVICES=" + os.environ.get("CUDA_VISIBLE_DEVICES", "unset"))
+            print("CGROUP=" + open("/proc/self/cgroup").read().strip().splitlines()[-1], flush=True)
             a = torch.randn(8192, 8192, device="cuda")
             end = time.time() + $3
             while time.time() < end:
@@ -224,6 +226,20 @@ if command -v promtool >/dev/null; then
     # The DCGM series keep DCGM's camelCase label names on purpose; nothing else may be said.
     check "promtool accepts /metrics (DCGM's label names aside)" sh -c \
         "promtool check metrics <'$work/metrics.txt' 2>&1 | grep -v \"^DCGM_FI_DEV_.* label names should be written in 'snake_case' not 'camelCase'\$\" | (! grep .)"
+fi
+exec_in_replica() { # corral exec runs in the replica: its GPUs, its cgroup (v2 here)
+    # shellcheck disable=SC2016 # expanded in the replica, not here
+    "$BIN" exec by-label worker-0 -- sh -c 'echo "CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"; echo "CGROUP=$(tail -1 /proc/self/cgroup)"' >"$work/exec.txt" || return 1
+    "$BIN" exec by-label worker-0 -- "$PY" -c 'import torch; print("exec sees", torch.cuda.device_count(), "GPU:", torch.cuda.get_device_name(0))' >>"$work/exec.txt" || return 1
+    cat "$work/exec.txt"
+    local gpus cgroup
+    gpus=$("$BIN" logs by-label | grep -m1 '^CUDA_VISIBLE_DEVICES=')
+    cgroup=$("$BIN" logs by-label | grep -m1 '^CGROUP=')
+    echo "the replica's own: $gpus $cgroup"
+    grep -qxF "$gpus" "$work/exec.txt" && grep -qxF "$cgroup" "$work/exec.txt" && grep -q "^exec sees 1 GPU" "$work/exec.txt"
+}
+if [ "$running" -eq 0 ]; then
+    check "corral exec runs in the replica (its CUDA_VISIBLE_DEVICES, its cgroup, torch sees its GPU)" exec_in_replica
 fi
 "$BIN" nodes
 [ "$running" -eq 0 ] && check "job asking $GPU_TYPE succeeds" wait_state by-label Succeeded 90
