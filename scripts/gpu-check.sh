@@ -12,7 +12,10 @@
 #      GPU type the machine lacks (naming what it has) and a replica with more GPUs than the
 #      machine (naming the largest node); `corral plan` sees the same GPUs as `corral up`;
 #   6. a Kubeflow PyTorchJob (torchrun, NCCL) with nvidia.com/gpu: 1 trains on the GPU;
-#   7. `corral exec` (MPI's rsh agent's path) runs in the GPU replica: its env, cgroup, GPU.
+#   7. `corral exec` (MPI's rsh agent's path) runs in the GPU replica: its env, cgroup, GPU;
+#   8. the MPI example (examples/mpi: mpirun through `corral rsh`, mpi4py) succeeds. Its Python
+#      environment is built with uv; offline, point UV_FIND_LINKS at a directory of wheels
+#      (mpi4py, numpy) and set UV_OFFLINE=1.
 # A second GPU job submitted while the first holds the GPU waits ("no GPUs are free"), then
 # runs with CUDA_VISIBLE_DEVICES set. The doctor may warn of one thing only: no container
 # runtime, where neither podman nor docker is installed (the check says so).
@@ -347,6 +350,18 @@ check "a Kubeflow PyTorchJob (torchrun) succeeds with 1 GPU" wait_state kubeflow
 "$BIN" logs kubeflow-ddp 2>&1 | grep -E 'world size|^RESULT'
 check "it trained on cuda:0 (NCCL) and fit the model" sh -c \
     "'$BIN' logs kubeflow-ddp | grep -q 'samples on cuda:0' && '$BIN' logs kubeflow-ddp | grep -q '^RESULT ok'"
+
+echo "== 8. the MPI example: mpirun reaches the workers through corral rsh (no sshd)"
+if command -v mpirun >/dev/null && command -v uv >/dev/null; then
+    mpirun --version 2>&1 | head -1
+    "$BIN" submit --code examples/mpi examples/mpi/job.yaml
+    check "the MPI example (mpirun + corral rsh, mpi4py allreduce) succeeds" wait_state mpi-allreduce Succeeded 240
+    "$BIN" logs mpi-allreduce launcher-0 2>&1 | tail -5
+    check "its ranks ran in two worker replicas and fit the model" sh -c \
+        "'$BIN' logs mpi-allreduce launcher-0 | grep -q '^RESULT ok ranks=2 replicas=2'"
+else
+    fail "the MPI example (mpirun and uv are needed on this machine: apt-get install openmpi-bin; pip install uv)"
+fi
 
 echo
 echo "== summary ($work)"
