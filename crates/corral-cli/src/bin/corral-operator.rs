@@ -19,8 +19,9 @@ struct Cli {
 }
 
 fn main() -> ExitCode {
-    // `corral operator ARGS` runs `corral-operator operator ARGS`: the word is skipped so
-    // that Deployments written for `corral operator` work with either program.
+    // A leading `operator` is skipped, so that a Deployment's `args: [operator, ...]`,
+    // written for `corral`, also works where the image's entrypoint is corral-operator
+    // (`corral operator ARGS` itself passes ARGS without it).
     let args = std::env::args_os()
         .enumerate()
         .filter(|(i, a)| !(*i == 1 && a == "operator"))
