@@ -17,6 +17,22 @@ use serde_json::Value;
     about = "Distributed ML training on shared GPU clusters"
 )]
 struct Cli {
+    /// The server of the commands that talk to one, given before the command (`corral
+    /// --server URL list`); the command's own `--server` wins.
+    #[arg(long = "server", id = "global_server", value_name = "URL")]
+    server: Option<String>,
+    /// API token of the commands that talk to a server, given before the command.
+    #[arg(long = "token", id = "global_token", value_name = "TOKEN")]
+    token: Option<String>,
+    /// Namespace of the commands that act in one, given before the command
+    /// (`corral -n team-a list`).
+    #[arg(
+        short = 'n',
+        long = "namespace",
+        id = "global_namespace",
+        value_name = "NAMESPACE"
+    )]
+    namespace: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -43,7 +59,7 @@ enum Command {
     /// Run a command inside a running replica: `corral exec JOB REPLICA -- CMD...`; exits
     /// with the command's status (-i passes standard input).
     Exec(remote::ExecArgs),
-    /// Delete jobs (replicas stop; logs are kept).
+    /// Delete jobs: replicas stop, then the job, its logs and its code snapshot are removed.
     Delete(remote::JobArgs),
     /// Suspend jobs: replicas stop, the admission is given back.
     Suspend(remote::JobArgs),
@@ -51,7 +67,8 @@ enum Command {
     Resume(remote::JobArgs),
     /// Print a shell completion script: `source <(corral completion bash)`, or save it
     /// where the shell loads completions (zsh: a `_corral` file on $fpath; fish:
-    /// ~/.config/fish/completions/corral.fish).
+    /// ~/.config/fish/completions/corral.fish). Job names complete from the server
+    /// ($CORRAL_SERVER, $CORRAL_TOKEN, $CORRAL_NAMESPACE).
     Completion {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
@@ -161,7 +178,17 @@ fn main() -> ExitCode {
         Some(a) if a == "rsh" => std::process::exit(remote::run_rsh(args)),
         _ => {}
     }
+    // A shell asking for completions (`COMPLETE=bash corral ...`, from the script that
+    // `corral completion` prints): answer and exit.
+    clap_complete::CompleteEnv::with_factory(Cli::command)
+        .var(remote::COMPLETE_VAR)
+        .complete();
     let cli = Cli::parse();
+    remote::set_global_flags(remote::GlobalFlags {
+        server: cli.server,
+        token: cli.token,
+        namespace: cli.namespace,
+    });
     match cli.command {
         Command::Up(a) => up::run_up(&a),
         Command::Doctor(a) => doctor::run(&a),
@@ -175,11 +202,13 @@ fn main() -> ExitCode {
         Command::Delete(a) => remote::run_delete(&a),
         Command::Suspend(a) => remote::run_suspend(&a),
         Command::Resume(a) => remote::run_resume(&a),
-        Command::Completion { shell } => {
-            let mut script = Vec::new();
-            clap_complete::generate(shell, &mut Cli::command(), "corral", &mut script);
-            emit(&String::from_utf8_lossy(&script))
-        }
+        Command::Completion { shell } => match remote::registration(shell) {
+            Ok(script) => emit(&script),
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Queues(a) => remote::run_queues(&a),
         Command::Nodes(a) => remote::run_nodes(&a),
         Command::Top(a) => remote::run_top(&a),

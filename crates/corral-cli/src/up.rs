@@ -148,7 +148,7 @@ pub fn run_up(args: &UpArgs) -> ExitCode {
             eprintln!("  export CORRAL_SERVER=http://{addr}");
         }
         eprintln!(
-            "  try: corral submit examples/quickstart/quickstart.yaml && corral logs quickstart -f"
+            "  try: corral submit examples/quickstart/quickstart.yaml --code examples/quickstart && corral logs quickstart -f"
         );
         eprintln!("Ctrl-C stops the server.");
     });

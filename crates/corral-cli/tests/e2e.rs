@@ -18,6 +18,8 @@ mod code_snapshots;
 mod isolation;
 #[path = "e2e/jobs.rs"]
 mod jobs;
+#[path = "e2e/kubectl_habits.rs"]
+mod kubectl_habits;
 #[path = "e2e/manifest_checks.rs"]
 mod manifest_checks;
 #[path = "e2e/metrics.rs"]
@@ -130,6 +132,11 @@ fn main() -> ExitCode {
         Trial::test(
             "mpirun_fails_with_its_message_when_a_worker_is_gone",
             mpi::mpirun_fails_with_its_message_when_a_worker_is_gone,
+        ),
+        Trial::test("kubectl_habits_hold", kubectl_habits::kubectl_habits_hold),
+        Trial::test(
+            "relative_working_dir_needs_code",
+            kubectl_habits::relative_working_dir_needs_code,
         ),
         Trial::test(
             "the_servers_environment_stays_out_of_replicas",

@@ -422,3 +422,42 @@ fn deadline_during_restart_backoff_fails_and_starts_nothing() {
     w.advance(3600);
     assert!(starts(&w.tick()).is_empty());
 }
+
+/// An OOM kill names the memory limit the replica hit and the field that sets it, so the fix
+/// is plain; without a limit it says the replica ran out of memory.
+#[test]
+fn an_oom_kill_names_the_limit() {
+    for (memory, want) in [
+        (
+            Some("512Mi"),
+            "failed with exit code 137 (OOMKilled): it used all of its memory limit, 512Mi \
+             (spec.replicas.worker.resources.memory)",
+        ),
+        (
+            None,
+            "failed with exit code 137 (OOMKilled): it ran out of memory",
+        ),
+    ] {
+        let mut spec = job(
+            Framework::Jax,
+            &[(Role::Worker, 1, Some(RestartPolicy::Never))],
+        );
+        if let Some(m) = memory
+            && let Some(r) = spec.spec.replicas.get_mut(&Role::Worker)
+        {
+            r.resources.memory = Some(corral_api::quantity::Quantity::parse(m).expect("quantity"));
+        }
+        let mut w = World::new(spec);
+        w.run_all();
+        w.set(id(Role::Worker, 0), failed(137, FailureReason::OomKilled));
+        w.tick();
+        let message = w
+            .status()
+            .conditions
+            .iter()
+            .find(|c| c.type_ == ConditionType::Failed)
+            .map(|c| c.message.clone())
+            .unwrap_or_default();
+        assert!(message.contains(want), "{memory:?}: {message}");
+    }
+}

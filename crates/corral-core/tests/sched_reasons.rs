@@ -971,3 +971,18 @@ fn taints_and_tolerations_follow_kubernetes_rules_in_the_scheduler() {
     // The worker's toleration is for NoSchedule only.
     assert_eq!(admitted(&tainted(TaintEffect::NoExecute), two_roles), 0);
 }
+
+/// CPUs read as people write them: exact, never rounded (`250m` is 0.25, not 0.2).
+#[test]
+fn cpu_amounts_are_written_exactly() {
+    for (milli, want) in [
+        (250, "0.25"),
+        (1000, "1"),
+        (1500, "1.5"),
+        (100, "0.1"),
+        (1001, "1.001"),
+        (0, "0"),
+    ] {
+        assert_eq!(corral_core::sched::cpu_text(milli), want);
+    }
+}

@@ -4,6 +4,7 @@
 //! Each finding is OK or WARN, and a WARN names its fix.
 
 use std::path::Path;
+use std::time::Duration;
 
 use serde::Serialize;
 
@@ -324,14 +325,22 @@ pub fn examine(data_dir: &Path, settings: &Settings) -> Report {
             } else {
                 format!(" ({})", rt.global_args.join(" "))
             };
-            findings.push(ok(
-                "containers",
-                format!(
-                    "{} at {}{args}: jobs with an image run in containers",
-                    rt.kind.as_str(),
-                    rt.program.display()
-                ),
-            ));
+            let runs = format!(
+                "{} at {}{args}: jobs with an image run in containers",
+                rt.kind.as_str(),
+                rt.program.display()
+            );
+            // A runtime that works but can pull nothing fails every job whose image is not
+            // here already: say so now, not at each job's start.
+            match image_pulls(&rt) {
+                Ok(()) => findings.push(ok("containers", runs)),
+                Err(why) => findings.push(warn(
+                    "containers",
+                    format!("{runs}, but {why}"),
+                    "load the images the jobs name (`podman load -i FILE`), or point \
+                     /etc/containers/registries.conf at a registry mirror this machine reaches",
+                )),
+            }
             Some(rt.kind.as_str().to_string())
         }
         // Turned off in corral.yaml: nothing to fix.
@@ -495,6 +504,61 @@ impl Report {
             })
             .collect()
     }
+}
+
+/// Whether the runtime can pull images: its default registry answers a TCP connection
+/// within a few seconds. `Err` says what can run instead (the images already here).
+fn image_pulls(rt: &container::ContainerRuntime) -> Result<(), String> {
+    use std::net::{TcpStream, ToSocketAddrs};
+    const REGISTRY: &str = "registry-1.docker.io:443";
+    // Name resolution has no timeout of its own: the probe runs on a thread of its own, and
+    // a machine whose resolver hangs is not held up (`corral up` examines at each start).
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let reached = match REGISTRY.to_socket_addrs() {
+            Ok(mut addrs) => match addrs.next() {
+                Some(addr) => TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+                    .map(drop)
+                    .map_err(|e| e.to_string()),
+                None => Err("no address".to_string()),
+            },
+            Err(e) => Err(e.to_string()),
+        };
+        let _ = tx.send(reached);
+    });
+    let unreachable = match rx.recv_timeout(Duration::from_millis(2500)) {
+        Ok(Ok(())) => return Ok(()),
+        Ok(Err(e)) => e,
+        Err(_) => "no answer within 2.5 s".to_string(),
+    };
+    let local = std::process::Command::new(&rt.program)
+        .args(&rt.global_args)
+        .args(["images", "--format", "{{.Repository}}:{{.Tag}}"])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    let here = match local.len() {
+        0 => "no image is here, so every job with an image fails to start".to_string(),
+        n if n <= 5 => format!("only the images here can run: {}", local.join(", ")),
+        n => format!(
+            "only the {n} images here can run ({}, ...)",
+            local[..5].join(", ")
+        ),
+    };
+    Err(format!(
+        "it cannot pull images ({REGISTRY} unreachable: {unreachable}): {here}"
+    ))
 }
 
 #[cfg(test)]

@@ -322,26 +322,29 @@ impl Client {
         self.get_value(&format!("{}/describe", Self::job_path(namespace, name)))
     }
 
-    pub fn delete(&self, namespace: &str, name: &str) -> Result<(), ClientError> {
+    /// Deletes a job; `Ok(false)` when it was being deleted already.
+    pub fn delete(&self, namespace: &str, name: &str) -> Result<bool, ClientError> {
         let req = self.auth(
             self.agent
                 .delete(self.url(&Self::job_path(namespace, name))),
         );
         let response = req.call();
-        self.finish(response).map(|_| ())
+        self.finish(response).map(|text| changed(&text))
     }
 
-    fn post_empty(&self, path: &str) -> Result<(), ClientError> {
+    fn post_empty(&self, path: &str) -> Result<bool, ClientError> {
         let req = self.auth(self.agent.post(self.url(path)));
         let response = req.send_empty();
-        self.finish(response).map(|_| ())
+        self.finish(response).map(|text| changed(&text))
     }
 
-    pub fn suspend(&self, namespace: &str, name: &str) -> Result<(), ClientError> {
+    /// Suspends a job; `Ok(false)` when it was suspended already.
+    pub fn suspend(&self, namespace: &str, name: &str) -> Result<bool, ClientError> {
         self.post_empty(&format!("{}/suspend", Self::job_path(namespace, name)))
     }
 
-    pub fn resume(&self, namespace: &str, name: &str) -> Result<(), ClientError> {
+    /// Resumes a job; `Ok(false)` when it was not suspended.
+    pub fn resume(&self, namespace: &str, name: &str) -> Result<bool, ClientError> {
         self.post_empty(&format!("{}/resume", Self::job_path(namespace, name)))
     }
 
@@ -453,4 +456,12 @@ fn api_error(status: u16, text: &str) -> ClientError {
             }
         }
     }
+}
+
+/// A delete's, suspend's or resume's `changed` (absent, from an older server: it changed).
+fn changed(response: &str) -> bool {
+    serde_json::from_str::<Value>(response)
+        .ok()
+        .and_then(|v| v.get("changed").and_then(Value::as_bool))
+        .unwrap_or(true)
 }

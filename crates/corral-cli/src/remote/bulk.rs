@@ -14,7 +14,11 @@ use crate::output::plural;
 
 #[derive(Args, Debug)]
 pub struct JobArgs {
-    #[arg(value_name = "NAME", required_unless_present_any = ["all", "selector"])]
+    #[arg(
+        value_name = "NAME",
+        required_unless_present_any = ["all", "selector"],
+        add = super::completion::job_names()
+    )]
     pub names: Vec<String>,
     /// Every job of the namespace.
     #[arg(long, conflicts_with_all = ["names", "selector"])]
@@ -157,7 +161,7 @@ fn each_job(
     args: &JobArgs,
     verb: &str,
     confirm: &Confirm<'_>,
-    f: impl Fn(&Client, &str, &str) -> Result<(), ClientError>,
+    f: impl Fn(&Client, &str, &str) -> Result<bool, ClientError>,
 ) -> ExitCode {
     let client = args.conn.client();
     let ns = args.namespace.resolve(&client);
@@ -173,7 +177,8 @@ fn each_job(
     let selected = args.all || args.selector.is_some();
     for name in &names {
         match f(&client, &ns, name) {
-            Ok(()) => println!("trainingjob/{name} {verb}"),
+            Ok(true) => println!("trainingjob/{name} {verb}"),
+            Ok(false) => println!("trainingjob/{name} {}", already(verb)),
             // Selected from a list that another client changed since: the job went meanwhile,
             // which is no fault of this command.
             Err(e) if selected && is_not_found(&e) => {
@@ -186,6 +191,16 @@ fn each_job(
         }
     }
     code
+}
+
+/// What a verb that changed nothing found (another client deleted or suspended first).
+fn already(done: &str) -> &str {
+    match done {
+        "deleted" => "was being deleted already",
+        "suspended" => "was suspended already",
+        "resumed" => "was not suspended (unchanged)",
+        other => other,
+    }
 }
 
 /// `delete` of `deleted`, for the question before acting.

@@ -4,6 +4,27 @@
 use clap::{Args, ValueEnum};
 use corral_server::api_client::Client;
 
+/// `--server`, `--token` and `-n` given before the command (`corral --server URL list`),
+/// as kubectl takes its global flags anywhere: the defaults of every remote command, below
+/// the command's own flags and above the environment.
+#[derive(Clone, Debug, Default)]
+pub struct GlobalFlags {
+    pub server: Option<String>,
+    pub token: Option<String>,
+    pub namespace: Option<String>,
+}
+
+static GLOBAL_FLAGS: std::sync::OnceLock<GlobalFlags> = std::sync::OnceLock::new();
+
+/// Sets the flags given before the command (once, before it runs).
+pub fn set_global_flags(flags: GlobalFlags) {
+    let _ = GLOBAL_FLAGS.set(flags);
+}
+
+fn global_flags() -> Option<&'static GlobalFlags> {
+    GLOBAL_FLAGS.get()
+}
+
 /// Where the server is and who is asking.
 #[derive(Args, Clone, Debug, Default)]
 pub struct ConnArgs {
@@ -20,6 +41,7 @@ impl ConnArgs {
         let server = self
             .server
             .clone()
+            .or_else(|| global_flags().and_then(|g| g.server.clone()))
             .or_else(|| {
                 std::env::var("CORRAL_SERVER")
                     .ok()
@@ -29,6 +51,7 @@ impl ConnArgs {
         let token = self
             .token
             .clone()
+            .or_else(|| global_flags().and_then(|g| g.token.clone()))
             .or_else(|| std::env::var("CORRAL_TOKEN").ok());
         Client::new(&server, token.as_deref())
     }
@@ -45,11 +68,14 @@ pub struct NamespaceArgs {
 impl NamespaceArgs {
     /// `-n`, else $CORRAL_NAMESPACE.
     pub fn given(&self) -> Option<String> {
-        self.namespace.clone().or_else(|| {
-            std::env::var("CORRAL_NAMESPACE")
-                .ok()
-                .filter(|s| !s.is_empty())
-        })
+        self.namespace
+            .clone()
+            .or_else(|| global_flags().and_then(|g| g.namespace.clone()))
+            .or_else(|| {
+                std::env::var("CORRAL_NAMESPACE")
+                    .ok()
+                    .filter(|s| !s.is_empty())
+            })
     }
 
     pub fn get(&self) -> String {

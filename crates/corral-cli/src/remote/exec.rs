@@ -15,7 +15,7 @@ use super::print::fail;
 #[derive(Args, Debug)]
 pub struct ExecArgs {
     /// The job.
-    #[arg(value_name = "JOB")]
+    #[arg(value_name = "JOB", add = super::completion::job_names())]
     pub job: String,
     /// The replica: `<role>-<index>` (e.g. `worker-1`) or its full name (`mnist-worker-1`).
     #[arg(value_name = "REPLICA")]

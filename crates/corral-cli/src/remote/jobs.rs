@@ -9,6 +9,7 @@ use corral_server::api_client::{Client, ClientError, LogRequest};
 use jiff::Timestamp;
 use serde_json::Value;
 
+use super::bulk::Selector;
 use super::common_args::{ConnArgs, NamespaceArgs, Output, declared_namespace};
 use super::print::{fail, out, print_structured, structured};
 use super::render::{describe_text, jobs_table, names_text};
@@ -40,6 +41,10 @@ pub struct ListArgs {
     /// After the table, print each job's line again whenever it changes, until Ctrl-C.
     #[arg(short, long)]
     pub watch: bool,
+    /// Only jobs whose labels match, e.g. `team=nlp,stage!=prod` (`=`, `==`, `!=`; `key`:
+    /// has the label; `!key`: has it not).
+    #[arg(short = 'l', long, value_name = "SELECTOR")]
+    pub selector: Option<String>,
     #[command(flatten)]
     pub namespace: NamespaceArgs,
     #[command(flatten)]
@@ -49,17 +54,22 @@ pub struct ListArgs {
 #[derive(Args, Debug)]
 pub struct GetArgs {
     /// Job names; none lists the namespace's jobs.
-    #[arg(value_name = "NAME")]
+    #[arg(value_name = "NAME", add = super::completion::job_names())]
     pub names: Vec<String>,
     /// With no names: jobs of every namespace (that the token may see).
     #[arg(short = 'A', long, conflicts_with = "names")]
     pub all_namespaces: bool,
-    /// `table` shows the job's line; `json`/`yaml` the TrainingJob with its status.
+    /// `table` shows the job's line; `json`/`yaml` the TrainingJob with its status (with
+    /// no names: a `List` of them).
     #[arg(short, long, value_enum, default_value_t = Output::Table)]
     pub output: Output,
     /// After the table, print each job's line again whenever it changes, until Ctrl-C.
     #[arg(short, long)]
     pub watch: bool,
+    /// With no names: only jobs whose labels match, e.g. `team=nlp,stage!=prod` (`=`,
+    /// `==`, `!=`; `key`: has the label; `!key`: has it not).
+    #[arg(short = 'l', long, value_name = "SELECTOR", conflicts_with = "names")]
+    pub selector: Option<String>,
     #[command(flatten)]
     pub namespace: NamespaceArgs,
     #[command(flatten)]
@@ -68,7 +78,8 @@ pub struct GetArgs {
 
 #[derive(Args, Debug)]
 pub struct DescribeArgs {
-    #[arg(value_name = "NAME", required = true)]
+    /// Job names; none describes every job of the namespace.
+    #[arg(value_name = "NAME", add = super::completion::job_names())]
     pub names: Vec<String>,
     /// `table` is the readable report; `json`/`yaml` the whole record.
     #[arg(short, long, value_enum, default_value_t = Output::Table)]
@@ -82,7 +93,7 @@ pub struct DescribeArgs {
 #[derive(Args, Debug)]
 pub struct LogsArgs {
     /// The job, or `JOB/REPLICA` (e.g. `mnist/worker-1`).
-    #[arg(value_name = "JOB")]
+    #[arg(value_name = "JOB", add = super::completion::job_names())]
     pub name: String,
     /// The replica: `<role>-<index>` (e.g. `worker-1`) or its full name (`mnist-worker-1`).
     /// Default: the first replica (chief, master or launcher, else worker 0).
@@ -246,9 +257,20 @@ pub fn run_submit(args: &SubmitArgs) -> ExitCode {
 pub fn run_list(args: &ListArgs) -> ExitCode {
     let client = args.conn.client();
     let ns = (!args.all_namespaces).then(|| args.namespace.resolve(&client));
+    let selector = match args.selector.as_deref().map(Selector::parse).transpose() {
+        Ok(s) => s,
+        Err(e) => return fail(&format!("--selector: {e}")),
+    };
     let jobs = match client.list(ns.as_deref()) {
         Ok(jobs) => jobs,
         Err(e) => return fail(&e),
+    };
+    let jobs = match &selector {
+        Some(sel) => match selected(&client, jobs, sel) {
+            Ok(jobs) => jobs,
+            Err(e) => return fail(&e),
+        },
+        None => jobs,
     };
     let printed = match args.output {
         o if o.is_table() && jobs.is_empty() => {
@@ -270,7 +292,36 @@ pub fn run_list(args: &ListArgs) -> ExitCode {
     if !args.watch || printed != ExitCode::SUCCESS {
         return printed;
     }
-    watch(&client, ns.as_deref(), &[], args.output, jobs)
+    // Watched by name: a job that gains the labels later is not shown (kubectl's watch
+    // re-evaluates the selector; the list here has no labels to do it with).
+    let names: Vec<String> = match selector {
+        Some(_) => jobs.iter().map(|j| j.name.clone()).collect(),
+        None => Vec::new(),
+    };
+    watch(&client, ns.as_deref(), &names, args.output, jobs)
+}
+
+/// The jobs of `jobs` whose labels `selector` matches (each job's labels read from the
+/// server; a job deleted meanwhile is left out).
+fn selected(
+    client: &Client,
+    jobs: Vec<JobSummary>,
+    selector: &Selector,
+) -> Result<Vec<JobSummary>, ClientError> {
+    let mut kept = Vec::new();
+    for j in jobs {
+        let job = match client.get(&j.namespace, &j.name) {
+            Ok(job) => job,
+            Err(ClientError::Api { status: 404, .. }) => continue,
+            Err(e) => return Err(e),
+        };
+        let labels = job.pointer("/metadata/labels").and_then(Value::as_object);
+        let label = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
+        if selector.matches(label) {
+            kept.push(j);
+        }
+    }
+    Ok(kept)
 }
 
 /// `--watch`: polls the jobs and prints the line of each one that changed (or appeared)
@@ -284,6 +335,9 @@ fn watch(
     mut last: Vec<JobSummary>,
 ) -> ExitCode {
     let with_ns = namespace.is_none();
+    // Every job printed so far, so that a changed job's line is laid out in the columns
+    // of the table above it (widths from all of them), not in columns of its own.
+    let mut shown: Vec<JobSummary> = last.clone();
     loop {
         std::thread::sleep(Duration::from_secs(1));
         let now = match client.list(namespace) {
@@ -324,9 +378,15 @@ fn watch(
                     .filter_map(|j| structured(j, output).ok())
                     .collect(),
                 o => {
-                    let table = jobs_table(&changed, with_ns, o == Output::Wide, Timestamp::now());
-                    // The header was printed once, at the top.
-                    table.lines().skip(1).map(|l| format!("{l}\n")).collect()
+                    let first_new = shown.len();
+                    shown.extend(changed.iter().cloned());
+                    let table = jobs_table(&shown, with_ns, o == Output::Wide, Timestamp::now());
+                    // The header and the earlier lines were printed already.
+                    table
+                        .lines()
+                        .skip(1 + first_new)
+                        .map(|l| format!("{l}\n"))
+                        .collect()
                 }
             };
             if out(&text) != ExitCode::SUCCESS {
@@ -339,11 +399,15 @@ fn watch(
 
 /// `corral get [NAME...]`
 pub fn run_get(args: &GetArgs) -> ExitCode {
+    if args.names.is_empty() && matches!(args.output, Output::Json | Output::Yaml) {
+        return get_all_objects(args);
+    }
     if args.names.is_empty() {
         return run_list(&ListArgs {
             all_namespaces: args.all_namespaces,
             output: args.output,
             watch: args.watch,
+            selector: args.selector.clone(),
             namespace: args.namespace.clone(),
             conn: args.conn.clone(),
         });
@@ -403,12 +467,60 @@ pub fn run_get(args: &GetArgs) -> ExitCode {
     code
 }
 
-/// `corral describe NAME...`
+/// `corral get -o yaml|json` with no names: the namespace's (or every namespace's)
+/// TrainingJobs with their status, as a `List`, as kubectl prints them.
+fn get_all_objects(args: &GetArgs) -> ExitCode {
+    if args.watch {
+        return fail(&"--watch prints lines of a table; use it without -o json|yaml");
+    }
+    let client = args.conn.client();
+    let ns = (!args.all_namespaces).then(|| args.namespace.resolve(&client));
+    let selector = match args.selector.as_deref().map(Selector::parse).transpose() {
+        Ok(s) => s,
+        Err(e) => return fail(&format!("--selector: {e}")),
+    };
+    let jobs = match client.list(ns.as_deref()) {
+        Ok(jobs) => jobs,
+        Err(e) => return fail(&e),
+    };
+    let mut items = Vec::new();
+    for j in jobs {
+        let job = match client.get(&j.namespace, &j.name) {
+            Ok(job) => job,
+            // Deleted since the list.
+            Err(ClientError::Api { status: 404, .. }) => continue,
+            Err(e) => return fail(&e),
+        };
+        let labels = job.pointer("/metadata/labels").and_then(Value::as_object);
+        let label = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
+        if selector.as_ref().is_none_or(|s| s.matches(label)) {
+            items.push(job);
+        }
+    }
+    print_structured(
+        &serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}),
+        args.output,
+    )
+}
+
+/// `corral describe [NAME...]`; with no names, every job of the namespace.
 pub fn run_describe(args: &DescribeArgs) -> ExitCode {
     let client = args.conn.client();
     let ns = args.namespace.resolve(&client);
+    let names = if args.names.is_empty() {
+        match client.list(Some(&ns)) {
+            Ok(jobs) if jobs.is_empty() => {
+                eprintln!("No jobs in namespace {ns}.");
+                return ExitCode::SUCCESS;
+            }
+            Ok(jobs) => jobs.into_iter().map(|j| j.name).collect(),
+            Err(e) => return fail(&e),
+        }
+    } else {
+        args.names.clone()
+    };
     let mut code = ExitCode::SUCCESS;
-    for (i, name) in args.names.iter().enumerate() {
+    for (i, name) in names.iter().enumerate() {
         let printed = match args.output {
             o if o.is_table() || o == Output::Name => match client.describe(&ns, name) {
                 Ok(d) if o == Output::Name => out(&format!("trainingjob/{}\n", d.summary.name)),

@@ -12,6 +12,7 @@
 mod bulk;
 mod cluster_views;
 mod common_args;
+mod completion;
 mod exec;
 mod jobs;
 pub(crate) mod print;
@@ -22,7 +23,10 @@ pub use bulk::{
     run_suspend,
 };
 pub use cluster_views::{ClusterViewArgs, TopArgs, run_nodes, run_queues, run_top};
-pub use common_args::{ConnArgs, NamespaceArgs, Output, declared_namespace};
+pub use common_args::{
+    ConnArgs, GlobalFlags, NamespaceArgs, Output, declared_namespace, set_global_flags,
+};
+pub use completion::{COMPLETE_VAR, job_names, registration};
 pub use exec::{ExecArgs, run_exec, run_rsh};
 pub use jobs::{
     DescribeArgs, GetArgs, ListArgs, LogsArgs, SubmitArgs, parse_duration_secs, run_describe,

@@ -3,7 +3,9 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use corral_local::cluster::{JobDetails, JobSummary, NodeInfo, QueueInfo, ReplicaUsageRow};
+use corral_local::cluster::{
+    JobDetails, JobSummary, NodeInfo, QueueInfo, QueuePoolUsage, QuotaLimits, ReplicaUsageRow,
+};
 use jiff::Timestamp;
 
 use crate::output::plural;
@@ -66,12 +68,9 @@ pub fn bytes(b: u64) -> String {
     }
 }
 
+/// CPUs as the scheduler's reasons write them: `0.25`, `2`.
 fn cpu(milli: u64) -> String {
-    if milli.is_multiple_of(1000) {
-        (milli / 1000).to_string()
-    } else {
-        format!("{milli}m")
-    }
+    corral_core::sched::cpu_text(milli)
 }
 
 /// The jobs' table, ages as of `now`; `wide` adds preemptions, creation time and uid.
@@ -287,20 +286,7 @@ pub fn queues_table(queues: &[QueueInfo]) -> String {
     let rows: Vec<Vec<String>> = queues
         .iter()
         .map(|q| {
-            let usage: Vec<String> = q
-                .usage
-                .iter()
-                .map(|u| {
-                    let used = u.used.gpu;
-                    match u.nominal.map(|n| n.gpu) {
-                        Some(Some(n)) => format!("{}: {used} of {} used", u.pool, plural(n, "GPU")),
-                        Some(None) => {
-                            format!("{}: {} used, unlimited", u.pool, plural(used, "GPU"))
-                        }
-                        None => format!("{}: {} used, no quota", u.pool, plural(used, "GPU")),
-                    }
-                })
-                .collect();
+            let usage: Vec<String> = q.usage.iter().map(pool_usage).collect();
             vec![
                 q.name.clone(),
                 q.cohort.clone().unwrap_or_else(|| "-".into()),
@@ -315,6 +301,47 @@ pub fn queues_table(queues: &[QueueInfo]) -> String {
         &["QUEUE", "COHORT", "WEIGHT", "PENDING", "ADMITTED", "USAGE"],
         &rows,
     )
+}
+
+/// A queue's usage in one pool, of each resource its quota names or it uses: `h100: 2 of
+/// 8 GPUs used`, `cpu: 1.5 of 16 CPUs used, 2.0Gi of 64.0Gi memory used`, `v100: nothing
+/// used, no quota`.
+fn pool_usage(u: &QueuePoolUsage) -> String {
+    let used = u.used;
+    let limits = u.nominal.unwrap_or_default();
+    let mut parts = Vec::new();
+    let gpus = |n: u64| plural(n, "GPU");
+    let cpus = |m: u64| {
+        if m == 1000 {
+            "1 CPU".to_string()
+        } else {
+            format!("{} CPUs", cpu(m))
+        }
+    };
+    let memory = |b: u64| format!("{} memory", bytes(b));
+    let mut each = |used: u64, limit: Option<u64>, unit: &dyn Fn(u64) -> String| match limit {
+        Some(l) => parts.push(format!("{} of {} used", number_of(&unit(used)), unit(l))),
+        None if used > 0 => parts.push(format!("{} used", unit(used))),
+        None => {}
+    };
+    each(used.gpu, limits.gpu, &gpus);
+    each(used.cpu_milli, limits.cpu_milli, &cpus);
+    each(used.memory_bytes, limits.memory_bytes, &memory);
+    let what = if parts.is_empty() {
+        "nothing used".to_string()
+    } else {
+        parts.join(", ")
+    };
+    match u.nominal {
+        Some(n) if n == QuotaLimits::default() => format!("{}: {what}, unlimited", u.pool),
+        Some(_) => format!("{}: {what}", u.pool),
+        None => format!("{}: {what}, no quota", u.pool),
+    }
+}
+
+/// `2` of `2 GPUs`: the number alone, the unit said once (`2 of 8 GPUs`).
+fn number_of(amount: &str) -> &str {
+    amount.split(' ').next().unwrap_or(amount)
 }
 
 /// A value or `-` (absent: not measured here, e.g. no NVML).
@@ -403,9 +430,10 @@ pub fn top_table(
                         && b.pid == r.pid
                 })
                 .and_then(|b| b.cpu_seconds);
+            // A rate needs both samples of the same process: a replica that started (or
+            // restarted) between them shows `-`, not its CPU seconds in another unit.
             let cpu = match (prev, r.cpu_seconds) {
                 (Some(a), Some(b)) => format!("{:.0}%", ((b - a).max(0.0) / secs) * 100.0),
-                (None, Some(b)) => format!("{b:.1}s"),
                 _ => "-".into(),
             };
             vec![
@@ -510,7 +538,10 @@ mod tests {
     fn queues_table_says_of_what() {
         let usage = |pool: &str, used, nominal: Option<ResourceAmount>| QueuePoolUsage {
             pool: pool.into(),
-            used: ResourceAmount::gpus(used),
+            used: ResourceAmount {
+                gpu: used,
+                ..ResourceAmount::ZERO
+            },
             nominal: nominal.map(QuotaLimits::from),
             borrowing_limit: None,
         };
@@ -524,6 +555,21 @@ mod tests {
                 usage("h100", 12, Some(ResourceAmount::gpus(16))),
                 usage("a100", 1, Some(ResourceAmount::UNLIMITED)),
                 usage("v100", 0, None),
+                // A CPU pool: its CPUs and memory, not "0 GPUs used".
+                QueuePoolUsage {
+                    pool: "cpu".into(),
+                    used: ResourceAmount {
+                        gpu: 0,
+                        cpu_milli: 1500,
+                        memory_bytes: 2 << 30,
+                    },
+                    nominal: Some(QuotaLimits {
+                        gpu: None,
+                        cpu_milli: Some(16_000),
+                        memory_bytes: Some(64 << 30),
+                    }),
+                    borrowing_limit: None,
+                },
             ],
         }];
         insta::assert_snapshot!("queues", queues_table(&queues));

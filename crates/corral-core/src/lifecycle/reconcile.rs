@@ -210,9 +210,30 @@ fn until(now: Timestamp, t: Timestamp) -> Duration {
     Duration::try_from(now.duration_until(t)).unwrap_or(Duration::ZERO)
 }
 
-fn describe(job: &str, id: ReplicaId, phase: ReplicaPhase) -> String {
+fn describe(job: &str, spec: &TrainingJobSpec, id: ReplicaId, phase: ReplicaPhase) -> String {
     let name = id.name(job);
     match phase {
+        // The limit it hit, so that the fix (more memory, or a smaller batch) is plain.
+        ReplicaPhase::Failed {
+            exit_code,
+            reason: reason @ FailureReason::OomKilled,
+        } => {
+            let role = id.role;
+            let limit = spec
+                .replicas
+                .get(&role)
+                .and_then(|r| r.resources.memory.as_ref());
+            match limit {
+                Some(limit) => format!(
+                    "replica {name} failed with exit code {exit_code} ({reason}): it used all \
+                     of its memory limit, {limit} (spec.replicas.{role}.resources.memory)"
+                ),
+                None => format!(
+                    "replica {name} failed with exit code {exit_code} ({reason}): it ran out \
+                     of memory"
+                ),
+            }
+        }
         ReplicaPhase::Failed { exit_code, reason } => {
             format!("replica {name} failed with exit code {exit_code} ({reason})")
         }
@@ -695,7 +716,7 @@ impl Reconciler {
                 Exit::Retry => retry.push((id, phase)),
                 Exit::Permanent => {
                     self.update_replica_statuses();
-                    let msg = describe(&self.job, id, phase);
+                    let msg = describe(&self.job, &self.spec, id, phase);
                     self.fail(reason::REPLICA_FAILED, msg);
                     return;
                 }
@@ -741,7 +762,7 @@ impl Reconciler {
         };
         let what = retry
             .iter()
-            .map(|(id, phase)| describe(&self.job, *id, *phase))
+            .map(|(id, phase)| describe(&self.job, &self.spec, *id, *phase))
             .collect::<Vec<_>>()
             .join("; ");
         let done = self.status.restart_count;

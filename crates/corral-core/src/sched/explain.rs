@@ -452,11 +452,14 @@ fn types_phrase(types: &[String]) -> String {
     }
 }
 
-fn cpu_text(milli: u64) -> String {
-    if milli.is_multiple_of(1000) {
-        format!("{}", milli / 1000)
+/// CPUs as people write them: `250m` is "0.25", `1500m` "1.5" (exact, never rounded).
+pub fn cpu_text(milli: u64) -> String {
+    let (whole, frac) = (milli / 1000, milli % 1000);
+    if frac == 0 {
+        whole.to_string()
     } else {
-        format!("{:.1}", milli as f64 / 1000.0)
+        let frac = format!("{frac:03}");
+        format!("{whole}.{}", frac.trim_end_matches('0'))
     }
 }
 

@@ -69,7 +69,7 @@ pub mod workload;
 pub use cycle::Scheduler;
 pub use explain::{
     Blocker, Misfit, Needs, PendingReason, PreemptionReason, QuotaResource, ResourceShort,
-    Shortfall, TaintBlock,
+    Shortfall, TaintBlock, cpu_text,
 };
 pub use fit::ClusterFit;
 pub use from_api::{known_gpu_speed, known_gpu_speeds, priority_of};

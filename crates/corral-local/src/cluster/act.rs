@@ -5,7 +5,7 @@
 //! spec that cannot be launched a refusal (`ControlPlane::launch_rejected`).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use corral_api::TrainingJob;
@@ -761,6 +761,7 @@ fn process_spec(
     let mut spec = job.spec.clone();
     spec.apply_defaults();
     let rspec = spec.replicas.get(&id.role)?;
+    let in_container = containers && rspec.template.image.is_some();
     let mut command = rspec.template.command.clone();
     command.extend(rspec.template.args.iter().cloned());
     let cpu_milli = rspec
@@ -781,8 +782,12 @@ fn process_spec(
         incarnation: label,
         command,
         env,
-        // With a snapshot, a relative working directory is inside it.
+        // With a snapshot, a relative working directory is inside it: the copy on the host,
+        // or its mount in a container (submit refuses a relative one without a snapshot).
         working_dir: rspec.template.working_dir.as_ref().map(|wd| match &code {
+            Some(_) if !wd.starts_with('/') && in_container => {
+                Path::new(crate::code::CONTAINER_DIR).join(wd)
+            }
             Some(code) if !wd.starts_with('/') => code.join(wd),
             _ => PathBuf::from(wd),
         }),

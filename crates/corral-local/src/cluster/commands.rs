@@ -11,7 +11,7 @@ use corral_core::control::{ControlError, EventType, JobRecord, SubmitCheck};
 use jiff::Timestamp;
 
 use super::engine::{Cluster, millis, new_uid};
-use super::{ClusterError, DocumentProblem, FieldProblem, SubmitResult};
+use super::{Change, ClusterError, DocumentProblem, FieldProblem, SubmitResult};
 use crate::config::WithoutRuntime;
 use crate::store::{NewJob, StoredJob};
 
@@ -267,7 +267,7 @@ impl Cluster {
         // and nothing is stored then), its code, then its rows and events in a savepoint.
         let mut stored: Vec<Result<Inserted, ClusterError>> = Vec::with_capacity(batch.len());
         for (checked, code) in batch {
-            let files = requirements_files(&checked.jobs, code);
+            let files = code_references(&checked.jobs, code);
             if !files.is_empty() {
                 stored.push(Err(ClusterError::Invalid(files)));
                 continue;
@@ -526,8 +526,13 @@ impl Cluster {
         namespace: &str,
         name: &str,
         now: Timestamp,
-    ) -> Result<(), ClusterError> {
+    ) -> Result<Change, ClusterError> {
         let stored = self.require(namespace, name)?;
+        let change = if stored.deleting {
+            Change::AlreadySo
+        } else {
+            Change::Made
+        };
         if !stored.deleting {
             self.store.mark_deleting(&stored.uid)?;
             self.refresh_job(namespace, name)?;
@@ -541,7 +546,7 @@ impl Cluster {
             );
         }
         match self.plane.delete(&stored.key()) {
-            Ok(()) | Err(ControlError::NotFound(_)) => Ok(()),
+            Ok(()) | Err(ControlError::NotFound(_)) => Ok(change),
             Err(e) => Err(ClusterError::Conflict(e.to_string())),
         }
     }
@@ -553,7 +558,7 @@ impl Cluster {
         namespace: &str,
         name: &str,
         now: Timestamp,
-    ) -> Result<(), ClusterError> {
+    ) -> Result<Change, ClusterError> {
         self.set_suspend(namespace, name, true, now)
     }
 
@@ -563,7 +568,7 @@ impl Cluster {
         namespace: &str,
         name: &str,
         now: Timestamp,
-    ) -> Result<(), ClusterError> {
+    ) -> Result<Change, ClusterError> {
         self.set_suspend(namespace, name, false, now)
     }
 
@@ -573,10 +578,10 @@ impl Cluster {
         name: &str,
         suspend: bool,
         now: Timestamp,
-    ) -> Result<(), ClusterError> {
+    ) -> Result<Change, ClusterError> {
         let stored = self.require(namespace, name)?;
         if stored.job.spec.run_policy.suspend == suspend && !stored.deleting {
-            return Ok(());
+            return Ok(Change::AlreadySo);
         }
         let mut job = self
             .plane
@@ -597,7 +602,7 @@ impl Cluster {
             ("Resume", "runPolicy.suspend cleared by the user")
         };
         self.event(namespace, name, now, EventType::Normal, reason, msg.into());
-        Ok(())
+        Ok(Change::Made)
     }
 }
 
@@ -659,19 +664,9 @@ fn check_local(
         }
         let image = spec.template.image.as_deref();
         match (images.runtime, image) {
-            (Some(runtime), Some(image)) => {
-                if let Some(wd) = &spec.template.working_dir
-                    && !wd.starts_with('/')
-                {
-                    errors.push(FieldProblem {
-                        path: format!("spec.replicas.{role}.template.workingDir"),
-                        message: format!(
-                            "`{wd}` is relative; in a container of `{image}` ({runtime}) the \
-                             working directory must be an absolute path inside the image"
-                        ),
-                    });
-                }
-            }
+            // A relative working directory is inside the code snapshot, in a container as
+            // on the host ([`code_references`]).
+            (Some(_), Some(_)) => {}
             (None, Some(image)) if images.without_runtime == WithoutRuntime::Reject => {
                 errors.push(FieldProblem {
                     path: format!("spec.replicas.{role}.template.image"),
@@ -775,7 +770,7 @@ fn pod_warnings(
 
 /// Each requirements file a job names must be in its code snapshot (`code`, unpacked) and
 /// list packages only.
-fn requirements_files(
+fn code_references(
     jobs: &[(TrainingJob, Option<String>)],
     code: Option<&std::path::Path>,
 ) -> Vec<DocumentProblem> {
@@ -783,6 +778,34 @@ fn requirements_files(
     for (i, (job, _)) in jobs.iter().enumerate() {
         let mut errors = Vec::new();
         for (role, spec) in &job.spec.replicas {
+            // A relative working directory means a directory of the code snapshot (in a
+            // container too, where the snapshot is /workspace), never the server's own
+            // directory: it exists only where the snapshot has it.
+            if let Some(wd) = spec
+                .template
+                .working_dir
+                .as_ref()
+                .filter(|wd| !wd.starts_with('/'))
+            {
+                let message = match code {
+                    None => Some(format!(
+                        "`{wd}` is relative, so it names a directory of the job's code \
+                         snapshot, and this submission has none: submit with `corral submit \
+                         --code DIR`, or give an absolute path"
+                    )),
+                    Some(dir) if !dir.join(wd).is_dir() => Some(format!(
+                        "`{wd}` is not a directory of the code snapshot; name one that is, \
+                         or remove workingDir to start in the snapshot's top directory"
+                    )),
+                    Some(_) => None,
+                };
+                if let Some(message) = message {
+                    errors.push(FieldProblem {
+                        path: format!("spec.replicas.{role}.template.workingDir"),
+                        message,
+                    });
+                }
+            }
             let Some(file) = spec
                 .template
                 .python

@@ -70,9 +70,15 @@ pub fn the_conformance_story_with_real_processes() {
             ScenarioStep::Finish(name) => {
                 std::fs::write(marks.join(format!("finish-{name}")), "").expect("mark");
             }
-            ScenarioStep::Suspend(name) => c.suspend(ns, name, h.now).expect("suspend"),
-            ScenarioStep::Resume(name) => c.resume(ns, name, h.now).expect("resume"),
-            ScenarioStep::Delete(name) => c.delete(ns, name, h.now).expect("delete"),
+            ScenarioStep::Suspend(name) => {
+                c.suspend(ns, name, h.now).expect("suspend");
+            }
+            ScenarioStep::Resume(name) => {
+                c.resume(ns, name, h.now).expect("resume");
+            }
+            ScenarioStep::Delete(name) => {
+                c.delete(ns, name, h.now).expect("delete");
+            }
             ScenarioStep::GpuTurnsUnhealthy(name) => {
                 let d = c.describe(ns, name).expect("d").expect("job");
                 let gpu = d

@@ -3,6 +3,7 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::response::IntoResponse;
+use corral_local::cluster::Change;
 use jiff::Timestamp;
 use serde_json::json;
 
@@ -69,7 +70,7 @@ async fn change(
 ) -> ApiResult {
     caller.check(&namespace)?;
     let (ns, n) = (namespace.clone(), name.clone());
-    state
+    let change = state
         .with_cluster(move |c| {
             let now = Timestamp::now();
             match action {
@@ -80,7 +81,15 @@ async fn change(
         })
         .await??;
     state.wake();
-    Ok(Json(json!({ "namespace": namespace, "name": name, "result": action })).into_response())
+    // `changed: false`: the job was so already (a second delete of a job being deleted).
+    let changed = change == Change::Made;
+    Ok(Json(json!({
+        "namespace": namespace,
+        "name": name,
+        "result": action,
+        "changed": changed,
+    }))
+    .into_response())
 }
 
 pub(super) async fn delete_job(
