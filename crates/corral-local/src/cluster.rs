@@ -36,7 +36,10 @@ mod engine;
 mod node;
 mod recovery;
 mod replicas;
+mod shutdown;
 mod views;
+
+pub use shutdown::RunningReplica;
 
 /// How to open the embedded cluster.
 #[derive(Clone, Debug)]

@@ -59,6 +59,13 @@ fn image() -> Option<&'static str> {
             .ok_or("busybox not found")?;
         let root = tempfile::tempdir().map_err(|e| e.to_string())?;
         let r = root.path();
+        // The image's `/` as images have it: a tenant's uid (as root, replicas run as their
+        // namespace's) must pass it. A temporary directory is 0700.
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(r, std::fs::Permissions::from_mode(0o755))
+                .map_err(|e| e.to_string())?;
+        }
         std::fs::create_dir_all(r.join("bin")).map_err(|e| e.to_string())?;
         std::fs::create_dir_all(r.join("app")).map_err(|e| e.to_string())?;
         std::fs::copy(busybox, r.join("bin/busybox")).map_err(|e| e.to_string())?;

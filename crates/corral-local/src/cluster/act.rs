@@ -485,9 +485,25 @@ impl Cluster {
             gpu_indices,
             (containers, code),
         );
-        let Some(process) = process else {
+        let Some(mut process) = process else {
             return Ok(None);
         };
+        match self.tenancy.identity(&self.store, &stored.namespace) {
+            Ok(who) => process.run_as = who.map(Into::into),
+            Err(e) => {
+                // No uid is free for a new namespace: its replicas must not run as root.
+                self.plane.start_failed(
+                    &key,
+                    StartFailure {
+                        replica: id,
+                        incarnation: inc,
+                        exit_code: 0,
+                        message: e.to_string(),
+                    },
+                );
+                return Ok(None);
+            }
+        }
         if let Some(why) = process.missing_program() {
             self.plane.start_failed(
                 &key,
@@ -793,5 +809,6 @@ fn process_spec(
                 args: rspec.template.args.clone(),
             }),
         python: rspec.template.python.clone(),
+        run_as: None,
     })
 }

@@ -120,6 +120,8 @@ pub(super) struct Counters {
 pub struct Cluster {
     pub(super) config: ClusterConfig,
     pub(super) store: Store,
+    /// Which uid each namespace's replicas run under (see [`crate::tenancy`]).
+    pub(super) tenancy: crate::tenancy::Tenancy,
     pub(super) executor: LocalExecutor,
     /// Every decision about jobs: admission, lifecycle, reasons, events.
     pub(super) plane: ControlPlane,
@@ -160,6 +162,11 @@ const GPU_HEALTH_PERIOD: std::time::Duration = std::time::Duration::from_secs(10
 
 impl Cluster {
     /// The configuration the cluster was opened with (tokens, ports, declared objects).
+    /// Which identities this cluster's replicas run under.
+    pub fn tenancy(&self) -> &crate::tenancy::Tenancy {
+        &self.tenancy
+    }
+
     pub fn config(&self) -> &ClusterConfig {
         &self.config
     }

@@ -36,6 +36,10 @@ pub struct PythonLaunch {
     pub version: Option<String>,
     /// Normalized: trimmed, sorted, without duplicates.
     pub requirements: Vec<String>,
+    /// The tenant group the environment is built for (see [`crate::tenancy`]): `envs_dir`
+    /// is then its own, and the interpreter must be one its uid can run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant_gid: Option<u32>,
 }
 
 /// The requirements of a requirements file: one per line, without comments and blank
@@ -97,6 +101,7 @@ impl PythonLaunch {
             envs_dir,
             version: env.version.clone(),
             requirements,
+            tenant_gid: None,
         })
     }
 
@@ -142,6 +147,11 @@ pub fn prepare(launch: &PythonLaunch, log: &mut dyn FnMut(&[u8])) -> Result<Path
     let io_err = |what: &str, e: io::Error| BuildError::Io(format!("{what}: {e}"));
     fs::create_dir_all(&launch.envs_dir)
         .map_err(|e| io_err(&launch.envs_dir.display().to_string(), e))?;
+    if let Some(gid) = launch.tenant_gid {
+        // Its group reads and runs what is built here; nobody else, and it changes nothing.
+        crate::tenancy::set_owner_mode(&launch.envs_dir, 0, gid, 0o750)
+            .map_err(|e| io_err(&launch.envs_dir.display().to_string(), e))?;
+    }
     let key = launch.key();
     let lock_path = launch.envs_dir.join(format!("{key}.lock"));
     let lock = fs::OpenOptions::new()
@@ -223,11 +233,26 @@ fn build(
         requirements.into(),
     ]);
     for args in steps {
-        let out = Command::new(&launch.uv)
-            .args(&args)
+        let mut cmd = Command::new(&launch.uv);
+        cmd.args(&args)
             .env("UV_CACHE_DIR", launch.envs_dir.join(".uv-cache"))
             .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
+            .stdin(Stdio::null());
+        if launch.tenant_gid.is_some() {
+            // The venv links to its interpreter: one found in root's home (pyenv, uv's own
+            // downloads) would not run as the tenant. uv looks only where others may
+            // enter, and a Python it downloads goes beside the environments.
+            cmd.env("UV_PYTHON_INSTALL_DIR", launch.envs_dir.join(".pythons"));
+            if let Some(path) = std::env::var_os("PATH") {
+                let open: Vec<PathBuf> = std::env::split_paths(&path)
+                    .filter(|d| others_may_enter(d))
+                    .collect();
+                if let Ok(joined) = std::env::join_paths(open) {
+                    cmd.env("PATH", joined);
+                }
+            }
+        }
+        let out = cmd
             .output()
             .map_err(|e| BuildError::Io(format!("running {}: {e}", launch.uv.display())))?;
         for part in [&out.stdout, &out.stderr] {
@@ -244,8 +269,44 @@ fn build(
             )));
         }
     }
+    if let Some(gid) = launch.tenant_gid {
+        let python = venv.join("bin/python");
+        let real = fs::canonicalize(&python).map_err(|e| io_err(&python, e))?;
+        if let Some(blocked) = blocked_for_group(&real, gid) {
+            return Err(BuildError::Resolve(format!(
+                "the python environment's interpreter {} cannot be run by the job's user \
+                 (uid and gid {gid}): {} is not open to it. Install Python where every user \
+                 may run it (e.g. /usr/bin/python3), or name a version with \
+                 template.python.version so that uv downloads one",
+                real.display(),
+                blocked.display()
+            )));
+        }
+    }
     fs::write(dir.join(READY_FILE), b"").map_err(|e| io_err(dir, e))?;
     Ok(())
+}
+
+/// Whether a user other than the owner may pass through directory `dir` (and every
+/// directory above it).
+fn others_may_enter(dir: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    dir.is_absolute()
+        && dir
+            .ancestors()
+            .all(|d| fs::metadata(d).is_ok_and(|m| m.mode() & 0o001 != 0))
+}
+
+/// The first of `file` and the directories above it that a process of group `gid` (and
+/// another uid) may not pass or run, if any.
+fn blocked_for_group(file: &Path, gid: u32) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    file.ancestors().find_map(|p| {
+        let open = fs::metadata(p).is_ok_and(|m| {
+            m.mode() & 0o001 != 0 || (m.gid() == gid && m.mode() & 0o010 != 0)
+        });
+        (!open).then(|| p.to_path_buf())
+    })
 }
 
 /// The environment's variables over `env`: its `bin` first on PATH, `VIRTUAL_ENV`.

@@ -28,7 +28,7 @@ impl Harness {
     /// A cluster in a temporary directory with its own range of 50 ports from `ports`
     /// (tests run in parallel), a 2 s grace period, and `extra` settings (`corral.yaml`).
     pub fn new(waits: Waits, ports: u16, extra: &str) -> (Harness, Cluster) {
-        let dir = tempfile::tempdir().expect("tempdir");
+        let dir = super::reachable_tempdir();
         let text = format!(
             "kind: CorralConfig\nports: {{min: {ports}, max: {}}}\ngracePeriodSeconds: 2\n{extra}",
             ports + 49
