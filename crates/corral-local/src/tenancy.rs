@@ -218,8 +218,13 @@ pub fn protect_data_dir(data_dir: &Path, isolated: bool) -> Result<Vec<String>, 
     tighten(data_dir, dir_mode)?;
     for sub in TRAVERSED_DIRS {
         let path = data_dir.join(sub);
-        if isolated {
-            fs::create_dir_all(&path).map_err(|e| format!("creating {}: {e}", path.display()))?;
+        if isolated && !path.exists() {
+            // Made with its mode: only what was looser before is worth a note.
+            use std::os::unix::fs::DirBuilderExt;
+            fs::DirBuilder::new()
+                .mode(dir_mode)
+                .create(&path)
+                .map_err(|e| format!("creating {}: {e}", path.display()))?;
         }
         tighten(&path, dir_mode)?;
     }
@@ -238,7 +243,15 @@ pub fn protect_data_dir(data_dir: &Path, isolated: bool) -> Result<Vec<String>, 
 /// missing, its modes set (see [`protect_data_dir`]); with tenants, refused when a directory
 /// above it is closed to other users (their replicas could not reach their own files).
 pub fn prepare_data_dir(data_dir: &Path, isolated: bool) -> Result<Vec<String>, String> {
-    fs::create_dir_all(data_dir).map_err(|e| format!("creating {}: {e}", data_dir.display()))?;
+    if !data_dir.exists() {
+        // Made with its mode, not tightened after with a note.
+        use std::os::unix::fs::DirBuilderExt;
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(if isolated { 0o711 } else { 0o700 })
+            .create(data_dir)
+            .map_err(|e| format!("creating {}: {e}", data_dir.display()))?;
+    }
     if isolated {
         let real = fs::canonicalize(data_dir)
             .map_err(|e| format!("resolving {}: {e}", data_dir.display()))?;

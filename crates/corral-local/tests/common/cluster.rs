@@ -69,6 +69,17 @@ impl Harness {
         self.dir.path().join(name)
     }
 
+    /// A path replicas may create (`<tmp>/scratch`, sticky and open to all, as /tmp): as
+    /// root, replicas run as their namespace's uid and cannot write in the test's directory.
+    pub fn scratch(&self, name: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = self.dir.path().join("scratch");
+        std::fs::create_dir_all(&dir).expect("scratch dir");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777))
+            .expect("chmod scratch");
+        dir.join(name)
+    }
+
     /// Where the replicas' directories are.
     pub fn run_dir(&self) -> PathBuf {
         self.config.data_dir.join("replicas")
