@@ -57,6 +57,9 @@ enum Command {
     Nodes(remote::ClusterViewArgs),
     /// CPU, memory and GPUs of every running replica.
     Top(remote::TopArgs),
+    /// The audit trail: who wrote what through the API, when, and how it ended (a token
+    /// of every namespace).
+    Audit(remote::AuditArgs),
     /// Check TrainingJob, Queue, NodePool, JobPriorityClass and Kubeflow job files; explain
     /// each valid one. `-` reads standard input. With a reachable server, jobs are checked
     /// as `submit` would (priority classes, queues, GPUs); exits 1 if anything is invalid.
@@ -167,6 +170,7 @@ fn main() -> ExitCode {
         Command::Queues(a) => remote::run_queues(&a),
         Command::Nodes(a) => remote::run_nodes(&a),
         Command::Top(a) => remote::run_top(&a),
+        Command::Audit(a) => remote::run_audit(&a),
         Command::Bench {
             which: BenchCommand::Api(a),
         } => api_bench::run_bench_api(&a),

@@ -22,6 +22,11 @@ pub struct UpArgs {
     /// Address to listen on. Listening beyond loopback needs API tokens in the config.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7443")]
     pub listen: SocketAddr,
+    /// When the server stops (Ctrl-C, SIGTERM), stop the replicas that still run (SIGTERM,
+    /// then SIGKILL after the grace period). Without it they keep running, unwatched, and
+    /// the next `corral up` on the same data directory re-adopts them.
+    #[arg(long)]
+    pub stop_replicas_on_exit: bool,
     /// Control-loop period in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 200, hide = true)]
     pub tick_ms: u64,
@@ -35,10 +40,20 @@ pub fn default_data_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
         return PathBuf::from(d).join("corral");
     }
+    // As root, tenants' replicas run as users of their own and must pass through the
+    // directories above the data directory: root's home is closed to them.
+    if running_as_root() {
+        return PathBuf::from("/var/lib/corral");
+    }
     match std::env::var_os("HOME").filter(|d| !d.is_empty()) {
         Some(h) => PathBuf::from(h).join(".local/share/corral"),
         None => PathBuf::from(".corral"),
     }
+}
+
+fn running_as_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
 }
 
 /// The server options `corral up` runs with.
@@ -52,7 +67,21 @@ pub fn options(args: &UpArgs) -> Result<ServerOptions, String> {
     })?;
     let file = match &args.config {
         Some(path) => {
-            ClusterFileConfig::load(path).map_err(|e| format!("{}: {e}", path.display()))?
+            let file =
+                ClusterFileConfig::load(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let isolated = matches!(
+                corral_local::tenancy::isolation_here(&file.settings),
+                corral_core::tenancy::Isolation::PerNamespace(_)
+            );
+            // Every namespace's token is in it: the server's alone.
+            if let Some(warning) = corral_local::tenancy::check_config_file(
+                path,
+                !file.settings.tokens.is_empty(),
+                isolated,
+            )? {
+                eprintln!("warning: {warning}");
+            }
+            file
         }
         None => ClusterFileConfig::default(),
     };
@@ -69,6 +98,7 @@ pub fn options(args: &UpArgs) -> Result<ServerOptions, String> {
     let mut options = ServerOptions::new(cluster);
     options.listen = args.listen;
     options.tick_interval = std::time::Duration::from_millis(args.tick_ms.clamp(10, 10_000));
+    options.stop_replicas_on_exit = args.stop_replicas_on_exit;
     Ok(options)
 }
 
@@ -99,9 +129,15 @@ pub fn run_up(args: &UpArgs) -> ExitCode {
     // What `corral doctor` says, in one line, and which cgroup mode was chosen and why.
     let report = corral_local::doctor::examine(&data_dir, &options.cluster.file.settings);
     eprintln!("{}", report.one_line());
-    if let Some(cg) = report.findings.iter().find(|f| f.area == "cgroups") {
-        eprintln!("  cgroups: {}", cg.what);
+    for area in ["cgroups", "tenants"] {
+        if let Some(f) = report.findings.iter().find(|f| f.area == area) {
+            eprintln!("  {area}: {}", f.what);
+            if let Some(fix) = f.fix.as_ref().filter(|_| area == "tenants") {
+                eprintln!("    to fix: {fix}");
+            }
+        }
     }
+    let stop_on_exit = options.stop_replicas_on_exit;
     let result = corral_server::run_until_signal(options, |addr, warnings| {
         for w in warnings {
             eprintln!("warning: {w}");
@@ -122,7 +158,16 @@ pub fn run_up(args: &UpArgs) -> ExitCode {
         eprintln!(
             "  try: corral submit examples/quickstart/quickstart.yaml && corral logs quickstart -f"
         );
-        eprintln!("Ctrl-C stops the server.");
+        if stop_on_exit {
+            eprintln!(
+                "Ctrl-C stops the server and its running replicas (--stop-replicas-on-exit)."
+            );
+        } else {
+            eprintln!(
+                "Ctrl-C stops the server; running replicas keep running, unwatched, until the \
+                 next `corral up` here re-adopts them (--stop-replicas-on-exit stops them too)."
+            );
+        }
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,

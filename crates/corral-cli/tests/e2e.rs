@@ -57,6 +57,10 @@ fn main() -> ExitCode {
             isolation::tokens_keep_namespaces_apart,
         ),
         Trial::test(
+            "writes_are_audited_with_the_tokens_identity",
+            isolation::writes_are_audited_with_the_tokens_identity,
+        ),
+        Trial::test(
             "malformed_input_is_400_with_field_paths",
             api_contract::malformed_input_is_400_with_field_paths,
         ),
@@ -138,6 +142,11 @@ struct TestCluster {
 impl TestCluster {
     fn start(config_yaml: &str) -> Result<TestCluster, Failed> {
         let dir = tempfile::tempdir()?;
+        // As root, replicas run as their namespaces' uids and pass through it.
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))?;
+        }
         let mut cluster = ClusterConfig::new(dir.path().join("data"));
         cluster.file = ClusterFileConfig::parse(config_yaml).map_err(|e| e.to_string())?;
         let mut options = ServerOptions::new(cluster);

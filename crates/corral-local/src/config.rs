@@ -190,13 +190,13 @@ pub struct UidRange {
 impl TenantSettings {
     /// The configured range, or the default.
     pub fn id_range(&self) -> corral_core::tenancy::IdRange {
-        self.uid_range.map_or(
-            corral_core::tenancy::DEFAULT_ID_RANGE,
-            |r| corral_core::tenancy::IdRange {
-                start: r.start,
-                count: r.count,
-            },
-        )
+        self.uid_range
+            .map_or(corral_core::tenancy::DEFAULT_ID_RANGE, |r| {
+                corral_core::tenancy::IdRange {
+                    start: r.start,
+                    count: r.count,
+                }
+            })
     }
 }
 
@@ -378,7 +378,9 @@ impl ClusterFileConfig {
             .enumerate()
             .find(|(_, t)| constant_time_eq(t.token.as_bytes(), token.as_bytes()))?;
         Some((
-            t.name.clone().unwrap_or_else(|| format!("token #{}", i + 1)),
+            t.name
+                .clone()
+                .unwrap_or_else(|| format!("token #{}", i + 1)),
             t.namespace.clone().unwrap_or_else(|| "*".into()),
         ))
     }

@@ -123,7 +123,10 @@ fn supervise(dir: &Path) -> Result<i32, String> {
         crate::executor::StartGate::wait(gate);
     }
     let tenant = launch.run_as.is_some()
-        || launch.python.as_ref().is_some_and(|p| p.tenant_gid.is_some());
+        || launch
+            .python
+            .as_ref()
+            .is_some_and(|p| p.tenant_gid.is_some());
     if tenant {
         // What the shim makes for a tenant (its log, its Python environment) must be
         // readable by its group whatever umask the server runs with; its directories gate
@@ -138,12 +141,10 @@ fn supervise(dir: &Path) -> Result<i32, String> {
     std::fs::create_dir_all(&tmp).map_err(|e| format!("creating {}: {e}", tmp.display()))?;
     if let Some(who) = launch.run_as {
         let home = dir.join(crate::executor::HOME_DIR);
-        std::fs::create_dir_all(&home)
-            .map_err(|e| format!("creating {}: {e}", home.display()))?;
+        std::fs::create_dir_all(&home).map_err(|e| format!("creating {}: {e}", home.display()))?;
         for d in [&tmp, &home] {
-            crate::tenancy::set_owner_mode(d, who.uid, who.gid, 0o700).map_err(|e| {
-                format!("giving {} to uid {}: {e}", d.display(), who.uid)
-            })?;
+            crate::tenancy::set_owner_mode(d, who.uid, who.gid, 0o700)
+                .map_err(|e| format!("giving {} to uid {}: {e}", d.display(), who.uid))?;
         }
     }
 

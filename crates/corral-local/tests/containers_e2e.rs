@@ -69,7 +69,9 @@ fn image() -> Option<&'static str> {
         std::fs::create_dir_all(r.join("bin")).map_err(|e| e.to_string())?;
         std::fs::create_dir_all(r.join("app")).map_err(|e| e.to_string())?;
         std::fs::copy(busybox, r.join("bin/busybox")).map_err(|e| e.to_string())?;
-        for tool in ["sh", "cat", "echo", "sleep", "dd", "pwd", "env", "head", "id"] {
+        for tool in [
+            "sh", "cat", "echo", "sleep", "dd", "pwd", "env", "head", "id",
+        ] {
             std::os::unix::fs::symlink("busybox", r.join("bin").join(tool))
                 .map_err(|e| e.to_string())?;
         }

@@ -63,7 +63,11 @@ fn a_team_a_replica_cannot_reach_the_server_or_team_b() {
     assert!(c.tenancy().isolated(), "{}", c.tenancy().describe());
     // The configuration as `corral up` requires it: the server's alone.
     let config = h.path("corral.yaml");
-    std::fs::write(&config, "kind: CorralConfig\ntokens: [{token: t0p-secret}]\n").expect("write");
+    std::fs::write(
+        &config,
+        "kind: CorralConfig\ntokens: [{token: t0p-secret}]\n",
+    )
+    .expect("write");
     std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o600)).expect("chmod");
 
     // team-b: a replica that says its pid and waits.
@@ -85,7 +89,10 @@ fn a_team_a_replica_cannot_reach_the_server_or_team_b() {
     let b_log = c
         .log_path("team-b", "holder", "worker-0")
         .expect("team-b's log");
-    let b_dir = b_log.parent().expect("team-b's run directory").to_path_buf();
+    let b_dir = b_log
+        .parent()
+        .expect("team-b's run directory")
+        .to_path_buf();
     let data = h.config.data_dir.clone();
 
     // team-a: every attempt, then what is its own.
@@ -154,10 +161,7 @@ fn a_team_a_replica_cannot_reach_the_server_or_team_b() {
         .and_then(|v| v.parse().ok())
         .expect("a uid");
     assert_ne!(a_uid, 0, "{uid_line}");
-    assert!(
-        uid_line.ends_with(&format!("GROUPS={a_uid}")),
-        "{uid_line}"
-    );
+    assert!(uid_line.ends_with(&format!("GROUPS={a_uid}")), "{uid_line}");
     let b_meta = std::fs::metadata(&b_dir).expect("team-b's dir");
     assert_ne!(b_meta.gid(), a_uid, "team-a and team-b share a group");
     assert_eq!(b_meta.uid(), 0, "the run directory is the server's");

@@ -211,6 +211,11 @@ impl Client {
             .map_err(|e| ClientError::Protocol(format!("unexpected answer: {e}")))
     }
 
+    /// The newest `limit` entries of the audit trail, oldest first (an admin token).
+    pub fn audit(&self, limit: usize) -> Result<Vec<corral_local::store::AuditEntry>, ClientError> {
+        self.get_items(&format!("/api/v1/audit?limit={limit}"))
+    }
+
     /// Submits YAML or JSON text (TrainingJobs or Kubeflow jobs) into `namespace`.
     pub fn submit(&self, namespace: &str, text: &str) -> Result<Vec<SubmitResult>, ClientError> {
         self.submit_with(namespace, text, false)

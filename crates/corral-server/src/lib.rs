@@ -17,6 +17,7 @@
 
 pub mod api_bench;
 pub mod api_client;
+pub mod audit;
 pub mod auth;
 pub mod error;
 pub mod metrics;
@@ -53,6 +54,9 @@ pub struct ServerOptions {
     pub tick_interval: Duration,
     /// Largest request body, in bytes.
     pub body_limit: usize,
+    /// When the server stops (Ctrl-C, SIGTERM), stop the replicas that still run instead of
+    /// leaving them to the next start (see [`run_until_signal`]).
+    pub stop_replicas_on_exit: bool,
 }
 
 impl ServerOptions {
@@ -62,6 +66,7 @@ impl ServerOptions {
             cluster,
             tick_interval: Duration::from_millis(200),
             body_limit: DEFAULT_BODY_LIMIT,
+            stop_replicas_on_exit: false,
         }
     }
 }
@@ -84,6 +89,8 @@ pub struct AppState {
     /// Checked submissions waiting for the cluster: whoever takes the lock stores all
     /// that wait, in one transaction.
     submissions: Arc<SubmitQueue>,
+    /// The audit trail's own connection to the store (see [`audit`]).
+    audit: Arc<Mutex<corral_local::store::AuditLog>>,
 }
 
 /// A checked submission and where its result goes.
@@ -101,7 +108,7 @@ struct SubmitQueue {
 }
 
 impl AppState {
-    fn new(cluster: Cluster, body_limit: usize) -> Self {
+    fn new(cluster: Cluster, body_limit: usize, audit: corral_local::store::AuditLog) -> Self {
         let file = Arc::new(cluster.config().file.clone());
         let submit_context = Arc::new(cluster.submit_context());
         let code = Arc::new(cluster.code_store());
@@ -115,6 +122,7 @@ impl AppState {
             wake: Arc::new(Notify::new()),
             body_limit,
             submissions: Arc::new(SubmitQueue::default()),
+            audit: Arc::new(Mutex::new(audit)),
         }
     }
 
@@ -215,8 +223,14 @@ pub fn prepare(options: &ServerOptions) -> Result<(AppState, TcpListener, Vec<St
             "cannot record the API address in the data directory: {e}"
         ));
     }
+    let audit = corral_local::store::AuditLog::open(&options.cluster.data_dir).map_err(|e| {
+        format!(
+            "cannot open the audit trail in {}: {e}",
+            options.cluster.data_dir.display()
+        )
+    })?;
     Ok((
-        AppState::new(cluster, options.body_limit),
+        AppState::new(cluster, options.body_limit, audit),
         listener,
         warnings,
     ))
@@ -406,12 +420,75 @@ pub fn run_until_signal(
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let runtime = runtime()?;
     on_ready(addr, &warnings);
-    runtime.block_on(serve(
+    let cluster = Arc::clone(&state.cluster);
+    let served = runtime.block_on(serve(
         state,
         listener,
         options.tick_interval,
         shutdown_signal(),
-    ))
+    ));
+    let mut c = cluster.lock().unwrap_or_else(|p| p.into_inner());
+    for line in at_exit(&mut c, options.stop_replicas_on_exit) {
+        eprintln!("{line}");
+    }
+    served
+}
+
+/// What becomes of the replicas that still run when the server stops, in words: stopped
+/// (`stop`), or left running unwatched until the next start re-adopts them. Never silent
+/// about GPUs left held.
+pub fn at_exit(c: &mut Cluster, stop: bool) -> Vec<String> {
+    let running = c.running_replicas();
+    if running.is_empty() {
+        return vec!["Corral stopped; no replica was running.".into()];
+    }
+    let describe = |rs: &[corral_local::cluster::RunningReplica]| {
+        rs.iter()
+            .map(|r| match r.gpu_indices.as_slice() {
+                [] => r.name.clone(),
+                gpus => format!(
+                    "{} (GPU {})",
+                    r.name,
+                    gpus.iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(",")
+                ),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if stop {
+        let grace = c.default_grace();
+        let mut lines = vec![format!(
+            "Corral is stopping {} replica(s) (--stop-replicas-on-exit; SIGTERM, SIGKILL after \
+             {} s): {}",
+            running.len(),
+            grace.as_secs(),
+            describe(&running)
+        )];
+        let left = c.stop_all_replicas(grace);
+        lines.push(if left.is_empty() {
+            "Corral stopped; every replica has ended. The next `corral up` here sees how they \
+             ended, and their jobs' restart policies decide."
+                .into()
+        } else {
+            format!(
+                "Corral stopped; still running after the grace period: {}",
+                describe(&left)
+            )
+        });
+        return lines;
+    }
+    let gpus: usize = running.iter().map(|r| r.gpu_indices.len()).sum();
+    vec![format!(
+        "Corral stopped. {} replica(s) keep running, unwatched, holding {gpus} GPU(s): {}. \
+         The next `corral up` on this data directory re-adopts them; nobody restarts, stops \
+         or times them out until then. To stop them with the server, run `corral up \
+         --stop-replicas-on-exit`.",
+        running.len(),
+        describe(&running)
+    )]
 }
 
 async fn shutdown_signal() {

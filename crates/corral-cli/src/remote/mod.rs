@@ -1,5 +1,5 @@
 //! The commands that talk to a Corral server: submit, list, get, describe, logs, delete,
-//! suspend, resume, queues, nodes, top. Each reads its arguments, calls
+//! suspend, resume, queues, nodes, top, audit. Each reads its arguments, calls
 //! [`corral_server::api_client::Client`] and prints; a server error is printed as the user's
 //! problem and its fix (`path: message` lines), never as an HTTP dump.
 //!
@@ -19,7 +19,9 @@ pub use bulk::{
     Confirm, JobArgs, Selector, confirm_on_terminal, delete_with, run_delete, run_resume,
     run_suspend,
 };
-pub use cluster_views::{ClusterViewArgs, TopArgs, run_nodes, run_queues, run_top};
+pub use cluster_views::{
+    AuditArgs, ClusterViewArgs, TopArgs, run_audit, run_nodes, run_queues, run_top,
+};
 pub use common_args::{ConnArgs, NamespaceArgs, Output, declared_namespace};
 pub use jobs::{
     DescribeArgs, GetArgs, ListArgs, LogsArgs, SubmitArgs, parse_duration_secs, run_describe,

@@ -79,6 +79,12 @@ pub(super) fn logs_follow_every_incarnation() -> TestResult {
     let c = TestCluster::start("")?;
     let client = c.client(None);
     let dir = tempfile::tempdir()?;
+    // Its working directory, where it counts its runs: as root the replica runs as its
+    // namespace's uid, which must enter and write it.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777))?;
+    }
     let job = format!(
         "apiVersion: corral.dev/v1alpha1
 kind: TrainingJob

@@ -627,10 +627,7 @@ mod tests {
             gid: 1_879_048_200,
         });
         let joined = run_args(&rt, &h, &req, &o).join(" ");
-        assert!(
-            joined.contains("--user 1879048200:1879048200"),
-            "{joined}"
-        );
+        assert!(joined.contains("--user 1879048200:1879048200"), "{joined}");
     }
 
     #[test]

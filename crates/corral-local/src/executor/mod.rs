@@ -84,9 +84,7 @@ pub use error::ExecutorError;
 use error::io_err;
 pub use files::read_log_tail;
 pub use log_times::rotated_path;
-pub use replica::{
-    ProcessRecord, ProcessState, ReplicaProcessSpec, ReplicaUsage, RunAs, discover,
-};
+pub use replica::{ProcessRecord, ProcessState, ReplicaProcessSpec, ReplicaUsage, RunAs, discover};
 pub use start::HOME_DIR;
 pub use start_gate::StartGate;
 

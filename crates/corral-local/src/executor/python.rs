@@ -302,9 +302,8 @@ fn others_may_enter(dir: &Path) -> bool {
 fn blocked_for_group(file: &Path, gid: u32) -> Option<PathBuf> {
     use std::os::unix::fs::MetadataExt;
     file.ancestors().find_map(|p| {
-        let open = fs::metadata(p).is_ok_and(|m| {
-            m.mode() & 0o001 != 0 || (m.gid() == gid && m.mode() & 0o010 != 0)
-        });
+        let open = fs::metadata(p)
+            .is_ok_and(|m| m.mode() & 0o001 != 0 || (m.gid() == gid && m.mode() & 0o010 != 0));
         (!open).then(|| p.to_path_buf())
     })
 }

@@ -236,8 +236,11 @@ impl LocalExecutor {
             // in them: root's, 0750. Its code snapshot the same, read-only.
             let name_dir = dir.parent().unwrap_or(dir.as_path());
             for path in [name_dir, dir.as_path()] {
-                set_owner_mode(path, 0, who.gid, 0o750)
-                    .map_err(io_err(format!("giving {} to gid {}", path.display(), who.gid)))?;
+                set_owner_mode(path, 0, who.gid, 0o750).map_err(io_err(format!(
+                    "giving {} to gid {}",
+                    path.display(),
+                    who.gid
+                )))?;
             }
             if let Some(code) = &spec.code {
                 set_owner_mode(code, 0, who.gid, 0o550).map_err(io_err(format!(
