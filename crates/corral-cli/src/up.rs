@@ -5,6 +5,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use std::os::unix::fs::DirBuilderExt;
+
 use clap::Args;
 use corral_local::{ClusterConfig, ClusterFileConfig};
 use corral_server::ServerOptions;
@@ -59,12 +61,18 @@ fn running_as_root() -> bool {
 /// The server options `corral up` runs with.
 pub fn options(args: &UpArgs) -> Result<ServerOptions, String> {
     let data_dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
-    std::fs::create_dir_all(&data_dir).map_err(|e| {
-        format!(
-            "cannot create the data directory {}: {e}",
-            data_dir.display()
-        )
-    })?;
+    // Never readable by others, even for a moment (the cluster sets its final mode:
+    // 0700, or 0711 where tenants pass through; directories made above it stay passable).
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o711)
+        .create(&data_dir)
+        .map_err(|e| {
+            format!(
+                "cannot create the data directory {}: {e}",
+                data_dir.display()
+            )
+        })?;
     let file = match &args.config {
         Some(path) => {
             let file =

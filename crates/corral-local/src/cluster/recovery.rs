@@ -40,13 +40,12 @@ fn open(config: ClusterConfig, now: Timestamp) -> Result<(Cluster, Vec<String>),
         corral_core::tenancy::Isolation::PerNamespace(_)
     );
     // The directories' modes before the store makes its files in them, the files' after.
-    let mut mode_notes = crate::tenancy::prepare_data_dir(&config.data_dir, isolated)
+    let mode_notes = crate::tenancy::prepare_data_dir(&config.data_dir, isolated)
         .map_err(ClusterError::Config)?;
     let mut store = Store::open(&config.data_dir)?;
-    mode_notes.extend(
-        crate::tenancy::protect_data_dir(&config.data_dir, isolated)
-            .map_err(ClusterError::Config)?,
-    );
+    // What the store just made is tightened without a word: only what was looser before
+    // (the call above) is news.
+    crate::tenancy::protect_data_dir(&config.data_dir, isolated).map_err(ClusterError::Config)?;
     let tenancy = crate::tenancy::Tenancy::open(&config.file.settings, &store)
         .map_err(|e| ClusterError::Config(e.to_string()))?;
     let shim = match &config.shim {
