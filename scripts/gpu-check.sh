@@ -9,9 +9,13 @@
 #   4. under cgroup v2, a replica over its memory limit is OOM-killed alone and reported
 #      OOMKilled, while another replica keeps running;
 #   5. a job that could never run says so at once: `validate` against the server refuses a
-#      GPU type the machine lacks (naming what it has) and warns of a replica with more GPUs
-#      than the machine; `corral plan` sees the same GPUs as `corral up`;
-#   6. a Kubeflow PyTorchJob (torchrun, NCCL) with nvidia.com/gpu: 1 trains on the GPU.
+#      GPU type the machine lacks (naming what it has) and a replica with more GPUs than the
+#      machine (naming the largest node); `corral plan` sees the same GPUs as `corral up`;
+#   6. a Kubeflow PyTorchJob (torchrun, NCCL) with nvidia.com/gpu: 1 trains on the GPU;
+#   7. `corral exec` (MPI's rsh agent's path) runs in the GPU replica: its env, cgroup, GPU;
+#   8. the MPI example (examples/mpi: mpirun through `corral rsh`, mpi4py) succeeds. Its Python
+#      environment is built with uv; offline, point UV_FIND_LINKS at a directory of wheels
+#      (mpi4py, numpy) and set UV_OFFLINE=1.
 # A second GPU job submitted while the first holds the GPU waits ("no GPUs are free"), then
 # runs with CUDA_VISIBLE_DEVICES set. The doctor may warn of one thing only: no container
 # runtime, where neither podman nor docker is installed (the check says so).
@@ -131,6 +135,7 @@ spec:
           - |
             import os, time, torch
             print("CUDA_VISIBLE_DEVICES=" + os.environ.get("CUDA_VISIBLE_DEVICES", "unset"))
+            print("CGROUP=" + open("/proc/self/cgroup").read().strip().splitlines()[-1], flush=True)
             a = torch.randn(8192, 8192, device="cuda")
             end = time.time() + $3
             while time.time() < end:
@@ -225,6 +230,20 @@ if command -v promtool >/dev/null; then
     check "promtool accepts /metrics (DCGM's label names aside)" sh -c \
         "promtool check metrics <'$work/metrics.txt' 2>&1 | grep -v \"^DCGM_FI_DEV_.* label names should be written in 'snake_case' not 'camelCase'\$\" | (! grep .)"
 fi
+exec_in_replica() { # corral exec runs in the replica: its GPUs, its cgroup (v2 here)
+    # shellcheck disable=SC2016 # expanded in the replica, not here
+    "$BIN" exec by-label worker-0 -- sh -c 'echo "CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"; echo "CGROUP=$(tail -1 /proc/self/cgroup)"' >"$work/exec.txt" || return 1
+    "$BIN" exec by-label worker-0 -- "$PY" -c 'import torch; print("exec sees", torch.cuda.device_count(), "GPU:", torch.cuda.get_device_name(0))' >>"$work/exec.txt" || return 1
+    cat "$work/exec.txt"
+    local gpus cgroup
+    gpus=$("$BIN" logs by-label | grep -m1 '^CUDA_VISIBLE_DEVICES=')
+    cgroup=$("$BIN" logs by-label | grep -m1 '^CGROUP=')
+    echo "the replica's own: $gpus $cgroup"
+    grep -qxF "$gpus" "$work/exec.txt" && grep -qxF "$cgroup" "$work/exec.txt" && grep -q "^exec sees 1 GPU" "$work/exec.txt"
+}
+if [ "$running" -eq 0 ]; then
+    check "corral exec runs in the replica (its CUDA_VISIBLE_DEVICES, its cgroup, torch sees its GPU)" exec_in_replica
+fi
 "$BIN" nodes
 [ "$running" -eq 0 ] && check "job asking $GPU_TYPE succeeds" wait_state by-label Succeeded 90
 "$BIN" logs by-label 2>&1 | tail -3
@@ -291,12 +310,15 @@ refused() {
 check "validate refuses gpuTypes [$MISSING], naming $GPU_TYPE" refused
 gpus=$("$BIN" nodes -o json | "$PY" -c 'import json,sys; print(max(len(n["gpus"]) for n in json.load(sys.stdin)["items"]))' 2>/dev/null || echo 1)
 matmul_job too-many "$GPU_TYPE" 5 | sed "s/gpu: 1,/gpu: $((gpus + 1)),/" >"$work/too-many.yaml"
-warned() {
-    "$BIN" validate "$work/too-many.yaml" >"$work/too-many.txt" 2>&1 || { cat "$work/too-many.txt"; return 1; }
+too_many_refused() {
+    if "$BIN" validate "$work/too-many.yaml" >"$work/too-many.txt" 2>&1; then
+        cat "$work/too-many.txt"
+        return 1
+    fi
     cat "$work/too-many.txt"
-    grep -q "warning:.*$((gpus + 1)) GPUs in one replica, but this cluster has GPU type $GPU_TYPE" "$work/too-many.txt"
+    grep -q "a replica needs $((gpus + 1)) GPUs but the largest node has $gpus" "$work/too-many.txt"
 }
-check "validate warns of a $((gpus + 1))-GPU replica on $gpus-GPU nodes" warned
+check "validate refuses a $((gpus + 1))-GPU replica on $gpus-GPU nodes" too_many_refused
 "$BIN" plan "$work/by-label.yaml" >"$work/plan.txt" 2>&1
 head -3 "$work/plan.txt"
 check "corral plan sees the machine's $GPU_TYPE and admits the job" \
@@ -328,6 +350,18 @@ check "a Kubeflow PyTorchJob (torchrun) succeeds with 1 GPU" wait_state kubeflow
 "$BIN" logs kubeflow-ddp 2>&1 | grep -E 'world size|^RESULT'
 check "it trained on cuda:0 (NCCL) and fit the model" sh -c \
     "'$BIN' logs kubeflow-ddp | grep -q 'samples on cuda:0' && '$BIN' logs kubeflow-ddp | grep -q '^RESULT ok'"
+
+echo "== 8. the MPI example: mpirun reaches the workers through corral rsh (no sshd)"
+if command -v mpirun >/dev/null && command -v uv >/dev/null; then
+    mpirun --version 2>&1 | head -1
+    "$BIN" submit --code examples/mpi examples/mpi/job.yaml
+    check "the MPI example (mpirun + corral rsh, mpi4py allreduce) succeeds" wait_state mpi-allreduce Succeeded 240
+    "$BIN" logs mpi-allreduce launcher-0 2>&1 | tail -5
+    check "its ranks ran in two worker replicas and fit the model" sh -c \
+        "'$BIN' logs mpi-allreduce launcher-0 | grep -q '^RESULT ok ranks=2 replicas=2'"
+else
+    fail "the MPI example (mpirun and uv are needed on this machine: apt-get install openmpi-bin; pip install uv)"
+fi
 
 echo
 echo "== summary ($work)"

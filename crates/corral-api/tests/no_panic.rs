@@ -7,10 +7,13 @@ use corral_api::validate::ValidationContext;
 use proptest::prelude::*;
 
 const SEEDS: &[&str] = &[
-    include_str!("../../../examples/pytorch-ddp.yaml"),
+    include_str!("../../../examples/pytorch/job.yaml"),
+    include_str!("../../../examples/pytorch/elastic.pytorchjob.yaml"),
     include_str!("../../../examples/cluster.yaml"),
-    include_str!("../../../examples/tensorflow-ps.yaml"),
-    include_str!("../../../examples/mpi-horovod.yaml"),
+    include_str!("../../../examples/tensorflow/job.yaml"),
+    include_str!("../../../examples/tensorflow/tfjob.yaml"),
+    include_str!("../../../examples/mpi/job.yaml"),
+    include_str!("../../../examples/mpi/mpijob.yaml"),
     include_str!("fixtures/kubeflow/pytorch-elastic.yaml"),
     include_str!("fixtures/kubeflow/tfjob-chief-eval.yaml"),
     include_str!("fixtures/kubeflow/mpi-horovod.yaml"),

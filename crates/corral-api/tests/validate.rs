@@ -16,7 +16,15 @@ fn examples_are_valid() {
     let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
     let mut n = 0;
     let mut all = String::new();
-    for dir in [examples.clone(), examples.join("quickstart")] {
+    // examples/ and one level of directories below it (one per framework, the quickstart).
+    let mut dirs = vec![examples.clone()];
+    for entry in std::fs::read_dir(&examples).expect("examples dir") {
+        let path = entry.expect("entry").path();
+        if path.is_dir() {
+            dirs.push(path);
+        }
+    }
+    for dir in dirs {
         for entry in std::fs::read_dir(dir).expect("examples dir") {
             let path = entry.expect("entry").path();
             if path.extension().is_some_and(|e| e == "yaml") {
@@ -27,13 +35,13 @@ fn examples_are_valid() {
         }
     }
     assert!(
-        n >= 12,
+        n >= 20,
         "expected an example per framework, the quickstart's jobs and a cluster setup"
     );
-    // Validated together, as `corral validate examples/*.yaml` does: jobs refer to the
-    // cluster's queues, pools and priority classes.
+    // Validated together, as `corral validate examples/*.yaml examples/*/*.yaml` does: jobs
+    // refer to the cluster's queues, pools and priority classes.
     let docs = valid(&all);
-    assert!(docs.len() >= 14);
+    assert!(docs.len() >= 22);
 }
 
 #[test]

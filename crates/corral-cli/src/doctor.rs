@@ -50,7 +50,15 @@ pub fn run(args: &DoctorArgs) -> ExitCode {
         }
     };
     match args.output {
-        None => crate::output::emit(&format!("{}{}\n", report.text(), report.one_line())),
+        None => {
+            let warns = report.warnings().len();
+            let tail = match warns {
+                0 => "all OK".to_string(),
+                1 => "1 warning, with its fix above".to_string(),
+                n => format!("{n} warnings, each with its fix above"),
+            };
+            crate::output::emit(&format!("{}{}; {tail}\n", report.text(), report.one_line()))
+        }
         Some(format) => match serde_json::to_value(&report) {
             Ok(value) => crate::output::print_values(&[value], format),
             Err(e) => {

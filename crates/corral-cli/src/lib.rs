@@ -10,6 +10,7 @@
 //!   API benchmark.
 //! - [`input`], [`output`]: reading files, printing results; [`document_summary`]: what
 //!   `validate` says it understood of each valid document.
+//! - [`operator_program`]: `corral operator` runs the `corral-operator` program.
 //! - [`code_archive`]: the code snapshot `submit --code DIR` ships, as a tar archive.
 
 pub mod api_bench;
@@ -18,6 +19,7 @@ pub mod doctor;
 pub mod document_summary;
 pub mod input;
 pub mod manifests;
+pub mod operator_program;
 pub mod output;
 pub mod plan;
 pub mod quickstart;

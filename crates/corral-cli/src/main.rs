@@ -5,7 +5,9 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use corral_cli::output::{Format, emit, print_values};
-use corral_cli::{api_bench, doctor, manifests, plan, quickstart, remote, sched_bench, sim, up};
+use corral_cli::{
+    api_bench, doctor, manifests, operator_program, plan, quickstart, remote, sched_bench, sim, up,
+};
 use serde_json::Value;
 
 #[derive(Parser)]
@@ -38,6 +40,9 @@ enum Command {
     Describe(remote::DescribeArgs),
     /// A replica's output (-f follows).
     Logs(remote::LogsArgs),
+    /// Run a command inside a running replica: `corral exec JOB REPLICA -- CMD...`; exits
+    /// with the command's status (-i passes standard input).
+    Exec(remote::ExecArgs),
     /// Delete jobs (replicas stop; logs are kept).
     Delete(remote::JobArgs),
     /// Suspend jobs: replicas stop, the admission is given back.
@@ -108,8 +113,14 @@ enum Command {
     /// Replay a cluster trace through Corral's scheduler and baseline policies on a
     /// simulated cluster, and compare them (table, JSON or an HTML report).
     Sim(sim::SimArgs),
-    /// Run the Kubernetes operator (CRDs, pods bound by Corral's scheduler, status, events).
-    Operator(corral_kube::OperatorArgs),
+    /// Run the Kubernetes operator (CRDs, pods bound by Corral's scheduler, status, events):
+    /// runs the `corral-operator` program beside `corral` with these arguments
+    /// (`corral operator --help` lists them).
+    #[command(disable_help_flag = true)]
+    Operator {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
     /// Benchmarks that print JSON.
     Bench {
         #[command(subcommand)]
@@ -146,8 +157,12 @@ fn main() -> ExitCode {
     // `corral shim <replica dir>` supervises one replica (started by the embedded cluster,
     // not for users). It runs once per replica start, so it skips the command-line parser.
     let mut args = std::env::args_os().skip(1);
-    if args.next().is_some_and(|a| a == "shim") {
-        std::process::exit(corral_local::shim::run(args));
+    match args.next() {
+        Some(a) if a == "shim" => std::process::exit(corral_local::shim::run(args)),
+        // `corral rsh HOST COMMAND...`: the MPI launcher's rsh agent (mpirun runs it), not
+        // for people; its words are mpirun's, not options of this program.
+        Some(a) if a == "rsh" => std::process::exit(remote::run_rsh(args)),
+        _ => {}
     }
     let cli = Cli::parse();
     match cli.command {
@@ -159,6 +174,7 @@ fn main() -> ExitCode {
         Command::Get(a) => remote::run_get(&a),
         Command::Describe(a) => remote::run_describe(&a),
         Command::Logs(a) => remote::run_logs(&a),
+        Command::Exec(a) => remote::run_exec(&a),
         Command::Delete(a) => remote::run_delete(&a),
         Command::Suspend(a) => remote::run_suspend(&a),
         Command::Resume(a) => remote::run_resume(&a),
@@ -181,13 +197,7 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Operator(args) => match corral_kube::run_operator(args) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("operator: {e}");
-                ExitCode::FAILURE
-            }
-        },
+        Command::Operator { args } => operator_program::exec(args),
         Command::Validate(args) => manifests::validate(&args),
         Command::Convert {
             file,

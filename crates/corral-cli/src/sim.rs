@@ -208,6 +208,38 @@ fn load_references(
     Ok(out)
 }
 
+/// A published result beside Corral's, for the JSON output: theirs, ours, the difference
+/// and why they differ.
+fn reference_json(r: &report::Reference, ours_avg_jct_s: f64) -> serde_json::Value {
+    serde_json::json!({
+        "source": r.source,
+        "avg_jct_s": r.avg_jct_s,
+        "makespan_s": r.makespan_s,
+        "avg_jct_difference_percent": (ours_avg_jct_s / r.avg_jct_s - 1.0) * 100.0,
+        "ours_at_their_costs_avg_jct_s": r.ours_at_their_costs_s,
+        "why": r.note,
+    })
+}
+
+/// Words of `text` in lines of at most `width` characters (a longer word has its own line).
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        if !line.is_empty() && line.len() + 1 + word.len() > width {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    if !line.is_empty() {
+        lines.push(line);
+    }
+    lines
+}
+
 fn read(path: &str) -> Result<String, String> {
     std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))
 }
@@ -415,36 +447,6 @@ pub fn run(args: SimArgs) -> Result<String, String> {
         let msgs: Vec<String> = failures.iter().map(|(p, e)| format!("{p}: {e}")).collect();
         return Err(msgs.join("; "));
     }
-    let json = {
-        let arr: Vec<serde_json::Value> = metrics
-            .iter()
-            .zip(&timing)
-            .map(|(m, (wall, jps))| {
-                let mut v = serde_json::to_value(m).unwrap_or_default();
-                if let Some(o) = v.as_object_mut() {
-                    o.insert("wall_s".into(), serde_json::json!(wall));
-                    o.insert("jobs_per_s".into(), serde_json::json!(jps));
-                }
-                v
-            })
-            .chain(
-                failures
-                    .iter()
-                    .map(|(p, e)| serde_json::json!({"policy": p, "error": e})),
-            )
-            .collect();
-        serde_json::to_string_pretty(&arr).map_err(|e| e.to_string())?
-    };
-    let title = format!(
-        "corral sim: {} ({} jobs) on {} ({} GPUs), {} s rounds, restart {} s, checkpoint every {} s",
-        args.trace,
-        jobs.len(),
-        cluster.describe(),
-        cluster.total_gpus(),
-        round_s,
-        args.restart_s,
-        args.checkpoint_s
-    );
     let arrivals: Vec<f64> = jobs.iter().map(|j| j.arrival_s).collect();
     let ran: Vec<String> = metrics.iter().map(|m| m.policy.clone()).collect();
     let mut references = load_references(&args, format, &ran)?;
@@ -468,6 +470,39 @@ pub fn run(args: SimArgs) -> Result<String, String> {
             }
         }
     }
+    let json = {
+        let arr: Vec<serde_json::Value> = metrics
+            .iter()
+            .zip(&timing)
+            .map(|(m, (wall, jps))| {
+                let mut v = serde_json::to_value(m).unwrap_or_default();
+                if let Some(o) = v.as_object_mut() {
+                    o.insert("wall_s".into(), serde_json::json!(wall));
+                    o.insert("jobs_per_s".into(), serde_json::json!(jps));
+                    if let Some(r) = references.iter().find(|r| r.policy == m.policy) {
+                        o.insert("reference".into(), reference_json(r, m.avg_jct_s));
+                    }
+                }
+                v
+            })
+            .chain(
+                failures
+                    .iter()
+                    .map(|(p, e)| serde_json::json!({"policy": p, "error": e})),
+            )
+            .collect();
+        serde_json::to_string_pretty(&arr).map_err(|e| e.to_string())?
+    };
+    let title = format!(
+        "corral sim: {} ({} jobs) on {} ({} GPUs), {} s rounds, restart {} s, checkpoint every {} s",
+        args.trace,
+        jobs.len(),
+        cluster.describe(),
+        cluster.total_gpus(),
+        round_s,
+        args.restart_s,
+        args.checkpoint_s
+    );
     let restart = if format == Format::Sia {
         "each model's own checkpoint-restore time (Sia's rescale_time, 15-250 s), on every \
          start"
@@ -541,7 +576,13 @@ pub fn run(args: SimArgs) -> Result<String, String> {
                     s.push_str(&format!("note: {n}\n"));
                 }
             }
-            s.push_str(&format!("\n{}", report::table(&metrics)));
+            s.push_str(&format!("\n{}", report::table(&metrics, &references)));
+            if !references.is_empty() {
+                s.push_str(
+                    "\nref JCT: the published simulator's avg JCT for the policy on this trace; \
+                     where the two differ, each line below says why\n",
+                );
+            }
             for r in &references {
                 if let Some(m) = metrics.iter().find(|m| m.policy == r.policy) {
                     let zero = r.ours_at_their_costs_s.map_or(String::new(), |z| {
@@ -559,6 +600,10 @@ pub fn run(args: SimArgs) -> Result<String, String> {
                         m.avg_jct_s / 3600.0,
                         (m.avg_jct_s / r.avg_jct_s - 1.0) * 100.0
                     ));
+                    // A difference is never left without its reason.
+                    for line in wrap(&format!("why: {}", r.note), 88) {
+                        s.push_str(&format!("{:<22} {line}\n", ""));
+                    }
                 }
             }
             s.push_str(&format!("\nparsed the trace in {parse_s:.2} s\n"));

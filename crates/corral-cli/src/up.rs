@@ -136,19 +136,45 @@ pub fn run_up(args: &UpArgs) -> ExitCode {
     let tokens = !options.cluster.file.settings.tokens.is_empty();
     // What `corral doctor` says, in one line, and which cgroup mode was chosen and why.
     let report = corral_local::doctor::examine(&data_dir, &options.cluster.file.settings);
-    eprintln!("{}", report.one_line());
-    for area in ["cgroups", "tenants"] {
-        if let Some(f) = report.findings.iter().find(|f| f.area == area) {
-            eprintln!("  {area}: {}", f.what);
-            if let Some(fix) = f.fix.as_ref().filter(|_| area == "tenants") {
-                eprintln!("    to fix: {fix}");
+    // The cgroup mode chosen and whether tenants are walled off, said even when OK.
+    let said: Vec<(&str, String)> = ["cgroups", "tenants"]
+        .into_iter()
+        .filter_map(|area| {
+            let f = report.findings.iter().find(|f| f.area == area)?;
+            Some((area, f.what.clone()))
+        })
+        .collect();
+    // Printed once the server has said its own warnings too, so that the count is all of
+    // them and a warning both make (NVML's absence) is printed once.
+    let machine = move |server_warnings: &[String]| {
+        let mut all = report.warnings();
+        for w in server_warnings {
+            if !report
+                .findings
+                .iter()
+                .any(|f| w.contains(&f.what) || f.what.contains(w.as_str()))
+            {
+                all.push(w.clone());
             }
         }
-    }
+        let tail = match all.len() {
+            0 => "all OK".to_string(),
+            1 => "1 warning:".to_string(),
+            n => format!("{n} warnings:"),
+        };
+        eprintln!("{}; {tail}", report.one_line());
+        for w in &all {
+            eprintln!("  warning: {w}");
+        }
+        for (area, what) in &said {
+            eprintln!("  {area}: {what}");
+        }
+    };
+    let mut machine = Some(machine);
     let stop_on_exit = options.stop_replicas_on_exit;
     let result = corral_server::run_until_signal(options, |addr, warnings| {
-        for w in warnings {
-            eprintln!("warning: {w}");
+        if let Some(say) = machine.take() {
+            say(warnings);
         }
         eprintln!(
             "Corral is up at http://{addr} (data in {})",
@@ -180,6 +206,9 @@ pub fn run_up(args: &UpArgs) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
+            if let Some(say) = machine.take() {
+                say(&[]);
+            }
             eprintln!("error: {e}");
             ExitCode::FAILURE
         }

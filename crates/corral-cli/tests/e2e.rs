@@ -22,6 +22,8 @@ mod jobs;
 mod manifest_checks;
 #[path = "e2e/metrics.rs"]
 mod metrics;
+#[path = "e2e/mpi.rs"]
+mod mpi;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
@@ -45,6 +47,10 @@ fn main() -> ExitCode {
     let rest: Vec<_> = argv.collect();
     if rest.first().is_some_and(|a| a == "shim") {
         std::process::exit(corral_local::shim::run(rest.into_iter().skip(1)));
+    }
+    // The MPI launcher's rsh agent is `<current executable> rsh`: this binary, here.
+    if rest.first().is_some_and(|a| a == "rsh") {
+        std::process::exit(corral_cli::remote::run_rsh(rest.into_iter().skip(1)));
     }
     let args = Arguments::from_args();
     let tests = vec![
@@ -116,6 +122,18 @@ fn main() -> ExitCode {
         Trial::test(
             "code_snapshots_run_as_submitted_and_go_with_the_job",
             code_snapshots::code_snapshots_run_as_submitted_and_go_with_the_job,
+        ),
+        Trial::test(
+            "mpi_example_trains_through_mpirun_and_corral_rsh",
+            mpi::mpi_example_trains_through_mpirun_and_corral_rsh,
+        ),
+        Trial::test(
+            "exec_runs_in_the_replica_and_only_within_its_own_job",
+            mpi::exec_runs_in_the_replica_and_only_within_its_own_job,
+        ),
+        Trial::test(
+            "mpirun_fails_with_its_message_when_a_worker_is_gone",
+            mpi::mpirun_fails_with_its_message_when_a_worker_is_gone,
         ),
         Trial::test(
             "the_servers_environment_stays_out_of_replicas",

@@ -1,7 +1,9 @@
 //! `corral plan --config` and the embedded cluster decide the same: the repository's
 //! examples, submitted to a cluster opened with `examples/cluster.yaml` on a node of eight
 //! (fake) H100s, are admitted to the same pool, nodes and GPU indices as `corral plan`
-//! places them, the same jobs wait, and the same files are refused.
+//! places them, the same jobs wait, and the same files are refused. The examples are
+//! those of `examples/` and its directories, their commands made harmless (see
+//! [`harmless`]), plus a second GPU sweep that has to wait.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -16,23 +18,75 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// The example jobs (every example but the cluster's configuration), by file name.
+/// The example jobs (every example but the cluster's configuration), by path: examples/
+/// and its directories. Jobs whose Python requirements are a file of their code snapshot
+/// are left out: they are submitted with `--code` (tests/frameworks.rs runs them), and this
+/// test submits without a snapshot.
 fn example_files() -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(repo().join("examples"))
-        .expect("examples/")
-        .map(|e| e.expect("entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
-        .filter(|p| p.file_name().is_some_and(|n| n != "cluster.yaml"))
-        .collect();
+    let yaml_in = |dir: &Path| -> Vec<PathBuf> {
+        std::fs::read_dir(dir)
+            .expect("examples/")
+            .map(|e| e.expect("entry").path())
+            .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+            .collect()
+    };
+    let examples = repo().join("examples");
+    let mut files = yaml_in(&examples);
+    for entry in std::fs::read_dir(&examples).expect("examples/") {
+        let path = entry.expect("entry").path();
+        if path.is_dir() {
+            files.extend(yaml_in(&path));
+        }
+    }
+    files.retain(|p| {
+        p.file_name().is_some_and(|n| n != "cluster.yaml")
+            && !std::fs::read_to_string(p)
+                .expect("example")
+                .contains("requirementsFile:")
+    });
     files.sort();
     files
 }
 
-/// The namespace a file's jobs name (the examples name at most one), else `default`.
-fn namespace_of(text: &str) -> String {
-    text.lines()
-        .find_map(|l| l.trim().strip_prefix("namespace: "))
-        .map_or_else(|| "default".to_string(), |n| n.trim().to_string())
+/// Every `command` in `v` made `sleep 30`, without `args` or `workingDir`: what this test
+/// compares is the admission, and a command this machine lacks (`torchrun`, `mpirun`) or a
+/// working directory it does not have would fail the start in the same tick and give the
+/// admission back before it is compared.
+fn harmless(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Object(map) => {
+            map.remove("args");
+            map.remove("workingDir");
+            if map.get("command").is_some_and(serde_json::Value::is_array) {
+                map.insert("command".into(), serde_json::json!(["sleep", "30"]));
+            }
+            map.values_mut().for_each(harmless);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(harmless),
+        _ => {}
+    }
+}
+
+/// The example `f` (one document) with [`harmless`] commands, written as JSON into `dir`:
+/// its path there, its text and the namespace its job names (else `default`).
+fn prepared(f: &Path, dir: &Path) -> (PathBuf, String, String) {
+    let text = std::fs::read_to_string(f).expect("example");
+    let mut doc: serde_json::Value = serde_saphyr::from_str(&text).expect("one YAML document");
+    harmless(&mut doc);
+    let ns = doc["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or("default")
+        .to_string();
+    let name = f
+        .strip_prefix(repo().join("examples"))
+        .expect("under examples/")
+        .display()
+        .to_string()
+        .replace('/', "_");
+    let copy = dir.join(format!("{name}.json"));
+    let text = doc.to_string();
+    std::fs::write(&copy, &text).expect("write the copy");
+    (copy, text, ns)
 }
 
 fn plan(config: &Path, files: &[PathBuf]) -> Result<corral_cli::plan::Planned, String> {
@@ -96,12 +150,22 @@ fn plan_admits_what_the_embedded_cluster_admits_on_the_examples() {
     // submitted a millisecond after the last, as plan orders them.
     let mut accepted = Vec::new();
     let mut submitted = Vec::new();
-    for f in example_files() {
+    let mut inputs: Vec<(PathBuf, String, String)> = example_files()
+        .iter()
+        .map(|f| prepared(f, dir.path()))
+        .collect();
+    // A second sweep of eight GPUs, which must wait for the first's: the examples' other
+    // jobs are CPU-only and all fit.
+    let (_, sweep, ns) = prepared(&repo().join("examples/generic.yaml"), dir.path());
+    let again = sweep.replacen("\"name\":\"lr-sweep\"", "\"name\":\"lr-sweep-again\"", 1);
+    assert_ne!(again, sweep, "generic.yaml's job is lr-sweep");
+    let again_path = dir.path().join("lr-sweep-again.json");
+    std::fs::write(&again_path, &again).expect("write");
+    inputs.push((again_path, again, ns));
+    for (f, text, ns) in inputs {
         now = now
             .checked_add(jiff::SignedDuration::from_millis(1))
             .expect("time");
-        let text = std::fs::read_to_string(&f).expect("example");
-        let ns = namespace_of(&text);
         let alone = plan(&config_path, std::slice::from_ref(&f));
         match cluster.submit(&text, &ns, now) {
             Ok(results) => {

@@ -324,6 +324,54 @@ fn mpi_openmpi_hostfile_and_env() {
     assert!(!worker.contains_key("OMPI_MCA_orte_default_hostfile"));
 }
 
+// Source: kubeflow/mpi-operator v1 (pkg/controllers/v1/mpi_job_controller.go, newLauncher:
+// OMPI_MCA_plm_rsh_agent=/etc/mpi/kubexec.sh, which runs `kubectl exec <pod> -- sh -c`).
+// Embedded there is no sshd: the agent execs into the named replica, so the hostfile names
+// replicas, every one on the same address.
+#[test]
+fn mpi_with_an_rsh_agent_names_replicas_and_the_agent() {
+    let mut j = job(
+        "allreduce",
+        Framework::Mpi,
+        &[(Role::Launcher, 1), (Role::Worker, 2)],
+    );
+    j.spec.mpi = Some(MpiOptions {
+        slots_per_worker: Some(2),
+        ..Default::default()
+    });
+    let addrs = Addresses::local(&j, "127.0.0.1", |_| None);
+    let opts = LaunchOptions {
+        gpu_indices: Some(vec![]),
+        mpi_config_dir: "/data/run/launcher".into(),
+        mpi_rsh_agent: Some("/usr/bin/corral rsh".into()),
+    };
+    let launcher = replica_env(&j, rid(Role::Launcher, 0), &addrs, &opts).unwrap();
+    golden("mpi_openmpi_rsh_agent_launcher.txt", &render(&launcher));
+    assert_eq!(
+        launcher.files[0].contents,
+        "allreduce-worker-0 slots=2\nallreduce-worker-1 slots=2\n"
+    );
+    assert_eq!(
+        launcher.env_value("OMPI_MCA_plm_rsh_agent"),
+        Some("/usr/bin/corral rsh")
+    );
+    assert_eq!(
+        launcher.env_value("OMPI_MCA_plm_rsh_no_tree_spawn"),
+        Some("true")
+    );
+    // ssh's options would reach the agent as a host name.
+    assert_eq!(launcher.env_value("OMPI_MCA_plm_rsh_args"), None);
+    assert!(launcher.exec_credentials);
+    let worker = replica_env(&j, rid(Role::Worker, 1), &addrs, &opts).unwrap();
+    assert!(!worker.exec_credentials);
+    assert_eq!(worker.env_value("OMPI_MCA_plm_rsh_agent"), None);
+    // Without an agent (Kubernetes: sshd in the workers) nothing gets credentials.
+    let k8s = Addresses::kubernetes(&j, None);
+    let launcher =
+        replica_env(&j, rid(Role::Launcher, 0), &k8s, &LaunchOptions::default()).unwrap();
+    assert!(!launcher.exec_credentials);
+}
+
 // Source: kubeflow/mpi-operator pkg/controller/mpi_job_controller.go (newConfigMap: Intel
 // MPI and MPICH write `<host>:<slots>`; intelEnvVars: I_MPI_HYDRA_HOST_FILE, I_MPI_PERHOST;
 // mpichEnvVars: HYDRA_HOST_FILE; runLauncherAsWorker lists the launcher first and keeps its

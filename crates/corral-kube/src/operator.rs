@@ -162,6 +162,11 @@ pub enum OperatorError {
     Config(String),
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    #[error(
+        "cannot listen on {0} for /healthz, /readyz and /metrics (--listen): {1}; \
+         choose a free address with --listen"
+    )]
+    Listen(SocketAddr, std::io::Error),
 }
 
 /// Runs the operator until SIGTERM or Ctrl-C. Blocking: it brings its own runtime.
@@ -467,7 +472,7 @@ pub async fn check_api(client: &Client) -> Result<(), String> {
 }
 
 async fn serve(
-    addr: SocketAddr,
+    listener: tokio::net::TcpListener,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
     leadership: Arc<Leadership>,
@@ -498,7 +503,6 @@ async fn serve(
                 async move { m.encode() }
             }),
         );
-    let listener = tokio::net::TcpListener::bind(addr).await?;
     axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             let _ = stop.wait_for(|s| *s).await;
@@ -545,9 +549,14 @@ async fn run(args: OperatorArgs) -> Result<(), OperatorError> {
     let health = Arc::new(Health::default());
     let leadership = Leadership::new();
     let (stop_tx, stop_rx) = watch::channel(false);
+    // Bound before anything runs: an operator without /healthz, /readyz and /metrics is
+    // one its Deployment cannot probe, so a port it cannot have stops it, saying which.
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| OperatorError::Listen(args.listen, e))?;
     tokio::spawn(shutdown_signal(stop_tx));
     let server = tokio::spawn(serve(
-        args.listen,
+        listener,
         metrics.clone(),
         health.clone(),
         leadership.clone(),

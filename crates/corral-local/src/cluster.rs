@@ -33,6 +33,7 @@ use crate::config::ClusterFileConfig;
 mod act;
 mod commands;
 mod engine;
+mod exec;
 mod node;
 mod recovery;
 mod replicas;
@@ -55,6 +56,10 @@ pub struct ClusterConfig {
     pub host_address: String,
     /// Whether replicas get cgroups (limits, OOM detection) when the machine allows.
     pub cgroup: crate::executor::CgroupMode,
+    /// The MPI launcher's rsh agent, a command line mpirun runs as `<agent> <replica>
+    /// <command>` (`corral rsh`, see `corral_core::launch::LaunchOptions::mpi_rsh_agent`).
+    /// `None`: this executable's `rsh` subcommand.
+    pub exec_agent: Option<String>,
 }
 
 impl ClusterConfig {
@@ -67,6 +72,7 @@ impl ClusterConfig {
             shim: None,
             host_address: "127.0.0.1".to_string(),
             cgroup: crate::executor::CgroupMode::Auto,
+            exec_agent: None,
         }
     }
 }
@@ -574,6 +580,7 @@ pub struct MetricsSnapshot {
 
 pub use commands::{CheckedSubmission, SubmitContext};
 pub use engine::Cluster;
+pub use exec::{ExecAuth, ExecError};
 pub use node::{build_cluster, control_config, local_node, unhealthy_gpus, validation_context};
 
 #[cfg(test)]

@@ -43,6 +43,8 @@ pub struct Report {
     pub cgroup_version: &'static str,
     pub container_runtime: Option<String>,
     pub all_ok: bool,
+    /// The GPUs corral.yaml's `node.gpus` declares in place of NVML's (count, type).
+    pub configured_gpus: Option<(u32, String)>,
 }
 
 fn ok(area: &'static str, what: String) -> Finding {
@@ -67,11 +69,18 @@ fn warn(area: &'static str, what: String, fix: &str) -> Finding {
 pub fn gpu_findings(source: &dyn GpuSource, settings: &Settings) -> Vec<Finding> {
     let mut out = Vec::new();
     if let Some(reason) = source.unavailable_reason() {
-        out.push(warn(
-            "gpu",
-            reason,
-            "for GPUs install the NVIDIA driver (it provides libnvidia-ml.so.1); CPU-only jobs need nothing",
-        ));
+        match configured_gpus(source, settings) {
+            // Declared GPUs (a test machine, a simulation): NVML's absence is expected.
+            Some((n, t)) => out.push(ok(
+                "gpu",
+                format!("{reason}; the node offers the {n} x {t} that corral.yaml's node.gpus declares"),
+            )),
+            None => out.push(warn(
+                "gpu",
+                reason,
+                "for GPUs install the NVIDIA driver (it provides libnvidia-ml.so.1); CPU-only jobs need nothing",
+            )),
+        }
     } else {
         let driver = source.driver();
         let devices = source.devices();
@@ -258,6 +267,19 @@ pub fn pool_findings(file: &ClusterFileConfig) -> Vec<Finding> {
 }
 
 /// Examines this machine for a cluster configured by `file` in `data_dir`.
+/// The GPUs `node.gpus` in corral.yaml declares instead of NVML's: their count and type
+/// (`node.gpuType`, else NVML's name, else FAKE-GPU, as the inventory names them).
+fn configured_gpus(source: &dyn GpuSource, settings: &Settings) -> Option<(u32, String)> {
+    let n = settings.node.gpus.filter(|n| *n > 0)?;
+    let t = settings
+        .node
+        .gpu_type
+        .clone()
+        .or_else(|| source.devices().first().map(|g| g.gpu_type.clone()))
+        .unwrap_or_else(|| "FAKE-GPU".to_string());
+    Some((n, t))
+}
+
 pub fn examine(data_dir: &Path, settings: &Settings) -> Report {
     let source = gpu::source();
     let mut findings = gpu_findings(source, settings);
@@ -407,6 +429,7 @@ pub fn examine(data_dir: &Path, settings: &Settings) -> Report {
         cgroup_version,
         container_runtime,
         all_ok,
+        configured_gpus: configured_gpus(source, settings),
     }
 }
 
@@ -437,7 +460,9 @@ impl Report {
 
     /// One line for `corral up`: GPUs, cgroups, containers, ports.
     pub fn one_line(&self) -> String {
-        let gpus = if self.gpus.is_empty() {
+        let gpus = if let Some((n, t)) = &self.configured_gpus {
+            format!("{n} x {t} (corral.yaml's node.gpus)")
+        } else if self.gpus.is_empty() {
             "no GPUs".to_string()
         } else {
             let mut types: Vec<String> = Vec::new();
@@ -467,17 +492,19 @@ impl Report {
             .container_runtime
             .clone()
             .unwrap_or_else(|| "no container runtime".into());
-        let warns = self
-            .findings
+        format!("machine: {gpus}; {cgroups}; {containers}")
+    }
+
+    /// What this report warns of, one line each with its fix.
+    pub fn warnings(&self) -> Vec<String> {
+        self.findings
             .iter()
             .filter(|f| f.level == Level::Warn)
-            .count();
-        let tail = if warns == 0 {
-            "all OK".to_string()
-        } else {
-            format!("{warns} warning(s): run `corral doctor`")
-        };
-        format!("machine: {gpus}; {cgroups}; {containers}; {tail}")
+            .map(|f| match &f.fix {
+                Some(fix) => format!("{}: {} (fix: {fix})", f.area, f.what),
+                None => format!("{}: {}", f.area, f.what),
+            })
+            .collect()
     }
 }
 

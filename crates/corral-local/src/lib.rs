@@ -12,6 +12,7 @@ pub use config::ClusterFileConfig;
 pub mod cgroup;
 pub mod code;
 pub mod doctor;
+pub mod exec;
 pub mod executor;
 pub mod gpu;
 pub mod inventory;

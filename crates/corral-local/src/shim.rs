@@ -40,7 +40,8 @@ use signal_hook::iterator::SignalsInfo;
 use signal_hook::iterator::exfiltrator::WithOrigin;
 
 use crate::executor::files::{
-    self, EXIT_FILE, ExitRecord, LAUNCH_FILE, LOG_FILE, LaunchFile, RECORD_FILE, RotatingLog,
+    self, COMMAND_PID_FILE, EXIT_FILE, ExitRecord, LAUNCH_FILE, LOG_FILE, LaunchFile, RECORD_FILE,
+    RotatingLog,
 };
 use crate::executor::standby::STANDBY_ARG;
 use crate::executor::{ProcessRecord, procfs};
@@ -299,6 +300,8 @@ fn supervise(dir: &Path) -> Result<i32, String> {
             if stop_requested.load(Ordering::SeqCst) {
                 let _ = procfs::signal_group(me, rustix::process::Signal::TERM);
             }
+            // Not fatal: without it `exec` says the replica is still preparing.
+            let _ = std::fs::write(dir.join(COMMAND_PID_FILE), child.id().to_string());
             child
         }
         Err(e) => {

@@ -2,6 +2,9 @@
 //! [`ClientError::Api`] with the server's message and field errors, shown as the user's
 //! problem and its fix, never as an HTTP dump.
 
+mod exec;
+pub use exec::ExecCall;
+
 use std::fmt;
 use std::io::Write;
 use std::time::Duration;

@@ -6,6 +6,11 @@
 //! in that namespace only, one without acts in all. A request for another namespace's jobs
 //! is refused with 403 whether or not the job exists, so a token learns nothing about other
 //! namespaces.
+//!
+//! A replica's token (`cj1.<namespace>.<job>.<mac>`, given to MPI launchers as
+//! `CORRAL_TOKEN`) is accepted whether or not tokens are configured, and only by the exec
+//! route, for its own job's replicas (`corral_core::control::decide_exec`); every other
+//! route refuses it with 403.
 
 use axum::extract::FromRequestParts;
 use axum::http::StatusCode;
@@ -21,6 +26,9 @@ pub enum Caller {
     Everything,
     /// One namespace.
     Namespace(String),
+    /// A replica's own token: exec into its job's replicas, nothing else. Verified by the
+    /// cluster against the job it names.
+    Job(corral_local::exec::JobToken),
 }
 
 impl Caller {
@@ -37,6 +45,17 @@ impl Caller {
                      namespace {namespace}; use -n {ns}, or a token for {namespace}"
                 ),
             )),
+            Caller::Job(_) => Err(replica_token_refused()),
+        }
+    }
+
+    /// Who asks to exec, for the cluster's check.
+    pub fn exec_auth(&self) -> corral_local::cluster::ExecAuth {
+        use corral_local::cluster::ExecAuth;
+        match self {
+            Caller::Everything => ExecAuth::Anyone,
+            Caller::Namespace(ns) => ExecAuth::Namespace(ns.clone()),
+            Caller::Job(token) => ExecAuth::Job(token.clone()),
         }
     }
 
@@ -45,6 +64,7 @@ impl Caller {
         match self {
             Caller::Everything => true,
             Caller::Namespace(ns) => ns == namespace,
+            Caller::Job(_) => false,
         }
     }
 
@@ -53,6 +73,7 @@ impl Caller {
         match self {
             Caller::Everything => None,
             Caller::Namespace(ns) => Some(ns),
+            Caller::Job(token) => Some(&token.namespace),
         }
     }
 }
@@ -61,13 +82,29 @@ impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        if state.file.settings.tokens.is_empty() {
-            return Ok(Caller::Everything);
-        }
         let header = parts
             .headers
             .get(axum::http::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok());
+        let bearer = header
+            .and_then(|h| {
+                h.strip_prefix("Bearer ")
+                    .or_else(|| h.strip_prefix("bearer "))
+            })
+            .map(str::trim);
+        // A replica's token keeps its narrow scope even on an open API.
+        if let Some(token) = bearer.and_then(corral_local::exec::JobToken::parse) {
+            // Refused here for every route but exec (and whoami), so that no route can
+            // forget to: a list would otherwise show the job's whole namespace.
+            let path = parts.uri.path();
+            if !(path.ends_with("/exec") || path == "/api/v1/whoami") {
+                return Err(replica_token_refused());
+            }
+            return Ok(Caller::Job(token));
+        }
+        if state.file.settings.tokens.is_empty() {
+            return Ok(Caller::Everything);
+        }
         let Some(header) = header else {
             return Err(unauthorized(
                 "this server requires an API token: pass --token or set CORRAL_TOKEN",
@@ -87,6 +124,15 @@ impl FromRequestParts<AppState> for Caller {
             )),
         }
     }
+}
+
+fn replica_token_refused() -> ApiError {
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        "Forbidden",
+        "a replica's token (CORRAL_TOKEN of an MPI launcher) may only exec into the replicas \
+         of its own job; use a user's token for anything else",
+    )
 }
 
 fn unauthorized(message: &str) -> ApiError {

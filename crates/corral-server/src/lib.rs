@@ -197,7 +197,7 @@ impl AppState {
 /// Opens the cluster in `options.cluster.data_dir` and binds the listener. Returns the
 /// pieces [`serve`] runs, and the cluster's warnings.
 pub fn prepare(options: &ServerOptions) -> Result<(AppState, TcpListener, Vec<String>), String> {
-    let (cluster, mut warnings) = Cluster::open(options.cluster.clone(), Timestamp::now())
+    let (mut cluster, mut warnings) = Cluster::open(options.cluster.clone(), Timestamp::now())
         .map_err(|e| {
             format!(
                 "cannot open the cluster in {}: {e}",

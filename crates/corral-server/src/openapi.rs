@@ -30,6 +30,10 @@ pub const ROUTES: &[(&str, &str)] = &[
         "get",
         "/api/v1/namespaces/{namespace}/trainingjobs/{name}/logs",
     ),
+    (
+        "post",
+        "/api/v1/namespaces/{namespace}/trainingjobs/{name}/replicas/{replica}/exec",
+    ),
     ("get", "/api/v1/trainingjobs"),
     ("get", "/api/v1/queues"),
     ("get", "/api/v1/nodes"),
@@ -184,7 +188,23 @@ fn unranged_document() -> Value {
         "restarts": {"type": "integer", "format": "uint32", "description": "earlier incarnations of this replica: restarts of the gang and of the replica alone"},
         "started": {"type": "string", "format": "date-time", "nullable": true},
         "logPath": {"type": "string", "nullable": true}}});
-    json!({
+    // Kept apart from the document, as `replica_info`.
+    let exec_op = json!({"post": {
+        "operationId": "execInReplica",
+        "summary": "Run a command inside a running replica (`corral exec`; the MPI launcher's rsh agent `corral rsh` starts orted in the workers with it): the replica's environment, working directory, cgroup, process group and user. Allowed by a user's token for its namespace, and by a replica's own token (`cj1.<namespace>.<job>.<mac>`, an MPI launcher's CORRAL_TOKEN) for the replicas of its own job only; a replica's token is refused (403) by every other route. The command is killed when the client goes away, and with the replica",
+        "parameters": [
+            {"$ref": "#/components/parameters/namespace"},
+            {"$ref": "#/components/parameters/name"},
+            {"name": "replica", "in": "path", "required": true, "schema": {"type": "string"}, "description": "`<role>-<index>` or `<job>-<role>-<index>`"},
+        ],
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {
+            "type": "object", "required": ["command"], "additionalProperties": false, "properties": {
+                "command": {"type": "array", "minItems": 1, "items": {"type": "string"}, "description": "the program and its arguments (no shell: use [\"sh\", \"-c\", \"...\"])"},
+                "stdin": {"type": "string", "nullable": true, "description": "the command's whole input; absent: /dev/null"},
+            }}}}},
+        "responses": responses(("200", json!({"description": "The command ran: a stream of frames, each one byte of kind, a 4-byte big-endian length and that many bytes; kind 1 stdout, 2 stderr, 3 the exit status (4-byte big-endian signed: the code, or 128 + signal; 127 when the program was not found), always last", "content": {"application/vnd.corral.exec-frames": {"schema": {"type": "string", "format": "binary"}}}})), &[400, 401, 403, 404, 409]),
+    }});
+    let mut doc = json!({
         "openapi": "3.0.3",
         "info": {
             "title": "Corral API",
@@ -418,5 +438,12 @@ fn unranged_document() -> Value {
                 }},
             },
         },
-    })
+    });
+    if let Some(paths) = doc.get_mut("paths").and_then(Value::as_object_mut) {
+        paths.insert(
+            "/api/v1/namespaces/{namespace}/trainingjobs/{name}/replicas/{replica}/exec".into(),
+            exec_op,
+        );
+    }
+    doc
 }

@@ -8,12 +8,13 @@ fn h(s: f64) -> String {
 }
 
 /// A fixed-width table, times in hours.
-pub fn table(metrics: &[PolicyMetrics]) -> String {
+pub fn table(metrics: &[PolicyMetrics], references: &[Reference]) -> String {
     let mut out = format!(
-        "{:<22} {:>6} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8} {:>6} {:>6} {:>7} {:>7} {:>6}\n",
+        "{:<22} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8} {:>6} {:>6} {:>7} {:>7} {:>6}\n",
         "policy",
         "done",
         "avg JCT",
+        "ref JCT",
         "p50 JCT",
         "p95 JCT",
         "p99 JCT",
@@ -26,15 +27,21 @@ pub fn table(metrics: &[PolicyMetrics]) -> String {
         "migr"
     );
     out.push_str(&format!(
-        "{:<22} {:>6} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8} {:>6} {:>6} {:>7} {:>7} {:>6}\n",
-        "", "", "(h)", "(h)", "(h)", "(h)", "(h)", "(h)", "", "", "mean", "", ""
+        "{:<22} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8} {:>6} {:>6} {:>7} {:>7} {:>6}\n",
+        "", "", "(h)", "(h)", "(h)", "(h)", "(h)", "(h)", "(h)", "", "", "mean", "", ""
     ));
     for m in metrics {
+        // The published simulator's avg JCT for the policy, where one is given.
+        let reference = references
+            .iter()
+            .find(|r| r.policy == m.policy)
+            .map_or_else(|| "-".to_string(), |r| h(r.avg_jct_s));
         out.push_str(&format!(
-            "{:<22} {:>6} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8} {:>6.3} {:>6.3} {:>7.2} {:>7} {:>6}\n",
+            "{:<22} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8} {:>6.3} {:>6.3} {:>7.2} {:>7} {:>6}\n",
             m.policy,
             m.jobs_completed,
             h(m.avg_jct_s),
+            reference,
             h(m.median_jct_s),
             h(m.p95_jct_s),
             h(m.p99_jct_s),
@@ -567,6 +574,30 @@ mod tests {
             restarts: 0,
             rounds: 1,
         }
+    }
+
+    #[test]
+    fn the_table_puts_the_published_jct_beside_ours_where_there_is_one() {
+        let refs = [Reference {
+            policy: "b".into(),
+            avg_jct_s: 5400.0,
+            makespan_s: None,
+            source: "Gavel's simulator".into(),
+            note: "why".into(),
+            ours_at_their_costs_s: None,
+        }];
+        let t = table(&[metrics("a", 3600.0), metrics("b", 7200.0)], &refs);
+        let row = |p: &str| {
+            t.lines()
+                .find(|l| l.starts_with(&format!("{p} ")))
+                .map(|l| l.split_whitespace().take(4).collect::<Vec<_>>())
+        };
+        assert!(
+            t.lines().next().is_some_and(|h| h.contains("ref JCT")),
+            "{t}"
+        );
+        assert_eq!(row("a"), Some(vec!["a", "2", "1.00", "-"]), "{t}");
+        assert_eq!(row("b"), Some(vec!["b", "2", "2.00", "1.50"]), "{t}");
     }
 
     #[test]

@@ -6,11 +6,13 @@
 //! - `common_args`: where the server is, the namespace, how to print (`-o`).
 //! - `jobs`: submit, list, get, describe, logs; `bulk`: delete, suspend, resume (by name,
 //!   `--all` or a label selector); `cluster_views`: queues, nodes, top.
+//! - `exec`: a command inside a replica (`exec`), and the MPI launcher's agent (`rsh`).
 //! - `render`: the tables and reports as text; `print`: stdout and failures.
 
 mod bulk;
 mod cluster_views;
 mod common_args;
+mod exec;
 mod jobs;
 pub(crate) mod print;
 mod render;
@@ -23,6 +25,7 @@ pub use cluster_views::{
     AuditArgs, ClusterViewArgs, TopArgs, run_audit, run_nodes, run_queues, run_top,
 };
 pub use common_args::{ConnArgs, NamespaceArgs, Output, declared_namespace};
+pub use exec::{ExecArgs, run_exec, run_rsh};
 pub use jobs::{
     DescribeArgs, GetArgs, ListArgs, LogsArgs, SubmitArgs, parse_duration_secs, run_describe,
     run_get, run_list, run_logs, run_submit,

@@ -42,6 +42,7 @@
 mod config;
 pub mod conformance;
 mod events;
+mod exec;
 mod ledger;
 mod plane;
 mod room;
@@ -50,6 +51,9 @@ mod submit;
 
 pub use config::{ControlConfig, ControlConfigBuilder, Platform, SETTLE_ROUNDS, Settling};
 pub use events::{EventType, JobEvent, event_reason};
+pub use exec::{
+    ExecCaller, ExecRefusal, ExecTarget, decide_exec, parse_replica, refuse_missing_job,
+};
 pub use ledger::{Ledger, ServiceByType};
 pub use plane::{
     Change, ControlError, ControlPlane, HeldAdmission, JobAction, JobRecord, LaunchRejection,

@@ -155,18 +155,22 @@ pub(super) fn pytorch(ctx: &Ctx<'_>, env: &mut Env) -> Result<(), LaunchError> {
 
 /// MPI: kubeflow/mpi-operator pkg/controller/mpi_job_controller.go (newConfigMap: the
 /// hostfile; newLauncherPodTemplate: ompiEnvVars / intelEnvVars / mpichEnvVars, the slots
-/// variable and nvidiaDisableEnvVars; newWorker: K_MPI_JOB_ROLE).
+/// variable and nvidiaDisableEnvVars; newWorker: K_MPI_JOB_ROLE). With an rsh agent
+/// (embedded), mpi-operator v1's newLauncher instead: OMPI_MCA_plm_rsh_agent
+/// (I_MPI_HYDRA_BOOTSTRAP_EXEC, HYDRA_LAUNCHER_EXEC) names the agent, with no ssh options.
+/// Returns whether the replica runs the agent.
 pub(super) fn mpi(
     ctx: &Ctx<'_>,
     env: &mut Env,
     files: &mut Vec<LaunchFile>,
-) -> Result<(), LaunchError> {
+) -> Result<bool, LaunchError> {
     let mpi = ctx.spec.mpi.clone().unwrap_or_default();
     let slots = mpi.slots_per_worker.unwrap_or(1);
     if ctx.replica.role != Role::Launcher {
         env.set("K_MPI_JOB_ROLE", "worker");
-        return Ok(());
+        return Ok(false);
     }
+    let agent = ctx.options.mpi_rsh_agent.as_deref();
     let hostfile = format!(
         "{}/{MPI_HOSTFILE_NAME}",
         ctx.options.mpi_config_dir.trim_end_matches('/')
@@ -177,20 +181,40 @@ pub(super) fn mpi(
             // Lets mpirun reach workers by their DNS names.
             env.set("OMPI_MCA_orte_keep_fqdn_hostnames", "true");
             env.set("OMPI_MCA_orte_default_hostfile", hostfile.clone());
-            env.set("OMPI_MCA_plm_rsh_args", "-o ConnectionAttempts=10");
+            match agent {
+                None => env.set("OMPI_MCA_plm_rsh_args", "-o ConnectionAttempts=10"),
+                Some(agent) => {
+                    env.set("OMPI_MCA_plm_rsh_agent", agent);
+                    // Only the launcher holds the agent's credentials: no orted may
+                    // start others (a tree spawn would run the agent in a worker).
+                    env.set("OMPI_MCA_plm_rsh_no_tree_spawn", "true");
+                }
+            }
             env.set("OMPI_MCA_orte_set_default_slots", slots.to_string());
         }
         MpiImplementation::Intel => {
             env.set("I_MPI_HYDRA_HOST_FILE", hostfile.clone());
-            env.set(
-                "I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS",
-                "-o ConnectionAttempts=10",
-            );
+            match agent {
+                None => env.set(
+                    "I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS",
+                    "-o ConnectionAttempts=10",
+                ),
+                Some(agent) => {
+                    env.set("I_MPI_HYDRA_BOOTSTRAP", "rsh");
+                    env.set("I_MPI_HYDRA_BOOTSTRAP_EXEC", agent);
+                }
+            }
             env.set("I_MPI_PERHOST", slots.to_string());
         }
         MpiImplementation::Mpich => {
             env.set("HYDRA_HOST_FILE", hostfile.clone());
-            env.set("HYDRA_LAUNCH_EXTRA_ARGS", "-o ConnectionAttempts=10");
+            match agent {
+                None => env.set("HYDRA_LAUNCH_EXTRA_ARGS", "-o ConnectionAttempts=10"),
+                Some(agent) => {
+                    env.set("HYDRA_LAUNCHER", "rsh");
+                    env.set("HYDRA_LAUNCHER_EXEC", agent);
+                }
+            }
         }
     }
     if !mpi.run_launcher_as_worker {
@@ -203,21 +227,29 @@ pub(super) fn mpi(
         contents: mpi_hostfile_text(ctx)?,
         mode: 0o444,
     });
-    Ok(())
+    Ok(agent.is_some())
 }
 
 /// `host slots=N` per line for Open MPI, `host:N` for Intel MPI and MPICH; the launcher
-/// first when it also runs ranks, then the workers by index.
+/// first when it also runs ranks, then the workers by index. With an rsh agent the hosts
+/// are replica names (`<job>-worker-0`): embedded, every replica shares one address, which
+/// mpirun would take for one host and run every rank in the launcher.
 pub(super) fn mpi_hostfile_text(ctx: &Ctx<'_>) -> Result<String, LaunchError> {
     let mpi = ctx.spec.mpi.clone().unwrap_or_default();
     let slots = mpi.slots_per_worker.unwrap_or(1);
+    let host = |id: ReplicaId| -> Result<String, LaunchError> {
+        match ctx.options.mpi_rsh_agent {
+            Some(_) => Ok(id.name(ctx.job)),
+            None => ctx.host(id).map(str::to_string),
+        }
+    };
     let mut hosts = Vec::new();
     if mpi.run_launcher_as_worker {
-        hosts.push(ctx.host(ReplicaId::new(Role::Launcher, 0))?);
+        hosts.push(host(ReplicaId::new(Role::Launcher, 0))?);
     }
     let workers = ctx.spec.replicas.get(&Role::Worker).map_or(0, |w| w.count);
     for index in 0..workers {
-        hosts.push(ctx.host(ReplicaId::new(Role::Worker, index))?);
+        hosts.push(host(ReplicaId::new(Role::Worker, index))?);
     }
     let open_mpi = matches!(
         mpi.implementation.unwrap_or(MpiImplementation::OpenMPI),

@@ -43,6 +43,13 @@ pub struct LaunchOptions {
     /// Directory of launch files (the MPI hostfile). Embedded shells point it at the job's
     /// own directory.
     pub mpi_config_dir: String,
+    /// MPI without sshd in the workers (embedded): the program mpirun runs as its rsh
+    /// agent (`<agent> <host> <command>`), which runs the command inside the named replica,
+    /// as mpi-operator v1's `kubectl exec` script did. With it the hostfile names replicas
+    /// (`<job>-worker-0`), which only the agent resolves, and the launcher is given
+    /// credentials to exec into its own job's replicas ([`LaunchSpec::exec_credentials`]).
+    /// `None`: workers run sshd (Kubernetes, as mpi-operator v2).
+    pub mpi_rsh_agent: Option<String>,
 }
 
 impl Default for LaunchOptions {
@@ -50,6 +57,7 @@ impl Default for LaunchOptions {
         LaunchOptions {
             gpu_indices: None,
             mpi_config_dir: DEFAULT_MPI_CONFIG_DIR.to_string(),
+            mpi_rsh_agent: None,
         }
     }
 }
@@ -78,6 +86,9 @@ pub struct LaunchSpec {
     pub files: Vec<LaunchFile>,
     /// User variables that the contract replaced.
     pub overridden_env: Vec<String>,
+    /// The replica runs an exec agent ([`LaunchOptions::mpi_rsh_agent`]): the shell gives
+    /// it credentials that may exec into the replicas of its own job, and nothing else.
+    pub exec_credentials: bool,
 }
 
 impl LaunchSpec {
@@ -199,10 +210,13 @@ pub fn replica_env(
         let endpoint = ctx.endpoint(replica)?.clone();
         let mut env = Env::default();
         let mut files = Vec::new();
+        let mut exec_credentials = false;
         match ctx.spec.framework {
             Framework::TensorFlow => frameworks::tensorflow(ctx, &mut env)?,
             Framework::PyTorch => frameworks::pytorch(ctx, &mut env)?,
-            Framework::Mpi => frameworks::mpi(ctx, &mut env, &mut files)?,
+            Framework::Mpi => {
+                exec_credentials = frameworks::mpi(ctx, &mut env, &mut files)?;
+            }
             Framework::Jax => frameworks::jax(ctx, &mut env)?,
             Framework::XGBoost => frameworks::xgboost(ctx, &mut env)?,
             Framework::Generic => {}
@@ -243,6 +257,7 @@ pub fn replica_env(
             env: out,
             files,
             overridden_env: overridden,
+            exec_credentials,
         })
     })
 }

@@ -434,6 +434,7 @@ impl Cluster {
         let options = corral_core::launch::LaunchOptions {
             gpu_indices: Some(gpu_indices.to_vec()),
             mpi_config_dir: dir.display().to_string(),
+            mpi_rsh_agent: self.exec_agent.clone(),
         };
         let launch = match corral_core::launch::replica_env(job, id, &addresses, &options) {
             Ok(l) => l,
@@ -459,6 +460,15 @@ impl Cluster {
         env.push(("CORRAL_NAMESPACE".into(), stored.namespace.clone()));
         env.push(("CORRAL_REPLICA".into(), id.name(&stored.name)));
         env.push(("CORRAL_INCARNATION".into(), inc.to_string()));
+        if launch.exec_credentials {
+            // What the MPI launcher's rsh agent (`corral rsh`) calls the API with: a token
+            // that may exec into this job's replicas and nothing else.
+            if let Some(url) = &self.api_url {
+                env.push(("CORRAL_SERVER".into(), url.clone()));
+            }
+            let token = self.job_token(&stored.namespace, &stored.name, &stored.uid);
+            env.push(("CORRAL_TOKEN".into(), token));
+        }
         let files = launch
             .files
             .iter()

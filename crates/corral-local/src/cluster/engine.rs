@@ -155,6 +155,13 @@ pub struct Cluster {
     /// Closed from a gang's start until the end of the pass that records it Running (see
     /// [`StartGate`](crate::executor::StartGate)).
     pub(super) start_gate: Option<crate::executor::StartGate>,
+    /// Signs the tokens MPI launchers exec into their workers with.
+    pub(super) exec_key: crate::exec::ExecKey,
+    /// See [`ClusterConfig::exec_agent`](super::ClusterConfig::exec_agent).
+    pub(super) exec_agent: Option<String>,
+    /// The API's URL (`http://host:port`), once the server listens: given to MPI
+    /// launchers, whose agent calls it.
+    pub(super) api_url: Option<String>,
 }
 
 /// How often the GPUs' health is read while the cluster runs.
@@ -173,7 +180,8 @@ impl Cluster {
 
     /// Records the API address with the data directory's lock, for the message that a
     /// second `corral up` on the same directory gets.
-    pub fn announce_address(&self, addr: &str) -> Result<(), ClusterError> {
+    pub fn announce_address(&mut self, addr: &str) -> Result<(), ClusterError> {
+        self.api_url = Some(format!("http://{addr}"));
         Ok(self.store.announce_address(addr)?)
     }
 

@@ -216,6 +216,17 @@ fn open(config: ClusterConfig, now: Timestamp) -> Result<(Cluster, Vec<String>),
             .iter()
             .map(|row| format!("{}/{}", row.namespace(), row.name())),
     );
+    let exec_key = crate::exec::ExecKey::load_or_create(&config.data_dir).map_err(|e| {
+        ClusterError::Config(format!(
+            "the exec key in {}: {e}",
+            config.data_dir.display()
+        ))
+    })?;
+    let exec_agent = config.exec_agent.clone().or_else(|| {
+        std::env::current_exe()
+            .ok()
+            .map(|exe| format!("{} rsh", exe.display()))
+    });
     let mut cluster = Cluster {
         config,
         store,
@@ -237,6 +248,9 @@ fn open(config: ClusterConfig, now: Timestamp) -> Result<(Cluster, Vec<String>),
         counters: Counters::default(),
         uid_counter: 0,
         start_gate: None,
+        exec_key,
+        exec_agent,
+        api_url: None,
     };
     for j in jobs {
         cluster.cache(j);

@@ -414,10 +414,6 @@ pub fn detect(choice: &RuntimeChoice) -> Result<(Option<ContainerRuntime>, Vec<S
             Ok(o) if o.status.success() => {
                 let ulimits = ulimits_to_pin(&mut notes);
                 let cgroupfs = String::from_utf8_lossy(&o.stdout).trim() == "cgroupfs";
-                notes.push(format!(
-                    "containers: replicas with an image run with {}",
-                    path.display()
-                ));
                 return Ok((
                     Some(ContainerRuntime {
                         kind,

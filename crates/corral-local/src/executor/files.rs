@@ -17,6 +17,9 @@ pub const LAUNCH_FILE: &str = "launch.json";
 pub const EXIT_FILE: &str = "exit.json";
 pub const RECORD_FILE: &str = "record.json";
 pub const LOG_FILE: &str = "output.log";
+/// The pid of the replica's command once it runs (after its Python environment is built):
+/// what `exec` enters (see `crate::exec`).
+pub const COMMAND_PID_FILE: &str = "command.pid";
 
 /// What the shim runs: written by the executor before it spawns the shim.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -5,9 +5,11 @@
 //! - `jobs`: listing, reading, deleting, suspending and resuming jobs.
 //! - `cluster`: queues, nodes, `top` and `/metrics`.
 //! - `logs`: a replica's log, whole, tailed or followed across incarnations.
+//! - `exec`: a command inside a running replica, its output streamed back in frames.
 //! - `list_body`: the `{"items": [...]}` body every list answers with.
 
 mod cluster;
+pub mod exec;
 mod jobs;
 mod list_body;
 mod logs;
@@ -47,6 +49,10 @@ pub fn router(state: AppState) -> Router {
         .route(&format!("{jobs}/{{name}}/suspend"), post(suspend_job))
         .route(&format!("{jobs}/{{name}}/resume"), post(resume_job))
         .route(&format!("{jobs}/{{name}}/logs"), get(logs))
+        .route(
+            &format!("{jobs}/{{name}}/replicas/{{replica}}/exec"),
+            post(exec::exec),
+        )
         .route("/api/v1/trainingjobs", get(list_all))
         .route("/api/v1/queues", get(queues))
         .route("/api/v1/nodes", get(nodes))
