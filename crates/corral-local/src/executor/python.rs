@@ -218,9 +218,30 @@ fn build(
     let venv = dir.join("venv");
     let mut steps: Vec<Vec<std::ffi::OsString>> = Vec::new();
     let mut create: Vec<std::ffi::OsString> = vec!["venv".into(), "--quiet".into()];
-    if let Some(v) = &launch.version {
-        create.push("--python".into());
-        create.push(v.into());
+    match launch.tenant_gid {
+        // The venv links to its interpreter, which the tenant runs: it is chosen here among
+        // those its group may run, not left to uv's discovery, which a wrapper around uv
+        // (pyenv's shim puts its own Python first on uv's PATH) can steer to one in root's
+        // home.
+        Some(gid) => match tenant_interpreter(launch, gid)? {
+            Some(python) => {
+                create.push("--python".into());
+                create.push(python.into());
+            }
+            None => {
+                // None installed that it may run: uv downloads the version asked for,
+                // beside the environments (UV_PYTHON_INSTALL_DIR, readable by the group).
+                create.push("--managed-python".into());
+                create.push("--python".into());
+                create.push(launch.version.clone().unwrap_or_default().into());
+            }
+        },
+        None => {
+            if let Some(v) = &launch.version {
+                create.push("--python".into());
+                create.push(v.into());
+            }
+        }
     }
     create.push(venv.clone().into());
     steps.push(create);
@@ -233,26 +254,8 @@ fn build(
         requirements.into(),
     ]);
     for args in steps {
-        let mut cmd = Command::new(&launch.uv);
-        cmd.args(&args)
-            .env("UV_CACHE_DIR", launch.envs_dir.join(".uv-cache"))
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null());
-        if launch.tenant_gid.is_some() {
-            // The venv links to its interpreter: one found in root's home (pyenv, uv's own
-            // downloads) would not run as the tenant. uv looks only where others may
-            // enter, and a Python it downloads goes beside the environments.
-            cmd.env("UV_PYTHON_INSTALL_DIR", launch.envs_dir.join(".pythons"));
-            if let Some(path) = std::env::var_os("PATH") {
-                let open: Vec<PathBuf> = std::env::split_paths(&path)
-                    .filter(|d| others_may_enter(d))
-                    .collect();
-                if let Ok(joined) = std::env::join_paths(open) {
-                    cmd.env("PATH", joined);
-                }
-            }
-        }
-        let out = cmd
+        let out = uv_command(launch)
+            .args(&args)
             .output()
             .map_err(|e| BuildError::Io(format!("running {}: {e}", launch.uv.display())))?;
         for part in [&out.stdout, &out.stderr] {
@@ -285,6 +288,85 @@ fn build(
     }
     fs::write(dir.join(READY_FILE), b"").map_err(|e| io_err(dir, e))?;
     Ok(())
+}
+
+/// uv with the environment every build step shares.
+fn uv_command(launch: &PythonLaunch) -> Command {
+    let mut cmd = Command::new(&launch.uv);
+    cmd.env("UV_CACHE_DIR", launch.envs_dir.join(".uv-cache"))
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null());
+    if launch.tenant_gid.is_some() {
+        // A Python uv downloads goes beside the environments, where the tenant may run it;
+        // and its search starts where others may enter.
+        cmd.env("UV_PYTHON_INSTALL_DIR", launch.envs_dir.join(".pythons"));
+        if let Some(path) = std::env::var_os("PATH") {
+            let open: Vec<PathBuf> = std::env::split_paths(&path)
+                .filter(|d| others_may_enter(d))
+                .collect();
+            if let Ok(joined) = std::env::join_paths(open) {
+                cmd.env("PATH", joined);
+            }
+        }
+    }
+    cmd
+}
+
+/// One installed interpreter as `uv python list --output-format json` lists it.
+#[derive(Deserialize)]
+struct ListedPython {
+    path: PathBuf,
+}
+
+/// The installed interpreter matching the launch's version (any, without one) that group
+/// `gid` may run, as uv ranks them (newest first); `None` when there is none and a version
+/// was asked for (uv then downloads it). uv matches the version request, corral only
+/// drops the interpreters the tenant could not run.
+fn tenant_interpreter(launch: &PythonLaunch, gid: u32) -> Result<Option<PathBuf>, BuildError> {
+    let mut cmd = uv_command(launch);
+    cmd.args(["python", "list", "--only-installed", "--all-versions"])
+        .args(["--output-format", "json"]);
+    if let Some(v) = &launch.version {
+        cmd.arg(v);
+    }
+    let out = cmd
+        .output()
+        .map_err(|e| BuildError::Io(format!("running {}: {e}", launch.uv.display())))?;
+    if !out.status.success() {
+        return Err(BuildError::Resolve(format!(
+            "the python environment could not be built (uv python list): {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    let listed: Vec<ListedPython> = serde_json::from_slice(&out.stdout).map_err(|e| {
+        BuildError::Io(format!(
+            "reading the interpreters `uv python list` found: {e}"
+        ))
+    })?;
+    let mut blocked = Vec::new();
+    for python in listed {
+        let Ok(real) = fs::canonicalize(&python.path) else {
+            continue;
+        };
+        match blocked_for_group(&real, gid) {
+            None => return Ok(Some(python.path)),
+            Some(at) => blocked.push(format!("{} ({} is closed)", real.display(), at.display())),
+        }
+    }
+    if launch.version.is_some() {
+        return Ok(None);
+    }
+    blocked.dedup();
+    Err(BuildError::Resolve(format!(
+        "no Python interpreter installed here can be run by the job's user (gid {gid}){}. \
+         Install Python where every user may run it (e.g. /usr/bin/python3), or name a \
+         version with template.python.version so that uv downloads one",
+        if blocked.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", blocked.join(", "))
+        }
+    )))
 }
 
 /// Whether a user other than the owner may pass through directory `dir` (and every
