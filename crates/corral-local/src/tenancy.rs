@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use corral_core::tenancy::{self, IdRange, Isolation, TenantIdentity};
 
@@ -179,6 +179,27 @@ pub fn set_owner_mode(path: &Path, uid: u32, gid: u32, mode: u32) -> io::Result<
         fs::set_permissions(path, fs::Permissions::from_mode(mode))?;
     }
     Ok(())
+}
+
+/// The first of `path` and the directories above it that a process of another uid and group
+/// `gid` (a tenant's) may not pass or run, if any.
+pub fn closed_to_group(path: &Path, gid: u32) -> Option<PathBuf> {
+    path.ancestors().find_map(|p| {
+        let open = fs::metadata(p)
+            .is_ok_and(|m| m.mode() & 0o001 != 0 || (m.gid() == gid && m.mode() & 0o010 != 0));
+        (!open).then(|| p.to_path_buf())
+    })
+}
+
+/// `path` (a `PATH` value) without the directories group `gid` may not search: a tenant's
+/// command would find nothing there (root's pyenv shims, `/root/.cargo/bin`), and one
+/// it cannot enter makes a program found nowhere fail with "permission denied" rather
+/// than "not found".
+pub fn search_path_for_group(path: &str, gid: u32) -> String {
+    path.split(':')
+        .filter(|d| d.starts_with('/') && closed_to_group(Path::new(d), gid).is_none())
+        .collect::<Vec<_>>()
+        .join(":")
 }
 
 /// Subdirectories of the data directory that replicas pass through to reach their own.
@@ -344,5 +365,43 @@ mod tests {
         assert!(protect_data_dir(&data, true).expect("again").is_empty());
         protect_data_dir(&data, false).expect("shared");
         assert_eq!(mode(&data), 0o700);
+    }
+
+    #[test]
+    fn a_tenants_search_path_keeps_only_the_directories_it_may_enter() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mode = |p: &Path, m: u32| {
+            fs::set_permissions(p, fs::Permissions::from_mode(m)).expect("chmod");
+        };
+        // The tempdir is 0700: everything below it is closed until it opens.
+        let open = dir.path().join("open");
+        let closed = dir.path().join("closed");
+        let below = closed.join("bin");
+        for d in [&open, &below] {
+            fs::create_dir_all(d).expect("mkdir");
+        }
+        mode(dir.path(), 0o711);
+        mode(&open, 0o755);
+        mode(&closed, 0o700);
+        mode(&below, 0o755);
+        let path = format!(
+            "{}:relative:{}:{}",
+            open.display(),
+            closed.display(),
+            below.display()
+        );
+        let gid = 4242;
+        assert_eq!(
+            search_path_for_group(&path, gid),
+            open.display().to_string()
+        );
+        assert_eq!(closed_to_group(&below, gid), Some(closed.clone()));
+        // Its own group may pass a directory closed to others.
+        if rustix::process::geteuid().is_root() {
+            std::os::unix::fs::chown(&closed, None, Some(gid)).expect("chown");
+            mode(&closed, 0o710);
+            assert_eq!(closed_to_group(&below, gid), None);
+            assert_eq!(closed_to_group(&below, gid + 1), Some(closed));
+        }
     }
 }

@@ -144,6 +144,29 @@ pub(super) fn exec_runs_in_the_replica_and_only_within_its_own_job() -> TestResu
     )?;
     let (code, out, _) = exec(&client, "mine", "mine-worker-0", &["cat"], Some("in\n"))?;
     check(code == 0 && out == "in\n", format!("{code} {out:?}"))?;
+    // Its user: as root, the namespace's (never root), without a way back through a setuid
+    // program, as the replica's own command.
+    let (code, out, _) = exec(
+        &client,
+        "mine",
+        "worker-0",
+        &["sh", "-c", "id -u; grep NoNewPrivs /proc/self/status"],
+        None,
+    )?;
+    // SAFETY: geteuid(2) has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let uid: Option<u32> = out.lines().next().and_then(|l| l.trim().parse().ok());
+    if me == 0 {
+        check(
+            code == 0 && uid.is_some_and(|u| u != 0) && out.contains("NoNewPrivs:\t1"),
+            format!("exec as root runs as the tenant: {code} {out:?}"),
+        )?;
+    } else {
+        check(
+            uid == Some(me),
+            format!("exec runs as the server's user: {out:?}"),
+        )?;
+    }
     let (code, _, err) = exec(&client, "mine", "worker-0", &["no-such-program"], None)?;
     check(
         code == 127 && err.contains("no-such-program"),

@@ -275,7 +275,7 @@ fn build(
     if let Some(gid) = launch.tenant_gid {
         let python = venv.join("bin/python");
         let real = fs::canonicalize(&python).map_err(|e| io_err(&python, e))?;
-        if let Some(blocked) = blocked_for_group(&real, gid) {
+        if let Some(blocked) = crate::tenancy::closed_to_group(&real, gid) {
             return Err(BuildError::Resolve(format!(
                 "the python environment's interpreter {} cannot be run by the job's user \
                  (uid and gid {gid}): {} is not open to it. Install Python where every user \
@@ -296,17 +296,12 @@ fn uv_command(launch: &PythonLaunch) -> Command {
     cmd.env("UV_CACHE_DIR", launch.envs_dir.join(".uv-cache"))
         .env("NO_COLOR", "1")
         .stdin(Stdio::null());
-    if launch.tenant_gid.is_some() {
+    if let Some(gid) = launch.tenant_gid {
         // A Python uv downloads goes beside the environments, where the tenant may run it;
-        // and its search starts where others may enter.
+        // and its search starts where the tenant may enter.
         cmd.env("UV_PYTHON_INSTALL_DIR", launch.envs_dir.join(".pythons"));
-        if let Some(path) = std::env::var_os("PATH") {
-            let open: Vec<PathBuf> = std::env::split_paths(&path)
-                .filter(|d| others_may_enter(d))
-                .collect();
-            if let Ok(joined) = std::env::join_paths(open) {
-                cmd.env("PATH", joined);
-            }
+        if let Ok(path) = std::env::var("PATH") {
+            cmd.env("PATH", crate::tenancy::search_path_for_group(&path, gid));
         }
     }
     cmd
@@ -348,7 +343,7 @@ fn tenant_interpreter(launch: &PythonLaunch, gid: u32) -> Result<Option<PathBuf>
         let Ok(real) = fs::canonicalize(&python.path) else {
             continue;
         };
-        match blocked_for_group(&real, gid) {
+        match crate::tenancy::closed_to_group(&real, gid) {
             None => return Ok(Some(python.path)),
             Some(at) => blocked.push(format!("{} ({} is closed)", real.display(), at.display())),
         }
@@ -367,27 +362,6 @@ fn tenant_interpreter(launch: &PythonLaunch, gid: u32) -> Result<Option<PathBuf>
             format!(": {}", blocked.join(", "))
         }
     )))
-}
-
-/// Whether a user other than the owner may pass through directory `dir` (and every
-/// directory above it).
-fn others_may_enter(dir: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    dir.is_absolute()
-        && dir
-            .ancestors()
-            .all(|d| fs::metadata(d).is_ok_and(|m| m.mode() & 0o001 != 0))
-}
-
-/// The first of `file` and the directories above it that a process of group `gid` (and
-/// another uid) may not pass or run, if any.
-fn blocked_for_group(file: &Path, gid: u32) -> Option<PathBuf> {
-    use std::os::unix::fs::MetadataExt;
-    file.ancestors().find_map(|p| {
-        let open = fs::metadata(p)
-            .is_ok_and(|m| m.mode() & 0o001 != 0 || (m.gid() == gid && m.mode() & 0o010 != 0));
-        (!open).then(|| p.to_path_buf())
-    })
 }
 
 /// The environment's variables over `env`: its `bin` first on PATH, `VIRTUAL_ENV`.

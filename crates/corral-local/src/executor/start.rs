@@ -296,11 +296,15 @@ impl LocalExecutor {
         let mut env = base_env(&dir, &self.config.pass_env);
         // A tenant writes only in directories of its own (the shim makes them): HOME is
         // `home/`, also the default working directory.
+        // Its PATH keeps only the directories it may search (the server's PATH may name
+        // root's own, where nothing would run as the tenant).
         let home = spec.run_as.map(|_| dir.join(HOME_DIR));
-        if let Some(home) = &home {
+        if let (Some(home), Some(who)) = (&home, spec.run_as) {
             for (k, v) in env.iter_mut() {
-                if k == "HOME" {
-                    *v = home.display().to_string();
+                match k.as_str() {
+                    "HOME" => *v = home.display().to_string(),
+                    "PATH" => *v = crate::tenancy::search_path_for_group(v, who.gid),
+                    _ => {}
                 }
             }
         }
