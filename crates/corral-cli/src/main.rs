@@ -30,6 +30,9 @@ enum Command {
     Doctor(doctor::DoctorArgs),
     /// Start a throw-away cluster, run the distributed quickstart job, print its result.
     Quickstart(quickstart::QuickstartArgs),
+    /// Keep the server, token and how to trust its certificate (a CA file or a pinned
+    /// fingerprint) for the other commands, after checking them against the server.
+    Login(remote::login::LoginArgs),
     /// Submit TrainingJob or Kubeflow job files (`-` or none: stdin).
     Submit(remote::SubmitArgs),
     /// List jobs.
@@ -187,6 +190,7 @@ fn main() -> ExitCode {
         Command::Nodes(a) => remote::run_nodes(&a),
         Command::Top(a) => remote::run_top(&a),
         Command::Audit(a) => remote::run_audit(&a),
+        Command::Login(a) => remote::login::run_login(&a),
         Command::Bench {
             which: BenchCommand::Api(a),
         } => api_bench::run_bench_api(&a),

@@ -21,9 +21,22 @@ pub struct UpArgs {
     /// (tokens, ports, node overrides), in YAML or JSON.
     #[arg(short, long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Address to listen on. Listening beyond loopback needs API tokens in the config.
+    /// Address to listen on. Listening beyond loopback needs API tokens in the config, and
+    /// serves HTTPS (see --tls-cert).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7443")]
     pub listen: SocketAddr,
+    /// Certificate (PEM, the chain) to serve HTTPS with; with --tls-key. Without them, a
+    /// server listening beyond loopback makes a self-signed one at its first start, kept in
+    /// the data directory (tls/), and prints its fingerprint for clients to pin.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The certificate's private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Serve plain HTTP beyond loopback: API tokens then cross the network in the clear.
+    /// Only for a network that is itself private and trusted (or a TLS proxy in front).
+    #[arg(long, conflicts_with_all = ["tls_cert", "tls_key"])]
+    pub allow_plain_http_beyond_loopback: bool,
     /// When the server stops (Ctrl-C, SIGTERM), stop the replicas that still run (SIGTERM,
     /// then SIGKILL after the grace period). Without it they keep running, unwatched, and
     /// the next `corral up` on the same data directory re-adopts them.
@@ -101,10 +114,32 @@ pub fn options(args: &UpArgs) -> Result<ServerOptions, String> {
             args.listen
         ));
     }
+    // HTTPS with a given pair, or beyond loopback (a self-signed pair unless given); plain
+    // HTTP on loopback as always, and beyond it only when asked by name.
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(corral_server::tls::TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+        }),
+        _ if args.listen.ip().is_loopback() || args.allow_plain_http_beyond_loopback => None,
+        _ => {
+            let names = corral_server::tls::names_for(args.listen.ip());
+            let (files, made) = corral_server::tls::self_signed(&data_dir, &names)?;
+            if made {
+                eprintln!(
+                    "Made a self-signed TLS certificate for {} in {}",
+                    names.join(", "),
+                    files.cert.display()
+                );
+            }
+            Some(files)
+        }
+    };
     let mut cluster = ClusterConfig::new(data_dir);
     cluster.file = file;
     let mut options = ServerOptions::new(cluster);
     options.listen = args.listen;
+    options.tls = tls;
     options.tick_interval = std::time::Duration::from_millis(args.tick_ms.clamp(10, 10_000));
     options.stop_replicas_on_exit = args.stop_replicas_on_exit;
     Ok(options)
@@ -172,22 +207,50 @@ pub fn run_up(args: &UpArgs) -> ExitCode {
     };
     let mut machine = Some(machine);
     let stop_on_exit = options.stop_replicas_on_exit;
+    let scheme = if options.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    let fingerprint = match &options.tls {
+        Some(files) => match corral_server::tls::fingerprint_of_file(&files.cert) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        None => None,
+    };
+    let plain_beyond_loopback = options.tls.is_none() && !options.listen.ip().is_loopback();
     let result = corral_server::run_until_signal(options, |addr, warnings| {
         if let Some(say) = machine.take() {
             say(warnings);
         }
         eprintln!(
-            "Corral is up at http://{addr} (data in {})",
+            "Corral is up at {scheme}://{addr} (data in {})",
             data_dir.display()
         );
         eprintln!(
-            "  API: http://{addr}/api/v1/   OpenAPI: http://{addr}/openapi.json   metrics: http://{addr}/metrics"
+            "  API: {scheme}://{addr}/api/v1/   OpenAPI: {scheme}://{addr}/openapi.json   metrics: {scheme}://{addr}/metrics"
         );
         if tokens {
             eprintln!("  API tokens are required (--token or CORRAL_TOKEN).");
         }
-        if addr.port() != corral_server::DEFAULT_PORT || !addr.ip().is_loopback() {
-            eprintln!("  export CORRAL_SERVER=http://{addr}");
+        if let Some(f) = &fingerprint {
+            eprintln!("  TLS certificate SHA-256 fingerprint: {f}");
+            eprintln!(
+                "  on each client: corral login --server {scheme}://HOST:{} --token TOKEN --fingerprint {f}",
+                addr.port()
+            );
+        } else if addr.port() != corral_server::DEFAULT_PORT || !addr.ip().is_loopback() {
+            eprintln!("  export CORRAL_SERVER={scheme}://{addr}");
+        }
+        if plain_beyond_loopback {
+            eprintln!(
+                "  warning: plain HTTP beyond loopback (--allow-plain-http-beyond-loopback): \
+                 API tokens cross the network in the clear"
+            );
         }
         eprintln!(
             "  try: corral submit examples/quickstart/quickstart.yaml && corral logs quickstart -f"

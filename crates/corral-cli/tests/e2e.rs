@@ -24,6 +24,8 @@ mod manifest_checks;
 mod metrics;
 #[path = "e2e/mpi.rs"]
 mod mpi;
+#[path = "e2e/tls.rs"]
+mod tls;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
@@ -57,6 +59,14 @@ fn main() -> ExitCode {
         Trial::test(
             "quickstart_job_with_4_replicas_succeeds",
             jobs::quickstart_job_with_4_replicas_succeeds,
+        ),
+        Trial::test(
+            "https_beyond_loopback_with_a_pinned_certificate",
+            tls::https_beyond_loopback_with_a_pinned_certificate,
+        ),
+        Trial::test(
+            "plain_http_beyond_loopback_only_by_name",
+            tls::plain_http_beyond_loopback_only_by_name,
         ),
         Trial::test(
             "tokens_keep_namespaces_apart",

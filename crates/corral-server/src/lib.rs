@@ -23,6 +23,8 @@ pub mod error;
 pub mod metrics;
 pub mod openapi;
 pub mod routes;
+pub mod tls;
+mod tls_client;
 
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -57,6 +59,9 @@ pub struct ServerOptions {
     /// When the server stops (Ctrl-C, SIGTERM), stop the replicas that still run instead of
     /// leaving them to the next start (see [`run_until_signal`]).
     pub stop_replicas_on_exit: bool,
+    /// Serve HTTPS with this certificate and key (`corral up` beyond loopback); plain HTTP
+    /// without.
+    pub tls: Option<tls::TlsFiles>,
 }
 
 impl ServerOptions {
@@ -67,6 +72,7 @@ impl ServerOptions {
             tick_interval: Duration::from_millis(200),
             body_limit: DEFAULT_BODY_LIMIT,
             stop_replicas_on_exit: false,
+            tls: None,
         }
     }
 }
@@ -223,6 +229,9 @@ pub fn prepare(options: &ServerOptions) -> Result<(AppState, TcpListener, Vec<St
             "cannot record the API address in the data directory: {e}"
         ));
     }
+    if let Some(files) = &options.tls {
+        cluster.announce_https(&tls::fingerprint_of_file(&files.cert)?);
+    }
     let audit = corral_local::store::AuditLog::open(&options.cluster.data_dir).map_err(|e| {
         format!(
             "cannot open the audit trail in {}: {e}",
@@ -237,20 +246,48 @@ pub fn prepare(options: &ServerOptions) -> Result<(AppState, TcpListener, Vec<St
 }
 
 /// Serves the API and runs the control loop until `shutdown` resolves.
+/// With `tls`, HTTPS.
 pub async fn serve(
     state: AppState,
     listener: TcpListener,
     tick_interval: Duration,
+    tls: Option<&tls::TlsFiles>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), String> {
-    let listener = tokio::net::TcpListener::from_std(listener).map_err(|e| e.to_string())?;
+    // A bad certificate or key fails the start, before the control loop runs.
+    let tls = match tls {
+        Some(files) => Some(tls::rustls_config(files).await?),
+        None => None,
+    };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let ticker = tokio::spawn(control_loop(state.clone(), tick_interval, stop_rx));
     let app = routes::router(state);
-    let result = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
-        .map_err(|e| format!("server: {e}"));
+    let result = match tls {
+        None => {
+            let listener =
+                tokio::net::TcpListener::from_std(listener).map_err(|e| e.to_string())?;
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+                .map_err(|e| format!("server: {e}"))
+        }
+        Some(config) => {
+            let handle = axum_server::Handle::new();
+            let stopper = handle.clone();
+            tokio::spawn(async move {
+                shutdown.await;
+                stopper.graceful_shutdown(Some(Duration::from_secs(5)));
+            });
+            match axum_server::from_tcp_rustls(listener, config) {
+                Ok(server) => server
+                    .handle(handle)
+                    .serve(app.into_make_service())
+                    .await
+                    .map_err(|e| format!("server: {e}")),
+                Err(e) => Err(format!("server: {e}")),
+            }
+        }
+    };
     let _ = stop_tx.send(true);
     let _ = ticker.await;
     result
@@ -331,6 +368,7 @@ async fn control_loop(
 
 /// A server running on a thread of its own (tests, `corral quickstart`).
 pub struct Server {
+    scheme: &'static str,
     addr: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<Result<(), String>>>,
@@ -345,15 +383,21 @@ impl Server {
         let runtime = runtime()?;
         let (stop, stop_rx) = oneshot::channel::<()>();
         let interval = options.tick_interval;
+        let tls = options.tls.clone();
         let thread = std::thread::Builder::new()
             .name("corral-server".into())
             .spawn(move || {
-                runtime.block_on(serve(state, listener, interval, async {
+                runtime.block_on(serve(state, listener, interval, tls.as_ref(), async {
                     let _ = stop_rx.await;
                 }))
             })
             .map_err(|e| format!("cannot start the server thread: {e}"))?;
         Ok(Server {
+            scheme: if options.tls.is_some() {
+                "https"
+            } else {
+                "http"
+            },
             addr,
             stop: Some(stop),
             thread: Some(thread),
@@ -365,9 +409,9 @@ impl Server {
         self.addr
     }
 
-    /// `http://127.0.0.1:PORT`.
+    /// `http://127.0.0.1:PORT` (`https://` with TLS).
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("{}://{}", self.scheme, self.addr)
     }
 
     /// What the cluster warned about when it opened (no NVML, no cgroups, ...).
@@ -425,6 +469,7 @@ pub fn run_until_signal(
         state,
         listener,
         options.tick_interval,
+        options.tls.as_ref(),
         shutdown_signal(),
     ));
     let mut c = cluster.lock().unwrap_or_else(|p| p.into_inner());

@@ -3,7 +3,8 @@
 //! [`corral_server::api_client::Client`] and prints; a server error is printed as the user's
 //! problem and its fix (`path: message` lines), never as an HTTP dump.
 //!
-//! - `common_args`: where the server is, the namespace, how to print (`-o`).
+//! - `common_args`: where the server is, the namespace, how to print (`-o`); `login`: the
+//!   client's configuration (server, token, a CA file or a pinned certificate).
 //! - `jobs`: submit, list, get, describe, logs; `bulk`: delete, suspend, resume (by name,
 //!   `--all` or a label selector); `cluster_views`: queues, nodes, top.
 //! - `exec`: a command inside a replica (`exec`), and the MPI launcher's agent (`rsh`).
@@ -14,6 +15,7 @@ mod cluster_views;
 mod common_args;
 mod exec;
 mod jobs;
+pub mod login;
 pub(crate) mod print;
 mod render;
 

@@ -217,7 +217,7 @@ pub(super) fn delete_all_and_selector_ask_first() -> TestResult {
         namespace: remote::NamespaceArgs::default(),
         conn: remote::ConnArgs {
             server: Some(c.server.url()),
-            token: None,
+            ..Default::default()
         },
     };
     let names = |client: &Client| -> Result<Vec<String>, Failed> {

@@ -466,6 +466,9 @@ impl Cluster {
             if let Some(url) = &self.api_url {
                 env.push(("CORRAL_SERVER".into(), url.clone()));
             }
+            if let Some(fingerprint) = &self.api_fingerprint {
+                env.push(("CORRAL_FINGERPRINT".into(), fingerprint.clone()));
+            }
             let token = self.job_token(&stored.namespace, &stored.name, &stored.uid);
             env.push(("CORRAL_TOKEN".into(), token));
         }

@@ -162,6 +162,9 @@ pub struct Cluster {
     /// The API's URL (`http://host:port`), once the server listens: given to MPI
     /// launchers, whose agent calls it.
     pub(super) api_url: Option<String>,
+    /// The SHA-256 fingerprint of the API's certificate when it serves HTTPS: MPI
+    /// launchers pin it (`CORRAL_FINGERPRINT`) to reach the API.
+    pub(super) api_fingerprint: Option<String>,
 }
 
 /// How often the GPUs' health is read while the cluster runs.
@@ -183,6 +186,15 @@ impl Cluster {
     pub fn announce_address(&mut self, addr: &str) -> Result<(), ClusterError> {
         self.api_url = Some(format!("http://{addr}"));
         Ok(self.store.announce_address(addr)?)
+    }
+
+    /// The API serves HTTPS with the certificate of this fingerprint: what MPI launchers
+    /// are given to reach it (after [`Cluster::announce_address`]).
+    pub fn announce_https(&mut self, fingerprint: &str) {
+        if let Some(url) = &self.api_url {
+            self.api_url = Some(url.replacen("http://", "https://", 1));
+        }
+        self.api_fingerprint = Some(fingerprint.to_string());
     }
 
     /// Re-reads a job's row into the cache after a write to it.

@@ -251,6 +251,7 @@ fn open(config: ClusterConfig, now: Timestamp) -> Result<(Cluster, Vec<String>),
         exec_key,
         exec_agent,
         api_url: None,
+        api_fingerprint: None,
     };
     for j in jobs {
         cluster.cache(j);
