@@ -69,6 +69,10 @@ fn main() -> ExitCode {
             tls::plain_http_beyond_loopback_only_by_name,
         ),
         Trial::test(
+            "mpirun_reaches_its_workers_through_an_https_api",
+            mpi::mpirun_reaches_its_workers_through_an_https_api,
+        ),
+        Trial::test(
             "tokens_keep_namespaces_apart",
             isolation::tokens_keep_namespaces_apart,
         ),
@@ -182,6 +186,30 @@ impl TestCluster {
         options.tick_interval = Duration::from_millis(100);
         let server = Server::start(options)?;
         Ok(TestCluster { server, _dir: dir })
+    }
+
+    /// The same, serving HTTPS with a self-signed certificate made in its data directory,
+    /// and that certificate's fingerprint.
+    fn start_https(config_yaml: &str) -> Result<(TestCluster, String), Failed> {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir()?;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))?;
+        let data = dir.path().join("data");
+        std::fs::create_dir(&data)?;
+        std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o711))?;
+        let (files, _) = corral_server::tls::self_signed(
+            &data,
+            &corral_server::tls::names_for([127, 0, 0, 1].into()),
+        )?;
+        let fingerprint = corral_server::tls::fingerprint_of_file(&files.cert)?;
+        let mut cluster = ClusterConfig::new(data);
+        cluster.file = ClusterFileConfig::parse(config_yaml).map_err(|e| e.to_string())?;
+        let mut options = ServerOptions::new(cluster);
+        options.listen = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+        options.tick_interval = Duration::from_millis(100);
+        options.tls = Some(files);
+        let server = Server::start(options)?;
+        Ok((TestCluster { server, _dir: dir }, fingerprint))
     }
 
     fn client(&self, token: Option<&str>) -> Client {
