@@ -86,6 +86,15 @@ pub(super) fn code_snapshots_run_as_submitted_and_go_with_the_job() -> TestResul
     } else {
         replica_dir
     };
+    // Running is recorded when the shim is spawned; it makes the tenant's HOME just after.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !home.is_dir() {
+        check(
+            Instant::now() < deadline,
+            format!("{} was not made", home.display()),
+        )?;
+        std::thread::sleep(Duration::from_millis(20));
+    }
     std::fs::write(home.join("go"), "")?;
     let state = wait_for_state(
         &client,
