@@ -18,6 +18,10 @@ work=$(mktemp -d)
 data=$work/data
 marks=$work/marks
 mkdir -p "$marks"
+# As root, replicas run as their namespace's uid: they pass through $work to their own
+# directories and append to $marks (as /tmp, sticky and open to all).
+chmod 711 "$work"
+chmod 1777 "$marks"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 server=http://127.0.0.1:$port
 cat >"$work/corral.yaml" <<EOF

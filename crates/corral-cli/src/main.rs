@@ -46,6 +46,9 @@ enum Command {
     Doctor(doctor::DoctorArgs),
     /// Start a throw-away cluster, run the distributed quickstart job, print its result.
     Quickstart(quickstart::QuickstartArgs),
+    /// Keep the server, token and how to trust its certificate (a CA file or a pinned
+    /// fingerprint) for the other commands, after checking them against the server.
+    Login(remote::login::LoginArgs),
     /// Submit TrainingJob or Kubeflow job files (`-` or none: stdin).
     Submit(remote::SubmitArgs),
     /// List jobs.
@@ -79,6 +82,9 @@ enum Command {
     Nodes(remote::ClusterViewArgs),
     /// CPU, memory and GPUs of every running replica.
     Top(remote::TopArgs),
+    /// The audit trail: who wrote what through the API, when, and how it ended (a token
+    /// of every namespace).
+    Audit(remote::AuditArgs),
     /// Check TrainingJob, Queue, NodePool, JobPriorityClass and Kubeflow job files; explain
     /// each valid one. `-` reads standard input. With a reachable server, jobs are checked
     /// as `submit` would (priority classes, queues, GPUs); exits 1 if anything is invalid.
@@ -212,6 +218,8 @@ fn main() -> ExitCode {
         Command::Queues(a) => remote::run_queues(&a),
         Command::Nodes(a) => remote::run_nodes(&a),
         Command::Top(a) => remote::run_top(&a),
+        Command::Audit(a) => remote::run_audit(&a),
+        Command::Login(a) => remote::login::run_login(&a),
         Command::Bench {
             which: BenchCommand::Api(a),
         } => api_bench::run_bench_api(&a),

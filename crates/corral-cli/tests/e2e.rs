@@ -26,6 +26,8 @@ mod manifest_checks;
 mod metrics;
 #[path = "e2e/mpi.rs"]
 mod mpi;
+#[path = "e2e/tls.rs"]
+mod tls;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
@@ -61,8 +63,24 @@ fn main() -> ExitCode {
             jobs::quickstart_job_with_4_replicas_succeeds,
         ),
         Trial::test(
+            "https_beyond_loopback_with_a_pinned_certificate",
+            tls::https_beyond_loopback_with_a_pinned_certificate,
+        ),
+        Trial::test(
+            "plain_http_beyond_loopback_only_by_name",
+            tls::plain_http_beyond_loopback_only_by_name,
+        ),
+        Trial::test(
+            "mpirun_reaches_its_workers_through_an_https_api",
+            mpi::mpirun_reaches_its_workers_through_an_https_api,
+        ),
+        Trial::test(
             "tokens_keep_namespaces_apart",
             isolation::tokens_keep_namespaces_apart,
+        ),
+        Trial::test(
+            "writes_are_audited_with_the_tokens_identity",
+            isolation::writes_are_audited_with_the_tokens_identity,
         ),
         Trial::test(
             "malformed_input_is_400_with_field_paths",
@@ -163,6 +181,11 @@ struct TestCluster {
 impl TestCluster {
     fn start(config_yaml: &str) -> Result<TestCluster, Failed> {
         let dir = tempfile::tempdir()?;
+        // As root, replicas run as their namespaces' uids and pass through it.
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))?;
+        }
         let mut cluster = ClusterConfig::new(dir.path().join("data"));
         cluster.file = ClusterFileConfig::parse(config_yaml).map_err(|e| e.to_string())?;
         let mut options = ServerOptions::new(cluster);
@@ -170,6 +193,30 @@ impl TestCluster {
         options.tick_interval = Duration::from_millis(100);
         let server = Server::start(options)?;
         Ok(TestCluster { server, _dir: dir })
+    }
+
+    /// The same, serving HTTPS with a self-signed certificate made in its data directory,
+    /// and that certificate's fingerprint.
+    fn start_https(config_yaml: &str) -> Result<(TestCluster, String), Failed> {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir()?;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))?;
+        let data = dir.path().join("data");
+        std::fs::create_dir(&data)?;
+        std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o711))?;
+        let (files, _) = corral_server::tls::self_signed(
+            &data,
+            &corral_server::tls::names_for([127, 0, 0, 1].into()),
+        )?;
+        let fingerprint = corral_server::tls::fingerprint_of_file(&files.cert)?;
+        let mut cluster = ClusterConfig::new(data);
+        cluster.file = ClusterFileConfig::parse(config_yaml).map_err(|e| e.to_string())?;
+        let mut options = ServerOptions::new(cluster);
+        options.listen = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+        options.tick_interval = Duration::from_millis(100);
+        options.tls = Some(files);
+        let server = Server::start(options)?;
+        Ok((TestCluster { server, _dir: dir }, fingerprint))
     }
 
     fn client(&self, token: Option<&str>) -> Client {

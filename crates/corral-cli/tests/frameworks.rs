@@ -102,7 +102,7 @@ fn uv_present() -> bool {
 /// The one cluster every test submits to.
 struct Shared {
     server: Server,
-    /// Marker files of the failure tests.
+    /// Marker files of the failure tests, which replicas write.
     scratch: tempfile::TempDir,
 }
 
@@ -119,6 +119,11 @@ impl Shared {
         options.tick_interval = Duration::from_millis(100);
         let server = Server::start(options).map_err(|e| e.to_string())?;
         let scratch = tempfile::tempdir().map_err(|e| e.to_string())?;
+        // As root, replicas run as their namespace's uid: they write their markers here as
+        // in /tmp (sticky and open to all).
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(scratch.path(), std::fs::Permissions::from_mode(0o1777))
+            .map_err(|e| e.to_string())?;
         Ok(Shared { server, scratch })
     }
 

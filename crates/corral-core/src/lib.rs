@@ -7,3 +7,4 @@ pub mod launch;
 pub mod lifecycle;
 pub mod packed;
 pub mod sched;
+pub mod tenancy;

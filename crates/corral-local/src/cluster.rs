@@ -37,7 +37,10 @@ mod exec;
 mod node;
 mod recovery;
 mod replicas;
+mod shutdown;
 mod views;
+
+pub use shutdown::RunningReplica;
 
 /// How to open the embedded cluster.
 #[derive(Clone, Debug)]

@@ -111,6 +111,9 @@ impl CodeStore {
     pub fn incoming_path(&self, suffix: &str) -> Result<PathBuf, CodeError> {
         let dir = self.root.join(INCOMING);
         fs::create_dir_all(&dir).map_err(io_err(format!("creating {}", dir.display())))?;
+        // Uploads of every namespace pass here: the server's alone.
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o700))
+            .map_err(io_err(format!("setting the mode of {}", dir.display())))?;
         let n = STAGED.fetch_add(1, Ordering::Relaxed);
         Ok(dir.join(format!("{}-{n}{suffix}", std::process::id())))
     }
@@ -274,7 +277,10 @@ fn unpack_into(archive: impl Read, dest: &Path, limit: u64) -> Result<u64, CodeE
     collect_dirs(dest, &mut all).map_err(io_err(format!("reading {}", dest.display())))?;
     all.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
     for d in all {
-        fs::set_permissions(&d, fs::Permissions::from_mode(0o555))
+        // The snapshot as a whole is the server's until a replica of its job starts and
+        // gives it to the job's group (see `crate::tenancy`); inside, read-only for all.
+        let mode = if d == dest { 0o500 } else { 0o555 };
+        fs::set_permissions(&d, fs::Permissions::from_mode(mode))
             .map_err(io_err(format!("setting the mode of {}", d.display())))?;
     }
     Ok(total)

@@ -10,8 +10,8 @@
 //! kind: CorralConfig
 //! ports: {min: 29500, max: 29999}      # ports handed to replicas
 //! tokens:                               # API tokens; no namespace: every namespace
-//!   - {token: s3cret, namespace: team-a}
-//!   - {token: admin-token}
+//!   - {token: s3cret, namespace: team-a, name: alice}   # name: who the audit trail says
+//!   - {token: admin-token}              #   (default: token #<n>, its place in the list)
 //! node:                                 # overrides of what the machine reports
 //!   gpus: 2                             # pretend the machine has 2 GPUs (tests, demos)
 //!   gpuType: FAKE-GPU
@@ -40,7 +40,14 @@
 //!                                       # at submit
 //! codeSnapshots:                        # `corral submit --code DIR`
 //!   maxBytes: 104857600                 # largest snapshot, files' bytes (default 100 MiB)
+//! tenants:                              # when the server runs as root, each namespace's
+//!   uidRange: {start: 1879048192, count: 65536}   # replicas run as a uid (and gid) of
+//!                                       # their own from this range (the default shown);
+//!                                       # see corral_core::tenancy for the mapping
 //! ```
+//!
+//! The file holds every namespace's token: when it has tokens it must be readable by the
+//! server's user alone (`chmod 600`); a root server refuses a looser one.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -89,6 +96,10 @@ pub struct ApiToken {
     pub token: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
+    /// Who holds it, as the audit trail names them (`alice`); default `token #<n>`, its
+    /// place in the list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 /// What to believe about this machine instead of what it reports.
@@ -153,6 +164,40 @@ pub struct Settings {
     /// Code snapshots shipped with jobs (`corral submit --code DIR`).
     #[serde(default)]
     pub code_snapshots: CodeSnapshotSettings,
+    /// How tenants are walled off from each other and from the server.
+    #[serde(default)]
+    pub tenants: TenantSettings,
+}
+
+/// The `tenants` settings.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TenantSettings {
+    /// The uids (and gids of the same numbers) namespaces' replicas run under when the
+    /// server runs as root; default [`corral_core::tenancy::DEFAULT_ID_RANGE`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid_range: Option<UidRange>,
+}
+
+/// `tenants.uidRange`: the first id and how many, as a line of `/etc/subuid`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UidRange {
+    pub start: u32,
+    pub count: u32,
+}
+
+impl TenantSettings {
+    /// The configured range, or the default.
+    pub fn id_range(&self) -> corral_core::tenancy::IdRange {
+        self.uid_range
+            .map_or(corral_core::tenancy::DEFAULT_ID_RANGE, |r| {
+                corral_core::tenancy::IdRange {
+                    start: r.start,
+                    count: r.count,
+                }
+            })
+    }
 }
 
 /// Default largest code snapshot: 100 MiB of files.
@@ -322,6 +367,25 @@ impl ClusterFileConfig {
     }
 }
 
+impl ClusterFileConfig {
+    /// Who a token is, for the audit trail: its name (or `token #<n>`, 1-based) and the
+    /// namespace it acts in (`*`: every one); `None` for an unknown token.
+    pub fn token_identity(&self, token: &str) -> Option<(String, String)> {
+        let (i, t) = self
+            .settings
+            .tokens
+            .iter()
+            .enumerate()
+            .find(|(_, t)| constant_time_eq(t.token.as_bytes(), token.as_bytes()))?;
+        Some((
+            t.name
+                .clone()
+                .unwrap_or_else(|| format!("token #{}", i + 1)),
+            t.namespace.clone().unwrap_or_else(|| "*".into()),
+        ))
+    }
+}
+
 impl Settings {
     fn validate(&self) -> Result<(), ConfigError> {
         if self.ports.min == 0 || self.ports.min > self.ports.max {
@@ -349,6 +413,10 @@ impl Settings {
                 "containers.runtime: empty; use auto, podman, docker, a path, or none".into(),
             ));
         }
+        self.tenants
+            .id_range()
+            .validate()
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         if let Some(g) = self.node.gpus
             && g > 64
         {
@@ -409,6 +477,14 @@ spec:
         assert_eq!(c.token_scope("abc"), Some(Some("team-a")));
         assert_eq!(c.token_scope("root"), Some(None));
         assert_eq!(c.token_scope("nope"), None);
+        assert_eq!(
+            c.token_identity("abc"),
+            Some(("token #1".to_string(), "team-a".to_string()))
+        );
+        assert_eq!(
+            c.token_identity("root"),
+            Some(("token #2".to_string(), "*".to_string()))
+        );
     }
 
     #[test]
@@ -426,6 +502,24 @@ spec:
             ClusterFileConfig::parse("kind: CorralConfig\ncontainers: {withoutRuntime: ignore}")
                 .expect_err("invalid");
         assert!(e.to_string().contains("withoutRuntime"), "{e}");
+    }
+
+    #[test]
+    fn the_tenant_range_parses_and_a_bad_one_names_its_field() {
+        let c = ClusterFileConfig::parse(
+            "kind: CorralConfig\ntenants: {uidRange: {start: 200000, count: 1000}}",
+        )
+        .expect("valid");
+        assert_eq!(c.settings.tenants.id_range().start, 200_000);
+        let e = ClusterFileConfig::parse(
+            "kind: CorralConfig\ntenants: {uidRange: {start: 10, count: 1000}}",
+        )
+        .expect_err("invalid");
+        assert!(e.to_string().contains("tenants.uidRange.start"), "{e}");
+        assert_eq!(
+            ClusterFileConfig::default().settings.tenants.id_range(),
+            corral_core::tenancy::DEFAULT_ID_RANGE
+        );
     }
 
     #[test]

@@ -419,6 +419,17 @@ pub fn examine(data_dir: &Path, settings: &Settings) -> Report {
             "check the directory's permissions",
         )),
     }
+    let isolation = crate::tenancy::isolation_here(settings);
+    findings.push(match isolation {
+        corral_core::tenancy::Isolation::PerNamespace(_) => {
+            ok("tenants", crate::tenancy::describe(&isolation))
+        }
+        corral_core::tenancy::Isolation::Shared => warn(
+            "tenants",
+            crate::tenancy::describe(&isolation),
+            crate::tenancy::HOW_TO_ISOLATE,
+        ),
+    });
     let all_ok = findings.iter().all(|f| f.level == Level::Ok);
     Report {
         findings,

@@ -216,7 +216,10 @@ impl ExecContext {
             .stderr(Stdio::piped());
         // The replica's user, where the server may take it on (it runs as root, or as
         // that user already).
+        // std drops root's supplementary groups with it; as for the replica's own command
+        // (see the shim), no setuid program gives privileges back.
         let me = rustix::process::geteuid().as_raw();
+        let tenant = me == 0 && self.uid != 0;
         if me == 0 || me == self.uid {
             cmd.uid(self.uid).gid(self.gid);
         }
@@ -233,7 +236,7 @@ impl ExecContext {
             None => Vec::new(),
         };
         let group = rustix::process::Pid::from_raw(self.process_group as i32);
-        // SAFETY: the closure only calls setpgid(2) and write(2) on descriptors opened
+        // SAFETY: the closure only calls setpgid(2), prctl(2) and write(2) on descriptors opened
         // before the fork; it allocates nothing and takes no lock.
         unsafe {
             cmd.pre_exec(move || {
@@ -243,6 +246,9 @@ impl ExecContext {
                 let _ = rustix::process::setpgid(None, group);
                 for f in &joins {
                     rustix::io::write(f, b"0").map_err(io::Error::from)?;
+                }
+                if tenant {
+                    rustix::thread::set_no_new_privs(true)?;
                 }
                 Ok(())
             });

@@ -18,3 +18,4 @@ pub mod gpu;
 pub mod inventory;
 pub mod ports;
 pub mod shim;
+pub mod tenancy;

@@ -123,11 +123,31 @@ fn supervise(dir: &Path) -> Result<i32, String> {
     if let Some(gate) = &launch.start_gate {
         crate::executor::StartGate::wait(gate);
     }
+    let tenant = launch.run_as.is_some()
+        || launch
+            .python
+            .as_ref()
+            .is_some_and(|p| p.tenant_gid.is_some());
+    if tenant {
+        // What the shim makes for a tenant (its log, its Python environment) must be
+        // readable by its group whatever umask the server runs with; its directories gate
+        // who else may reach them.
+        rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o022));
+    }
     let mut log = RotatingLog::open(&launch.log_path, launch.log_limit_bytes)
         .map_err(|e| format!("opening {}: {e}", launch.log_path.display()))?;
-    // The replica's own TMPDIR.
+    // The replica's own TMPDIR (and, for a tenant, its HOME): a tenant's own, the only
+    // places in its directory it may write.
     let tmp = dir.join(crate::executor::TMP_DIR);
     std::fs::create_dir_all(&tmp).map_err(|e| format!("creating {}: {e}", tmp.display()))?;
+    if let Some(who) = launch.run_as {
+        let home = dir.join(crate::executor::HOME_DIR);
+        std::fs::create_dir_all(&home).map_err(|e| format!("creating {}: {e}", home.display()))?;
+        for d in [&tmp, &home] {
+            crate::tenancy::set_owner_mode(d, who.uid, who.gid, 0o700)
+                .map_err(|e| format!("giving {} to uid {}: {e}", d.display(), who.uid))?;
+        }
+    }
 
     // Before the command exists, so that no SIGTERM can be lost. One that comes before the
     // command is in the group reaches nobody when forwarded: the flag keeps it.
@@ -256,10 +276,20 @@ fn supervise(dir: &Path) -> Result<i32, String> {
         .stdin(Stdio::null())
         .stdout(writer)
         .stderr(writer2);
-    if let Some(wd) = &launch.working_dir {
-        cmd.current_dir(wd);
-    }
-    join_in_child(&mut cmd, cgroup_procs);
+    // A tenant's command enters its working directory as the tenant (see `join_in_child`):
+    // one its uid may not enter fails its start, as it would on its own.
+    let tenant_wd = match (&launch.run_as, &launch.working_dir) {
+        (Some(_), Some(wd)) => Some(
+            std::ffi::CString::new(wd.as_os_str().as_encoded_bytes())
+                .map_err(|_| format!("the working directory {} has a NUL", wd.display()))?,
+        ),
+        (None, Some(wd)) => {
+            cmd.current_dir(wd);
+            None
+        }
+        _ => None,
+    };
+    join_in_child(&mut cmd, cgroup_procs, launch.run_as, tenant_wd);
     let spawned = cmd.spawn();
     drop(cmd); // closes our copies of the pipe's write end
 
@@ -286,6 +316,12 @@ fn supervise(dir: &Path) -> Result<i32, String> {
                 Some(wd) if !wd.is_dir() => format!(
                     "cannot run {program:?}: the working directory {} does not exist \
                      (template.workingDir; a relative one is relative to the server's)",
+                    wd.display()
+                ),
+                Some(wd) if launch.run_as.is_some() && code == 126 => format!(
+                    "cannot run {program:?} as the job's user (uid {}): {e} (the program, or \
+                     the working directory {}, is not open to it)",
+                    launch.run_as.map_or(0, |w| w.uid),
                     wd.display()
                 ),
                 _ => format!("cannot run {program:?}: {e}"),
@@ -344,20 +380,39 @@ fn supervise(dir: &Path) -> Result<i32, String> {
 
 /// Makes the command's process move itself into the replica's cgroups before it execs:
 /// writing "0" to `tasks` (v1) or `cgroup.procs` (v2) moves the writer (see
-/// `CgroupRef::self_join_files`). Between fork and exec only async-signal-safe calls are
-/// allowed: the files are already open, and a write of a constant allocates nothing.
-/// (They close at exec: std opens them close-on-exec.)
-fn join_in_child(cmd: &mut Command, cgroup_procs: Vec<std::fs::File>) {
+/// `CgroupRef::self_join_files`). Then, for a tenant, it becomes the tenant for good: no
+/// supplementary groups, its gid, its uid (real, effective and saved: root's capabilities
+/// go), no new privileges through setuid programs, and it enters its working directory as
+/// the tenant. The cgroup is joined first, while the process may still write there.
+/// Between fork and exec only async-signal-safe calls are allowed: the files are already
+/// open, the directory's name already made, and raw system calls allocate nothing.
+/// (The files close at exec: std opens them close-on-exec.)
+fn join_in_child(
+    cmd: &mut Command,
+    cgroup_procs: Vec<std::fs::File>,
+    run_as: Option<crate::executor::RunAs>,
+    working_dir: Option<std::ffi::CString>,
+) {
+    use rustix::process::{Gid, Uid};
     use std::os::unix::process::CommandExt;
-    if cgroup_procs.is_empty() {
+    if cgroup_procs.is_empty() && run_as.is_none() {
         return;
     }
-    // SAFETY: the closure only calls write(2) on descriptors opened before the fork and
-    // converts its error code; it allocates nothing and takes no lock.
+    // SAFETY: the closure only makes system calls on descriptors and strings made before
+    // the fork and converts their error codes; it allocates nothing and takes no lock.
     unsafe {
         cmd.pre_exec(move || {
             for f in &cgroup_procs {
                 rustix::io::write(f, b"0").map_err(std::io::Error::from)?;
+            }
+            if let Some(who) = run_as {
+                rustix::thread::set_thread_groups(&[])?;
+                rustix::thread::set_thread_gid(Gid::from_raw(who.gid))?;
+                rustix::thread::set_thread_uid(Uid::from_raw(who.uid))?;
+                rustix::thread::set_no_new_privs(true)?;
+                if let Some(wd) = &working_dir {
+                    rustix::process::chdir(wd.as_c_str())?;
+                }
             }
             Ok(())
         });
@@ -518,6 +573,7 @@ mod tests {
             container: None,
             python: None,
             start_gate: None,
+            run_as: None,
         };
         files::write_json(&dir.join(LAUNCH_FILE), &launch).expect("launch file");
         assert_eq!(run([dir.as_os_str()]), 125);

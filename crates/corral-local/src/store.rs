@@ -46,7 +46,11 @@ use serde::{Deserialize, Serialize};
 use crate::executor::{ProcessRecord, ProcessState};
 use crate::lock::{DirLock, LockError, LockHolder};
 
+mod audit;
 mod record;
+mod tenants;
+
+pub use audit::{AUDIT_CAP, AuditEntry, AuditLog};
 
 /// The schema version this code writes.
 pub const SCHEMA_VERSION: i64 = 1;
@@ -383,6 +387,8 @@ impl Store {
              CREATE INDEX IF NOT EXISTS replicas_by_state ON replicas (state);\n\
              CREATE INDEX IF NOT EXISTS ports_by_job ON ports (job_uid);",
         )?;
+        conn.execute_batch(tenants::TENANT_IDS_TABLE)?;
+        conn.execute_batch(audit::AUDIT_TABLE)?;
         Ok(Store {
             checkpointer: None,
             conn,

@@ -97,7 +97,7 @@ fn four_replica_generic_job_succeeds() {
 
 fn failing_replica_restarts_and_the_count_is_durable() {
     let (mut h, mut c) = Harness::new(WAITS, 31100, "");
-    let marker = h.path("failed-once");
+    let marker = h.scratch("failed-once");
     let script = format!(
         "if [ \"$CORRAL_REPLICA\" = flaky-worker-1 ] && [ ! -f {m} ]; then touch {m}; exit 3; fi; sleep 1",
         m = marker.display()
@@ -321,7 +321,7 @@ fn reopening_after_a_crash_readopts_running_replicas() {
 fn delete_leaves_no_process_behind() {
     let (mut h, mut c) = Harness::new(WAITS, 31400, "");
     // The replica forks children of its own and ignores SIGTERM.
-    let script = "trap \"\" TERM; sleep 120 & sleep 120 & echo $$ > pid; wait";
+    let script = "trap \"\" TERM; sleep 120 & sleep 120 & echo $$ > \"$HOME/pid\"; wait";
     c.submit(&job("stubborn", 1, "", script), "default", h.now)
         .expect("submit");
     h.until(&mut c, "running", |c| {
@@ -339,8 +339,13 @@ fn delete_leaves_no_process_behind() {
         .parent()
         .map(Path::to_path_buf)
         .expect("dir");
-    // Wait for the script to record its pid (it runs in the replica directory).
-    let pid_file = log_dir.join("pid");
+    // Wait for the script to record its pid in its HOME: the replica directory, or its
+    // `home/` when it runs as its namespace's uid (as root).
+    let pid_file = if common::is_root() {
+        log_dir.join(corral_local::executor::HOME_DIR).join("pid")
+    } else {
+        log_dir.join("pid")
+    };
     let deadline = Instant::now() + WAITS.deadline;
     while std::fs::read_to_string(&pid_file).map_or(true, |s| s.trim().is_empty()) {
         assert!(Instant::now() < deadline, "script did not start");
@@ -590,7 +595,7 @@ fn the_configured_grace_period_reaches_suspend() {
     // gracePeriodSeconds is 2 (see Harness::new); the replica ignores SIGTERM, so it ends
     // only by SIGKILL when the grace period is over (30 s without the setting).
     let (mut h, mut c) = Harness::new(WAITS, 32000, "");
-    let ready = h.path("trap-set");
+    let ready = h.scratch("trap-set");
     let script = format!(
         "trap \"\" TERM; touch {}; while true; do sleep 1; done",
         ready.display()

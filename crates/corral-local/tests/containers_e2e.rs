@@ -59,10 +59,19 @@ fn image() -> Option<&'static str> {
             .ok_or("busybox not found")?;
         let root = tempfile::tempdir().map_err(|e| e.to_string())?;
         let r = root.path();
+        // The image's `/` as images have it: a tenant's uid (as root, replicas run as their
+        // namespace's) must pass it. A temporary directory is 0700.
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(r, std::fs::Permissions::from_mode(0o755))
+                .map_err(|e| e.to_string())?;
+        }
         std::fs::create_dir_all(r.join("bin")).map_err(|e| e.to_string())?;
         std::fs::create_dir_all(r.join("app")).map_err(|e| e.to_string())?;
         std::fs::copy(busybox, r.join("bin/busybox")).map_err(|e| e.to_string())?;
-        for tool in ["sh", "cat", "echo", "sleep", "dd", "pwd", "env", "head"] {
+        for tool in [
+            "sh", "cat", "echo", "sleep", "dd", "pwd", "env", "head", "id",
+        ] {
             std::os::unix::fs::symlink("busybox", r.join("bin").join(tool))
                 .map_err(|e| e.to_string())?;
         }
@@ -139,7 +148,7 @@ fn a_training_job_runs_in_its_image_with_the_contract_env() {
     // args); the second overrides the entrypoint.
     c.submit(&image_job("plain", "", ""), "default", h.now)
         .expect("submit");
-    let script = "cat /app/marker; echo rank=$RANK world=$WORLD_SIZE port=$MASTER_PORT addr=$MASTER_ADDR home=$HOME cwd=$(pwd)";
+    let script = "cat /app/marker; echo rank=$RANK world=$WORLD_SIZE port=$MASTER_PORT addr=$MASTER_ADDR home=$HOME cwd=$(pwd) uid=$(id -u)";
     c.submit(
         &image_job(
             "override",
@@ -165,8 +174,11 @@ fn a_training_job_runs_in_its_image_with_the_contract_env() {
     assert!(o.contains("rank=0 world=2 port="), "contract env: {o}");
     assert!(o.contains("addr=127.0.0.1"), "host address: {o}");
     // Nothing of the host's environment: HOME is the runtime's default, not the replica
-    // directory a host process gets.
-    assert!(o.contains("home=/ "), "{o}");
+    // directory a host process gets: `/` for root in the container, the working directory
+    // for a uid the image has no account of (as root, the namespace's, `--user`).
+    assert!(o.contains("home=/ ") || o.contains("home=/app "), "{o}");
+    // As root, the container runs as its namespace's uid, as a host replica would.
+    assert_eq!(o.contains("uid=0"), !common::is_root(), "{o}");
     let d = c
         .describe("default", "override")
         .expect("describe")

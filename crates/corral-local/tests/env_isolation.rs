@@ -16,7 +16,7 @@ const SECRET: &str = "CORRAL_TEST_SERVER_SECRET";
 const ALLOWED: &str = "CORRAL_TEST_ALLOWED";
 
 fn a_replica_sees_no_server_variable_unless_allowed() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::reachable_tempdir();
     let text =
         format!("kind: CorralConfig\nports: {{min: 32100, max: 32149}}\npassEnv: [{ALLOWED}]\n");
     let mut config = ClusterConfig::new(dir.path().join("data"));

@@ -27,6 +27,11 @@ fn uv_present() -> bool {
 }
 
 fn py_job(name: &str, policy: &str, requirement: &str) -> String {
+    py_job_for(name, policy, requirement, "")
+}
+
+/// `version` is a `version: ...` line of `template.python`, or nothing.
+fn py_job_for(name: &str, policy: &str, requirement: &str, version: &str) -> String {
     format!(
         r#"apiVersion: corral.dev/v1alpha1
 kind: TrainingJob
@@ -42,6 +47,7 @@ spec:
         command: [python, -c, 'import six, sys; print("six", six.__version__, sys.prefix)']
         python:
           requirements: ["{requirement}"]
+          {version}
 "#
     )
 }
@@ -53,7 +59,8 @@ fn conflicting_versions_run_side_by_side_and_one_set_is_built_once() {
     let (mut h, mut c) = Harness::new(WAITS, 32400, "");
     let text = [
         py_job("old", "Never", "six==1.15.0"),
-        py_job("new", "Never", "six==1.16.0"),
+        // A version request: uv matches it among the interpreters the tenant may run.
+        py_job_for("new", "Never", "six==1.16.0", "version: \"3\""),
         py_job("old-too", "Never", "six==1.15.0"),
     ]
     .join("---\n");
@@ -78,10 +85,36 @@ fn conflicting_versions_run_side_by_side_and_one_set_is_built_once() {
         old.contains("(cached)") || old_too.contains("(cached)"),
         "the other reused it"
     );
-    let envs = std::fs::read_dir(h.config.data_dir.join("python"))
+    // As root the namespace's environments are in a directory of its own (`t<uid>`).
+    let python = h.config.data_dir.join("python");
+    let tenant_dirs: Vec<_> = std::fs::read_dir(&python)
         .expect("python dir")
         .filter_map(Result::ok)
-        .filter(|e| e.path().is_dir() && !e.file_name().to_string_lossy().starts_with('.'))
+        .map(|e| e.path())
+        .filter(|p| {
+            p.is_dir()
+                && p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with('t'))
+        })
+        .collect();
+    let envs_dir = if common::is_root() {
+        assert_eq!(
+            tenant_dirs.len(),
+            1,
+            "one namespace, one directory: {tenant_dirs:?}"
+        );
+        tenant_dirs[0].clone()
+    } else {
+        assert!(
+            tenant_dirs.is_empty(),
+            "no tenant directories without root: {tenant_dirs:?}"
+        );
+        python
+    };
+    let envs = std::fs::read_dir(&envs_dir)
+        .expect("environments dir")
+        .filter_map(Result::ok)
+        .filter(|e| e.path().join("corral-spec.txt").is_file())
         .count();
     assert_eq!(envs, 2, "one environment per distinct set");
     let d = c

@@ -17,6 +17,7 @@ use serde_json::Value;
 use ureq::Agent;
 
 use crate::error::{ErrorBody, ErrorEnvelope};
+pub use crate::tls_client::Trust;
 
 /// Largest response read into memory (a list of many thousands of jobs).
 const MAX_RESPONSE_BYTES: u64 = 512 << 20;
@@ -26,6 +27,8 @@ const MAX_RESPONSE_BYTES: u64 = 512 << 20;
 pub enum ClientError {
     /// The server could not be reached.
     Connect { server: String, message: String },
+    /// The server's certificate is not one this client trusts (see [`Trust`]).
+    Untrusted { server: String, message: String },
     /// The server refused the request: its status and error body.
     Api { status: u16, error: ErrorBody },
     /// The server answered something this client does not understand.
@@ -41,6 +44,13 @@ impl fmt::Display for ClientError {
                 f,
                 "cannot reach the Corral server at {server} ({message}); start one with \
                  `corral up`, or point --server / CORRAL_SERVER at it"
+            ),
+            ClientError::Untrusted { server, message } => write!(
+                f,
+                "the Corral server at {server} is not trusted ({message}). Pin its \
+                 certificate with --fingerprint (the SHA-256 fingerprint `corral up` \
+                 printed), or give the CA that issued it with --ca-file; `corral login` \
+                 keeps either beside the server and token"
             ),
             ClientError::Api { error, .. } => {
                 f.write_str(&error.message)?;
@@ -122,24 +132,42 @@ fn encode(segment: &str) -> String {
 
 impl Client {
     /// `server` as `http://host:port` (a bare `host:port` gets `http://`).
+    /// An `https://` server is trusted by the public CAs; see [`Client::with_trust`].
     pub fn new(server: &str, token: Option<&str>) -> Self {
+        // The public roots need no file: nothing to fail.
+        Self::with_trust(server, token, &Trust::PublicRoots)
+            .unwrap_or_else(|_| unreachable!("the public roots need no configuration"))
+    }
+
+    /// A client that believes the `https://` servers `trust` names. Fails on a CA file that
+    /// cannot be read or a fingerprint that is not one, naming it.
+    pub fn with_trust(server: &str, token: Option<&str>, trust: &Trust) -> Result<Self, String> {
         let server = server.trim().trim_end_matches('/');
         let base = if server.contains("://") {
             server.to_string()
         } else {
             format!("http://{server}")
         };
-        let agent: Agent = Agent::config_builder()
+        let config = Agent::config_builder()
             .http_status_as_error(false)
             .timeout_connect(Some(Duration::from_secs(5)))
             .user_agent(concat!("corral/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .into();
-        Client {
+            .build();
+        use ureq::unversioned::transport::{Connector, TcpConnector};
+        let agent: Agent = match crate::tls_client::client_config(trust)? {
+            None => config.into(),
+            Some(tls) => Agent::with_parts(
+                config,
+                ().chain(TcpConnector::default())
+                    .chain(crate::tls_client::PinnedTls(tls)),
+                ureq::unversioned::resolver::DefaultResolver::default(),
+            ),
+        };
+        Ok(Client {
             base,
             token: token.filter(|t| !t.is_empty()).map(str::to_string),
             agent,
-        }
+        })
     }
 
     pub fn base(&self) -> &str {
@@ -159,9 +187,24 @@ impl Client {
     }
 
     fn connect_error(&self, e: ureq::Error) -> ClientError {
-        ClientError::Connect {
-            server: self.base.clone(),
-            message: e.to_string(),
+        // A refused certificate comes as rustls' error, or as an I/O error carrying it
+        // (the handshake runs over ureq's transport).
+        let tls = match &e {
+            ureq::Error::Rustls(_) => true,
+            ureq::Error::Io(io) => io
+                .get_ref()
+                .is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some()),
+            _ => false,
+        };
+        let server = self.base.clone();
+        let mut message = e.to_string();
+        if self.base.starts_with("http://") && matches!(e, ureq::Error::Protocol(_)) {
+            message.push_str("; if the server serves HTTPS, use an https:// URL");
+        }
+        if tls {
+            ClientError::Untrusted { server, message }
+        } else {
+            ClientError::Connect { server, message }
         }
     }
 
@@ -212,6 +255,11 @@ impl Client {
         serde_json::from_str::<Items<T>>(&text)
             .map(|i| i.items)
             .map_err(|e| ClientError::Protocol(format!("unexpected answer: {e}")))
+    }
+
+    /// The newest `limit` entries of the audit trail, oldest first (an admin token).
+    pub fn audit(&self, limit: usize) -> Result<Vec<corral_local::store::AuditEntry>, ClientError> {
+        self.get_items(&format!("/api/v1/audit?limit={limit}"))
     }
 
     /// Submits YAML or JSON text (TrainingJobs or Kubeflow jobs) into `namespace`.
@@ -367,7 +415,12 @@ impl Client {
 
     /// Whether the server answers `/healthz`.
     pub fn healthy(&self) -> bool {
-        self.get_text("/healthz").is_ok()
+        self.health().is_ok()
+    }
+
+    /// `/healthz`, or why it could not be reached (a certificate not trusted, ...).
+    pub fn health(&self) -> Result<(), ClientError> {
+        self.get_text("/healthz").map(|_| ())
     }
 
     /// Copies a replica's log to `out` as it arrives (with `follow`, until the job ends).

@@ -91,7 +91,16 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(ErrorEnvelope { error: self.body })).into_response()
+        // The body also rides along as an extension, for the audit trail's outcome.
+        let mut response = (
+            self.status,
+            Json(ErrorEnvelope {
+                error: self.body.clone(),
+            }),
+        )
+            .into_response();
+        response.extensions_mut().insert(self.body);
+        response
     }
 }
 

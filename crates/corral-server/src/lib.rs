@@ -17,11 +17,14 @@
 
 pub mod api_bench;
 pub mod api_client;
+pub mod audit;
 pub mod auth;
 pub mod error;
 pub mod metrics;
 pub mod openapi;
 pub mod routes;
+pub mod tls;
+mod tls_client;
 
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -53,6 +56,12 @@ pub struct ServerOptions {
     pub tick_interval: Duration,
     /// Largest request body, in bytes.
     pub body_limit: usize,
+    /// When the server stops (Ctrl-C, SIGTERM), stop the replicas that still run instead of
+    /// leaving them to the next start (see [`run_until_signal`]).
+    pub stop_replicas_on_exit: bool,
+    /// Serve HTTPS with this certificate and key (`corral up` beyond loopback); plain HTTP
+    /// without.
+    pub tls: Option<tls::TlsFiles>,
 }
 
 impl ServerOptions {
@@ -62,6 +71,8 @@ impl ServerOptions {
             cluster,
             tick_interval: Duration::from_millis(200),
             body_limit: DEFAULT_BODY_LIMIT,
+            stop_replicas_on_exit: false,
+            tls: None,
         }
     }
 }
@@ -84,6 +95,8 @@ pub struct AppState {
     /// Checked submissions waiting for the cluster: whoever takes the lock stores all
     /// that wait, in one transaction.
     submissions: Arc<SubmitQueue>,
+    /// The audit trail's own connection to the store (see [`audit`]).
+    audit: Arc<Mutex<corral_local::store::AuditLog>>,
 }
 
 /// A checked submission and where its result goes.
@@ -101,7 +114,7 @@ struct SubmitQueue {
 }
 
 impl AppState {
-    fn new(cluster: Cluster, body_limit: usize) -> Self {
+    fn new(cluster: Cluster, body_limit: usize, audit: corral_local::store::AuditLog) -> Self {
         let file = Arc::new(cluster.config().file.clone());
         let submit_context = Arc::new(cluster.submit_context());
         let code = Arc::new(cluster.code_store());
@@ -115,6 +128,7 @@ impl AppState {
             wake: Arc::new(Notify::new()),
             body_limit,
             submissions: Arc::new(SubmitQueue::default()),
+            audit: Arc::new(Mutex::new(audit)),
         }
     }
 
@@ -215,28 +229,65 @@ pub fn prepare(options: &ServerOptions) -> Result<(AppState, TcpListener, Vec<St
             "cannot record the API address in the data directory: {e}"
         ));
     }
+    if let Some(files) = &options.tls {
+        cluster.announce_https(&tls::fingerprint_of_file(&files.cert)?);
+    }
+    let audit = corral_local::store::AuditLog::open(&options.cluster.data_dir).map_err(|e| {
+        format!(
+            "cannot open the audit trail in {}: {e}",
+            options.cluster.data_dir.display()
+        )
+    })?;
     Ok((
-        AppState::new(cluster, options.body_limit),
+        AppState::new(cluster, options.body_limit, audit),
         listener,
         warnings,
     ))
 }
 
 /// Serves the API and runs the control loop until `shutdown` resolves.
+/// With `tls`, HTTPS.
 pub async fn serve(
     state: AppState,
     listener: TcpListener,
     tick_interval: Duration,
+    tls: Option<&tls::TlsFiles>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), String> {
-    let listener = tokio::net::TcpListener::from_std(listener).map_err(|e| e.to_string())?;
+    // A bad certificate or key fails the start, before the control loop runs.
+    let tls = match tls {
+        Some(files) => Some(tls::rustls_config(files).await?),
+        None => None,
+    };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let ticker = tokio::spawn(control_loop(state.clone(), tick_interval, stop_rx));
     let app = routes::router(state);
-    let result = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
-        .map_err(|e| format!("server: {e}"));
+    let result = match tls {
+        None => {
+            let listener =
+                tokio::net::TcpListener::from_std(listener).map_err(|e| e.to_string())?;
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+                .map_err(|e| format!("server: {e}"))
+        }
+        Some(config) => {
+            let handle = axum_server::Handle::new();
+            let stopper = handle.clone();
+            tokio::spawn(async move {
+                shutdown.await;
+                stopper.graceful_shutdown(Some(Duration::from_secs(5)));
+            });
+            match axum_server::from_tcp_rustls(listener, config) {
+                Ok(server) => server
+                    .handle(handle)
+                    .serve(app.into_make_service())
+                    .await
+                    .map_err(|e| format!("server: {e}")),
+                Err(e) => Err(format!("server: {e}")),
+            }
+        }
+    };
     let _ = stop_tx.send(true);
     let _ = ticker.await;
     result
@@ -317,6 +368,7 @@ async fn control_loop(
 
 /// A server running on a thread of its own (tests, `corral quickstart`).
 pub struct Server {
+    scheme: &'static str,
     addr: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<Result<(), String>>>,
@@ -331,15 +383,21 @@ impl Server {
         let runtime = runtime()?;
         let (stop, stop_rx) = oneshot::channel::<()>();
         let interval = options.tick_interval;
+        let tls = options.tls.clone();
         let thread = std::thread::Builder::new()
             .name("corral-server".into())
             .spawn(move || {
-                runtime.block_on(serve(state, listener, interval, async {
+                runtime.block_on(serve(state, listener, interval, tls.as_ref(), async {
                     let _ = stop_rx.await;
                 }))
             })
             .map_err(|e| format!("cannot start the server thread: {e}"))?;
         Ok(Server {
+            scheme: if options.tls.is_some() {
+                "https"
+            } else {
+                "http"
+            },
             addr,
             stop: Some(stop),
             thread: Some(thread),
@@ -351,9 +409,9 @@ impl Server {
         self.addr
     }
 
-    /// `http://127.0.0.1:PORT`.
+    /// `http://127.0.0.1:PORT` (`https://` with TLS).
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("{}://{}", self.scheme, self.addr)
     }
 
     /// What the cluster warned about when it opened (no NVML, no cgroups, ...).
@@ -406,12 +464,76 @@ pub fn run_until_signal(
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let runtime = runtime()?;
     on_ready(addr, &warnings);
-    runtime.block_on(serve(
+    let cluster = Arc::clone(&state.cluster);
+    let served = runtime.block_on(serve(
         state,
         listener,
         options.tick_interval,
+        options.tls.as_ref(),
         shutdown_signal(),
-    ))
+    ));
+    let mut c = cluster.lock().unwrap_or_else(|p| p.into_inner());
+    for line in at_exit(&mut c, options.stop_replicas_on_exit) {
+        eprintln!("{line}");
+    }
+    served
+}
+
+/// What becomes of the replicas that still run when the server stops, in words: stopped
+/// (`stop`), or left running unwatched until the next start re-adopts them. Never silent
+/// about GPUs left held.
+pub fn at_exit(c: &mut Cluster, stop: bool) -> Vec<String> {
+    let running = c.running_replicas();
+    if running.is_empty() {
+        return vec!["Corral stopped; no replica was running.".into()];
+    }
+    let describe = |rs: &[corral_local::cluster::RunningReplica]| {
+        rs.iter()
+            .map(|r| match r.gpu_indices.as_slice() {
+                [] => r.name.clone(),
+                gpus => format!(
+                    "{} (GPU {})",
+                    r.name,
+                    gpus.iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(",")
+                ),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if stop {
+        let grace = c.default_grace();
+        let mut lines = vec![format!(
+            "Corral is stopping {} replica(s) (--stop-replicas-on-exit; SIGTERM, SIGKILL after \
+             {} s): {}",
+            running.len(),
+            grace.as_secs(),
+            describe(&running)
+        )];
+        let left = c.stop_all_replicas(grace);
+        lines.push(if left.is_empty() {
+            "Corral stopped; every replica has ended. The next `corral up` here sees how they \
+             ended, and their jobs' restart policies decide."
+                .into()
+        } else {
+            format!(
+                "Corral stopped; still running after the grace period: {}",
+                describe(&left)
+            )
+        });
+        return lines;
+    }
+    let gpus: usize = running.iter().map(|r| r.gpu_indices.len()).sum();
+    vec![format!(
+        "Corral stopped. {} replica(s) keep running, unwatched, holding {gpus} GPU(s): {}. \
+         The next `corral up` on this data directory re-adopts them; nobody restarts, stops \
+         or times them out until then. To stop them with the server, run `corral up \
+         --stop-replicas-on-exit`.",
+        running.len(),
+        describe(&running)
+    )]
 }
 
 async fn shutdown_signal() {

@@ -39,10 +39,24 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/api/v1/nodes"),
     ("get", "/api/v1/top"),
     ("get", "/api/v1/whoami"),
+    ("get", "/api/v1/audit"),
     ("get", "/metrics"),
     ("get", "/healthz"),
     ("get", "/openapi.json"),
 ];
+
+/// The audit trail's answer: its entries and the cap.
+fn audit_schema() -> Value {
+    let text = || json!({"type": "string"});
+    let entry = json!({"type": "object", "properties": {
+        "seq": u64_schema(), "atMs": u64_schema(), "who": text(), "scope": text(),
+        "action": text(), "target": text(), "status": u32_schema(), "outcome": text(),
+    }});
+    json!({"type": "object", "properties": {
+        "cap": u32_schema(),
+        "items": {"type": "array", "items": entry},
+    }})
+}
 
 /// A non-negative integer that fits in 32 bits (counts, indices, pids).
 fn u32_schema() -> Value {
@@ -299,6 +313,14 @@ fn unranged_document() -> Value {
                     "operationId": "whoami",
                     "summary": "The namespace the token acts in (null: every namespace); clients use it when no namespace is given",
                     "responses": responses(("200", json_response("Caller", json!({"type": "object", "properties": {"namespace": {"type": "string", "nullable": true}}}))), &[401]),
+                },
+            },
+            "/api/v1/audit": {
+                "get": {
+                    "operationId": "audit",
+                    "summary": "The audit trail: the newest writes through the API (who: the token's name and namespace; what; when; the outcome), oldest first; a token of every namespace only. The store keeps the newest 10,000",
+                    "parameters": [{"name": "limit", "in": "query", "required": false, "schema": {"type": "integer", "format": "uint32", "minimum": 1, "maximum": 10000}}],
+                    "responses": responses(("200", json_response("AuditTrail", audit_schema())), &[401, 403]),
                 },
             },
             "/metrics": {

@@ -1,4 +1,4 @@
-//! The verbs that show the cluster rather than a job: queues, nodes, top.
+//! The verbs that show the cluster rather than a job: queues, nodes, top, audit.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -26,6 +26,56 @@ pub struct TopArgs {
     pub output: Output,
     #[command(flatten)]
     pub conn: ConnArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct AuditArgs {
+    /// The newest entries to show (at most the 10,000 the server keeps).
+    #[arg(long, default_value_t = 100)]
+    pub limit: usize,
+    #[arg(short, long, value_enum, default_value_t = Output::Table)]
+    pub output: Output,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+/// `corral audit`: who wrote what through the API, and how it ended (an admin token).
+pub fn run_audit(args: &AuditArgs) -> ExitCode {
+    match args.conn.client().audit(args.limit) {
+        Ok(entries) if args.output.is_table() => {
+            let rows: Vec<Vec<String>> = entries
+                .iter()
+                .map(|e| {
+                    let at = jiff::Timestamp::from_millisecond(e.at_ms as i64)
+                        .map(|t| t.round(jiff::Unit::Second).unwrap_or(t).to_string())
+                        .unwrap_or_else(|_| e.at_ms.to_string());
+                    vec![
+                        at,
+                        e.who.clone(),
+                        e.scope.clone(),
+                        e.action.clone(),
+                        e.target.clone(),
+                        e.status.to_string(),
+                        e.outcome.clone(),
+                    ]
+                })
+                .collect();
+            out(&super::render::table(
+                &[
+                    "TIME",
+                    "WHO",
+                    "NAMESPACE",
+                    "ACTION",
+                    "TARGET",
+                    "STATUS",
+                    "OUTCOME",
+                ],
+                &rows,
+            ))
+        }
+        Ok(entries) => print_structured(&serde_json::json!({ "items": entries }), args.output),
+        Err(e) => fail(&e),
+    }
 }
 
 /// `corral queues`

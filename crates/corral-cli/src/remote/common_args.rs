@@ -2,7 +2,7 @@
 //! namespace it acts in, and how it prints.
 
 use clap::{Args, ValueEnum};
-use corral_server::api_client::Client;
+use corral_server::api_client::{Client, Trust};
 
 /// `--server`, `--token` and `-n` given before the command (`corral --server URL list`),
 /// as kubectl takes its global flags anywhere: the defaults of every remote command, below
@@ -25,36 +25,92 @@ fn global_flags() -> Option<&'static GlobalFlags> {
     GLOBAL_FLAGS.get()
 }
 
-/// Where the server is and who is asking.
+/// Where the server is, who is asking, and how its certificate is trusted.
 #[derive(Args, Clone, Debug, Default)]
 pub struct ConnArgs {
-    /// The server (default: $CORRAL_SERVER, else http://127.0.0.1:7443).
+    /// The server (default: $CORRAL_SERVER, else the one `corral login` kept, else
+    /// http://127.0.0.1:7443).
     #[arg(long, value_name = "URL", global = true)]
     pub server: Option<String>,
-    /// API token (default: $CORRAL_TOKEN).
+    /// API token (default: $CORRAL_TOKEN, else the one `corral login` kept for this server).
     #[arg(long, value_name = "TOKEN", global = true)]
     pub token: Option<String>,
+    /// Trust an https server whose certificate this CA (PEM) issued (default:
+    /// $CORRAL_CA_FILE, else what `corral login` kept for this server).
+    #[arg(
+        long,
+        value_name = "FILE",
+        global = true,
+        conflicts_with = "fingerprint"
+    )]
+    pub ca_file: Option<std::path::PathBuf>,
+    /// Trust exactly the https server certificate with this SHA-256 fingerprint (default:
+    /// $CORRAL_FINGERPRINT, else what `corral login` kept for this server).
+    #[arg(long, value_name = "SHA256", global = true)]
+    pub fingerprint: Option<String>,
 }
 
 impl ConnArgs {
+    /// The client; a client configuration, CA file or fingerprint that cannot be used ends
+    /// the command with its error (no request is sent without the trust asked for).
     pub fn client(&self) -> Client {
+        match self.try_client() {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("error: {e}");
+                std::process::exit(1);
+            }
+        }
+    }
+
+    pub fn try_client(&self) -> Result<Client, String> {
+        let env = |name: &str| std::env::var(name).ok().filter(|s| !s.is_empty());
+        let kept = super::login::load()?;
         let server = self
             .server
             .clone()
             .or_else(|| global_flags().and_then(|g| g.server.clone()))
-            .or_else(|| {
-                std::env::var("CORRAL_SERVER")
-                    .ok()
-                    .filter(|s| !s.is_empty())
-            })
+            .or_else(|| env("CORRAL_SERVER"))
+            .or_else(|| kept.as_ref().map(|k| k.server.clone()))
             .unwrap_or_else(|| corral_server::DEFAULT_SERVER.to_string());
+        // What login kept is for its own server only.
+        let kept = kept.filter(|k| same_server(&k.server, &server));
         let token = self
             .token
             .clone()
             .or_else(|| global_flags().and_then(|g| g.token.clone()))
-            .or_else(|| std::env::var("CORRAL_TOKEN").ok());
-        Client::new(&server, token.as_deref())
+            .or_else(|| std::env::var("CORRAL_TOKEN").ok())
+            .or_else(|| kept.as_ref().and_then(|k| k.token.clone()));
+        let trust = match (
+            self.ca_file
+                .clone()
+                .or_else(|| env("CORRAL_CA_FILE").map(Into::into)),
+            self.fingerprint
+                .clone()
+                .or_else(|| env("CORRAL_FINGERPRINT")),
+        ) {
+            (Some(_), Some(_)) => {
+                return Err("give either a CA file or a fingerprint, not both".into());
+            }
+            (Some(ca), None) => Trust::CaFile(ca),
+            (None, Some(f)) => Trust::Fingerprint(f),
+            (None, None) => kept.map(|k| k.trust()).unwrap_or_default(),
+        };
+        Client::with_trust(&server, token.as_deref(), &trust)
     }
+}
+
+/// Whether two server URLs name the same server (a bare `host:port` is `http://`).
+fn same_server(a: &str, b: &str) -> bool {
+    let norm = |s: &str| {
+        let s = s.trim().trim_end_matches('/');
+        if s.contains("://") {
+            s.to_string()
+        } else {
+            format!("http://{s}")
+        }
+    };
+    norm(a) == norm(b)
 }
 
 /// The namespace a command acts in.

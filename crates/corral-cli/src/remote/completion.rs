@@ -18,7 +18,9 @@ fn complete_job_names(current: &OsStr) -> Vec<CompletionCandidate> {
     let Some(prefix) = current.to_str() else {
         return Vec::new();
     };
-    let client = ConnArgs::default().client();
+    let Ok(client) = ConnArgs::default().try_client() else {
+        return Vec::new();
+    };
     let namespace = NamespaceArgs::default().resolve(&client);
     let Ok(jobs) = client.list(Some(&namespace)) else {
         return Vec::new();

@@ -94,7 +94,17 @@ pub fn run_rsh(args: impl Iterator<Item = OsString>) -> i32 {
     // mpirun may name the host with the job's domain (keep_fqdn_hostnames): the replica is
     // the first label.
     let replica = host.split('.').next().unwrap_or(host);
-    let client = Client::new(&server, var("CORRAL_TOKEN").as_deref());
+    // An HTTPS API is pinned by the fingerprint the cluster gave the launcher.
+    let trust = var("CORRAL_FINGERPRINT")
+        .map(corral_server::api_client::Trust::Fingerprint)
+        .unwrap_or_default();
+    let client = match Client::with_trust(&server, var("CORRAL_TOKEN").as_deref(), &trust) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("corral rsh: {e}");
+            return 255;
+        }
+    };
     let argv = vec!["/bin/sh".to_string(), "-c".to_string(), command.join(" ")];
     let call = ExecCall {
         namespace: &namespace,

@@ -1,9 +1,10 @@
 //! The commands that talk to a Corral server: submit, list, get, describe, logs, delete,
-//! suspend, resume, queues, nodes, top. Each reads its arguments, calls
+//! suspend, resume, queues, nodes, top, audit. Each reads its arguments, calls
 //! [`corral_server::api_client::Client`] and prints; a server error is printed as the user's
 //! problem and its fix (`path: message` lines), never as an HTTP dump.
 //!
-//! - `common_args`: where the server is, the namespace, how to print (`-o`).
+//! - `common_args`: where the server is, the namespace, how to print (`-o`); `login`: the
+//!   client's configuration (server, token, a CA file or a pinned certificate).
 //! - `jobs`: submit, list, get, describe, logs; `bulk`: delete, suspend, resume (by name,
 //!   `--all` or a label selector); `cluster_views`: queues, nodes, top.
 //! - `exec`: a command inside a replica (`exec`), and the MPI launcher's agent (`rsh`).
@@ -15,6 +16,7 @@ mod common_args;
 mod completion;
 mod exec;
 mod jobs;
+pub mod login;
 pub(crate) mod print;
 mod render;
 
@@ -22,7 +24,9 @@ pub use bulk::{
     Confirm, JobArgs, Selector, confirm_on_terminal, delete_with, run_delete, run_resume,
     run_suspend,
 };
-pub use cluster_views::{ClusterViewArgs, TopArgs, run_nodes, run_queues, run_top};
+pub use cluster_views::{
+    AuditArgs, ClusterViewArgs, TopArgs, run_audit, run_nodes, run_queues, run_top,
+};
 pub use common_args::{
     ConnArgs, GlobalFlags, NamespaceArgs, Output, declared_namespace, set_global_flags,
 };

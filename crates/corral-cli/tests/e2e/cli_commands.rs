@@ -38,6 +38,10 @@ pub(super) fn cli_tables_and_up_options() -> TestResult {
         config: None,
         listen: "0.0.0.0:7443".parse()?,
         tick_ms: 200,
+        stop_replicas_on_exit: false,
+        tls_cert: None,
+        tls_key: None,
+        allow_plain_http_beyond_loopback: false,
     };
     let err = up::options(&args)
         .err()

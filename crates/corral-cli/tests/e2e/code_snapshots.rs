@@ -78,7 +78,24 @@ pub(super) fn code_snapshots_run_as_submitted_and_go_with_the_job() -> TestResul
         .as_ref()
         .and_then(|p| Path::new(p).parent().map(Path::to_path_buf))
         .ok_or("no log path")?;
-    std::fs::write(replica_dir.join("go"), "")?;
+    // In its HOME: the replica directory, or `home/` in it when the replica runs as its
+    // namespace's uid (as root).
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let home = if unsafe { libc::geteuid() } == 0 {
+        replica_dir.join(corral_local::executor::HOME_DIR)
+    } else {
+        replica_dir
+    };
+    // Running is recorded when the shim is spawned; it makes the tenant's HOME just after.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !home.is_dir() {
+        check(
+            Instant::now() < deadline,
+            format!("{} was not made", home.display()),
+        )?;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::fs::write(home.join("go"), "")?;
     let state = wait_for_state(
         &client,
         "default",

@@ -294,3 +294,73 @@ spec:
     drop(server);
     Ok(())
 }
+
+/// Every write through the API is in the audit trail with the token's identity (its name,
+/// else its place in the list, and its namespace), refused ones with why; only a token of
+/// every namespace reads it, and never sees a token in it.
+pub(super) fn writes_are_audited_with_the_tokens_identity() -> TestResult {
+    let c = TestCluster::start(
+        "kind: CorralConfig
+tokens:
+  - {token: token-a, namespace: team-a, name: alice}
+  - {token: token-b, namespace: team-b}
+  - {token: token-admin, name: ops}
+",
+    )?;
+    c.client(Some("token-a"))
+        .submit("team-a", &parked_job("audited"))?;
+    // team-b's token tries to delete team-a's job: refused, and recorded.
+    let (status, _) = raw(
+        "DELETE",
+        &c.url("/api/v1/namespaces/team-a/trainingjobs/audited"),
+        Some("token-b"),
+        None,
+    )?;
+    check(
+        status == 403,
+        format!("the delete was not refused: {status}"),
+    )?;
+    // Reads are not writes.
+    c.client(Some("token-a")).list(Some("team-a"))?;
+
+    let (status, body) = raw("GET", &c.url("/api/v1/audit"), Some("token-a"), None)?;
+    check(
+        status == 403 && error_code(&body) == "Forbidden",
+        format!("a namespace's token read the audit trail: {status} {body}"),
+    )?;
+    let entries = c.client(Some("token-admin")).audit(100)?;
+    check(
+        entries.len() == 2,
+        format!("expected the submit and the refused delete: {entries:#?}"),
+    )?;
+    let submit = &entries[0];
+    check(
+        submit.who == "alice"
+            && submit.scope == "team-a"
+            && submit.action == "POST"
+            && submit.target == "/api/v1/namespaces/team-a/trainingjobs"
+            && submit.status == 201
+            && submit.outcome == "ok",
+        format!("the submit: {submit:#?}"),
+    )?;
+    let delete = &entries[1];
+    check(
+        delete.who == "token #2"
+            && delete.scope == "team-b"
+            && delete.action == "DELETE"
+            && delete.target == "/api/v1/namespaces/team-a/trainingjobs/audited"
+            && delete.status == 403
+            && delete.outcome.starts_with("Forbidden: "),
+        format!("the refused delete: {delete:#?}"),
+    )?;
+    check(
+        delete.at_ms >= submit.at_ms && delete.seq > submit.seq,
+        "entries in order",
+    )?;
+    let text = serde_json::to_string(&entries).map_err(|e| e.to_string())?;
+    check(
+        !text.contains("token-a") && !text.contains("token-b"),
+        format!("a token is in the audit trail: {text}"),
+    )?;
+    Ok(())
+}

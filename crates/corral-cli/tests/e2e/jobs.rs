@@ -79,6 +79,12 @@ pub(super) fn logs_follow_every_incarnation() -> TestResult {
     let c = TestCluster::start("")?;
     let client = c.client(None);
     let dir = tempfile::tempdir()?;
+    // Its working directory, where it counts its runs: as root the replica runs as its
+    // namespace's uid, which must enter and write it.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777))?;
+    }
     let job = format!(
         "apiVersion: corral.dev/v1alpha1
 kind: TrainingJob
@@ -211,7 +217,7 @@ pub(super) fn delete_all_and_selector_ask_first() -> TestResult {
         namespace: remote::NamespaceArgs::default(),
         conn: remote::ConnArgs {
             server: Some(c.server.url()),
-            token: None,
+            ..Default::default()
         },
     };
     let names = |client: &Client| -> Result<Vec<String>, Failed> {

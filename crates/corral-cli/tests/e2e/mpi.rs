@@ -5,7 +5,7 @@
 use super::*;
 use corral_server::api_client::ExecCall;
 
-fn mpirun_available() -> bool {
+pub(super) fn mpirun_available() -> bool {
     std::process::Command::new("mpirun")
         .arg("--version")
         .output()
@@ -20,7 +20,7 @@ fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-fn launcher_log(client: &Client, job: &str) -> Result<String, Failed> {
+pub(super) fn launcher_log(client: &Client, job: &str) -> Result<String, Failed> {
     let mut log = Vec::new();
     let request = LogRequest {
         replica: Some("launcher-0".into()),
@@ -144,6 +144,29 @@ pub(super) fn exec_runs_in_the_replica_and_only_within_its_own_job() -> TestResu
     )?;
     let (code, out, _) = exec(&client, "mine", "mine-worker-0", &["cat"], Some("in\n"))?;
     check(code == 0 && out == "in\n", format!("{code} {out:?}"))?;
+    // Its user: as root, the namespace's (never root), without a way back through a setuid
+    // program, as the replica's own command.
+    let (code, out, _) = exec(
+        &client,
+        "mine",
+        "worker-0",
+        &["sh", "-c", "id -u; grep NoNewPrivs /proc/self/status"],
+        None,
+    )?;
+    // SAFETY: geteuid(2) has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let uid: Option<u32> = out.lines().next().and_then(|l| l.trim().parse().ok());
+    if me == 0 {
+        check(
+            code == 0 && uid.is_some_and(|u| u != 0) && out.contains("NoNewPrivs:\t1"),
+            format!("exec as root runs as the tenant: {code} {out:?}"),
+        )?;
+    } else {
+        check(
+            uid == Some(me),
+            format!("exec runs as the server's user: {out:?}"),
+        )?;
+    }
     let (code, _, err) = exec(&client, "mine", "worker-0", &["no-such-program"], None)?;
     check(
         code == 127 && err.contains("no-such-program"),
@@ -296,5 +319,59 @@ spec:
     check(
         log.contains("ORTE has lost communication") || log.contains("mpirun noticed"),
         format!("mpirun's message in the launcher's log: {log}"),
+    )
+}
+
+/// mpirun's rsh agent over HTTPS: the launcher is given the API's https URL and the
+/// fingerprint of its certificate, and `corral rsh` pins it to start orted in the workers.
+pub(super) fn mpirun_reaches_its_workers_through_an_https_api() -> TestResult {
+    if !common::prerequisite(
+        mpirun_available(),
+        "mpirun (Debian: openmpi-bin) is not installed",
+    ) {
+        return Ok(());
+    }
+    let (c, fingerprint) = TestCluster::start_https("kind: CorralConfig\n")?;
+    let client = Client::with_trust(
+        &c.server.url(),
+        None,
+        &corral_server::api_client::Trust::Fingerprint(fingerprint.clone()),
+    )?;
+    let job = "apiVersion: corral.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: over-tls}
+spec:
+  framework: mpi
+  runPolicy: {backoffLimit: 0}
+  replicas:
+    launcher:
+      restartPolicy: Never
+      resources: {cpu: 100m, memory: 64Mi}
+      template:
+        command: [sh, -c, 'echo \"server=$CORRAL_SERVER pin=$CORRAL_FINGERPRINT\"; mpirun -np 2 sh -c \"echo rank-up\"']
+        env:
+          - {name: OMPI_ALLOW_RUN_AS_ROOT, value: \"1\"}
+          - {name: OMPI_ALLOW_RUN_AS_ROOT_CONFIRM, value: \"1\"}
+    worker:
+      count: 2
+      restartPolicy: Never
+      resources: {cpu: 100m, memory: 64Mi}
+      template: {command: [sleep, \"300\"]}
+";
+    client.submit("default", job)?;
+    let state = wait_for_state(
+        &client,
+        "default",
+        "over-tls",
+        Duration::from_secs(120),
+        JobState::is_finished,
+    )?;
+    let log = launcher_log(&client, "over-tls")?;
+    check(
+        state == JobState::Succeeded
+            && log.contains("server=https://")
+            && log.contains(&format!("pin={fingerprint}"))
+            && log.matches("rank-up").count() == 2,
+        format!("{state}: {log}"),
     )
 }

@@ -466,6 +466,9 @@ impl Cluster {
             if let Some(url) = &self.api_url {
                 env.push(("CORRAL_SERVER".into(), url.clone()));
             }
+            if let Some(fingerprint) = &self.api_fingerprint {
+                env.push(("CORRAL_FINGERPRINT".into(), fingerprint.clone()));
+            }
             let token = self.job_token(&stored.namespace, &stored.name, &stored.uid);
             env.push(("CORRAL_TOKEN".into(), token));
         }
@@ -495,9 +498,25 @@ impl Cluster {
             gpu_indices,
             (containers, code),
         );
-        let Some(process) = process else {
+        let Some(mut process) = process else {
             return Ok(None);
         };
+        match self.tenancy.identity(&self.store, &stored.namespace) {
+            Ok(who) => process.run_as = who.map(Into::into),
+            Err(e) => {
+                // No uid is free for a new namespace: its replicas must not run as root.
+                self.plane.start_failed(
+                    &key,
+                    StartFailure {
+                        replica: id,
+                        incarnation: inc,
+                        exit_code: 0,
+                        message: e.to_string(),
+                    },
+                );
+                return Ok(None);
+            }
+        }
         if let Some(why) = process.missing_program() {
             self.plane.start_failed(
                 &key,
@@ -808,5 +827,6 @@ fn process_spec(
                 args: rspec.template.args.clone(),
             }),
         python: rspec.template.python.clone(),
+        run_as: None,
     })
 }

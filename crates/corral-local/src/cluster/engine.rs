@@ -120,6 +120,8 @@ pub(super) struct Counters {
 pub struct Cluster {
     pub(super) config: ClusterConfig,
     pub(super) store: Store,
+    /// Which uid each namespace's replicas run under (see [`crate::tenancy`]).
+    pub(super) tenancy: crate::tenancy::Tenancy,
     pub(super) executor: LocalExecutor,
     /// Every decision about jobs: admission, lifecycle, reasons, events.
     pub(super) plane: ControlPlane,
@@ -160,6 +162,9 @@ pub struct Cluster {
     /// The API's URL (`http://host:port`), once the server listens: given to MPI
     /// launchers, whose agent calls it.
     pub(super) api_url: Option<String>,
+    /// The SHA-256 fingerprint of the API's certificate when it serves HTTPS: MPI
+    /// launchers pin it (`CORRAL_FINGERPRINT`) to reach the API.
+    pub(super) api_fingerprint: Option<String>,
 }
 
 /// How often the GPUs' health is read while the cluster runs.
@@ -167,6 +172,11 @@ const GPU_HEALTH_PERIOD: std::time::Duration = std::time::Duration::from_secs(10
 
 impl Cluster {
     /// The configuration the cluster was opened with (tokens, ports, declared objects).
+    /// Which identities this cluster's replicas run under.
+    pub fn tenancy(&self) -> &crate::tenancy::Tenancy {
+        &self.tenancy
+    }
+
     pub fn config(&self) -> &ClusterConfig {
         &self.config
     }
@@ -176,6 +186,15 @@ impl Cluster {
     pub fn announce_address(&mut self, addr: &str) -> Result<(), ClusterError> {
         self.api_url = Some(format!("http://{addr}"));
         Ok(self.store.announce_address(addr)?)
+    }
+
+    /// The API serves HTTPS with the certificate of this fingerprint: what MPI launchers
+    /// are given to reach it (after [`Cluster::announce_address`]).
+    pub fn announce_https(&mut self, fingerprint: &str) {
+        if let Some(url) = &self.api_url {
+            self.api_url = Some(url.replacen("http://", "https://", 1));
+        }
+        self.api_fingerprint = Some(fingerprint.to_string());
     }
 
     /// Re-reads a job's row into the cache after a write to it.

@@ -35,7 +35,19 @@ impl Cluster {
 }
 
 fn open(config: ClusterConfig, now: Timestamp) -> Result<(Cluster, Vec<String>), ClusterError> {
+    let isolated = matches!(
+        crate::tenancy::isolation_here(&config.file.settings),
+        corral_core::tenancy::Isolation::PerNamespace(_)
+    );
+    // The directories' modes before the store makes its files in them, the files' after.
+    let mode_notes = crate::tenancy::prepare_data_dir(&config.data_dir, isolated)
+        .map_err(ClusterError::Config)?;
     let mut store = Store::open(&config.data_dir)?;
+    // What the store just made is tightened without a word: only what was looser before
+    // (the call above) is news.
+    crate::tenancy::protect_data_dir(&config.data_dir, isolated).map_err(ClusterError::Config)?;
+    let tenancy = crate::tenancy::Tenancy::open(&config.file.settings, &store)
+        .map_err(|e| ClusterError::Config(e.to_string()))?;
     let shim = match &config.shim {
         Some(shim) => shim.clone(),
         None => ShimCommand::current_exe()
@@ -61,6 +73,7 @@ fn open(config: ClusterConfig, now: Timestamp) -> Result<(Cluster, Vec<String>),
     exec_config.port_range = range.min..range.max.saturating_add(1).max(range.min);
     let (mut executor, mut warnings) =
         LocalExecutor::new(exec_config).map_err(|e| ClusterError::Executor(e.to_string()))?;
+    warnings.extend(mode_notes);
     warnings.extend(container_notes);
     let inventory = inventory();
     for (index, why) in &inventory.unhealthy_gpus {
@@ -217,6 +230,7 @@ fn open(config: ClusterConfig, now: Timestamp) -> Result<(Cluster, Vec<String>),
     let mut cluster = Cluster {
         config,
         store,
+        tenancy,
         executor,
         plane,
         submit_check: std::sync::Arc::new(submit_check),
@@ -237,6 +251,7 @@ fn open(config: ClusterConfig, now: Timestamp) -> Result<(Cluster, Vec<String>),
         exec_key,
         exec_agent,
         api_url: None,
+        api_fingerprint: None,
     };
     for j in jobs {
         cluster.cache(j);

@@ -220,6 +220,9 @@ pub struct RunOptions<'a> {
     pub cpu_milli: Option<u64>,
     pub memory_bytes: Option<u64>,
     pub gpu_indices: &'a [u32],
+    /// The tenant's uid and gid: the container's processes run as them (`--user`), as a
+    /// host replica of the namespace does.
+    pub run_as: Option<super::RunAs>,
 }
 
 /// The whole command line of `<runtime> run` for one replica.
@@ -243,6 +246,10 @@ pub fn run_args(
         a.push(format!("{k}={v}"));
     }
     a.push("--network=host".into());
+    if let Some(who) = opts.run_as {
+        a.push("--user".into());
+        a.push(format!("{}:{}", who.uid, who.gid));
+    }
     a.push("--env-file".into());
     a.push(opts.replica_dir.join(ENV_FILE).display().to_string());
     for (k, v) in &opts.multiline_env {
@@ -595,7 +602,28 @@ mod tests {
             cpu_milli: Some(1500),
             memory_bytes: Some(64 << 20),
             gpu_indices: gpus,
+            run_as: None,
         }
+    }
+
+    #[test]
+    fn a_tenants_container_runs_as_its_uid_and_gid() {
+        let rt = runtime(RuntimeKind::Podman);
+        let h = rt.handle("default.j-worker-0", "abc-0.0");
+        let dir = PathBuf::from("/data/replicas/r/1");
+        let req = ContainerRequest {
+            image: "img:1".into(),
+            command: Vec::new(),
+            args: Vec::new(),
+        };
+        let mut o = opts(&dir, &[]);
+        assert!(!run_args(&rt, &h, &req, &o).contains(&"--user".to_string()));
+        o.run_as = Some(crate::executor::RunAs {
+            uid: 1_879_048_200,
+            gid: 1_879_048_200,
+        });
+        let joined = run_args(&rt, &h, &req, &o).join(" ");
+        assert!(joined.contains("--user 1879048200:1879048200"), "{joined}");
     }
 
     #[test]

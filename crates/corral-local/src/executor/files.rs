@@ -51,6 +51,11 @@ pub struct LaunchFile {
     /// until no gang is being spawned before it does its own setup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_gate: Option<PathBuf>,
+    /// The tenant's identity: the shim makes `home/` and `tmp/` its own and drops to it
+    /// before the command runs (a container's runtime client stays root and runs the
+    /// container as it, `--user`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_as: Option<super::RunAs>,
 }
 
 /// The parts of a [`super::ProcessRecord`] known before the shim runs.

@@ -84,7 +84,8 @@ pub use error::ExecutorError;
 use error::io_err;
 pub use files::read_log_tail;
 pub use log_times::rotated_path;
-pub use replica::{ProcessRecord, ProcessState, ReplicaProcessSpec, ReplicaUsage, discover};
+pub use replica::{ProcessRecord, ProcessState, ReplicaProcessSpec, ReplicaUsage, RunAs, discover};
+pub use start::HOME_DIR;
 pub use start_gate::StartGate;
 
 struct Tracked {
@@ -323,6 +324,16 @@ impl LocalExecutor {
             self.active.insert(name.clone());
         }
         self.replicas.insert(name, t);
+    }
+
+    /// The records of the replicas that have not ended (a stopping one included).
+    pub fn running(&self) -> Vec<&ProcessRecord> {
+        self.active
+            .iter()
+            .filter_map(|name| self.replicas.get(name))
+            .filter(|t| !t.state.is_terminal())
+            .map(|t| &t.record)
+            .collect()
     }
 
     /// Every tracked replica's record, by name.

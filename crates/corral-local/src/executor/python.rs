@@ -36,6 +36,10 @@ pub struct PythonLaunch {
     pub version: Option<String>,
     /// Normalized: trimmed, sorted, without duplicates.
     pub requirements: Vec<String>,
+    /// The tenant group the environment is built for (see [`crate::tenancy`]): `envs_dir`
+    /// is then its own, and the interpreter must be one its uid can run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant_gid: Option<u32>,
 }
 
 /// The requirements of a requirements file: one per line, without comments and blank
@@ -97,6 +101,7 @@ impl PythonLaunch {
             envs_dir,
             version: env.version.clone(),
             requirements,
+            tenant_gid: None,
         })
     }
 
@@ -142,6 +147,11 @@ pub fn prepare(launch: &PythonLaunch, log: &mut dyn FnMut(&[u8])) -> Result<Path
     let io_err = |what: &str, e: io::Error| BuildError::Io(format!("{what}: {e}"));
     fs::create_dir_all(&launch.envs_dir)
         .map_err(|e| io_err(&launch.envs_dir.display().to_string(), e))?;
+    if let Some(gid) = launch.tenant_gid {
+        // Its group reads and runs what is built here; nobody else, and it changes nothing.
+        crate::tenancy::set_owner_mode(&launch.envs_dir, 0, gid, 0o750)
+            .map_err(|e| io_err(&launch.envs_dir.display().to_string(), e))?;
+    }
     let key = launch.key();
     let lock_path = launch.envs_dir.join(format!("{key}.lock"));
     let lock = fs::OpenOptions::new()
@@ -208,9 +218,30 @@ fn build(
     let venv = dir.join("venv");
     let mut steps: Vec<Vec<std::ffi::OsString>> = Vec::new();
     let mut create: Vec<std::ffi::OsString> = vec!["venv".into(), "--quiet".into()];
-    if let Some(v) = &launch.version {
-        create.push("--python".into());
-        create.push(v.into());
+    match launch.tenant_gid {
+        // The venv links to its interpreter, which the tenant runs: it is chosen here among
+        // those its group may run, not left to uv's discovery, which a wrapper around uv
+        // (pyenv's shim puts its own Python first on uv's PATH) can steer to one in root's
+        // home.
+        Some(gid) => match tenant_interpreter(launch, gid)? {
+            Some(python) => {
+                create.push("--python".into());
+                create.push(python.into());
+            }
+            None => {
+                // None installed that it may run: uv downloads the version asked for,
+                // beside the environments (UV_PYTHON_INSTALL_DIR, readable by the group).
+                create.push("--managed-python".into());
+                create.push("--python".into());
+                create.push(launch.version.clone().unwrap_or_default().into());
+            }
+        },
+        None => {
+            if let Some(v) = &launch.version {
+                create.push("--python".into());
+                create.push(v.into());
+            }
+        }
     }
     create.push(venv.clone().into());
     steps.push(create);
@@ -223,11 +254,8 @@ fn build(
         requirements.into(),
     ]);
     for args in steps {
-        let out = Command::new(&launch.uv)
+        let out = uv_command(launch)
             .args(&args)
-            .env("UV_CACHE_DIR", launch.envs_dir.join(".uv-cache"))
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
             .output()
             .map_err(|e| BuildError::Io(format!("running {}: {e}", launch.uv.display())))?;
         for part in [&out.stdout, &out.stderr] {
@@ -244,8 +272,96 @@ fn build(
             )));
         }
     }
+    if let Some(gid) = launch.tenant_gid {
+        let python = venv.join("bin/python");
+        let real = fs::canonicalize(&python).map_err(|e| io_err(&python, e))?;
+        if let Some(blocked) = crate::tenancy::closed_to_group(&real, gid) {
+            return Err(BuildError::Resolve(format!(
+                "the python environment's interpreter {} cannot be run by the job's user \
+                 (uid and gid {gid}): {} is not open to it. Install Python where every user \
+                 may run it (e.g. /usr/bin/python3), or name a version with \
+                 template.python.version so that uv downloads one",
+                real.display(),
+                blocked.display()
+            )));
+        }
+    }
     fs::write(dir.join(READY_FILE), b"").map_err(|e| io_err(dir, e))?;
     Ok(())
+}
+
+/// uv with the environment every build step shares.
+fn uv_command(launch: &PythonLaunch) -> Command {
+    let mut cmd = Command::new(&launch.uv);
+    cmd.env("UV_CACHE_DIR", launch.envs_dir.join(".uv-cache"))
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null());
+    if let Some(gid) = launch.tenant_gid {
+        // A Python uv downloads goes beside the environments, where the tenant may run it;
+        // and its search starts where the tenant may enter.
+        cmd.env("UV_PYTHON_INSTALL_DIR", launch.envs_dir.join(".pythons"));
+        if let Ok(path) = std::env::var("PATH") {
+            cmd.env("PATH", crate::tenancy::search_path_for_group(&path, gid));
+        }
+    }
+    cmd
+}
+
+/// One installed interpreter as `uv python list --output-format json` lists it.
+#[derive(Deserialize)]
+struct ListedPython {
+    path: PathBuf,
+}
+
+/// The installed interpreter matching the launch's version (any, without one) that group
+/// `gid` may run, as uv ranks them (newest first); `None` when there is none and a version
+/// was asked for (uv then downloads it). uv matches the version request, corral only
+/// drops the interpreters the tenant could not run.
+fn tenant_interpreter(launch: &PythonLaunch, gid: u32) -> Result<Option<PathBuf>, BuildError> {
+    let mut cmd = uv_command(launch);
+    cmd.args(["python", "list", "--only-installed", "--all-versions"])
+        .args(["--output-format", "json"]);
+    if let Some(v) = &launch.version {
+        cmd.arg(v);
+    }
+    let out = cmd
+        .output()
+        .map_err(|e| BuildError::Io(format!("running {}: {e}", launch.uv.display())))?;
+    if !out.status.success() {
+        return Err(BuildError::Resolve(format!(
+            "the python environment could not be built (uv python list): {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    let listed: Vec<ListedPython> = serde_json::from_slice(&out.stdout).map_err(|e| {
+        BuildError::Io(format!(
+            "reading the interpreters `uv python list` found: {e}"
+        ))
+    })?;
+    let mut blocked = Vec::new();
+    for python in listed {
+        let Ok(real) = fs::canonicalize(&python.path) else {
+            continue;
+        };
+        match crate::tenancy::closed_to_group(&real, gid) {
+            None => return Ok(Some(python.path)),
+            Some(at) => blocked.push(format!("{} ({} is closed)", real.display(), at.display())),
+        }
+    }
+    if launch.version.is_some() {
+        return Ok(None);
+    }
+    blocked.dedup();
+    Err(BuildError::Resolve(format!(
+        "no Python interpreter installed here can be run by the job's user (gid {gid}){}. \
+         Install Python where every user may run it (e.g. /usr/bin/python3), or name a \
+         version with template.python.version so that uv downloads one",
+        if blocked.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", blocked.join(", "))
+        }
+    )))
 }
 
 /// The environment's variables over `env`: its `bin` first on PATH, `VIRTUAL_ENV`.

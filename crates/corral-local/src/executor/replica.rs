@@ -40,6 +40,25 @@ pub struct ReplicaProcessSpec {
     pub container: Option<ContainerRequest>,
     /// Python packages to run with (see [`python`](super::python)).
     pub python: Option<corral_api::training_job::PythonEnv>,
+    /// The uid and gid its namespace's replicas run under (see [`crate::tenancy`]); `None`:
+    /// the server's own.
+    pub run_as: Option<RunAs>,
+}
+
+/// A tenant's identity, as the shim applies it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunAs {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl From<corral_core::tenancy::TenantIdentity> for RunAs {
+    fn from(id: corral_core::tenancy::TenantIdentity) -> Self {
+        RunAs {
+            uid: id.uid,
+            gid: id.gid,
+        }
+    }
 }
 
 /// What identifies a started replica; persist it to re-adopt the replica after a restart.

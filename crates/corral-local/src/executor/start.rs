@@ -14,6 +14,10 @@ use super::{
     Tracked, base_env, container, io_err, path_component, procfs, python,
 };
 use crate::cgroup::{CgroupLimits, CgroupRef};
+use crate::tenancy::set_owner_mode;
+
+/// A tenant's HOME and default working directory, inside its replica directory.
+pub const HOME_DIR: &str = "home";
 
 /// What one launch gives: the record and the shim, our child.
 type Launched = Result<(ProcessRecord, Child), ExecutorError>;
@@ -226,6 +230,26 @@ impl LocalExecutor {
     fn prepare(&self, spec: &ReplicaProcessSpec) -> Result<Prepared, ExecutorError> {
         let dir = self.replica_dir(&spec.name, &spec.incarnation);
         fs::create_dir_all(&dir).map_err(io_err(format!("creating {}", dir.display())))?;
+        if let Some(who) = spec.run_as {
+            // The tenant's group reads the replica's directories (its log, its launch
+            // files), nobody else does, and the tenant cannot change what the server trusts
+            // in them: root's, 0750. Its code snapshot the same, read-only.
+            let name_dir = dir.parent().unwrap_or(dir.as_path());
+            for path in [name_dir, dir.as_path()] {
+                set_owner_mode(path, 0, who.gid, 0o750).map_err(io_err(format!(
+                    "giving {} to gid {}",
+                    path.display(),
+                    who.gid
+                )))?;
+            }
+            if let Some(code) = &spec.code {
+                set_owner_mode(code, 0, who.gid, 0o550).map_err(io_err(format!(
+                    "giving {} to gid {}",
+                    code.display(),
+                    who.gid
+                )))?;
+            }
+        }
         for (path, content) in &spec.files {
             let path = dir.join(path);
             if let Some(parent) = path.parent() {
@@ -270,6 +294,20 @@ impl LocalExecutor {
         };
 
         let mut env = base_env(&dir, &self.config.pass_env);
+        // A tenant writes only in directories of its own (the shim makes them): HOME is
+        // `home/`, also the default working directory.
+        // Its PATH keeps only the directories it may search (the server's PATH may name
+        // root's own, where nothing would run as the tenant).
+        let home = spec.run_as.map(|_| dir.join(HOME_DIR));
+        if let (Some(home), Some(who)) = (&home, spec.run_as) {
+            for (k, v) in env.iter_mut() {
+                match k.as_str() {
+                    "HOME" => *v = home.display().to_string(),
+                    "PATH" => *v = crate::tenancy::search_path_for_group(v, who.gid),
+                    _ => {}
+                }
+            }
+        }
         // The contract's variables and the job's own win over the base.
         env.retain(|(k, _)| !spec.env.iter().any(|(n, _)| n == k));
         env.extend(spec.env.iter().cloned());
@@ -304,6 +342,7 @@ impl LocalExecutor {
                         cpu_milli: spec.cpu_milli,
                         memory_bytes: spec.memory_bytes,
                         gpu_indices: &spec.gpu_indices,
+                        run_as: spec.run_as,
                     },
                 );
                 (args, container::client_env(), dir.clone())
@@ -314,15 +353,24 @@ impl LocalExecutor {
                 spec.working_dir
                     .clone()
                     .or_else(|| spec.code.clone())
+                    .or(home)
                     .unwrap_or_else(|| dir.clone()),
             ),
         };
         let python = match spec.python.as_ref().zip(self.config.python.as_ref()) {
             None => None,
             Some((env, (uv, envs))) => {
-                match python::PythonLaunch::new(uv.clone(), envs.clone(), env, spec.code.as_deref())
-                {
-                    Ok(p) => Some(p),
+                // A tenant's environments are its own: built for its gid, in a directory
+                // only its group reads.
+                let envs = match spec.run_as {
+                    Some(who) => envs.join(format!("t{}", who.uid)),
+                    None => envs.clone(),
+                };
+                match python::PythonLaunch::new(uv.clone(), envs, env, spec.code.as_deref()) {
+                    Ok(p) => Some(python::PythonLaunch {
+                        tenant_gid: spec.run_as.map(|w| w.gid),
+                        ..p
+                    }),
                     Err(e) => {
                         return Err(ExecutorError::Io {
                             context: format!("the python environment of {}", spec.name),
@@ -349,6 +397,7 @@ impl LocalExecutor {
             container: handle.clone(),
             python,
             start_gate: self.start_gate.clone(),
+            run_as: spec.run_as.filter(|_| handle.is_none()),
         };
         // Written in place: no shim reads it before it is whole (the shim is spawned after),
         // and a directory without a record is not a replica to a restart.

@@ -28,7 +28,7 @@ impl Harness {
     /// A cluster in a temporary directory with its own range of 50 ports from `ports`
     /// (tests run in parallel), a 2 s grace period, and `extra` settings (`corral.yaml`).
     pub fn new(waits: Waits, ports: u16, extra: &str) -> (Harness, Cluster) {
-        let dir = tempfile::tempdir().expect("tempdir");
+        let dir = super::reachable_tempdir();
         let text = format!(
             "kind: CorralConfig\nports: {{min: {ports}, max: {}}}\ngracePeriodSeconds: 2\n{extra}",
             ports + 49
@@ -67,6 +67,17 @@ impl Harness {
     /// A path in the test's temporary directory.
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
+    }
+
+    /// A path replicas may create (`<tmp>/scratch`, sticky and open to all, as /tmp): as
+    /// root, replicas run as their namespace's uid and cannot write in the test's directory.
+    pub fn scratch(&self, name: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = self.dir.path().join("scratch");
+        std::fs::create_dir_all(&dir).expect("scratch dir");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777))
+            .expect("chmod scratch");
+        dir.join(name)
     }
 
     /// Where the replicas' directories are.

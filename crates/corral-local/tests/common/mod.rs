@@ -51,6 +51,24 @@ pub fn prerequisite(present: bool, what: &str) -> bool {
     false
 }
 
+/// A temporary directory tenants' replicas may pass through (`0711`): as root, each
+/// namespace's replicas run as a uid of their own and must reach their directories below
+/// it (a plain temporary directory is `0700`, and the cluster refuses to open below one).
+#[allow(dead_code)]
+pub fn reachable_tempdir() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))
+        .expect("chmod the tempdir");
+    dir
+}
+
+/// Whether this test runs as root (replicas then run under their namespaces' uids).
+#[allow(dead_code)]
+pub fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
 /// Whether `python3` runs.
 #[allow(dead_code)]
 pub fn python3_available() -> bool {

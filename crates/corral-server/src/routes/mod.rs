@@ -58,6 +58,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/nodes", get(nodes))
         .route("/api/v1/top", get(top))
         .route("/api/v1/whoami", get(whoami))
+        .route("/api/v1/audit", get(crate::audit::list))
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/openapi.json", get(openapi))
@@ -74,6 +75,11 @@ pub fn router(state: AppState) -> Router {
     api.merge(code)
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(limit, json_errors))
+        // Outermost: it records the answer as the client gets it.
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::audit::record,
+        ))
         .with_state(state)
 }
 
