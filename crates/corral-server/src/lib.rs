@@ -7,7 +7,9 @@
 //! handlers call its other methods on the blocking pool so that the async workers never wait
 //! on SQLite. Only this shell reads the clock.
 //!
-//! - [`routes`]: the routes under `/api/v1/`, `/metrics`, `/healthz`, `/openapi.json`.
+//! - [`routes`]: the routes under `/api/v1/` (`/api/v1/watch`: changes pushed as
+//!   server-sent events), `/metrics`, `/healthz`, `/openapi.json`.
+//! - [`dashboard`]: the web dashboard at `/`, its assets built into the binary.
 //! - [`auth`]: API tokens per namespace (from the cluster's `CorralConfig`).
 //! - [`error`]: the error body every route answers with.
 //! - [`openapi`]: the OpenAPI 3 document of the routes.
@@ -18,6 +20,7 @@
 pub mod api_bench;
 pub mod api_client;
 pub mod auth;
+pub mod dashboard;
 pub mod error;
 pub mod metrics;
 pub mod openapi;
@@ -77,6 +80,9 @@ pub struct AppState {
     submit_context: Arc<SubmitContext>,
     /// Wakes the control loop after a change.
     wake: Arc<Notify>,
+    /// Counts changes (a command, a tick that did something), so that watchers
+    /// (`/api/v1/watch`) look again.
+    changes: Arc<tokio::sync::watch::Sender<u64>>,
     body_limit: usize,
     /// Where uploaded code snapshots are staged and kept, and their largest size.
     code: Arc<corral_local::code::CodeStore>,
@@ -113,6 +119,7 @@ impl AppState {
             cluster: Arc::new(Mutex::new(cluster)),
             file,
             wake: Arc::new(Notify::new()),
+            changes: Arc::new(tokio::sync::watch::Sender::new(0)),
             body_limit,
             submissions: Arc::new(SubmitQueue::default()),
         }
@@ -183,6 +190,17 @@ impl AppState {
     /// Asks the control loop to run now.
     pub fn wake(&self) {
         self.wake.notify_one();
+        self.changed();
+    }
+
+    /// Tells watchers that something changed.
+    fn changed(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// What a watcher waits on: it changes with every change.
+    pub fn subscribe_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 }
 
@@ -268,6 +286,19 @@ async fn control_loop(
             Ok(Ok(report)) => {
                 for e in &report.errors {
                     eprintln!("corral: {e}");
+                }
+                if [
+                    &report.admitted,
+                    &report.preempted,
+                    &report.started,
+                    &report.stopped,
+                    &report.finished,
+                    &report.deleted,
+                ]
+                .iter()
+                .any(|v| !v.is_empty())
+                {
+                    state.changed();
                 }
                 if let Some(d) = report.next_tick_in {
                     wait = wait.min(d);

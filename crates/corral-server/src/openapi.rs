@@ -39,6 +39,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/api/v1/nodes"),
     ("get", "/api/v1/top"),
     ("get", "/api/v1/whoami"),
+    ("get", "/api/v1/watch"),
     ("get", "/metrics"),
     ("get", "/healthz"),
     ("get", "/openapi.json"),
@@ -299,6 +300,14 @@ fn unranged_document() -> Value {
                     "operationId": "whoami",
                     "summary": "The namespace the token acts in (null: every namespace); clients use it when no namespace is given",
                     "responses": responses(("200", json_response("Caller", json!({"type": "object", "properties": {"namespace": {"type": "string", "nullable": true}}}))), &[401]),
+                },
+            },
+            "/api/v1/watch": {
+                "get": {
+                    "operationId": "watch",
+                    "summary": "Changes pushed as server-sent events (text/event-stream): `jobs` (first every job the token may see with `reset: true`, then `upsert`ed rows, `remove`d `namespace/name` keys and changed pending `reasons`, null where a job no longer waits) and `event` (one job event, as in describe). A namespace's token is sent only its namespace",
+                    "parameters": [{"name": "timeoutSeconds", "in": "query", "required": false, "schema": u64_schema(), "description": "end the stream after this many seconds; absent: never"}],
+                    "responses": {"200": {"description": "The event stream", "content": {"text/event-stream": {"schema": {"type": "string"}}}}, "401": {"description": "Tokens are configured and none (or an unknown one) was given"}},
                 },
             },
             "/metrics": {
