@@ -138,7 +138,9 @@ pub fn run_up(args: &UpArgs) -> ExitCode {
             "Corral is up at http://{addr} (data in {})",
             data_dir.display()
         );
-        eprintln!("  dashboard: http://{addr}/   (from another machine: docs/dashboard.md, ssh -L)");
+        eprintln!(
+            "  dashboard: http://{addr}/   (from another machine: docs/dashboard.md, ssh -L)"
+        );
         eprintln!(
             "  API: http://{addr}/api/v1/   OpenAPI: http://{addr}/openapi.json   metrics: http://{addr}/metrics"
         );

@@ -9,10 +9,10 @@
 //! A custom harness (libtest-mimic), because the executor starts every replica under the
 //! shim `<current executable> shim <dir>`: invoked that way, this binary is the shim.
 
-#[allow(dead_code)] // of what the CLI's test binaries share, this one uses `prerequisite`
-mod common;
 #[path = "browser/bench.rs"]
 mod bench;
+#[allow(dead_code)] // of what the CLI's test binaries share, this one uses `prerequisite`
+mod common;
 #[path = "browser/driver.rs"]
 mod driver;
 #[path = "browser/pages.rs"]

@@ -185,10 +185,13 @@ fn events_after_an_id_by_namespace() {
     let jobs: Vec<&str> = a.iter().map(|(_, e)| e.job.as_str()).collect();
     assert_eq!(jobs, ["job-0", "job-2", "job-3"]);
     // After the first team-a event, a page of one: the next team-a event, not team-b's.
-    let next = store
-        .events_after(a[0].0, Some("team-a"), 1)
-        .expect("next");
+    let next = store.events_after(a[0].0, Some("team-a"), 1).expect("next");
     assert_eq!(next.len(), 1);
     assert_eq!(next[0].1.job, "job-2");
-    assert!(store.events_after(last, None, 100).expect("none").is_empty());
+    assert!(
+        store
+            .events_after(last, None, 100)
+            .expect("none")
+            .is_empty()
+    );
 }

@@ -46,9 +46,21 @@ static ASSETS: &[Asset] = &[
     asset!("job.js", "text/javascript; charset=utf-8", false),
     asset!("live.js", "text/javascript; charset=utf-8", false),
     asset!("style.css", "text/css; charset=utf-8", false),
-    asset!("vendor/preact-10.29.8.module.js", "text/javascript; charset=utf-8", true),
-    asset!("vendor/preact-hooks-10.29.8.module.js", "text/javascript; charset=utf-8", true),
-    asset!("vendor/htm-3.1.1.module.js", "text/javascript; charset=utf-8", true),
+    asset!(
+        "vendor/preact-10.29.8.module.js",
+        "text/javascript; charset=utf-8",
+        true
+    ),
+    asset!(
+        "vendor/preact-hooks-10.29.8.module.js",
+        "text/javascript; charset=utf-8",
+        true
+    ),
+    asset!(
+        "vendor/htm-3.1.1.module.js",
+        "text/javascript; charset=utf-8",
+        true
+    ),
 ];
 
 /// What is made of each asset once: its gzipped body and its ETag.
@@ -101,6 +113,7 @@ pub fn bundle_size() -> BundleSize {
 }
 
 #[derive(Clone, Copy, Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct BundleSize {
     pub files: usize,
     pub bytes: usize,
@@ -207,7 +220,10 @@ mod tests {
     fn gzip_is_negotiated() {
         let mut h = HeaderMap::new();
         assert!(!accepts_gzip(&h));
-        h.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("gzip, br"));
+        h.insert(
+            header::ACCEPT_ENCODING,
+            HeaderValue::from_static("gzip, br"),
+        );
         assert!(accepts_gzip(&h));
         h.insert(
             header::ACCEPT_ENCODING,

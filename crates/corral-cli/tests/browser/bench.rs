@@ -21,7 +21,7 @@ fn parked(i: usize) -> String {
     format!(
         "apiVersion: corral.dev/v1alpha1
 kind: TrainingJob
-metadata: {{name: bench-{i:05}, namespace: team-{ns}}}
+metadata: {{name: bench-{i:05}}}
 spec:
   framework: {framework}
   runPolicy: {{suspend: true}}
@@ -31,8 +31,11 @@ spec:
       resources: {{cpu: 100m, memory: 64Mi}}
       template: {{command: [sleep, '1']}}
 ",
-        ns = i % 10,
-        framework = if i % 3 == 0 { "pytorch" } else { "generic" },
+        framework = if i.is_multiple_of(3) {
+            "pytorch"
+        } else {
+            "generic"
+        },
     )
 }
 
@@ -73,9 +76,10 @@ pub fn run() -> Result<(), Failed> {
                 s.spawn(move || -> Result<(), String> {
                     for b in mine {
                         let text: Vec<String> = b.iter().map(|&i| parked(i)).collect();
-                        // A document names its own namespace; the path's is the default.
+                        // Ten namespaces, a batch in each in turn.
+                        let ns = format!("team-{}", b[0] / batch % 10);
                         client
-                            .submit("default", &text.join("---\n"))
+                            .submit(&ns, &text.join("---\n"))
                             .map_err(|e| e.to_string())?;
                     }
                     Ok(())

@@ -13,7 +13,8 @@ use serde_json::{Value, json};
 pub const PATIENCE: Duration = Duration::from_secs(30);
 
 fn chromium() -> PathBuf {
-    std::env::var_os("CORRAL_CHROMIUM").map_or_else(|| PathBuf::from("/usr/bin/chromium"), PathBuf::from)
+    std::env::var_os("CORRAL_CHROMIUM")
+        .map_or_else(|| PathBuf::from("/usr/bin/chromium"), PathBuf::from)
 }
 
 fn chromedriver() -> PathBuf {
@@ -44,7 +45,9 @@ pub struct Browser {
 
 impl Browser {
     pub fn start() -> Result<Browser, Failed> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
         let driver = Command::new(chromedriver())
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
@@ -99,12 +102,16 @@ impl Browser {
     }
 
     fn client(&self) -> Result<&Client, Failed> {
-        self.client.as_ref().ok_or_else(|| "no browser session".into())
+        self.client
+            .as_ref()
+            .ok_or_else(|| "no browser session".into())
     }
 
     pub fn goto(&self, url: &str) -> Result<(), Failed> {
         let c = self.client()?;
-        self.rt.block_on(c.goto(url)).map_err(|e| format!("goto {url}: {e}"))?;
+        self.rt
+            .block_on(c.goto(url))
+            .map_err(|e| format!("goto {url}: {e}"))?;
         Ok(())
     }
 

@@ -4,7 +4,6 @@ use std::io::Read;
 use std::time::{Duration, Instant};
 
 use corral_local::cluster::JobState;
-use serde_json::Value;
 
 use super::driver::{self, Browser};
 use super::{TestCluster, TestResult, check};
@@ -95,12 +94,19 @@ pub(super) fn a_submitted_job_shows_its_replicas_and_a_live_log() -> TestResult 
     b.click("[data-job=\"default/train\"] a.job-link")?;
     b.wait(
         "the job's page",
-        &format!("return location.hash === {}", js_str("#/jobs/default/train")),
+        &format!(
+            "return location.hash === {}",
+            js_str("#/jobs/default/train")
+        ),
     )?;
     // Its replicas, placed down to the node and the GPU index, as the API says.
     wait_state(&c, "default", "train", None, |s| s == JobState::Running)?;
     let details = api.describe("default", "train")?;
-    let node = api.nodes()?.first().map(|n| n.name.clone()).ok_or("no node")?;
+    let node = api
+        .nodes()?
+        .first()
+        .map(|n| n.name.clone())
+        .ok_or("no node")?;
     for r in &details.replicas {
         let row = format!("#replicas tr[data-replica=\"{}-{}\"]", r.role, r.index);
         let gpus: Vec<String> = r.gpus.iter().map(u32::to_string).collect();
@@ -145,7 +151,7 @@ pub(super) fn a_submitted_job_shows_its_replicas_and_a_live_log() -> TestResult 
         "the GPU map with the job on its cards",
         "return [...document.querySelectorAll('.gpu.used')].filter(g => g.innerText.includes('default/train')).length",
     )?;
-    check(held == Value::from(2), format!("2 cards held by the job, not {held}"))?;
+    check(held == 2, format!("2 cards held by the job, not {held}"))?;
     b.screenshot("nodes")?;
     // The overview: GPUs by type and jobs by state.
     b.goto(&c.url("/#/"))?;
@@ -172,7 +178,10 @@ pub(super) fn a_waiting_job_shows_why_and_suspend_from_the_page_suspends() -> Te
         if let Some(r) = api.describe("default", "waits")?.pending_reason {
             break r;
         }
-        check(Instant::now() < deadline, "the second job never got a pending reason")?;
+        check(
+            Instant::now() < deadline,
+            "the second job never got a pending reason",
+        )?;
         std::thread::sleep(Duration::from_millis(100));
     };
     let b = Browser::start()?;
@@ -197,7 +206,10 @@ pub(super) fn a_waiting_job_shows_why_and_suspend_from_the_page_suspends() -> Te
     )?;
     // Suspend the running job from its page, after confirming.
     b.goto(&c.url("/#/jobs/default/big"))?;
-    b.wait("the suspend button", "return document.querySelector('#suspend')")?;
+    b.wait(
+        "the suspend button",
+        "return document.querySelector('#suspend')",
+    )?;
     b.click("#suspend")?;
     b.wait(
         "the confirmation",
@@ -248,12 +260,9 @@ pub(super) fn a_namespace_token_sees_only_its_namespace() -> TestResult {
     b.screenshot("token")?;
     b.type_into("#token", "token-a")?;
     b.click("#token-submit")?;
-    b.wait(
-        "the token's namespace",
-        &text_of("#token-namespace"),
-    )?;
+    b.wait("the token's namespace", &text_of("#token-namespace"))?;
     check(
-        b.js(&text_of("#token-namespace"))? == Value::from("team-a"),
+        b.js(&text_of("#token-namespace"))? == "team-a",
         "the page says it acts in team-a",
     )?;
     b.goto(&c.url("/#/jobs"))?;
@@ -330,13 +339,19 @@ pub(super) fn assets_are_typed_cached_and_gzipped() -> TestResult {
         header(&index, "content-type").starts_with("text/html"),
         "/ is HTML",
     )?;
-    check(header(&index, "cache-control") == "no-cache", "/ is revalidated")?;
+    check(
+        header(&index, "cache-control") == "no-cache",
+        "/ is revalidated",
+    )?;
     let etag = header(&index, "etag");
     let again = agent
         .get(c.url("/"))
         .header("If-None-Match", &etag)
         .call()?;
-    check(again.status() == 304, format!("If-None-Match: {}", again.status()))?;
+    check(
+        again.status() == 304,
+        format!("If-None-Match: {}", again.status()),
+    )?;
     let app = get("/ui/app.js", true)?;
     check(
         header(&app, "content-type").starts_with("text/javascript")
