@@ -305,7 +305,7 @@ fn unranged_document() -> Value {
             "/api/v1/watch": {
                 "get": {
                     "operationId": "watch",
-                    "summary": "Changes pushed as server-sent events (text/event-stream): `jobs` (first every job the token may see with `reset: true`, then `upsert`ed rows, `remove`d `namespace/name` keys and changed pending `reasons`, null where a job no longer waits) and `event` (one job event, as in describe). A namespace's token is sent only its namespace",
+                    "summary": "Changes pushed as server-sent events (text/event-stream): `jobs` (first every job the token may see with `reset: true`, then `upsert`ed rows, `remove`d `namespace/name` keys and changed pending `reasons`, null where a job no longer waits) and `event` (one job event, as in describe; the stream starts with those of the latest 200 events the token may see). A namespace's token is sent only its namespace",
                     "parameters": [{"name": "timeoutSeconds", "in": "query", "required": false, "schema": u64_schema(), "description": "end the stream after this many seconds; absent: never"}],
                     "responses": {"200": {"description": "The event stream", "content": {"text/event-stream": {"schema": {"type": "string"}}}}, "401": {"description": "Tokens are configured and none (or an unknown one) was given"}},
                 },

@@ -82,7 +82,7 @@ export function Overview() {
         <table id="job-states">
           ${states.map(([st, n]) => html`<tr><td><a href=${`#/jobs?state=${st}`}><${State} state=${st} /></a></td><td>${n}</td></tr>`)}
         </table>
-        <p class="muted">${s.jobs.size} jobs</p>
+        <p class="muted">${s.jobs.size} job${s.jobs.size === 1 ? "" : "s"}</p>
       </section>
       <section class="card">
         <h2>Queue pressure</h2>

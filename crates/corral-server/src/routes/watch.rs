@@ -6,7 +6,8 @@
 //! - `jobs`: `{"reset": bool, "upsert": [JobSummary...], "remove": ["ns/name"...],
 //!   "reasons": {"ns/name": "why it waits" | null}}`; the first is a reset holding every job
 //!   the token may see, later ones only what changed.
-//! - `event`: one job event (`Event`, as in `describe`), as it is recorded.
+//! - `event`: one job event (`Event`, as in `describe`), as it is recorded; a new watcher
+//!   first gets those of the latest [`BACKLOG`] events that its token may see.
 //! - `error`: the server could not read the cluster; the stream ends and the client
 //!   reconnects.
 //!
@@ -36,6 +37,9 @@ const POLL: Duration = Duration::from_secs(1);
 const MIN_GAP: Duration = Duration::from_millis(200);
 /// Events read per look; more wait for the next one.
 const EVENTS_PER_LOOK: u32 = 500;
+/// How far back (in events of every namespace) a new watcher starts, so that a page
+/// opens with the latest events (those of them the token may see) rather than none.
+const BACKLOG: i64 = 200;
 
 #[derive(Debug, Default, Deserialize)]
 pub struct WatchQuery {
@@ -50,7 +54,7 @@ pub(super) async fn watch(
     Query(q): Query<WatchQuery>,
 ) -> ApiResult {
     let only = caller.namespace().map(str::to_string);
-    let last_event = state.with_cluster(|c| c.last_event_id()).await??;
+    let last_event = (state.with_cluster(|c| c.last_event_id()).await?? - BACKLOG).max(0);
     let watcher = Watcher {
         changes: state.subscribe_changes(),
         state,
