@@ -83,6 +83,9 @@ pub struct AppState {
     /// Counts changes (a command, a tick that did something), so that watchers
     /// (`/api/v1/watch`) look again.
     changes: Arc<tokio::sync::watch::Sender<u64>>,
+    /// Set when the server is stopping, so that streams that would never end (a watch, a
+    /// followed log) end and let the graceful shutdown finish.
+    closing: Arc<tokio::sync::watch::Sender<bool>>,
     body_limit: usize,
     /// Where uploaded code snapshots are staged and kept, and their largest size.
     code: Arc<corral_local::code::CodeStore>,
@@ -120,6 +123,7 @@ impl AppState {
             file,
             wake: Arc::new(Notify::new()),
             changes: Arc::new(tokio::sync::watch::Sender::new(0)),
+            closing: Arc::new(tokio::sync::watch::Sender::new(false)),
             body_limit,
             submissions: Arc::new(SubmitQueue::default()),
         }
@@ -198,6 +202,16 @@ impl AppState {
         self.changes.send_modify(|n| *n = n.wrapping_add(1));
     }
 
+    /// Whether the server is stopping.
+    pub fn is_closing(&self) -> bool {
+        *self.closing.borrow()
+    }
+
+    /// Changes to true when the server starts stopping.
+    pub fn subscribe_closing(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.closing.subscribe()
+    }
+
     /// What a watcher waits on: it changes with every change.
     pub fn subscribe_changes(&self) -> tokio::sync::watch::Receiver<u64> {
         self.changes.subscribe()
@@ -250,7 +264,12 @@ pub async fn serve(
     let listener = tokio::net::TcpListener::from_std(listener).map_err(|e| e.to_string())?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let ticker = tokio::spawn(control_loop(state.clone(), tick_interval, stop_rx));
+    let closing = Arc::clone(&state.closing);
     let app = routes::router(state);
+    let shutdown = async move {
+        shutdown.await;
+        closing.send_replace(true);
+    };
     let result = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await

@@ -57,6 +57,7 @@ pub(super) async fn watch(
     let last_event = (state.with_cluster(|c| c.last_event_id()).await?? - BACKLOG).max(0);
     let watcher = Watcher {
         changes: state.subscribe_changes(),
+        closing: state.subscribe_closing(),
         state,
         only,
         rows: Vec::new(),
@@ -82,6 +83,8 @@ pub(super) async fn watch(
 struct Watcher {
     state: AppState,
     changes: tokio::sync::watch::Receiver<u64>,
+    /// True once the server stops: the stream ends.
+    closing: tokio::sync::watch::Receiver<bool>,
     /// The namespace the token may see; none: all.
     only: Option<String>,
     /// The rows last sent, in key order (as the cluster lists them).
@@ -103,12 +106,12 @@ impl Watcher {
             if let Some(e) = self.queued.pop_front() {
                 return Some(e);
             }
-            if self.done || self.ends.is_some_and(|t| Instant::now() >= t) {
+            if self.done || self.over() {
                 return None;
             }
             if !self.first {
                 self.wait().await;
-                if self.ends.is_some_and(|t| Instant::now() >= t) {
+                if self.over() {
                     return None;
                 }
             }
@@ -121,6 +124,11 @@ impl Watcher {
         }
     }
 
+    /// The server stops, or the watch's time is up.
+    fn over(&self) -> bool {
+        *self.closing.borrow() || self.ends.is_some_and(|t| Instant::now() >= t)
+    }
+
     /// Until the cluster changed or [`POLL`] passed, then at least [`MIN_GAP`] after the
     /// last look.
     async fn wait(&mut self) {
@@ -131,9 +139,14 @@ impl Watcher {
                 None => std::future::pending().await,
             }
         };
+        let closing = {
+            let rx = &mut self.closing;
+            async move { rx.wait_for(|c| *c).await.is_ok() }
+        };
         tokio::select! {
             _ = poll => {}
             _ = ends => return,
+            _ = closing => return,
             r = self.changes.changed() => {
                 // The server is stopping: look once more at the poll's pace.
                 if r.is_err() {
