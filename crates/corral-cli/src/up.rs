@@ -232,6 +232,9 @@ pub fn run_up(args: &UpArgs) -> ExitCode {
             data_dir.display()
         );
         eprintln!(
+            "  dashboard: {scheme}://{addr}/   (from another machine: docs/dashboard.md, ssh -L)"
+        );
+        eprintln!(
             "  API: {scheme}://{addr}/api/v1/   OpenAPI: {scheme}://{addr}/openapi.json   metrics: {scheme}://{addr}/metrics"
         );
         if tokens {

@@ -157,3 +157,41 @@ fn a_newer_schema_is_refused() {
         Err(StoreError::TooNew { .. })
     ));
 }
+
+/// A watcher reads the events after the last it saw, of its namespace only, in order and
+/// a page at a time.
+#[test]
+fn events_after_an_id_by_namespace() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(dir.path()).expect("open");
+    assert_eq!(store.last_event_id().expect("last"), 0);
+    for (i, ns) in ["team-a", "team-b", "team-a", "team-a"].iter().enumerate() {
+        store
+            .add_event(&StoredEvent {
+                namespace: (*ns).into(),
+                job: format!("job-{i}"),
+                time_ms: 1000 + i as u64,
+                type_: "Normal".into(),
+                reason: "Admitted".into(),
+                message: format!("event {i}"),
+            })
+            .expect("event");
+    }
+    let last = store.last_event_id().expect("last");
+    let all = store.events_after(0, None, 100).expect("all");
+    assert_eq!(all.len(), 4);
+    assert_eq!(all.last().map(|(id, _)| *id), Some(last));
+    let a = store.events_after(0, Some("team-a"), 100).expect("team-a");
+    let jobs: Vec<&str> = a.iter().map(|(_, e)| e.job.as_str()).collect();
+    assert_eq!(jobs, ["job-0", "job-2", "job-3"]);
+    // After the first team-a event, a page of one: the next team-a event, not team-b's.
+    let next = store.events_after(a[0].0, Some("team-a"), 1).expect("next");
+    assert_eq!(next.len(), 1);
+    assert_eq!(next[0].1.job, "job-2");
+    assert!(
+        store
+            .events_after(last, None, 100)
+            .expect("none")
+            .is_empty()
+    );
+}

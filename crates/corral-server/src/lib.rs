@@ -7,7 +7,9 @@
 //! handlers call its other methods on the blocking pool so that the async workers never wait
 //! on SQLite. Only this shell reads the clock.
 //!
-//! - [`routes`]: the routes under `/api/v1/`, `/metrics`, `/healthz`, `/openapi.json`.
+//! - [`routes`]: the routes under `/api/v1/` (`/api/v1/watch`: changes pushed as
+//!   server-sent events), `/metrics`, `/healthz`, `/openapi.json`.
+//! - [`dashboard`]: the web dashboard at `/`, its assets built into the binary.
 //! - [`auth`]: API tokens per namespace (from the cluster's `CorralConfig`).
 //! - [`error`]: the error body every route answers with.
 //! - [`openapi`]: the OpenAPI 3 document of the routes.
@@ -19,6 +21,7 @@ pub mod api_bench;
 pub mod api_client;
 pub mod audit;
 pub mod auth;
+pub mod dashboard;
 pub mod error;
 pub mod metrics;
 pub mod openapi;
@@ -88,6 +91,12 @@ pub struct AppState {
     submit_context: Arc<SubmitContext>,
     /// Wakes the control loop after a change.
     wake: Arc<Notify>,
+    /// Counts changes (a command, a tick that did something), so that watchers
+    /// (`/api/v1/watch`) look again.
+    changes: Arc<tokio::sync::watch::Sender<u64>>,
+    /// Set when the server is stopping, so that streams that would never end (a watch, a
+    /// followed log) end and let the graceful shutdown finish.
+    closing: Arc<tokio::sync::watch::Sender<bool>>,
     body_limit: usize,
     /// Where uploaded code snapshots are staged and kept, and their largest size.
     code: Arc<corral_local::code::CodeStore>,
@@ -126,6 +135,8 @@ impl AppState {
             cluster: Arc::new(Mutex::new(cluster)),
             file,
             wake: Arc::new(Notify::new()),
+            changes: Arc::new(tokio::sync::watch::Sender::new(0)),
+            closing: Arc::new(tokio::sync::watch::Sender::new(false)),
             body_limit,
             submissions: Arc::new(SubmitQueue::default()),
             audit: Arc::new(Mutex::new(audit)),
@@ -197,6 +208,27 @@ impl AppState {
     /// Asks the control loop to run now.
     pub fn wake(&self) {
         self.wake.notify_one();
+        self.changed();
+    }
+
+    /// Tells watchers that something changed.
+    fn changed(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Whether the server is stopping.
+    pub fn is_closing(&self) -> bool {
+        *self.closing.borrow()
+    }
+
+    /// Changes to true when the server starts stopping.
+    pub fn subscribe_closing(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.closing.subscribe()
+    }
+
+    /// What a watcher waits on: it changes with every change.
+    pub fn subscribe_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 }
 
@@ -261,7 +293,12 @@ pub async fn serve(
     };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let ticker = tokio::spawn(control_loop(state.clone(), tick_interval, stop_rx));
+    let closing = Arc::clone(&state.closing);
     let app = routes::router(state);
+    let shutdown = async move {
+        shutdown.await;
+        closing.send_replace(true);
+    };
     let result = match tls {
         None => {
             let listener =
@@ -319,6 +356,19 @@ async fn control_loop(
             Ok(Ok(report)) => {
                 for e in &report.errors {
                     eprintln!("corral: {e}");
+                }
+                if [
+                    &report.admitted,
+                    &report.preempted,
+                    &report.started,
+                    &report.stopped,
+                    &report.finished,
+                    &report.deleted,
+                ]
+                .iter()
+                .any(|v| !v.is_empty())
+                {
+                    state.changed();
                 }
                 if let Some(d) = report.next_tick_in {
                     wait = wait.min(d);

@@ -40,6 +40,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/api/v1/top"),
     ("get", "/api/v1/whoami"),
     ("get", "/api/v1/audit"),
+    ("get", "/api/v1/watch"),
     ("get", "/metrics"),
     ("get", "/healthz"),
     ("get", "/openapi.json"),
@@ -321,6 +322,14 @@ fn unranged_document() -> Value {
                     "summary": "The audit trail: the newest writes through the API (who: the token's name and namespace; what; when; the outcome), oldest first; a token of every namespace only. The store keeps the newest 10,000",
                     "parameters": [{"name": "limit", "in": "query", "required": false, "schema": {"type": "integer", "format": "uint32", "minimum": 1, "maximum": 10000}}],
                     "responses": responses(("200", json_response("AuditTrail", audit_schema())), &[401, 403]),
+                },
+            },
+            "/api/v1/watch": {
+                "get": {
+                    "operationId": "watch",
+                    "summary": "Changes pushed as server-sent events (text/event-stream): `jobs` (first every job the token may see with `reset: true`, then `upsert`ed rows, `remove`d `namespace/name` keys and changed pending `reasons`, null where a job no longer waits) and `event` (one job event, as in describe; the stream starts with those of the latest 200 events the token may see). A namespace's token is sent only its namespace",
+                    "parameters": [{"name": "timeoutSeconds", "in": "query", "required": false, "schema": u64_schema(), "description": "end the stream after this many seconds; absent: never"}],
+                    "responses": {"200": {"description": "The event stream", "content": {"text/event-stream": {"schema": {"type": "string"}}}}, "401": {"description": "Tokens are configured and none (or an unknown one) was given"}},
                 },
             },
             "/metrics": {

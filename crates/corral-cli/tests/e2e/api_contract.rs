@@ -130,11 +130,15 @@ pub(super) fn openapi_lists_every_route() -> TestResult {
     )?;
     // Every route is served (no fallback 404 "no route", no 405).
     for (method, path) in corral_server::openapi::ROUTES {
-        let url = c.url(
+        let mut url = c.url(
             &path
                 .replace("{namespace}", "default")
                 .replace("{name}", "nothing"),
         );
+        // A watch streams until told to stop.
+        if path.ends_with("/watch") {
+            url.push_str("?timeoutSeconds=1");
+        }
         let body = (*method == "post").then_some(&b"x: 1"[..]);
         let (status, text) = raw(&method.to_uppercase(), &url, None, body)?;
         check(

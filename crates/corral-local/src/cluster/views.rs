@@ -111,18 +111,7 @@ impl Cluster {
             .store
             .events(namespace, name)?
             .into_iter()
-            .map(|e| Event {
-                time: timestamp(e.time_ms),
-                namespace: e.namespace,
-                job: e.job,
-                type_: if e.type_ == "Warning" {
-                    EventType::Warning
-                } else {
-                    EventType::Normal
-                },
-                reason: e.reason,
-                message: e.message,
-            })
+            .map(event_of)
             .collect();
         Ok(Some(JobDetails {
             summary: summary(&stored),
@@ -132,6 +121,42 @@ impl Cluster {
             replicas: infos,
             events,
         }))
+    }
+
+    /// Why each of `rows`' jobs waits, where the scheduler says it does (as `describe`'s
+    /// `pending_reason`), by the row's position: what a watcher pushes beside the rows.
+    pub fn pending_reasons(&self, rows: &[SummaryRow]) -> Vec<Option<String>> {
+        let mut key = String::new();
+        rows.iter()
+            .map(|r| {
+                key.clear();
+                key.push_str(r.namespace());
+                key.push('/');
+                key.push_str(r.name());
+                self.plane.pending_reason(&key)
+            })
+            .collect()
+    }
+
+    /// The id of the newest event, where a watcher starts.
+    pub fn last_event_id(&self) -> Result<i64, ClusterError> {
+        Ok(self.store.last_event_id()?)
+    }
+
+    /// Events after the one with id `after` (of `namespace`, or of all), oldest first, at
+    /// most `limit`, each with its id.
+    pub fn events_after(
+        &self,
+        after: i64,
+        namespace: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<(i64, Event)>, ClusterError> {
+        Ok(self
+            .store
+            .events_after(after, namespace, limit)?
+            .into_iter()
+            .map(|(id, e)| (id, event_of(e)))
+            .collect())
     }
 
     /// Queues with their usage per pool and job counts.
@@ -398,5 +423,20 @@ fn phase_name(p: ReplicaPhase) -> &'static str {
         ReplicaPhase::Succeeded => "Succeeded",
         ReplicaPhase::Failed { .. } => "Failed",
         ReplicaPhase::Gone => "Gone",
+    }
+}
+
+fn event_of(e: crate::store::StoredEvent) -> Event {
+    Event {
+        time: timestamp(e.time_ms),
+        namespace: e.namespace,
+        job: e.job,
+        type_: if e.type_ == "Warning" {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
+        reason: e.reason,
+        message: e.message,
     }
 }

@@ -445,7 +445,7 @@ impl LogTail {
                     continue;
                 }
             }
-            if !self.follow || self.finished {
+            if !self.follow || self.finished || self.state.is_closing() {
                 return None;
             }
             if self.job_over().await {

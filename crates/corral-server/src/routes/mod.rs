@@ -6,7 +6,10 @@
 //! - `cluster`: queues, nodes, `top` and `/metrics`.
 //! - `logs`: a replica's log, whole, tailed or followed across incarnations.
 //! - `exec`: a command inside a running replica, its output streamed back in frames.
+//! - `watch`: changes (jobs, pending reasons, events) pushed as server-sent events.
 //! - `list_body`: the `{"items": [...]}` body every list answers with.
+//!
+//! The dashboard's page and assets (`/`, `/ui/...`) are `crate::dashboard`'s.
 
 mod cluster;
 pub mod exec;
@@ -14,6 +17,7 @@ mod jobs;
 mod list_body;
 mod logs;
 mod submit;
+mod watch;
 
 use axum::Json;
 use axum::Router;
@@ -59,6 +63,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/top", get(top))
         .route("/api/v1/whoami", get(whoami))
         .route("/api/v1/audit", get(crate::audit::list))
+        .route("/api/v1/watch", get(watch::watch))
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/openapi.json", get(openapi))
@@ -73,6 +78,7 @@ pub fn router(state: AppState) -> Router {
         )
         .layer(DefaultBodyLimit::disable());
     api.merge(code)
+        .merge(crate::dashboard::router())
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(limit, json_errors))
         // Outermost: it records the answer as the client gets it.

@@ -1,0 +1,101 @@
+//! The dashboard in real headless Chromium (Debian's `chromium` and `chromium-driver`,
+//! driven over WebDriver by fantoccini): the real server with real jobs, checked by what a
+//! person sees. Screenshots of each page go to `<target>/tmp/dashboard-screenshots/`.
+//!
+//! Under `CI=true` a missing chromium or chromedriver fails; elsewhere the tests are
+//! skipped with a note. `-- bench-dashboard` runs the benchmark instead (JSON on stdout;
+//! see `browser/bench.rs`).
+//!
+//! A custom harness (libtest-mimic), because the executor starts every replica under the
+//! shim `<current executable> shim <dir>`: invoked that way, this binary is the shim.
+
+#[path = "browser/bench.rs"]
+mod bench;
+#[allow(dead_code)] // of what the CLI's test binaries share, this one uses `prerequisite`
+mod common;
+#[path = "browser/driver.rs"]
+mod driver;
+#[path = "browser/pages.rs"]
+mod pages;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use corral_local::{ClusterConfig, ClusterFileConfig};
+use corral_server::{Server, ServerOptions};
+use libtest_mimic::{Arguments, Failed, Trial};
+
+type TestResult = Result<(), Failed>;
+
+fn main() -> ExitCode {
+    let mut argv = std::env::args_os();
+    let _program = argv.next();
+    let rest: Vec<_> = argv.collect();
+    if rest.first().is_some_and(|a| a == "shim") {
+        std::process::exit(corral_local::shim::run(rest.into_iter().skip(1)));
+    }
+    if rest.iter().any(|a| a == "bench-dashboard") {
+        return match bench::run() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {}", e.message().unwrap_or("(no message)"));
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let args = Arguments::from_args();
+    let tests = vec![
+        Trial::test(
+            "a_submitted_job_shows_its_replicas_and_a_live_log",
+            pages::a_submitted_job_shows_its_replicas_and_a_live_log,
+        ),
+        Trial::test(
+            "a_waiting_job_shows_why_and_suspend_from_the_page_suspends",
+            pages::a_waiting_job_shows_why_and_suspend_from_the_page_suspends,
+        ),
+        Trial::test(
+            "a_namespace_token_sees_only_its_namespace",
+            pages::a_namespace_token_sees_only_its_namespace,
+        ),
+        Trial::test(
+            "assets_are_typed_cached_and_gzipped",
+            pages::assets_are_typed_cached_and_gzipped,
+        ),
+    ];
+    libtest_mimic::run(&args, tests).exit_code()
+}
+
+fn check(cond: bool, what: impl Into<String>) -> TestResult {
+    if cond {
+        Ok(())
+    } else {
+        Err(what.into().into())
+    }
+}
+
+/// A server on a free port with a temporary data directory.
+struct TestCluster {
+    server: Server,
+    _dir: tempfile::TempDir,
+}
+
+impl TestCluster {
+    fn start(config_yaml: &str) -> Result<TestCluster, Failed> {
+        let dir = tempfile::tempdir()?;
+        let mut cluster = ClusterConfig::new(dir.path().join("data"));
+        cluster.file = ClusterFileConfig::parse(config_yaml).map_err(|e| e.to_string())?;
+        let mut options = ServerOptions::new(cluster);
+        options.listen = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+        options.tick_interval = Duration::from_millis(100);
+        let server = Server::start(options)?;
+        Ok(TestCluster { server, _dir: dir })
+    }
+
+    fn client(&self, token: Option<&str>) -> corral_server::api_client::Client {
+        corral_server::api_client::Client::new(&self.server.url(), token)
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.server.url())
+    }
+}
