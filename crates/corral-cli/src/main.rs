@@ -62,6 +62,9 @@ enum Command {
     Nodes(remote::ClusterViewArgs),
     /// CPU, memory and GPUs of every running replica.
     Top(remote::TopArgs),
+    /// GPU-hours (and CPU-hours) used per day or month, namespace, queue and GPU type, or
+    /// per job, from the usage ledger; queue budgets and where they stand.
+    Usage(remote::UsageArgs),
     /// Check TrainingJob, Queue, NodePool, JobPriorityClass and Kubeflow job files; explain
     /// each valid one. `-` reads standard input. With a reachable server, jobs are checked
     /// as `submit` would (priority classes, queues, GPUs); exits 1 if anything is invalid.
@@ -183,6 +186,7 @@ fn main() -> ExitCode {
         Command::Queues(a) => remote::run_queues(&a),
         Command::Nodes(a) => remote::run_nodes(&a),
         Command::Top(a) => remote::run_top(&a),
+        Command::Usage(a) => remote::run_usage(&a),
         Command::Bench {
             which: BenchCommand::Api(a),
         } => api_bench::run_bench_api(&a),

@@ -24,6 +24,8 @@ mod manifest_checks;
 mod metrics;
 #[path = "e2e/mpi.rs"]
 mod mpi;
+#[path = "e2e/usage.rs"]
+mod usage;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
@@ -130,6 +132,10 @@ fn main() -> ExitCode {
         Trial::test(
             "mpirun_fails_with_its_message_when_a_worker_is_gone",
             mpi::mpirun_fails_with_its_message_when_a_worker_is_gone,
+        ),
+        Trial::test(
+            "usage_is_counted_kept_through_kill_9_and_walled_off",
+            usage::usage_is_counted_kept_through_kill_9_and_walled_off,
         ),
         Trial::test(
             "the_servers_environment_stays_out_of_replicas",

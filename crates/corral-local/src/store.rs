@@ -32,6 +32,8 @@
 //!   ([`Store::running_replicas`]), so its encoding must never change; a variant added later
 //!   is unreadable by an older release (a `Corrupt` error naming the replica), which is the
 //!   honest answer for a state it cannot act on.
+//! - `usage`: the usage ledger's closed intervals, plain SQL values (see `usage`); kept
+//!   when their job is removed.
 //! - `ports`, `events`, and the other columns of `jobs` and `replicas`: plain SQL values.
 //!
 //! [`CgroupRef`]: crate::cgroup::CgroupRef
@@ -47,6 +49,7 @@ use crate::executor::{ProcessRecord, ProcessState};
 use crate::lock::{DirLock, LockError, LockHolder};
 
 mod record;
+mod usage;
 
 /// The schema version this code writes.
 pub const SCHEMA_VERSION: i64 = 1;
@@ -383,6 +386,7 @@ impl Store {
              CREATE INDEX IF NOT EXISTS replicas_by_state ON replicas (state);\n\
              CREATE INDEX IF NOT EXISTS ports_by_job ON ports (job_uid);",
         )?;
+        conn.execute_batch(usage::SCHEMA)?;
         Ok(Store {
             checkpointer: None,
             conn,

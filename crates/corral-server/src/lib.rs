@@ -12,6 +12,8 @@
 //! - [`error`]: the error body every route answers with.
 //! - [`openapi`]: the OpenAPI 3 document of the routes.
 //! - [`metrics`]: Prometheus exposition, text 0.0.4 or OpenMetrics by `Accept`.
+//! - [`history`]: the bounded time series behind the charts (a week of minutes, capped),
+//!   sampled once a minute by a task of its own.
 //! - [`api_client`]: a small blocking HTTP client of the API (what the CLI and [`api_bench`]
 //!   call).
 
@@ -19,6 +21,7 @@ pub mod api_bench;
 pub mod api_client;
 pub mod auth;
 pub mod error;
+pub mod history;
 pub mod metrics;
 pub mod openapi;
 pub mod routes;
@@ -84,6 +87,8 @@ pub struct AppState {
     /// Checked submissions waiting for the cluster: whoever takes the lock stores all
     /// that wait, in one transaction.
     submissions: Arc<SubmitQueue>,
+    /// The history store (`None`: it could not be opened; the server runs without it).
+    history: Option<Arc<history::History>>,
 }
 
 /// A checked submission and where its result goes.
@@ -101,7 +106,7 @@ struct SubmitQueue {
 }
 
 impl AppState {
-    fn new(cluster: Cluster, body_limit: usize) -> Self {
+    fn new(cluster: Cluster, body_limit: usize, history: Option<history::History>) -> Self {
         let file = Arc::new(cluster.config().file.clone());
         let submit_context = Arc::new(cluster.submit_context());
         let code = Arc::new(cluster.code_store());
@@ -115,6 +120,7 @@ impl AppState {
             wake: Arc::new(Notify::new()),
             body_limit,
             submissions: Arc::new(SubmitQueue::default()),
+            history: history.map(Arc::new),
         }
     }
 
@@ -180,6 +186,11 @@ impl AppState {
         Arc::clone(&self.submit_context)
     }
 
+    /// The history store, if it is open.
+    pub fn history(&self) -> Option<Arc<history::History>> {
+        self.history.clone()
+    }
+
     /// Asks the control loop to run now.
     pub fn wake(&self) {
         self.wake.notify_one();
@@ -215,8 +226,15 @@ pub fn prepare(options: &ServerOptions) -> Result<(AppState, TcpListener, Vec<St
             "cannot record the API address in the data directory: {e}"
         ));
     }
+    let history = match history::History::open(&options.cluster.data_dir) {
+        Ok(h) => Some(h),
+        Err(e) => {
+            warnings.push(format!("{e}; the charts' history is off"));
+            None
+        }
+    };
     Ok((
-        AppState::new(cluster, options.body_limit),
+        AppState::new(cluster, options.body_limit, history),
         listener,
         warnings,
     ))
@@ -231,7 +249,8 @@ pub async fn serve(
 ) -> Result<(), String> {
     let listener = tokio::net::TcpListener::from_std(listener).map_err(|e| e.to_string())?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let ticker = tokio::spawn(control_loop(state.clone(), tick_interval, stop_rx));
+    let ticker = tokio::spawn(control_loop(state.clone(), tick_interval, stop_rx.clone()));
+    let sampler = tokio::spawn(history_loop(state.clone(), stop_rx));
     let app = routes::router(state);
     let result = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
@@ -239,7 +258,40 @@ pub async fn serve(
         .map_err(|e| format!("server: {e}"));
     let _ = stop_tx.send(true);
     let _ = ticker.await;
+    let _ = sampler.await;
     result
+}
+
+/// Samples the cluster into the history store once a minute, at the start of each minute
+/// (and once at start-up, so that a restart leaves no gap longer than it took).
+async fn history_loop(state: AppState, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let Some(history) = state.history.clone() else {
+        return;
+    };
+    loop {
+        let now = Timestamp::now();
+        let minute = now.as_second().div_euclid(60);
+        if let Ok((nodes, top)) = state.with_cluster(|c| (c.nodes(), c.top())).await {
+            let h = Arc::clone(&history);
+            let recorded = tokio::task::spawn_blocking(move || {
+                let samples = h.samples(minute, &nodes, &top);
+                h.record(minute, &samples)
+            })
+            .await;
+            if let Ok(Err(e)) = recorded {
+                eprintln!("corral: history: {e}");
+            }
+        }
+        let into_minute = Timestamp::now().as_second().rem_euclid(60);
+        let wait = Duration::from_secs(u64::try_from(60 - into_minute).unwrap_or(60));
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = stop.changed() => return,
+        }
+        if *stop.borrow() {
+            return;
+        }
+    }
 }
 
 /// The control loop: one tick, then wait for the interval, the tick's own deadline or a

@@ -1,11 +1,12 @@
 //! The commands that talk to a Corral server: submit, list, get, describe, logs, delete,
-//! suspend, resume, queues, nodes, top. Each reads its arguments, calls
+//! suspend, resume, queues, nodes, top, usage. Each reads its arguments, calls
 //! [`corral_server::api_client::Client`] and prints; a server error is printed as the user's
 //! problem and its fix (`path: message` lines), never as an HTTP dump.
 //!
 //! - `common_args`: where the server is, the namespace, how to print (`-o`).
 //! - `jobs`: submit, list, get, describe, logs; `bulk`: delete, suspend, resume (by name,
 //!   `--all` or a label selector); `cluster_views`: queues, nodes, top.
+//! - `usage`: the usage ledger (`corral usage`, table, JSON, YAML or CSV).
 //! - `exec`: a command inside a replica (`exec`), and the MPI launcher's agent (`rsh`).
 //! - `render`: the tables and reports as text; `print`: stdout and failures.
 
@@ -16,6 +17,7 @@ mod exec;
 mod jobs;
 pub(crate) mod print;
 mod render;
+mod usage;
 
 pub use bulk::{
     Confirm, JobArgs, Selector, confirm_on_terminal, delete_with, run_delete, run_resume,
@@ -31,3 +33,4 @@ pub use jobs::{
 pub use render::{
     age, bytes, describe_text, jobs_table, names_text, nodes_text, queues_table, table, top_table,
 };
+pub use usage::{UsageArgs, run_usage, usage_csv, usage_table};

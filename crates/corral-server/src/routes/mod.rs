@@ -6,6 +6,8 @@
 //! - `cluster`: queues, nodes, `top` and `/metrics`.
 //! - `logs`: a replica's log, whole, tailed or followed across incarnations.
 //! - `exec`: a command inside a running replica, its output streamed back in frames.
+//! - `series`: the history store's time series, for charts.
+//! - `usage`: the usage ledger (GPU-hours per period, namespace, queue, GPU type, job).
 //! - `list_body`: the `{"items": [...]}` body every list answers with.
 
 mod cluster;
@@ -13,7 +15,9 @@ pub mod exec;
 mod jobs;
 mod list_body;
 mod logs;
+mod series;
 mod submit;
+mod usage;
 
 use axum::Json;
 use axum::Router;
@@ -33,8 +37,10 @@ use cluster::{metrics, nodes, queues, top};
 use jobs::{delete_job, describe_job, get_job, list_all, list_namespace, resume_job, suspend_job};
 pub use logs::LogQuery;
 use logs::logs;
+pub use series::{SeriesQuery, SeriesReport};
 pub use submit::SubmitQuery;
 use submit::{submit, submit_with_code};
+pub use usage::{BudgetRow, UsageQuery, UsageReport};
 
 type ApiResult = Result<Response, ApiError>;
 
@@ -57,6 +63,8 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/queues", get(queues))
         .route("/api/v1/nodes", get(nodes))
         .route("/api/v1/top", get(top))
+        .route("/api/v1/usage", get(usage::usage))
+        .route("/api/v1/series", get(series::series))
         .route("/api/v1/whoami", get(whoami))
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
