@@ -4,7 +4,6 @@
 
 use std::process::{Command, Stdio};
 
-use corral_api::training_job::ConditionType;
 use corral_server::routes::UsageReport;
 
 use super::*;
@@ -151,20 +150,13 @@ fn by_job(client: &Client, namespace: Option<&str>) -> Result<UsageReport, Faile
     Ok(client.usage(&params)?)
 }
 
-/// The seconds between two conditions' transitions.
-fn condition_span(client: &Client, ns: &str, name: &str) -> Result<f64, Failed> {
+/// The seconds the job ran: from its status's start time to its completion time.
+fn run_time(client: &Client, ns: &str, name: &str) -> Result<f64, Failed> {
     let d = client.describe(ns, name)?;
     let status = d.job.status.ok_or("no status")?;
-    let at = |t: ConditionType| {
-        status
-            .conditions
-            .iter()
-            .find(|c| c.type_ == t)
-            .map(|c| c.last_transition_time)
-            .ok_or(format!("no {t:?} condition"))
-    };
-    let span = at(ConditionType::Succeeded)?.duration_since(at(ConditionType::Admitted)?);
-    Ok(span.as_secs_f64())
+    let start = status.start_time.ok_or("no startTime")?;
+    let end = status.completion_time.ok_or("no completionTime")?;
+    Ok(end.duration_since(start).as_secs_f64())
 }
 
 pub(super) fn usage_is_counted_kept_through_kill_9_and_walled_off() -> TestResult {
@@ -181,7 +173,8 @@ pub(super) fn usage_is_counted_kept_through_kill_9_and_walled_off() -> TestResul
     );
 
     // A finished job's GPU-seconds are its GPUs times the time it held them: from its
-    // admission to the end of its replica, which slept 2 s.
+    // admission to the end of its replica, which slept 2 s; its run time as its status
+    // says (start to completion) within a second.
     a.submit("team-a", &gpu_job("trainer", "default", 2, 2))?;
     let state = wait_for_state(&a, "team-a", "trainer", Duration::from_secs(60), |s| {
         s.is_finished()
@@ -190,7 +183,7 @@ pub(super) fn usage_is_counted_kept_through_kill_9_and_walled_off() -> TestResul
         state == JobState::Succeeded,
         format!("trainer ended {state}"),
     )?;
-    let held = condition_span(&a, "team-a", "trainer")?;
+    let held = run_time(&a, "team-a", "trainer")?;
     let report = by_job(&a, None)?;
     let trainer = job_gpu_seconds(&report, "team-a/trainer");
     check(
