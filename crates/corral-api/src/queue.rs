@@ -25,6 +25,51 @@ pub struct QueueSpec {
     /// Quota per node pool. A resource a quota does not name is not limited by it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub quotas: Vec<PoolQuota>,
+    /// GPU-hours the queue's jobs may hold per period (unset: no budget). Once its jobs
+    /// have held that many in the current period, the queue admits no new job until the
+    /// next period begins; jobs already admitted run on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<QueueBudget>,
+}
+
+/// A queue's budget: GPU-hours per calendar period (UTC).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueBudget {
+    /// GPU-hours the queue's jobs may hold per period, of every GPU type together, as a
+    /// quantity: `100`, `"2.5"`, `"500m"` (half a GPU-hour).
+    pub gpu_hours: Quantity,
+    /// The period the budget renews: a UTC day, an ISO week (from Monday) or a month.
+    pub period: BudgetPeriod,
+}
+
+/// The calendar period of a [`QueueBudget`], in UTC.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum BudgetPeriod {
+    Day,
+    Week,
+    Month,
+}
+
+impl BudgetPeriod {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BudgetPeriod::Day => "day",
+            BudgetPeriod::Week => "week",
+            BudgetPeriod::Month => "month",
+        }
+    }
+}
+
+/// The most GPU-hours a budget may name (about 114 years of 1,000 GPUs).
+pub const MAX_BUDGET_GPU_HOURS: u64 = 1_000_000_000;
+
+impl QueueBudget {
+    /// The budget in GPU-seconds; `None` when `gpuHours` is not a valid quantity.
+    pub fn gpu_seconds(&self) -> Option<f64> {
+        self.gpu_hours.milli().ok().map(|m| m as f64 * 3.6)
+    }
 }
 
 fn one() -> u32 {

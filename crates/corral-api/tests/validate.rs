@@ -337,3 +337,33 @@ fn on_kubernetes_a_job_without_an_image_is_refused_naming_the_field() {
         "is required on Kubernetes",
     );
 }
+
+#[test]
+fn queue_budgets_name_the_field_and_the_valid_values() {
+    let queue = |budget: &str| {
+        format!(
+            "apiVersion: corral.dev/v1alpha1\nkind: Queue\nmetadata:\n  name: team-a\nspec:\n  budget: {budget}\n"
+        )
+    };
+    let docs = valid(&queue("{gpuHours: 100, period: week}"));
+    assert_eq!(docs.len(), 1);
+    valid(&queue("{gpuHours: '500m', period: day}"));
+    assert_has(
+        &errors(&queue("{gpuHours: 0, period: day}")),
+        "spec.budget.gpuHours",
+        "out of range; use more than 0 and at most 1000000000 GPU-hours per day",
+    );
+    assert_has(
+        &errors(&queue("{gpuHours: lots, period: day}")),
+        "spec.budget.gpuHours",
+        "not a quantity",
+    );
+    let e = errors(&queue("{gpuHours: 10, period: year}"));
+    assert!(
+        e.iter()
+            .any(|e| e.contains("year") && e.contains("day") && e.contains("month")),
+        "{e:?}"
+    );
+    let e = errors(&queue("{gpuHours: 10}"));
+    assert!(e.iter().any(|e| e.contains("period")), "{e:?}");
+}

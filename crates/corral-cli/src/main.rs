@@ -85,6 +85,9 @@ enum Command {
     /// The audit trail: who wrote what through the API, when, and how it ended (a token
     /// of every namespace).
     Audit(remote::AuditArgs),
+    /// GPU-hours (and CPU-hours) used per day or month, namespace, queue and GPU type, or
+    /// per job, from the usage ledger; queue budgets and where they stand.
+    Usage(remote::UsageArgs),
     /// Check TrainingJob, Queue, NodePool, JobPriorityClass and Kubeflow job files; explain
     /// each valid one. `-` reads standard input. With a reachable server, jobs are checked
     /// as `submit` would (priority classes, queues, GPUs); exits 1 if anything is invalid.
@@ -220,6 +223,7 @@ fn main() -> ExitCode {
         Command::Top(a) => remote::run_top(&a),
         Command::Audit(a) => remote::run_audit(&a),
         Command::Login(a) => remote::login::run_login(&a),
+        Command::Usage(a) => remote::run_usage(&a),
         Command::Bench {
             which: BenchCommand::Api(a),
         } => api_bench::run_bench_api(&a),

@@ -137,6 +137,7 @@ fn cluster(
     let config = ControlConfig::builder(Platform::Processes)
         .gpu_types(nodes.iter().filter_map(|n| n.gpu_type.as_deref()))
         .priority_classes(declared.classes.clone())
+        .queues(&declared.queues)
         .build();
     let snapshot = ClusterSnapshot {
         nodes,

@@ -28,6 +28,8 @@ mod metrics;
 mod mpi;
 #[path = "e2e/tls.rs"]
 mod tls;
+#[path = "e2e/usage.rs"]
+mod usage;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
@@ -155,6 +157,10 @@ fn main() -> ExitCode {
         Trial::test(
             "relative_working_dir_needs_code",
             kubectl_habits::relative_working_dir_needs_code,
+        ),
+        Trial::test(
+            "usage_is_counted_kept_through_kill_9_and_walled_off",
+            usage::usage_is_counted_kept_through_kill_9_and_walled_off,
         ),
         Trial::test(
             "the_servers_environment_stays_out_of_replicas",

@@ -32,6 +32,8 @@
 //!   ([`Store::running_replicas`]), so its encoding must never change; a variant added later
 //!   is unreadable by an older release (a `Corrupt` error naming the replica), which is the
 //!   honest answer for a state it cannot act on.
+//! - `usage`: the usage ledger's closed intervals, plain SQL values (see `usage`); kept
+//!   when their job is removed.
 //! - `ports`, `events`, and the other columns of `jobs` and `replicas`: plain SQL values.
 //!
 //! [`CgroupRef`]: crate::cgroup::CgroupRef
@@ -51,6 +53,7 @@ mod record;
 mod tenants;
 
 pub use audit::{AUDIT_CAP, AuditEntry, AuditLog};
+mod usage;
 
 /// The schema version this code writes.
 pub const SCHEMA_VERSION: i64 = 1;
@@ -389,6 +392,7 @@ impl Store {
         )?;
         conn.execute_batch(tenants::TENANT_IDS_TABLE)?;
         conn.execute_batch(audit::AUDIT_TABLE)?;
+        conn.execute_batch(usage::SCHEMA)?;
         Ok(Store {
             checkpointer: None,
             conn,

@@ -400,6 +400,26 @@ impl Client {
         self.get_items("/api/v1/queues")
     }
 
+    /// `/api/v1/usage` with these query parameters (`from`, `to`, `period`, `by`,
+    /// `namespace`; see [`crate::routes::UsageQuery`]).
+    pub fn usage(
+        &self,
+        params: &[(&str, &str)],
+    ) -> Result<crate::routes::UsageReport, ClientError> {
+        let query: Vec<String> = params
+            .iter()
+            .map(|(k, v)| format!("{k}={}", encode(v)))
+            .collect();
+        let path = if query.is_empty() {
+            "/api/v1/usage".to_string()
+        } else {
+            format!("/api/v1/usage?{}", query.join("&"))
+        };
+        let text = self.get_text(&path)?;
+        serde_json::from_str(&text)
+            .map_err(|e| ClientError::Protocol(format!("unexpected answer: {e}")))
+    }
+
     pub fn nodes(&self) -> Result<Vec<NodeInfo>, ClientError> {
         self.get_items("/api/v1/nodes")
     }

@@ -14,6 +14,8 @@
 //! - [`error`]: the error body every route answers with.
 //! - [`openapi`]: the OpenAPI 3 document of the routes.
 //! - [`metrics`]: Prometheus exposition, text 0.0.4 or OpenMetrics by `Accept`.
+//! - [`history`]: the bounded time series behind the charts (a week of minutes, capped),
+//!   sampled once a minute by a task of its own.
 //! - [`api_client`]: a small blocking HTTP client of the API (what the CLI and [`api_bench`]
 //!   call).
 
@@ -23,6 +25,7 @@ pub mod audit;
 pub mod auth;
 pub mod dashboard;
 pub mod error;
+pub mod history;
 pub mod metrics;
 pub mod openapi;
 pub mod routes;
@@ -106,6 +109,8 @@ pub struct AppState {
     submissions: Arc<SubmitQueue>,
     /// The audit trail's own connection to the store (see [`audit`]).
     audit: Arc<Mutex<corral_local::store::AuditLog>>,
+    /// The history store (`None`: it could not be opened; the server runs without it).
+    history: Option<Arc<history::History>>,
 }
 
 /// A checked submission and where its result goes.
@@ -123,7 +128,12 @@ struct SubmitQueue {
 }
 
 impl AppState {
-    fn new(cluster: Cluster, body_limit: usize, audit: corral_local::store::AuditLog) -> Self {
+    fn new(
+        cluster: Cluster,
+        body_limit: usize,
+        audit: corral_local::store::AuditLog,
+        history: Option<history::History>,
+    ) -> Self {
         let file = Arc::new(cluster.config().file.clone());
         let submit_context = Arc::new(cluster.submit_context());
         let code = Arc::new(cluster.code_store());
@@ -140,6 +150,7 @@ impl AppState {
             body_limit,
             submissions: Arc::new(SubmitQueue::default()),
             audit: Arc::new(Mutex::new(audit)),
+            history: history.map(Arc::new),
         }
     }
 
@@ -203,6 +214,11 @@ impl AppState {
     /// What submissions are checked against, without the lock.
     pub fn submit_context(&self) -> Arc<SubmitContext> {
         Arc::clone(&self.submit_context)
+    }
+
+    /// The history store, if it is open.
+    pub fn history(&self) -> Option<Arc<history::History>> {
+        self.history.clone()
     }
 
     /// Asks the control loop to run now.
@@ -270,8 +286,15 @@ pub fn prepare(options: &ServerOptions) -> Result<(AppState, TcpListener, Vec<St
             options.cluster.data_dir.display()
         )
     })?;
+    let history = match history::History::open(&options.cluster.data_dir) {
+        Ok(h) => Some(h),
+        Err(e) => {
+            warnings.push(format!("{e}; the charts' history is off"));
+            None
+        }
+    };
     Ok((
-        AppState::new(cluster, options.body_limit, audit),
+        AppState::new(cluster, options.body_limit, audit, history),
         listener,
         warnings,
     ))
@@ -292,7 +315,8 @@ pub async fn serve(
         None => None,
     };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let ticker = tokio::spawn(control_loop(state.clone(), tick_interval, stop_rx));
+    let ticker = tokio::spawn(control_loop(state.clone(), tick_interval, stop_rx.clone()));
+    let sampler = tokio::spawn(history_loop(state.clone(), stop_rx));
     let closing = Arc::clone(&state.closing);
     let app = routes::router(state);
     let shutdown = async move {
@@ -327,7 +351,40 @@ pub async fn serve(
     };
     let _ = stop_tx.send(true);
     let _ = ticker.await;
+    let _ = sampler.await;
     result
+}
+
+/// Samples the cluster into the history store once a minute, at the start of each minute
+/// (and once at start-up, so that a restart leaves no gap longer than it took).
+async fn history_loop(state: AppState, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let Some(history) = state.history.clone() else {
+        return;
+    };
+    loop {
+        let now = Timestamp::now();
+        let minute = now.as_second().div_euclid(60);
+        if let Ok((nodes, top)) = state.with_cluster(|c| (c.nodes(), c.top())).await {
+            let h = Arc::clone(&history);
+            let recorded = tokio::task::spawn_blocking(move || {
+                let samples = h.samples(minute, &nodes, &top);
+                h.record(minute, &samples)
+            })
+            .await;
+            if let Ok(Err(e)) = recorded {
+                eprintln!("corral: history: {e}");
+            }
+        }
+        let into_minute = Timestamp::now().as_second().rem_euclid(60);
+        let wait = Duration::from_secs(u64::try_from(60 - into_minute).unwrap_or(60));
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = stop.changed() => return,
+        }
+        if *stop.borrow() {
+            return;
+        }
+    }
 }
 
 /// The control loop: one tick, then wait for the interval, the tick's own deadline or a

@@ -38,6 +38,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/api/v1/queues"),
     ("get", "/api/v1/nodes"),
     ("get", "/api/v1/top"),
+    ("get", "/api/v1/usage"),
+    ("get", "/api/v1/series"),
     ("get", "/api/v1/whoami"),
     ("get", "/api/v1/audit"),
     ("get", "/api/v1/watch"),
@@ -453,6 +455,99 @@ fn unranged_document() -> Value {
             "/api/v1/namespaces/{namespace}/trainingjobs/{name}/replicas/{replica}/exec".into(),
             exec_op,
         );
+        let (usage, series) = history_paths();
+        paths.insert("/api/v1/usage".into(), usage);
+        paths.insert("/api/v1/series".into(), series);
+    }
+    if let Some(schemas) = doc
+        .pointer_mut("/components/schemas")
+        .and_then(Value::as_object_mut)
+    {
+        for (name, schema) in history_schemas() {
+            schemas.insert(name.into(), schema);
+        }
     }
     doc
+}
+
+fn time_param(name: &str, default: &str) -> Value {
+    json!({"name": name, "in": "query", "schema": {"type": "string"},
+        "description": format!("an RFC 3339 time or a date (YYYY-MM-DD, UTC midnight); default: {default}")})
+}
+
+/// The usage ledger and the history store's series.
+fn history_paths() -> (Value, Value) {
+    let usage = json!({"get": {
+        "operationId": "usage",
+        "summary": "The usage ledger: GPU-seconds, GPU-hours and CPU-seconds per period (UTC day or month), namespace, queue and GPU type (or per job), within [from, to); and each budgeted queue's standing. A namespace's token sees its own namespace only",
+        "parameters": [
+            time_param("from", "the start of this month"),
+            time_param("to", "now"),
+            {"name": "period", "in": "query", "schema": {"type": "string", "enum": ["day", "month"]}, "description": "default: day"},
+            {"name": "by", "in": "query", "schema": {"type": "string", "enum": ["queue", "job"]}, "description": "default: queue"},
+            {"name": "namespace", "in": "query", "schema": {"type": "string"}, "description": "only this namespace (a namespace's token: its own, the default)"},
+        ],
+        "responses": responses(("200", json_response("Usage", reference("UsageReport"))), &[400, 401, 403]),
+    }});
+    let series = json!({"get": {
+        "operationId": "series",
+        "summary": "The history store's time series, one sample a minute, kept a week and capped: per GPU (kind=gpu), per running replica (kind=replica; a namespace's token sees its own namespace's) and GPUs used and free per GPU type (kind=gpus)",
+        "parameters": [
+            {"name": "kind", "in": "query", "required": true, "schema": {"type": "string", "enum": ["gpu", "replica", "gpus"]}},
+            time_param("from", "an hour before `to`"),
+            time_param("to", "now"),
+            {"name": "namespace", "in": "query", "schema": {"type": "string"}, "description": "replicas of this namespace only"},
+            {"name": "job", "in": "query", "schema": {"type": "string"}, "description": "replicas of this job of `namespace` only"},
+        ],
+        "responses": responses(("200", json_response("Series", reference("SeriesReport"))), &[400, 401, 403, 503]),
+    }});
+    (usage, series)
+}
+
+fn history_schemas() -> Vec<(&'static str, Value)> {
+    let number = json!({"type": "number", "minimum": 0});
+    vec![
+        (
+            "UsageRow",
+            json!({"type": "object", "properties": {
+            "period": {"type": "string", "description": "2026-11-26 (by day) or 2026-11 (by month), UTC"},
+            "namespace": {"type": "string"}, "queue": {"type": "string"},
+            "job": {"type": "string", "description": "namespace/name, in a report by job"},
+            "gpuType": {"type": "string", "description": "empty for GPUs of nodes without a type"},
+            "gpuSeconds": number, "gpuHours": number, "cpuSeconds": number}}),
+        ),
+        (
+            "BudgetRow",
+            json!({"type": "object", "properties": {
+            "queue": {"type": "string"}, "period": {"type": "string", "enum": ["day", "week", "month"]},
+            "budgetGpuHours": number, "usedGpuHours": number,
+            "renewsAt": {"type": "string", "format": "date-time"}, "exhausted": {"type": "boolean"}}}),
+        ),
+        (
+            "UsageReport",
+            json!({"type": "object", "properties": {
+            "from": {"type": "string", "format": "date-time"}, "to": {"type": "string", "format": "date-time"},
+            "period": {"type": "string", "enum": ["day", "month"]}, "by": {"type": "string", "enum": ["queue", "job"]},
+            "namespace": {"type": "string"},
+            "items": {"type": "array", "items": reference("UsageRow")},
+            "budgets": {"type": "array", "items": reference("BudgetRow")}}}),
+        ),
+        (
+            "Series",
+            json!({"type": "object", "properties": {
+            "key": {"type": "string", "description": "gpu: node/index; replica: namespace/job/replica; gpus: the GPU type"},
+            "namespace": {"type": "string"},
+            "times": {"type": "array", "items": {"type": "integer", "format": "int64"}, "description": "Unix seconds, one a sampled minute"},
+            "values": {"type": "object", "description": "gpu: utilizationPercent, memoryUsedBytes; replica: cpuCores, memoryBytes, gpuUtilizationPercent, gpuMemoryBytes; gpus: used, free. Each aligned with times, null where not read",
+                "additionalProperties": {"type": "array", "items": {"type": "number", "nullable": true}}}}}),
+        ),
+        (
+            "SeriesReport",
+            json!({"type": "object", "properties": {
+            "kind": {"type": "string"}, "from": {"type": "string", "format": "date-time"}, "to": {"type": "string", "format": "date-time"},
+            "stepSeconds": u32_schema(), "retentionMinutes": {"type": "integer", "format": "int64"},
+            "maxSamples": {"type": "integer", "format": "int64"},
+            "series": {"type": "array", "items": reference("Series")}}}),
+        ),
+    ]
 }

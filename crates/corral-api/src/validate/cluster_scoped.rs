@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use crate::job_priority_class::JobPriorityClass;
 use crate::node_pool::NodePool;
-use crate::queue::{Queue, ResourceAmounts};
+use crate::queue::{MAX_BUDGET_GPU_HOURS, Queue, ResourceAmounts};
 
 use super::names::{check_dns1123_label, check_labels, check_meta};
 use super::quantities::check_amounts;
@@ -31,6 +31,21 @@ pub fn validate_queue(q: &Queue, ctx: &ValidationContext) -> Result<(), Validati
     for (i, ns) in q.spec.namespaces.iter().enumerate() {
         if let Err(e) = check_dns1123_label(ns) {
             errs.push(format!("spec.namespaces[{i}]"), e);
+        }
+    }
+    if let Some(b) = &q.spec.budget {
+        match b.gpu_hours.milli() {
+            Err(e) => errs.push("spec.budget.gpuHours", e.to_string()),
+            Ok(m) if m == 0 || m > u128::from(MAX_BUDGET_GPU_HOURS) * 1000 => errs.push(
+                "spec.budget.gpuHours",
+                format!(
+                    "`{}` is out of range; use more than 0 and at most \
+                     {MAX_BUDGET_GPU_HOURS} GPU-hours per {} (e.g. 100, \"2.5\", \"500m\")",
+                    b.gpu_hours.as_str(),
+                    b.period.as_str()
+                ),
+            ),
+            Ok(_) => {}
         }
     }
     let pools: Vec<&str> = ctx

@@ -1,5 +1,5 @@
 //! The commands that talk to a Corral server: submit, list, get, describe, logs, delete,
-//! suspend, resume, queues, nodes, top, audit. Each reads its arguments, calls
+//! suspend, resume, queues, nodes, top, audit, usage. Each reads its arguments, calls
 //! [`corral_server::api_client::Client`] and prints; a server error is printed as the user's
 //! problem and its fix (`path: message` lines), never as an HTTP dump.
 //!
@@ -7,6 +7,7 @@
 //!   client's configuration (server, token, a CA file or a pinned certificate).
 //! - `jobs`: submit, list, get, describe, logs; `bulk`: delete, suspend, resume (by name,
 //!   `--all` or a label selector); `cluster_views`: queues, nodes, top.
+//! - `usage`: the usage ledger (`corral usage`, table, JSON, YAML or CSV).
 //! - `exec`: a command inside a replica (`exec`), and the MPI launcher's agent (`rsh`).
 //! - `render`: the tables and reports as text; `print`: stdout and failures.
 
@@ -19,6 +20,7 @@ mod jobs;
 pub mod login;
 pub(crate) mod print;
 mod render;
+mod usage;
 
 pub use bulk::{
     Confirm, JobArgs, Selector, confirm_on_terminal, delete_with, run_delete, run_resume,
@@ -39,3 +41,4 @@ pub use jobs::{
 pub use render::{
     age, bytes, describe_text, jobs_table, names_text, nodes_text, queues_table, table, top_table,
 };
+pub use usage::{UsageArgs, run_usage, usage_csv, usage_table};

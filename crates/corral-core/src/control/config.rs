@@ -3,7 +3,10 @@
 
 use std::time::Duration;
 
+use std::collections::BTreeMap;
+
 use corral_api::JobPriorityClass;
+use corral_api::queue::{Queue, QueueBudget};
 
 use crate::sched::{SchedulerConfig, known_gpu_speeds};
 
@@ -35,6 +38,9 @@ pub struct ControlConfig {
     /// that no node can ever hold is refused at submit ([`super::SubmitCheck`]). Where nodes
     /// come and go (Kubernetes) it is admitted and waits, Unschedulable.
     pub fixed_nodes: bool,
+    /// Queue budgets by queue name (`Queue.spec.budget`): a queue whose jobs held its
+    /// GPU-hours in the current period admits no new job (see [`super::accounting`]).
+    pub budgets: BTreeMap<String, QueueBudget>,
 }
 
 impl Default for ControlConfig {
@@ -45,6 +51,7 @@ impl Default for ControlConfig {
             priority_classes: Vec::new(),
             requires_image: false,
             fixed_nodes: true,
+            budgets: BTreeMap::new(),
         }
     }
 }
@@ -101,6 +108,12 @@ impl ControlConfigBuilder {
 
     pub fn priority_classes(mut self, classes: Vec<JobPriorityClass>) -> Self {
         self.config.priority_classes = classes;
+        self
+    }
+
+    /// The cluster's queues: their budgets, where they set one.
+    pub fn queues<'a>(mut self, queues: impl IntoIterator<Item = &'a Queue>) -> Self {
+        self.config.budgets = super::accounting::budgets_of(queues);
         self
     }
 

@@ -39,6 +39,7 @@
 //!   never promised twice by this plane.
 //! - Every admission is announced as a [`Change::Admission`] before any start that uses it.
 
+pub mod accounting;
 mod config;
 pub mod conformance;
 mod events;

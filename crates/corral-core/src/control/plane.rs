@@ -9,6 +9,7 @@ use corral_api::training_job::{ConditionStatus, ConditionType};
 use corral_api::{TrainingJob, TrainingJobStatus};
 use jiff::Timestamp;
 
+use super::accounting::{Budgets, Charges, UsageInterval};
 use super::config::ControlConfig;
 use super::events::{EventType, JobEvent, event_reason, status_events};
 use super::ledger::{Ledger, ServiceByType};
@@ -16,6 +17,7 @@ use super::room::{self, Need, Room};
 
 // The plane's parts that read more than they decide: rebuilding it from what a shell
 // stored, why a job waits, and what it shows.
+mod charging;
 mod cycle_outcome;
 mod restore;
 mod views;
@@ -147,6 +149,9 @@ pub struct Step {
     pub counters: CycleCounters,
     /// Step again within this long even if nothing is observed (back-off, deadlines, TTL).
     pub wake_in: Option<Duration>,
+    /// What the step's admission changes closed, to record with the changes, in the same
+    /// transaction (see [`super::accounting`]).
+    pub usage: Vec<UsageInterval>,
 }
 
 impl Step {
@@ -309,6 +314,10 @@ pub struct ControlPlane {
     room: Option<BTreeMap<String, Room>>,
     /// Jobs whose starts wait for room, with the reason announced.
     waiting_for_room: BTreeMap<String, String>,
+    /// The admissions being charged (see [`super::accounting`]).
+    charges: Charges,
+    /// Queue budgets and what their queues held of them.
+    budgets: Budgets,
 }
 
 fn millis(t: Timestamp) -> Millis {
@@ -603,10 +612,12 @@ impl ControlPlane {
         let mut step = Step::default();
         self.accrue(millis(now));
         self.reconcile_unsettled(now, &mut step);
+        self.judge_budgets(millis(now), &mut step);
         let outcome = self.scheduler.cycle(millis(now));
         self.apply_outcome(outcome, now, &mut step);
         self.reconcile_unsettled(now, &mut step);
         dedup_actions(&mut step.actions);
+        self.charge(millis(now), &mut step);
         step
     }
 
@@ -616,6 +627,7 @@ impl ControlPlane {
         let mut step = Step::default();
         self.reconcile_unsettled(now, &mut step);
         dedup_actions(&mut step.actions);
+        self.charge(millis(now), &mut step);
         step
     }
 

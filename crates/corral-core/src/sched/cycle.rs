@@ -95,6 +95,8 @@ pub struct Scheduler {
     /// GPU pools with schedulable GPUs: a job with fewer candidate pools is pinned.
     gpu_pools: usize,
     pub(crate) cycle_no: u64,
+    /// Queues over their budget (by queue index), with the blocker their jobs wait on.
+    over_budget: HashMap<u32, Blocker>,
 }
 
 /// Per-cycle bookkeeping.
@@ -125,6 +127,7 @@ impl Scheduler {
             pinned_milli: vec![vec![0; gpu_pools]; pools],
             gpu_pools,
             cycle_no: 0,
+            over_budget: HashMap::new(),
         };
         for r in &snapshot.running {
             s.add_running(r)?;
@@ -274,6 +277,20 @@ impl Scheduler {
             .filter(|g| **g < 64)
             .fold(0u64, |m, g| m | (1u64 << g));
         self.index.set_unhealthy(n, mask);
+        true
+    }
+
+    /// Whether a queue is over its budget now ([`Blocker::OverBudget`], `None`: not over):
+    /// its pending jobs wait with that blocker and are not tried. Returns false for a
+    /// queue the scheduler does not know.
+    pub fn set_over_budget(&mut self, queue: &str, blocker: Option<Blocker>) -> bool {
+        let Some(&q) = self.quotas.by_name.get(queue) else {
+            return false;
+        };
+        match blocker {
+            Some(b) => self.over_budget.insert(q, b),
+            None => self.over_budget.remove(&q),
+        };
         true
     }
 
@@ -575,6 +592,16 @@ impl Scheduler {
             });
             return;
         };
+        if let Some(b) = self.over_budget.get(&q) {
+            out.pending.push(PendingJob {
+                job: e.req.key.clone(),
+                reason: PendingReason {
+                    needs: e.needs.clone(),
+                    blockers: vec![b.clone()],
+                },
+            });
+            return;
+        }
         let mut candidates: Vec<(u16, u32)> = e.pools.clone();
         // Within one speed band: pools where the job's largest replica would strand GPUs
         // (or has no room) last, since stranded GPUs are lost to every job; then the pool

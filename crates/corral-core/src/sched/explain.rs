@@ -397,6 +397,17 @@ pub enum Blocker {
     /// protection ago (`SchedulerConfig::preemption_protection_ms`), so none may be stopped
     /// yet: the job waits at least until `until` (ms since the epoch).
     Protected { pool: String, jobs: u32, until: u64 },
+    /// The queue's jobs have held its budget's GPU-hours in the current period
+    /// (`Queue.spec.budget`): it admits no new job until `renews_at` (ms since the epoch).
+    OverBudget {
+        queue: String,
+        /// `day`, `week` or `month`.
+        period: String,
+        budget_gpu_hours: f64,
+        /// GPU-hours held in the period, to a thousandth.
+        used_gpu_hours: f64,
+        renews_at: u64,
+    },
 }
 
 /// Why a job is still pending.
@@ -879,6 +890,23 @@ impl fmt::Display for Blocker {
                 }
             }
             Blocker::AwaitingCycle => write!(f, "waiting for the next scheduling cycle"),
+            Blocker::OverBudget {
+                queue,
+                period,
+                budget_gpu_hours,
+                used_gpu_hours,
+                renews_at,
+            } => {
+                let at = i64::try_from(*renews_at)
+                    .ok()
+                    .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
+                    .map_or_else(|| format!("{renews_at} ms"), |t| t.to_string());
+                write!(
+                    f,
+                    "queue {queue} is over its budget: its jobs held {used_gpu_hours} of its \
+                     {budget_gpu_hours} GPU-hours this {period}; it admits no new job until {at}"
+                )
+            }
             Blocker::Protected { pool, jobs, until } => {
                 let at = i64::try_from(*until)
                     .ok()

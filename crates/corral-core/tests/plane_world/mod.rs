@@ -61,6 +61,7 @@ pub fn config() -> ControlConfig {
         priority_classes: vec![class("high", 100), class("low", 0)],
         requires_image: false,
         fixed_nodes: true,
+        budgets: Default::default(),
     }
 }
 

@@ -134,5 +134,6 @@ pub(super) fn control_config(world: &World, cfg: &PlanConfig) -> ControlConfig {
         )
         .grace_period(cfg.grace_period)
         .priority_classes(world.classes.clone())
+        .queues(&world.queues)
         .build()
 }

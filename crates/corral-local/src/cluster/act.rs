@@ -70,6 +70,8 @@ impl Cluster {
                 for e in step.events {
                     self.record_event(&e, now, report);
                 }
+                // The intervals the step's admission changes closed, with those changes.
+                persisted = self.store.add_usage(&step.usage).map_err(Into::into);
             }
             // What was written stays written, as it would have one write at a time.
             self.store.commit_batch()?;

@@ -48,6 +48,7 @@ pub fn control_config(file: &ClusterFileConfig, node: &Node) -> ControlConfig {
         .preemption_protection_seconds(settings.preemption_protection_seconds)
         .grace_period(settings.grace_period_seconds.map(Duration::from_secs))
         .priority_classes(file.priority_classes.clone())
+        .queues(&file.queues)
         .build()
 }
 

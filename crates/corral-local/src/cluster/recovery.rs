@@ -195,6 +195,7 @@ fn open(config: ClusterConfig, now: Timestamp) -> Result<(Cluster, Vec<String>),
         running: Vec::new(),
     };
     let control = super::node::control_config(&config.file, &node);
+    let control_budgets_empty = control.budgets.is_empty();
     let submit_check = SubmitCheck::new(&snapshot, &control)
         .map_err(|e| ClusterError::Scheduler(e.to_string()))?;
     let (mut plane, step) = ControlPlane::restore(snapshot, control, restored, now)
@@ -210,6 +211,13 @@ fn open(config: ClusterConfig, now: Timestamp) -> Result<(Cluster, Vec<String>),
         if let Some(failure) = start_failure(r, r.state) {
             plane.start_failed(&format!("{}/{}", r.namespace, r.job), failure);
         }
+    }
+    // What budgeted queues held this month, closed before the restart (open intervals came
+    // back with their admissions).
+    if !control_budgets_empty {
+        let now_ms = u64::try_from(now.as_millisecond()).unwrap_or(0);
+        let month = 32 * 86_400_000;
+        plane.restore_usage(store.usage(None, now_ms.saturating_sub(month), u64::MAX)?);
     }
     plane.restore_retired(
         retired

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use corral_api::TrainingJob;
 use corral_core::control::EventType;
+use corral_core::control::accounting::{BudgetStanding, UsageInterval};
 use corral_core::lifecycle::{Incarnation, ReplicaPhase};
 use corral_core::sched::ResourceAmount;
 
@@ -22,6 +23,32 @@ impl Cluster {
     /// The job with its recorded status.
     pub fn get(&self, namespace: &str, name: &str) -> Result<Option<TrainingJob>, ClusterError> {
         Ok(self.store.job(namespace, name)?.map(|j| j.job))
+    }
+
+    /// The usage ledger over `[from, to)` (ms since the epoch), of one namespace or all: the
+    /// intervals the store recorded (deleted jobs' included) and the admissions held now,
+    /// charged until `now`.
+    pub fn usage(
+        &self,
+        namespace: Option<&str>,
+        from: u64,
+        to: u64,
+        now: jiff::Timestamp,
+    ) -> Result<Vec<UsageInterval>, ClusterError> {
+        let mut all = self.store.usage(namespace, from, to)?;
+        all.extend(
+            self.plane
+                .open_usage(now)
+                .into_iter()
+                .filter(|i| namespace.is_none_or(|ns| i.namespace() == ns)),
+        );
+        Ok(all)
+    }
+
+    /// Each budgeted queue's standing now: its budget, what its jobs held of it this period
+    /// and when the period renews.
+    pub fn budget_standings(&self, now: jiff::Timestamp) -> BTreeMap<String, BudgetStanding> {
+        self.plane.budget_standings(now)
     }
 
     /// Jobs of one namespace (or all), ordered by namespace then name.

@@ -7,6 +7,8 @@
 //! - `logs`: a replica's log, whole, tailed or followed across incarnations.
 //! - `exec`: a command inside a running replica, its output streamed back in frames.
 //! - `watch`: changes (jobs, pending reasons, events) pushed as server-sent events.
+//! - `series`: the history store's time series, for charts.
+//! - `usage`: the usage ledger (GPU-hours per period, namespace, queue, GPU type, job).
 //! - `list_body`: the `{"items": [...]}` body every list answers with.
 //!
 //! The dashboard's page and assets (`/`, `/ui/...`) are `crate::dashboard`'s.
@@ -16,7 +18,9 @@ pub mod exec;
 mod jobs;
 mod list_body;
 mod logs;
+mod series;
 mod submit;
+mod usage;
 mod watch;
 
 use axum::Json;
@@ -37,8 +41,10 @@ use cluster::{metrics, nodes, queues, top};
 use jobs::{delete_job, describe_job, get_job, list_all, list_namespace, resume_job, suspend_job};
 pub use logs::LogQuery;
 use logs::logs;
+pub use series::{SeriesQuery, SeriesReport};
 pub use submit::SubmitQuery;
 use submit::{submit, submit_with_code};
+pub use usage::{BudgetRow, UsageQuery, UsageReport};
 
 type ApiResult = Result<Response, ApiError>;
 
@@ -61,6 +67,8 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/queues", get(queues))
         .route("/api/v1/nodes", get(nodes))
         .route("/api/v1/top", get(top))
+        .route("/api/v1/usage", get(usage::usage))
+        .route("/api/v1/series", get(series::series))
         .route("/api/v1/whoami", get(whoami))
         .route("/api/v1/audit", get(crate::audit::list))
         .route("/api/v1/watch", get(watch::watch))

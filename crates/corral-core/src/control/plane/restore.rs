@@ -2,6 +2,7 @@
 //! and the names of retired jobs.
 
 use super::*;
+use crate::control::accounting::charge_of;
 
 impl ControlPlane {
     /// Rebuilds the plane from what a shell stored. Admissions that no longer fit the
@@ -22,6 +23,7 @@ impl ControlPlane {
             running: _,
         } = cluster;
         let mut config = config;
+        let config_budgets = config.budgets.clone();
         // The plane carries out a move itself (stop, then start on the new placement as a
         // new attempt), in every shell: the scheduler may move jobs in place.
         config.scheduler.move_in_place = true;
@@ -36,6 +38,9 @@ impl ControlPlane {
         let mut entries: BTreeMap<String, Box<Entry>> = BTreeMap::new();
         let mut ledger = Ledger::default();
         let mut held: BTreeMap<String, HeldAdmission> = BTreeMap::new();
+        // Every stored admission is charged since it was admitted; those dropped below are
+        // closed now, by the step's changes.
+        let mut charges = Charges::default();
         let mut moving: BTreeMap<String, (String, HeldAdmission)> = BTreeMap::new();
         for r in jobs {
             let key = r.record.key();
@@ -47,6 +52,13 @@ impl ControlPlane {
                 merge_phase(&mut entry.replicas, o);
             }
             entry.deleting = r.deleting;
+            if let Some(a) = &r.admission {
+                charges.restore(charge_of(
+                    entry.job.spec.queue_name(),
+                    a,
+                    entry.request.as_ref().ok(),
+                ));
+            }
             let status = entry.status();
             if lifecycle::is_preempting(&status) {
                 let message = conditions::get(&status, ConditionType::Queued)
@@ -135,6 +147,8 @@ impl ControlPlane {
             retired_removed: Vec::new(),
             room: None,
             waiting_for_room: BTreeMap::new(),
+            charges,
+            budgets: Budgets::new(config_budgets),
         };
         for (key, a) in held {
             if let Some(e) = plane.jobs.get_mut(&key) {
@@ -165,6 +179,7 @@ impl ControlPlane {
             plane.unsettled.insert(key);
         }
         plane.ledger.advance(millis(now));
+        plane.charge(millis(now), &mut step);
         Ok((plane, step))
     }
 

@@ -196,6 +196,7 @@ fn blocker_kinds(reason: &PendingReason) -> Vec<String> {
                 Blocker::Quota { .. } => "Quota",
                 Blocker::AwaitingCycle => "AwaitingCycle",
                 Blocker::Protected { .. } => "Protected",
+                Blocker::OverBudget { .. } => "OverBudget",
             }
             .to_string()
         })
