@@ -13,6 +13,8 @@
 #      machine (naming the largest node); `corral plan` sees the same GPUs as `corral up`;
 #   6. a Kubeflow PyTorchJob (torchrun, NCCL) with nvidia.com/gpu: 1 trains on the GPU;
 #   7. `corral exec` (MPI's rsh agent's path) runs in the GPU replica: its env, cgroup, GPU;
+#      the dashboard is served and the nodes data it draws shows the card in use; as root,
+#      the replica runs under its namespace's uid (issue 33), not root's;
 #   8. the MPI example (examples/mpi: mpirun through `corral rsh`, mpi4py) succeeds. Its Python
 #      environment is built with uv; offline, point UV_FIND_LINKS at a directory of wheels
 #      (mpi4py, numpy) and set UV_OFFLINE=1.
@@ -243,6 +245,29 @@ exec_in_replica() { # corral exec runs in the replica: its GPUs, its cgroup (v2 
 }
 if [ "$running" -eq 0 ]; then
     check "corral exec runs in the replica (its CUDA_VISIBLE_DEVICES, its cgroup, torch sees its GPU)" exec_in_replica
+fi
+dashboard_ok() { # the page is served, and the nodes data it draws names the card in use
+    get "$server/" | grep -qi '<html' || return 1
+    get "$server/api/v1/nodes" >"$work/nodes.json" || return 1
+    "$PY" - "$work/nodes.json" <<'EOF'
+import json, sys
+nodes = json.load(open(sys.argv[1]))["items"]
+gpus = [g for n in nodes for g in n["gpus"]]
+used = [g for g in gpus if g.get("usedBy") == "default/by-label"]
+print("dashboard nodes data:", used)
+sys.exit(0 if used and "utilizationPercent" in used[0] and "memoryUsedBytes" in used[0] else 1)
+EOF
+}
+tenant_uid() { # as root, the replica runs under its namespace's uid, not root's
+    [ "$(id -u)" -eq 0 ] || { echo "(not root: replicas run as the server's user)"; return 0; }
+    local uid
+    uid=$("$BIN" exec by-label worker-0 -- id -u) || return 1
+    echo "the replica's uid: $uid"
+    [ "$uid" -ne 0 ]
+}
+if [ "$running" -eq 0 ]; then
+    check "the dashboard is served and its nodes data names the GPU in use with its utilisation" dashboard_ok
+    check "as root, the GPU replica runs under its namespace's uid" tenant_uid
 fi
 "$BIN" nodes
 [ "$running" -eq 0 ] && check "job asking $GPU_TYPE succeeds" wait_state by-label Succeeded 90
