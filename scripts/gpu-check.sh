@@ -36,6 +36,9 @@ MISSING=${MISSING:-A100}
 PY=${PYTHON:-$(command -v python3)}
 work=${GPU_CHECK_WORK:-$(mktemp -d)}
 mkdir -p "$work"
+# As root, replicas run as their namespace's uid: they must pass through to the data
+# directory below (corral up refuses a data directory they cannot reach, and says this).
+chmod o+x "$work"
 data=$work/data
 port=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 server=http://127.0.0.1:$port

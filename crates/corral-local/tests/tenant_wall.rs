@@ -108,6 +108,7 @@ fn a_team_a_replica_cannot_reach_the_server_or_team_b() {
                   check kill-b kill -TERM $B_PID; \
                   check own-dir ls $CORRAL_OWN_DIR; \
                   check home touch $HOME/mine; \
+                  echo USER=$USER LOGNAME=$LOGNAME; \
                   echo UID=$(id -u) GID=$(id -g) GROUPS=$(id -G)";
     let a = job(
         "curious",
@@ -149,6 +150,11 @@ fn a_team_a_replica_cannot_reach_the_server_or_team_b() {
             "team-a's replica could not use its own {what}:\n{out}"
         );
     }
+    // Who it is, for programs that ask (its uid has no account): its namespace's name.
+    assert!(
+        out.contains("USER=corral-team-a LOGNAME=corral-team-a"),
+        "team-a's replica has no USER/LOGNAME of its own:\n{out}"
+    );
     // Its identity: neither root's nor team-b's, no supplementary groups.
     let uid_line = out
         .lines()

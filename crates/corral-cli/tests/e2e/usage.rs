@@ -2,6 +2,7 @@
 //! `corral up` as a process of its own (so that it can be killed with SIGKILL), real
 //! replica processes on two pretend GPUs, `corral usage` and the API.
 
+use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Stdio};
 
 use corral_server::routes::UsageReport;
@@ -161,7 +162,15 @@ fn run_time(client: &Client, ns: &str, name: &str) -> Result<f64, Failed> {
 
 pub(super) fn usage_is_counted_kept_through_kill_9_and_walled_off() -> TestResult {
     let dir = tempfile::tempdir()?;
+    // As root, replicas run as their namespace's uid: they must pass through to the data
+    // directory below (corral up refuses one they cannot reach).
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))?;
     std::fs::write(dir.path().join("corral.yaml"), CLUSTER)?;
+    // It holds tokens: readable by the server alone, or corral up refuses to start.
+    std::fs::set_permissions(
+        dir.path().join("corral.yaml"),
+        std::fs::Permissions::from_mode(0o600),
+    )?;
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();

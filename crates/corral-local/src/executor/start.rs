@@ -307,6 +307,14 @@ impl LocalExecutor {
                     _ => {}
                 }
             }
+            // A tenant's uid has no account in /etc/passwd: programs that ask who they are
+            // (Python's getpass.getuser(), which torch.distributed calls) read USER and
+            // LOGNAME first, and fail without them (seen on a GPU server under torchrun).
+            let namespace = spec.job.split('/').next().unwrap_or_default();
+            let user = format!("corral-{namespace}");
+            env.retain(|(k, _)| k != "USER" && k != "LOGNAME");
+            env.push(("USER".into(), user.clone()));
+            env.push(("LOGNAME".into(), user));
         }
         // The contract's variables and the job's own win over the base.
         env.retain(|(k, _)| !spec.env.iter().any(|(n, _)| n == k));
