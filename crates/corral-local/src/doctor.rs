@@ -554,7 +554,8 @@ fn image_pulls(rt: &container::ContainerRuntime) -> Result<(), String> {
             String::from_utf8_lossy(&o.stdout)
                 .lines()
                 .map(str::trim)
-                .filter(|l| !l.is_empty())
+                // Dangling layers (`<none>:<none>`) are no image a job can name.
+                .filter(|l| !l.is_empty() && !l.contains("<none>"))
                 .map(str::to_string)
                 .collect::<Vec<_>>()
         })
