@@ -1,6 +1,7 @@
 //! Tenants are walled off from the server's environment: a replica sees the launch
-//! contract's variables, its job's `env`, PATH, LANG, HOME and TMPDIR (its own), and what
-//! `passEnv` allows; nothing else of the server's environment, such as a token or a key.
+//! contract's variables, its job's `env`, PATH, LANG, HOME and TMPDIR (its own; as root also
+//! USER and LOGNAME, its namespace's name), and what `passEnv` allows; nothing else of the
+//! server's environment, such as a token or a key.
 //! The variables are set at the start of `main`, before any thread exists.
 
 mod common;
@@ -72,9 +73,21 @@ spec:
     for v in ["PATH", "HOME", "LANG", "TMPDIR"] {
         assert!(vars.contains(&v), "{v} missing:\n{out}");
     }
+    // A tenant (the server runs as root) is told who it is, its namespace's name: never the
+    // server's own USER.
+    for line in out.lines() {
+        if let Some(v) = line
+            .strip_prefix("USER=")
+            .or_else(|| line.strip_prefix("LOGNAME="))
+        {
+            assert_eq!(v, "corral-default", "{out}");
+        }
+    }
     // Nothing but the base, the contract, the job's own and what was allowed.
     let allowed_prefixes = [
         "PATH",
+        "USER",
+        "LOGNAME",
         "LANG",
         "HOME",
         "TMPDIR",

@@ -9,8 +9,9 @@ pub(crate) const DEFAULT_PATH: &str =
 /// The environment every replica starts from, before the launch contract's variables and
 /// the job's own `env`: `PATH` (the server's, so that the programs it finds are found),
 /// `LANG` (the server's, else `C.UTF-8`), `HOME` and `TMPDIR` inside the replica's own
-/// directory, and the variables the operator allows with `passEnv`. Nothing else of the
-/// server's environment: a token or cloud key there is no tenant's business.
+/// directory, and the variables the operator allows with `passEnv` (a tenant also gets
+/// USER and LOGNAME, set where its identity is). Nothing else of the server's environment:
+/// a token or cloud key there is no tenant's business.
 pub fn base_env(replica_dir: &Path, pass_env: &[String]) -> Vec<(String, String)> {
     let server = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     let mut env = vec![
