@@ -63,9 +63,7 @@ fn targets(
                 Err(e) if is_not_found(&e) => continue,
                 Err(e) => return Err(e.to_string()),
             };
-            let labels = job.pointer("/metadata/labels").and_then(Value::as_object);
-            let label = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
-            if !sel.matches(label) {
+            if !sel.matches_object(&job) {
                 continue;
             }
         }
@@ -145,6 +143,14 @@ impl Selector {
             out.push((key.to_string(), op));
         }
         Ok(Selector(out))
+    }
+
+    /// Whether an object's `metadata.labels` match (a TrainingJob as the API answers it).
+    pub fn matches_object(&self, object: &Value) -> bool {
+        let labels = object
+            .pointer("/metadata/labels")
+            .and_then(Value::as_object);
+        self.matches(|k| labels.and_then(|l| l.get(k)).and_then(Value::as_str))
     }
 
     pub fn matches<'a>(&self, label: impl Fn(&str) -> Option<&'a str>) -> bool {

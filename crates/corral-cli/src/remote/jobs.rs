@@ -266,8 +266,8 @@ pub fn run_list(args: &ListArgs) -> ExitCode {
         Err(e) => return fail(&e),
     };
     let jobs = match &selector {
-        Some(sel) => match selected(&client, jobs, sel) {
-            Ok(jobs) => jobs,
+        Some(sel) => match selected(&client, jobs, Some(sel)) {
+            Ok(kept) => kept.into_iter().map(|(j, _)| j).collect(),
             Err(e) => return fail(&e),
         },
         None => jobs,
@@ -301,13 +301,13 @@ pub fn run_list(args: &ListArgs) -> ExitCode {
     watch(&client, ns.as_deref(), &names, args.output, jobs)
 }
 
-/// The jobs of `jobs` whose labels `selector` matches (each job's labels read from the
-/// server; a job deleted meanwhile is left out).
+/// The jobs of `jobs` whose labels `selector` matches (any, without one), each with its
+/// TrainingJob as the server has it; a job deleted since the list is left out.
 fn selected(
     client: &Client,
     jobs: Vec<JobSummary>,
-    selector: &Selector,
-) -> Result<Vec<JobSummary>, ClientError> {
+    selector: Option<&Selector>,
+) -> Result<Vec<(JobSummary, Value)>, ClientError> {
     let mut kept = Vec::new();
     for j in jobs {
         let job = match client.get(&j.namespace, &j.name) {
@@ -315,10 +315,8 @@ fn selected(
             Err(ClientError::Api { status: 404, .. }) => continue,
             Err(e) => return Err(e),
         };
-        let labels = job.pointer("/metadata/labels").and_then(Value::as_object);
-        let label = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
-        if selector.matches(label) {
-            kept.push(j);
+        if selector.is_none_or(|s| s.matches_object(&job)) {
+            kept.push((j, job));
         }
     }
     Ok(kept)
@@ -483,20 +481,10 @@ fn get_all_objects(args: &GetArgs) -> ExitCode {
         Ok(jobs) => jobs,
         Err(e) => return fail(&e),
     };
-    let mut items = Vec::new();
-    for j in jobs {
-        let job = match client.get(&j.namespace, &j.name) {
-            Ok(job) => job,
-            // Deleted since the list.
-            Err(ClientError::Api { status: 404, .. }) => continue,
-            Err(e) => return fail(&e),
-        };
-        let labels = job.pointer("/metadata/labels").and_then(Value::as_object);
-        let label = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
-        if selector.as_ref().is_none_or(|s| s.matches(label)) {
-            items.push(job);
-        }
-    }
+    let items: Vec<Value> = match selected(&client, jobs, selector.as_ref()) {
+        Ok(kept) => kept.into_iter().map(|(_, job)| job).collect(),
+        Err(e) => return fail(&e),
+    };
     print_structured(
         &serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}),
         args.output,
