@@ -53,7 +53,7 @@ mod events;
 mod record;
 mod tenants;
 
-pub use audit::{AUDIT_CAP, AuditEntry, AuditLog};
+pub use audit::{AUDIT_CAP, AUDIT_FILE, AuditEntry, AuditLog};
 mod usage;
 
 /// The schema version this code writes.
@@ -61,6 +61,12 @@ pub const SCHEMA_VERSION: i64 = 1;
 
 /// The file name of the store inside the data directory.
 pub const DB_FILE: &str = "corral.db";
+
+/// The charts' history (corral-server's `history`), beside the store.
+pub const HISTORY_FILE: &str = "history.db";
+
+/// The SQLite databases of the data directory, each the server's alone (`0600`).
+pub const DATABASE_FILES: [&str; 3] = [DB_FILE, AUDIT_FILE, HISTORY_FILE];
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -392,7 +398,6 @@ impl Store {
              CREATE INDEX IF NOT EXISTS ports_by_job ON ports (job_uid);",
         )?;
         conn.execute_batch(tenants::TENANT_IDS_TABLE)?;
-        conn.execute_batch(audit::AUDIT_TABLE)?;
         conn.execute_batch(usage::SCHEMA)?;
         Ok(Store {
             checkpointer: None,

@@ -249,15 +249,29 @@ pub fn protect_data_dir(data_dir: &Path, isolated: bool) -> Result<Vec<String>, 
         }
         tighten(&path, dir_mode)?;
     }
-    for file in [
-        crate::store::DB_FILE,
-        "corral.db-wal",
-        "corral.db-shm",
-        crate::lock::LOCK_FILE,
-    ] {
-        tighten(&data_dir.join(file), 0o600)?;
+    for db in crate::store::DATABASE_FILES {
+        for suffix in ["", "-wal", "-shm"] {
+            tighten(&data_dir.join(format!("{db}{suffix}")), 0o600)?;
+        }
     }
+    tighten(&data_dir.join(crate::lock::LOCK_FILE), 0o600)?;
     Ok(notes)
+}
+
+/// Makes `path` (a database about to be opened) `0600` before anything is written to it:
+/// created so when missing, tightened when looser. SQLite gives its `-wal` and `-shm` files
+/// the database file's mode, so they are private from their first byte too.
+pub fn private_file(path: &Path) -> io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)?;
+    if file.metadata()?.mode() & 0o077 != 0 {
+        file.set_permissions(fs::Permissions::from_mode(0o600))?;
+    }
+    Ok(())
 }
 
 /// Readies the data directory for a server with `isolated` tenants or not: made if
@@ -365,6 +379,36 @@ mod tests {
         assert!(protect_data_dir(&data, true).expect("again").is_empty());
         protect_data_dir(&data, false).expect("shared");
         assert_eq!(mode(&data), 0o700);
+    }
+
+    #[test]
+    fn every_database_of_the_data_dir_is_private_from_its_first_byte() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mode = |p: &Path| fs::metadata(p).expect("meta").mode() & 0o7777;
+        // An audit trail opened fresh, written to: its file, WAL and shared memory 0600.
+        let audit = crate::store::AuditLog::open(dir.path()).expect("audit");
+        audit
+            .record(&crate::store::AuditEntry {
+                seq: 0,
+                at_ms: 1,
+                who: "alice".into(),
+                scope: "team-a".into(),
+                action: "POST".into(),
+                target: "/api/v1/namespaces/team-a/trainingjobs".into(),
+                status: 201,
+                outcome: "ok".into(),
+            })
+            .expect("record");
+        for f in ["audit.db", "audit.db-wal", "audit.db-shm"] {
+            assert_eq!(mode(&dir.path().join(f)), 0o600, "{f}");
+        }
+        // One left looser (by an older release) is tightened at the next start.
+        let history = dir.path().join(crate::store::HISTORY_FILE);
+        fs::write(&history, b"").expect("write");
+        fs::set_permissions(&history, fs::Permissions::from_mode(0o644)).expect("chmod");
+        let notes = protect_data_dir(dir.path(), true).expect("tightened");
+        assert_eq!(mode(&history), 0o600);
+        assert!(notes.iter().any(|n| n.contains("history.db")), "{notes:?}");
     }
 
     #[test]

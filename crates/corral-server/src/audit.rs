@@ -2,14 +2,20 @@
 //! `/api/`) is recorded with who made it, what, when and how it ended, in the store
 //! (`corral_local::store::AuditLog`, capped), and `GET /api/v1/audit` reads it back for a
 //! token of every namespace (`corral audit`).
+//!
+//! One thread writes the trail ([`AuditTrail`]): what waits when it comes round is committed
+//! in one transaction, so a burst of writes costs one commit, not one each contending with
+//! the cluster's own commits for the store's write lock.
 
 use axum::Json;
 use axum::extract::{Query, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use corral_local::store::{AUDIT_CAP, AuditEntry};
+use corral_local::store::{AUDIT_CAP, AuditEntry, AuditLog};
 use serde::Deserialize;
+use std::sync::{Mutex, mpsc};
+use tokio::sync::oneshot;
 
 use crate::AppState;
 use crate::auth::Caller;
@@ -45,21 +51,66 @@ pub async fn record(State(state): State<AppState>, request: Request, next: Next)
         status: status.as_u16(),
         outcome,
     };
-    let audit = std::sync::Arc::clone(&state.audit);
     // Recorded before the answer leaves: whoever reads the trail next sees this write.
-    let written = tokio::task::spawn_blocking(move || {
-        audit
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .record(&entry)
-    })
-    .await;
-    match written {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => eprintln!("warning: recording a write in the audit trail: {e}"),
-        Err(e) => eprintln!("warning: recording a write in the audit trail: {e}"),
+    if let Err(e) = state.audit.record(entry).await {
+        eprintln!("warning: recording a write in the audit trail: {e}");
     }
     response
+}
+
+/// An entry waiting for the writer, and where its outcome goes.
+type PendingEntry = (AuditEntry, oneshot::Sender<Result<(), String>>);
+
+/// The audit trail: a writer thread that commits entries in batches, and a connection of
+/// its own for reading it back.
+pub struct AuditTrail {
+    to_writer: mpsc::Sender<PendingEntry>,
+    reader: Mutex<AuditLog>,
+}
+
+/// Entries committed in one transaction at most (a burst beyond it takes several).
+const BATCH: usize = 1024;
+
+impl AuditTrail {
+    /// Starts the writer on `writer`; reads go through `reader`.
+    pub fn start(writer: AuditLog, reader: AuditLog) -> Result<Self, String> {
+        let (to_writer, from_requests) = mpsc::channel::<PendingEntry>();
+        std::thread::Builder::new()
+            .name("corral-audit".into())
+            .spawn(move || {
+                // Ends when the server's state (every sender) is gone.
+                while let Ok(first) = from_requests.recv() {
+                    let mut batch = vec![first];
+                    while batch.len() < BATCH {
+                        match from_requests.try_recv() {
+                            Ok(p) => batch.push(p),
+                            Err(_) => break,
+                        }
+                    }
+                    let (entries, waiting): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
+                    let outcome = writer.record_all(&entries).map_err(|e| e.to_string());
+                    for w in waiting {
+                        let _ = w.send(outcome.clone());
+                    }
+                }
+            })
+            .map_err(|e| format!("cannot start the audit trail's writer: {e}"))?;
+        Ok(AuditTrail {
+            to_writer,
+            reader: Mutex::new(reader),
+        })
+    }
+
+    /// Records `entry`; returns once it is committed.
+    pub async fn record(&self, entry: AuditEntry) -> Result<(), String> {
+        let (done, committed) = oneshot::channel();
+        self.to_writer
+            .send((entry, done))
+            .map_err(|_| "the audit trail's writer has stopped".to_string())?;
+        committed
+            .await
+            .map_err(|_| "the audit trail's writer has stopped".to_string())?
+    }
 }
 
 /// Who made a request: the token's name and namespace (`*`: every one); never the token.
@@ -110,6 +161,7 @@ pub async fn list(
     let audit = std::sync::Arc::clone(&state.audit);
     let entries = tokio::task::spawn_blocking(move || {
         audit
+            .reader
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .recent(limit)

@@ -24,8 +24,8 @@ use serde::{Deserialize, Serialize};
 pub const RETENTION_MINUTES: i64 = 7 * 24 * 60;
 /// The most rows kept, of every series together: a week of 100 series.
 pub const MAX_SAMPLES: i64 = 1_000_000;
-/// The file of the history store inside the data directory.
-pub const HISTORY_FILE: &str = "history.db";
+// The file of the history store inside the data directory.
+pub use corral_local::store::HISTORY_FILE;
 
 /// The kinds of series, and the names of their values, in column order.
 pub const KINDS: &[(&str, &[&str])] = &[
@@ -91,6 +91,8 @@ impl History {
     pub fn open(data_dir: &Path) -> Result<History, String> {
         let path = data_dir.join(HISTORY_FILE);
         let failed = |e: rusqlite::Error| format!("the history store {}: {e}", path.display());
+        corral_local::tenancy::private_file(&path)
+            .map_err(|e| format!("the history store {}: {e}", path.display()))?;
         let conn = Connection::open(&path).map_err(failed)?;
         Self::init(conn).map_err(failed)
     }

@@ -107,8 +107,8 @@ pub struct AppState {
     /// Checked submissions waiting for the cluster: whoever takes the lock stores all
     /// that wait, in one transaction.
     submissions: Arc<SubmitQueue>,
-    /// The audit trail's own connection to the store (see [`audit`]).
-    audit: Arc<Mutex<corral_local::store::AuditLog>>,
+    /// The audit trail's writer and reader (see [`audit`]).
+    audit: Arc<audit::AuditTrail>,
     /// The history store (`None`: it could not be opened; the server runs without it).
     history: Option<Arc<history::History>>,
 }
@@ -131,7 +131,7 @@ impl AppState {
     fn new(
         cluster: Cluster,
         body_limit: usize,
-        audit: corral_local::store::AuditLog,
+        audit: audit::AuditTrail,
         history: Option<history::History>,
     ) -> Self {
         let file = Arc::new(cluster.config().file.clone());
@@ -149,7 +149,7 @@ impl AppState {
             closing: Arc::new(tokio::sync::watch::Sender::new(false)),
             body_limit,
             submissions: Arc::new(SubmitQueue::default()),
-            audit: Arc::new(Mutex::new(audit)),
+            audit: Arc::new(audit),
             history: history.map(Arc::new),
         }
     }
@@ -280,12 +280,15 @@ pub fn prepare(options: &ServerOptions) -> Result<(AppState, TcpListener, Vec<St
     if let Some(files) = &options.tls {
         cluster.announce_https(&tls::fingerprint_of_file(&files.cert)?);
     }
-    let audit = corral_local::store::AuditLog::open(&options.cluster.data_dir).map_err(|e| {
-        format!(
-            "cannot open the audit trail in {}: {e}",
-            options.cluster.data_dir.display()
-        )
-    })?;
+    let open_audit = || {
+        corral_local::store::AuditLog::open(&options.cluster.data_dir).map_err(|e| {
+            format!(
+                "cannot open the audit trail in {}: {e}",
+                options.cluster.data_dir.display()
+            )
+        })
+    };
+    let audit = audit::AuditTrail::start(open_audit()?, open_audit()?)?;
     let history = match history::History::open(&options.cluster.data_dir) {
         Ok(h) => Some(h),
         Err(e) => {
