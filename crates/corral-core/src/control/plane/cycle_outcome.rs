@@ -58,7 +58,7 @@ impl ControlPlane {
                 self.scheduler.finish(&p.job);
                 continue;
             };
-            let message = p.reason.to_string();
+            let message = p.reason.as_seen_by(&p.job).to_string();
             match moved.get(&p.job) {
                 Some(to) => {
                     // Stays admitted at the new placement, which is recorded now; the

@@ -40,6 +40,39 @@ pub enum PreemptionReason {
     },
 }
 
+/// What a victim is told of a job in another namespace: never its name (tenants are walled
+/// off; a job's name can say what a team works on).
+const ELSEWHERE: &str = "a job of another namespace";
+
+impl PreemptionReason {
+    /// The reason as `victim` (a job key, `namespace/name`) may read it: a job of another
+    /// namespace is not named.
+    pub fn as_seen_by(&self, victim: &str) -> PreemptionReason {
+        let namespace = |job: &str| job.split_once('/').map(|(ns, _)| ns.to_string());
+        let shown = |other: &str| {
+            if namespace(other) == namespace(victim) {
+                other.to_string()
+            } else {
+                ELSEWHERE.to_string()
+            }
+        };
+        let mut seen = self.clone();
+        match &mut seen {
+            PreemptionReason::LowerPriority { preemptor, .. }
+            | PreemptionReason::Reclaim { preemptor, .. }
+            | PreemptionReason::AttainedService { preemptor, .. } => {
+                *preemptor = shown(preemptor);
+            }
+            PreemptionReason::Rebalance { swapped_with, .. } => {
+                if let Some(other) = swapped_with {
+                    *other = shown(other);
+                }
+            }
+        }
+        seen
+    }
+}
+
 impl fmt::Display for PreemptionReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -88,5 +121,34 @@ impl fmt::Display for PreemptionReason {
                 "moved from pool {from_pool} to pool {to_pool} (speed x{speedup:.2}), trading places with {other}, which gains much more or loses much less from the move"
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_victim_reads_the_name_of_a_preemptor_of_its_own_namespace_only() {
+        let reason = PreemptionReason::LowerPriority {
+            preemptor: "team-b/secret-launch".into(),
+            preemptor_priority: 100,
+            victim_priority: 0,
+        };
+        let other = reason.as_seen_by("team-a/resnet").to_string();
+        assert!(!other.contains("secret-launch"), "{other}");
+        assert!(other.contains("a job of another namespace"), "{other}");
+        let same = reason.as_seen_by("team-b/resnet").to_string();
+        assert!(same.contains("team-b/secret-launch"), "{same}");
+        let swap = PreemptionReason::Rebalance {
+            from_pool: "a".into(),
+            to_pool: "b".into(),
+            speedup: 2.0,
+            swapped_with: Some("team-b/x".into()),
+        };
+        assert!(
+            !swap.as_seen_by("team-a/y").to_string().contains("team-b/x"),
+            "a swap partner of another namespace is not named"
+        );
     }
 }
