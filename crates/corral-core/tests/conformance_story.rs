@@ -74,7 +74,9 @@ fn the_conformance_story_through_the_bare_plane() {
             ScenarioStep::Resume(name) => {
                 shell.plane.set_suspend(&key(name), false).expect("resume");
             }
-            ScenarioStep::Delete(name) => shell.plane.delete(&key(name)).expect("delete"),
+            ScenarioStep::Delete(name) => {
+                shell.plane.delete(&key(name)).expect("delete");
+            }
             ScenarioStep::GpuTurnsUnhealthy(name) => {
                 let gpus = shell.gpus_of(&key(name), 0);
                 assert!(!gpus.is_empty(), "{name}'s worker-0 holds a GPU");

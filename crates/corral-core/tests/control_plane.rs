@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use corral_api::training_job::ConditionType;
 use corral_core::control::{
-    Change, ControlConfig, ControlError, ControlPlane, HeldAdmission, RestoredJob,
+    Change, ControlConfig, ControlError, ControlPlane, Effect, HeldAdmission, RestoredJob,
 };
 use corral_core::lifecycle::{
     Action, FailureReason, Incarnation, JobState, ObservedReplica, ReplicaId, ReplicaPhase,
@@ -119,11 +119,18 @@ fn a_scenario_of_arrivals_failure_preemption_suspend_and_delete() {
     // Suspend urgent: its replicas stop with the configured grace period (not 30 s), and
     // wide, which waits with less attained service than small, is admitted in its place.
     shell.stops.clear();
-    let stored = shell
+    let (stored, effect) = shell
         .plane
         .set_suspend("team/urgent", true)
         .expect("suspend");
     assert!(stored.spec.run_policy.suspend);
+    assert_eq!(effect, Effect::Made);
+    // A second suspend changes nothing and says so.
+    let (_, again) = shell
+        .plane
+        .set_suspend("team/urgent", true)
+        .expect("suspend again");
+    assert_eq!(again, Effect::AlreadySo);
     shell.run(1);
     assert_eq!(shell.state("team/urgent"), JobState::Suspended);
     assert!(
@@ -147,7 +154,8 @@ fn a_scenario_of_arrivals_failure_preemption_suspend_and_delete() {
     assert!(shell.events("team/urgent").contains(&"Resumed"));
 
     // Delete urgent: replicas stop, then it is removed, and the next job runs.
-    shell.plane.delete("team/urgent").expect("delete");
+    assert_eq!(shell.plane.delete("team/urgent"), Ok(Effect::Made));
+    assert_eq!(shell.plane.delete("team/urgent"), Ok(Effect::AlreadySo));
     shell.run(1);
     assert!(shell.plane.job("team/urgent").is_none());
     assert!(

@@ -77,14 +77,6 @@ impl ClusterConfig {
     }
 }
 
-/// What a delete, suspend or resume did: changed the job, or found it so already (a
-/// second delete of a job being deleted, a suspend of a suspended job).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Change {
-    Made,
-    AlreadySo,
-}
-
 /// Why a request was refused or an operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {

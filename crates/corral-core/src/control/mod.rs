@@ -57,8 +57,8 @@ pub use exec::{
 };
 pub use ledger::{Ledger, ServiceByType};
 pub use plane::{
-    Change, ControlError, ControlPlane, HeldAdmission, JobAction, JobRecord, LaunchRejection,
-    RestoredJob, SchedulingHints, StartFailure, Step,
+    Change, ControlError, ControlPlane, Effect, HeldAdmission, JobAction, JobRecord,
+    LaunchRejection, RestoredJob, SchedulingHints, StartFailure, Step,
 };
 pub use room::{Need, Room, take_gang};
 pub use rules::{

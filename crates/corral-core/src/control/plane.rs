@@ -106,6 +106,14 @@ pub struct RestoredJob {
     pub service: Option<ServiceByType>,
 }
 
+/// What a user's delete, suspend or resume did: changed the job, or found it so already (a
+/// second delete of a job being deleted, a suspend of a suspended job).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Effect {
+    Made,
+    AlreadySo,
+}
+
 /// What the shell must persist, in order, before applying the actions of the same step.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Change {
@@ -473,27 +481,35 @@ impl ControlPlane {
 
     /// The user deleted the job: its replicas stop with its grace period, then
     /// [`Change::Removed`] says it is gone. A job waiting in its queue leaves it at once.
-    pub fn delete(&mut self, key: &str) -> Result<(), ControlError> {
+    pub fn delete(&mut self, key: &str) -> Result<Effect, ControlError> {
         if self.retired.remove(key) {
             self.retired_removed.push(key.to_string());
-            return Ok(());
+            return Ok(Effect::Made);
         }
         let e = self
             .jobs
             .get_mut(key)
             .ok_or_else(|| ControlError::NotFound(key.to_string()))?;
+        if e.deleting {
+            return Ok(Effect::AlreadySo);
+        }
         e.deleting = true;
         if e.standing == Standing::Queued {
             self.scheduler.finish(key);
             e.standing = Standing::Out;
         }
         self.unsettled.insert(key.to_string());
-        Ok(())
+        Ok(Effect::Made)
     }
 
-    /// Sets or clears `runPolicy.suspend`. Returns the job as it must be stored. A finished
-    /// job cannot be resumed or suspended; a job being deleted neither.
-    pub fn set_suspend(&mut self, key: &str, suspend: bool) -> Result<TrainingJob, ControlError> {
+    /// Sets or clears `runPolicy.suspend`. Returns the job as it must be stored, and whether
+    /// that changed it. A finished job cannot be resumed or suspended; a job being deleted
+    /// neither.
+    pub fn set_suspend(
+        &mut self,
+        key: &str,
+        suspend: bool,
+    ) -> Result<(TrainingJob, Effect), ControlError> {
         if self.retired.contains(key) {
             let what = if suspend { "suspended" } else { "resumed" };
             return Err(ControlError::Conflict(format!(
@@ -515,6 +531,9 @@ impl ControlPlane {
                 "TrainingJob {key} has finished and cannot be {what}"
             )));
         }
+        if e.job.spec.run_policy.suspend == suspend {
+            return Ok((e.job.clone(), Effect::AlreadySo));
+        }
         e.job.spec.run_policy.suspend = suspend;
         if suspend && e.standing == Standing::Queued {
             self.scheduler.finish(key);
@@ -523,7 +542,7 @@ impl ControlPlane {
         }
         let job = e.job.clone();
         self.unsettled.insert(key.to_string());
-        Ok(job)
+        Ok((job, Effect::Made))
     }
 
     // ---- observations ---------------------------------------------------------------

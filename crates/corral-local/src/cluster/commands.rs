@@ -7,11 +7,11 @@ use std::sync::Arc;
 use corral_api::TrainingJob;
 use corral_api::document::{Document, parse_documents};
 use corral_api::validate::ValidationContext;
-use corral_core::control::{ControlError, EventType, JobRecord, SubmitCheck};
+use corral_core::control::{ControlError, Effect, EventType, JobRecord, SubmitCheck};
 use jiff::Timestamp;
 
 use super::engine::{Cluster, millis, new_uid};
-use super::{Change, ClusterError, DocumentProblem, FieldProblem, SubmitResult};
+use super::{ClusterError, DocumentProblem, FieldProblem, SubmitResult};
 use crate::config::WithoutRuntime;
 use crate::store::{NewJob, StoredJob};
 
@@ -526,14 +526,16 @@ impl Cluster {
         namespace: &str,
         name: &str,
         now: Timestamp,
-    ) -> Result<Change, ClusterError> {
+    ) -> Result<Effect, ClusterError> {
         let stored = self.require(namespace, name)?;
-        let change = if stored.deleting {
-            Change::AlreadySo
-        } else {
-            Change::Made
+        let effect = match self.plane.delete(&stored.key()) {
+            Ok(effect) => effect,
+            // Kept by the store alone (the plane never held it): the store's flag says.
+            Err(ControlError::NotFound(_)) if stored.deleting => Effect::AlreadySo,
+            Err(ControlError::NotFound(_)) => Effect::Made,
+            Err(e) => return Err(ClusterError::Conflict(e.to_string())),
         };
-        if !stored.deleting {
+        if effect == Effect::Made {
             self.store.mark_deleting(&stored.uid)?;
             self.refresh_job(namespace, name)?;
             self.event(
@@ -545,10 +547,7 @@ impl Cluster {
                 "deleted; stopping its replicas".into(),
             );
         }
-        match self.plane.delete(&stored.key()) {
-            Ok(()) | Err(ControlError::NotFound(_)) => Ok(change),
-            Err(e) => Err(ClusterError::Conflict(e.to_string())),
-        }
+        Ok(effect)
     }
 
     /// Sets `runPolicy.suspend`: replicas stop, the admission is given back, the job keeps
@@ -558,7 +557,7 @@ impl Cluster {
         namespace: &str,
         name: &str,
         now: Timestamp,
-    ) -> Result<Change, ClusterError> {
+    ) -> Result<Effect, ClusterError> {
         self.set_suspend(namespace, name, true, now)
     }
 
@@ -568,7 +567,7 @@ impl Cluster {
         namespace: &str,
         name: &str,
         now: Timestamp,
-    ) -> Result<Change, ClusterError> {
+    ) -> Result<Effect, ClusterError> {
         self.set_suspend(namespace, name, false, now)
     }
 
@@ -578,21 +577,21 @@ impl Cluster {
         name: &str,
         suspend: bool,
         now: Timestamp,
-    ) -> Result<Change, ClusterError> {
+    ) -> Result<Effect, ClusterError> {
         let stored = self.require(namespace, name)?;
-        if stored.job.spec.run_policy.suspend == suspend && !stored.deleting {
-            return Ok(Change::AlreadySo);
+        let (mut job, effect) =
+            self.plane
+                .set_suspend(&stored.key(), suspend)
+                .map_err(|e| match e {
+                    ControlError::NotFound(_) => ClusterError::NotFound {
+                        namespace: namespace.to_string(),
+                        name: name.to_string(),
+                    },
+                    other => ClusterError::Conflict(other.to_string()),
+                })?;
+        if effect == Effect::AlreadySo {
+            return Ok(effect);
         }
-        let mut job = self
-            .plane
-            .set_suspend(&stored.key(), suspend)
-            .map_err(|e| match e {
-                ControlError::NotFound(_) => ClusterError::NotFound {
-                    namespace: namespace.to_string(),
-                    name: name.to_string(),
-                },
-                other => ClusterError::Conflict(other.to_string()),
-            })?;
         job.metadata.generation = Some(stored.job.metadata.generation.unwrap_or(1) + 1);
         self.store.update_spec(&stored.uid, &job)?;
         self.refresh_job(namespace, name)?;
@@ -602,7 +601,7 @@ impl Cluster {
             ("Resume", "runPolicy.suspend cleared by the user")
         };
         self.event(namespace, name, now, EventType::Normal, reason, msg.into());
-        Ok(Change::Made)
+        Ok(Effect::Made)
     }
 }
 

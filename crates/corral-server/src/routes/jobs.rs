@@ -3,7 +3,7 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::response::IntoResponse;
-use corral_local::cluster::Change;
+use corral_core::control::Effect;
 use jiff::Timestamp;
 use serde_json::json;
 
@@ -82,7 +82,7 @@ async fn change(
         .await??;
     state.wake();
     // `changed: false`: the job was so already (a second delete of a job being deleted).
-    let changed = change == Change::Made;
+    let changed = change == Effect::Made;
     Ok(Json(json!({
         "namespace": namespace,
         "name": name,
