@@ -13,16 +13,14 @@
 mod bench;
 #[allow(dead_code)] // of what the CLI's test binaries share, this one uses `prerequisite`
 mod common;
+use common::cluster::TestCluster;
 #[path = "browser/driver.rs"]
 mod driver;
 #[path = "browser/pages.rs"]
 mod pages;
 
 use std::process::ExitCode;
-use std::time::Duration;
 
-use corral_local::{ClusterConfig, ClusterFileConfig};
-use corral_server::{Server, ServerOptions};
 use libtest_mimic::{Arguments, Failed, Trial};
 
 type TestResult = Result<(), Failed>;
@@ -70,32 +68,5 @@ fn check(cond: bool, what: impl Into<String>) -> TestResult {
         Ok(())
     } else {
         Err(what.into().into())
-    }
-}
-
-/// A server on a free port with a temporary data directory.
-struct TestCluster {
-    server: Server,
-    _dir: tempfile::TempDir,
-}
-
-impl TestCluster {
-    fn start(config_yaml: &str) -> Result<TestCluster, Failed> {
-        let dir = tempfile::tempdir()?;
-        let mut cluster = ClusterConfig::new(dir.path().join("data"));
-        cluster.file = ClusterFileConfig::parse(config_yaml).map_err(|e| e.to_string())?;
-        let mut options = ServerOptions::new(cluster);
-        options.listen = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
-        options.tick_interval = Duration::from_millis(100);
-        let server = Server::start(options)?;
-        Ok(TestCluster { server, _dir: dir })
-    }
-
-    fn client(&self, token: Option<&str>) -> corral_server::api_client::Client {
-        corral_server::api_client::Client::new(&self.server.url(), token)
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.server.url())
     }
 }

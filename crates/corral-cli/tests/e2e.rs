@@ -6,6 +6,7 @@
 //! shim `<current executable> shim <dir>`: invoked that way, this binary is the shim.
 
 mod common;
+use common::cluster::TestCluster;
 // The tests, by topic. This file is the test crate's root, whose `mod` paths start at
 // tests/ (where every .rs file is a test target of its own), hence the paths.
 #[path = "e2e/api_contract.rs"]
@@ -39,9 +40,7 @@ use std::time::{Duration, Instant};
 
 use corral_cli::{doctor, manifests, plan, quickstart, remote, up};
 use corral_local::cluster::JobState;
-use corral_local::{ClusterConfig, ClusterFileConfig};
 use corral_server::api_client::{Client, LogRequest};
-use corral_server::{Server, ServerOptions};
 use libtest_mimic::{Arguments, Failed, Trial};
 use serde_json::Value;
 
@@ -175,67 +174,6 @@ fn check(cond: bool, what: impl Into<String>) -> TestResult {
         Ok(())
     } else {
         Err(what.into().into())
-    }
-}
-
-/// A server on a free port with a temporary data directory.
-struct TestCluster {
-    server: Server,
-    _dir: tempfile::TempDir,
-}
-
-impl TestCluster {
-    fn start(config_yaml: &str) -> Result<TestCluster, Failed> {
-        let dir = tempfile::tempdir()?;
-        // As root, replicas run as their namespaces' uids and pass through it.
-        {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))?;
-        }
-        let mut cluster = ClusterConfig::new(dir.path().join("data"));
-        cluster.file = ClusterFileConfig::parse(config_yaml).map_err(|e| e.to_string())?;
-        let mut options = ServerOptions::new(cluster);
-        options.listen = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
-        options.tick_interval = Duration::from_millis(100);
-        let server = Server::start(options)?;
-        Ok(TestCluster { server, _dir: dir })
-    }
-
-    /// The same, serving HTTPS with a self-signed certificate made in its data directory,
-    /// and that certificate's fingerprint.
-    fn start_https(config_yaml: &str) -> Result<(TestCluster, String), Failed> {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir()?;
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))?;
-        let data = dir.path().join("data");
-        std::fs::create_dir(&data)?;
-        std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o711))?;
-        let (files, _) = corral_server::tls::self_signed(
-            &data,
-            &corral_server::tls::names_for([127, 0, 0, 1].into()),
-        )?;
-        let fingerprint = corral_server::tls::fingerprint_of_file(&files.cert)?;
-        let mut cluster = ClusterConfig::new(data);
-        cluster.file = ClusterFileConfig::parse(config_yaml).map_err(|e| e.to_string())?;
-        let mut options = ServerOptions::new(cluster);
-        options.listen = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
-        options.tick_interval = Duration::from_millis(100);
-        options.tls = Some(files);
-        let server = Server::start(options)?;
-        Ok((TestCluster { server, _dir: dir }, fingerprint))
-    }
-
-    fn client(&self, token: Option<&str>) -> Client {
-        Client::new(&self.server.url(), token)
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.server.url())
-    }
-
-    /// `<data>/code`: the code snapshots.
-    fn code_dir(&self) -> PathBuf {
-        self._dir.path().join("data/code")
     }
 }
 

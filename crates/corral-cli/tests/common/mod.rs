@@ -1,6 +1,7 @@
 //! What the CLI's test binaries share.
 
 pub mod bad_manifests;
+pub mod cluster;
 
 /// Whether a test's prerequisite (`what`, e.g. python3) is there. Under `CI=true` a missing
 /// one fails the test, so CI cannot pass by skipping; elsewhere the test prints why it is

@@ -166,7 +166,7 @@ pub(super) fn gpu_type_names_capacity_warnings_doctor_and_plan() -> TestResult {
     )?;
 
     // The server holds its data directory: doctor says who, with the fix.
-    let data = c._dir.path().join("data");
+    let data = c.dir.path().join("data");
     let r = doctor::report(&doctor::DoctorArgs {
         data_dir: Some(data.clone()),
         config: None,
