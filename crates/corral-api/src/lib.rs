@@ -12,6 +12,7 @@ pub mod kubeflow;
 pub mod meta;
 pub mod metric_names;
 pub mod node_pool;
+pub mod progress;
 pub mod quantity;
 pub mod queue;
 pub mod suggest;

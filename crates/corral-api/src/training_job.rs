@@ -513,6 +513,9 @@ pub struct TrainingJobStatus {
     /// succeeds.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub start_failures: u32,
+    /// How far the training is, as its replicas report it (see [`crate::progress`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<Box<crate::progress::JobProgress>>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

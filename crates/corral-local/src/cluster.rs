@@ -35,6 +35,7 @@ mod commands;
 mod engine;
 mod exec;
 mod node;
+mod progress;
 mod recovery;
 mod replicas;
 mod shutdown;
@@ -582,6 +583,7 @@ pub use commands::{CheckedSubmission, SubmitContext};
 pub use engine::Cluster;
 pub use exec::{ExecAuth, ExecError};
 pub use node::{build_cluster, control_config, local_node, unhealthy_gpus, validation_context};
+pub use progress::JobProgressRow;
 
 #[cfg(test)]
 mod tests {

@@ -4,6 +4,8 @@
 //! test's own, moved forward a second per pass so that restart back-offs pass quickly.
 
 mod common;
+#[path = "cluster_e2e/progress.rs"]
+mod progress;
 #[path = "cluster_e2e/story.rs"]
 mod story;
 
@@ -755,6 +757,10 @@ fn finished_jobs_are_kept_as_summaries_across_a_restart() {
 
 fn main() -> std::process::ExitCode {
     common::main(vec![
+        (
+            "reported_progress_reaches_the_status",
+            progress::reported_progress_reaches_the_status,
+        ),
         (
             "finished_jobs_are_kept_as_summaries_across_a_restart",
             finished_jobs_are_kept_as_summaries_across_a_restart,

@@ -12,7 +12,9 @@
 use std::fmt::Write as _;
 
 use corral_api::metric_names as names;
-use corral_local::cluster::{JobState, MetricsSnapshot, QueueInfo, QuotaLimits, ReplicaUsageRow};
+use corral_local::cluster::{
+    JobProgressRow, JobState, MetricsSnapshot, QueueInfo, QuotaLimits, ReplicaUsageRow,
+};
 
 const STATES: [JobState; 10] = [
     JobState::Queued,
@@ -352,6 +354,32 @@ fn gpu_families(m: &MetricsSnapshot, replicas: &[ReplicaUsageRow]) -> Vec<Family
 /// `promtool check metrics` (Debian package `prometheus`) over `text`: its exit status and
 /// what it said; `None` where promtool is not installed. For tests (this crate's and the
 /// end-to-end ones), which hold /metrics to Prometheus' own linter.
+/// How far each job is, and when it should end, as its replicas report it.
+fn progress_families(rows: &[JobProgressRow]) -> [Family; 2] {
+    let mut ratio = Family::new(
+        "job_progress",
+        "Fraction of its training a job has done, as its replicas report it",
+        Kind::Gauge,
+    )
+    .with_unit("ratio");
+    let mut eta = Family::new(
+        "job_eta",
+        "Time a job should still take, at the rate of steps measured in its current attempt",
+        Kind::Gauge,
+    )
+    .with_unit("seconds");
+    for r in rows {
+        let labels = vec![label("namespace", &r.namespace), label("job", &r.job)];
+        if let Some(p) = r.progress.percent {
+            ratio.add(labels.clone(), Value::Float(p / 100.0));
+        }
+        if let Some(s) = r.progress.eta_seconds {
+            eta.add(labels, Value::Int(s));
+        }
+    }
+    [ratio, eta]
+}
+
 pub fn promtool_check(text: &str) -> std::io::Result<Option<(i32, String)>> {
     use std::io::Write as _;
     use std::process::{Command, Stdio};
@@ -399,6 +427,7 @@ pub fn render(
     m: &MetricsSnapshot,
     queues: &[QueueInfo],
     replicas: &[ReplicaUsageRow],
+    progress: &[JobProgressRow],
     format: Format,
 ) -> String {
     let mut families = Vec::new();
@@ -582,6 +611,7 @@ pub fn render(
         gpus.add(labels, Value::Int(r.gpus.len() as u64));
     }
     families.extend([cpu, memory, gpus]);
+    families.extend(progress_families(progress));
     families.extend(gpu_families(m, replicas));
 
     let mut text = String::new();
@@ -685,7 +715,7 @@ mod tests {
             gpu_utilization_percent: Some(97),
             gpu_memory_bytes: Some(29 << 30),
         }];
-        let text = render(&m, &queues, &rows, Format::Text);
+        let text = render(&m, &queues, &rows, &[], Format::Text);
         let on0 = "gpu=\"0\",UUID=\"GPU-0\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"gpu-host\",namespace=\"ns\",job=\"j\",replica=\"j-worker-0\"";
         let on1 =
             "gpu=\"1\",UUID=\"GPU-1\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"gpu-host\"}";
@@ -735,7 +765,7 @@ mod tests {
     #[test]
     fn without_nvml_there_are_no_gpu_series() {
         let (m, queues, rows) = sample();
-        let text = render(&m, &queues, &rows, Format::Text);
+        let text = render(&m, &queues, &rows, &[], Format::Text);
         assert!(!text.contains("DCGM_"), "{text}");
         assert!(!text.contains("corral_gpu_healthy"), "{text}");
         assert!(!text.contains("replica_gpu_memory"), "{text}");
@@ -744,8 +774,21 @@ mod tests {
     #[test]
     fn renders_cluster_quota_and_replica_metrics() {
         let (m, queues, rows) = sample();
-        let text = render(&m, &queues, &rows, Format::Text);
+        let progress = [JobProgressRow {
+            namespace: "ns".into(),
+            job: "j".into(),
+            progress: corral_api::progress::JobProgress {
+                step: 60,
+                total_steps: Some(100),
+                percent: Some(60.0),
+                eta_seconds: Some(150),
+                ..Default::default()
+            },
+        }];
+        let text = render(&m, &queues, &rows, &progress, Format::Text);
         for needle in [
+            "corral_job_progress_ratio{namespace=\"ns\",job=\"j\"} 0.6",
+            "corral_job_eta_seconds{namespace=\"ns\",job=\"j\"} 150",
             "corral_jobs{queue=\"team-a\",state=\"Running\"} 2",
             "corral_jobs{queue=\"team-a\",state=\"Failed\"} 0",
             "corral_queue_gpus_in_use{queue=\"team-a\"} 0",
@@ -778,7 +821,7 @@ mod tests {
     #[test]
     fn openmetrics_names_counter_families_without_total_and_ends_with_eof() {
         let (m, queues, rows) = sample();
-        let text = render(&m, &queues, &rows, Format::OpenMetrics);
+        let text = render(&m, &queues, &rows, &[], Format::OpenMetrics);
         for needle in [
             "# TYPE corral_jobs_submitted counter\ncorral_jobs_submitted_total 3\n",
             "# TYPE corral_scheduling_cycle_last_seconds gauge\n# UNIT corral_scheduling_cycle_last_seconds seconds\n",
@@ -832,8 +875,8 @@ mod tests {
         let mut reversed = rows.clone();
         reversed.reverse();
         assert_eq!(
-            render(&m, &queues, &rows, Format::Text),
-            render(&m, &queues, &reversed, Format::Text)
+            render(&m, &queues, &rows, &[], Format::Text),
+            render(&m, &queues, &reversed, &[], Format::Text)
         );
     }
 }

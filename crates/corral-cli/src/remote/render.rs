@@ -53,6 +53,33 @@ pub fn age(t: Timestamp, now: Timestamp) -> String {
     }
 }
 
+/// `60% (step 60/100, 125.5 samples/s), ETA 2m; loss=0.25 (worker-0, 12s ago)`.
+pub fn progress_text(p: &corral_api::progress::JobProgress, now: Timestamp) -> String {
+    let mut t = match p.percent {
+        Some(pct) => format!("{pct}% ("),
+        None => "(".to_string(),
+    };
+    t += &match p.total_steps {
+        Some(total) => format!("step {}/{total}", p.step),
+        None => format!("step {}", p.step),
+    };
+    if let Some(rate) = p.samples_per_second {
+        t += &format!(", {rate} samples/s");
+    }
+    t += ")";
+    if let Some(eta) = p.eta_seconds {
+        let done =
+            Timestamp::from_second(now.as_second().saturating_add(eta as i64)).unwrap_or(now);
+        t += &format!(", ETA {}", age(now, done));
+    }
+    if !p.metrics.is_empty() {
+        let metrics: Vec<String> = p.metrics.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        t += &format!("; {}", metrics.join(" "));
+    }
+    t += &format!(" ({}, {} ago)", p.replica, age(p.updated, now));
+    t
+}
+
 pub fn bytes(b: u64) -> String {
     const UNITS: [&str; 5] = ["B", "Ki", "Mi", "Gi", "Ti"];
     let mut v = b as f64;
@@ -169,6 +196,9 @@ pub fn describe_text(d: &JobDetails) -> String {
         "Restarts:    {} (preempted {} times)",
         s.restarts, s.preemptions
     );
+    if let Some(p) = d.job.status.as_ref().and_then(|st| st.progress.as_ref()) {
+        let _ = writeln!(t, "Progress:    {}", progress_text(p, now));
+    }
     if let Some(reason) = &d.pending_reason {
         let _ = writeln!(t, "Waiting:     {reason}");
     }
@@ -573,6 +603,36 @@ mod tests {
             ],
         }];
         insta::assert_snapshot!("queues", queues_table(&queues));
+    }
+
+    #[test]
+    fn progress_reads_as_a_line() {
+        let now = at(NOW);
+        let p = corral_api::progress::JobProgress {
+            step: 60,
+            total_steps: Some(100),
+            percent: Some(60.0),
+            samples_per_second: Some(125.5),
+            eta_seconds: Some(150),
+            metrics: [("loss".to_string(), 0.25)].into(),
+            updated: at("2026-11-23T11:59:48Z"),
+            replica: "resnet-worker-0".into(),
+            attempt: 0,
+            rate_since_step: 10,
+            rate_since: at("2026-11-23T11:58:00Z"),
+        };
+        assert_eq!(
+            progress_text(&p, now),
+            "60% (step 60/100, 125.5 samples/s), ETA 2m; loss=0.25 (resnet-worker-0, 12s ago)"
+        );
+        let open = corral_api::progress::JobProgress {
+            step: 7,
+            updated: now,
+            replica: "w-0".into(),
+            rate_since: now,
+            ..Default::default()
+        };
+        assert_eq!(progress_text(&open, now), "(step 7) (w-0, 0s ago)");
     }
 
     #[test]

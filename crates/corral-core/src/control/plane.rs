@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::time::Duration;
 
+use corral_api::progress::ProgressReport;
 use corral_api::training_job::{ConditionStatus, ConditionType};
 use corral_api::{TrainingJob, TrainingJobStatus};
 use jiff::Timestamp;
@@ -19,6 +20,7 @@ use super::room::{self, Need, Room};
 // stored, why a job waits, and what it shows.
 mod charging;
 mod cycle_outcome;
+mod progress;
 mod restore;
 mod views;
 mod waiting;
@@ -245,6 +247,8 @@ struct Entry {
     rejected: Option<LaunchRejection>,
     /// Starts the platform could not make, with its words, not yet reconciled.
     start_failed: Vec<StartFailure>,
+    /// Progress its replicas reported, by replica, not yet reconciled.
+    progress: Vec<(String, ProgressReport)>,
 }
 
 /// The platform refused to create a replica incarnation, for good (see
@@ -415,6 +419,7 @@ impl ControlPlane {
             deleting: false,
             rejected: None,
             start_failed: Vec::new(),
+            progress: Vec::new(),
         }
     }
 
@@ -733,6 +738,10 @@ impl ControlPlane {
             {
                 lifecycle::back_off_failed_start(status, &f.replica.name(&job), &f.message, now);
             }
+        }
+        for (replica, report) in std::mem::take(&mut e.progress) {
+            let status = e.job.status.get_or_insert_with(Default::default);
+            lifecycle::record_progress(status, &replica, &report, now);
         }
         let e = &*e;
         let admission = match &e.standing {

@@ -462,6 +462,10 @@ impl Cluster {
         env.push(("CORRAL_NAMESPACE".into(), stored.namespace.clone()));
         env.push(("CORRAL_REPLICA".into(), id.name(&stored.name)));
         env.push(("CORRAL_INCARNATION".into(), inc.to_string()));
+        env.push((
+            corral_api::progress::PROGRESS_FILE_ENV.into(),
+            super::progress::progress_path(&dir).display().to_string(),
+        ));
         if launch.exec_credentials {
             // What the MPI launcher's rsh agent (`corral rsh`) calls the API with: a token
             // that may exec into this job's replicas and nothing else.

@@ -132,6 +132,8 @@ pub struct Cluster {
     /// The node's GPUs NVML reports unhealthy, as last read (see `read_gpu_health`).
     pub(super) unhealthy_gpus: BTreeSet<u32>,
     pub(super) gpu_health_read: Instant,
+    /// The progress files as last read (see `read_progress`).
+    pub(super) progress: super::progress::ProgressFiles,
     pub(super) pools: Vec<NodePoolConfig>,
     /// Declared queues and the implicit `default` one (the control plane's rule).
     pub(super) queues: Vec<QueueConfig>,
@@ -292,6 +294,7 @@ impl Cluster {
         let started = Instant::now();
         self.observe()?;
         self.read_gpu_health(report);
+        self.read_progress();
         self.plane.observe_room(self.room());
         let step = self.plane.step(now);
         self.counters.last_cycle_seconds = started.elapsed().as_secs_f64();

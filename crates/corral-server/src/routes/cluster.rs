@@ -41,7 +41,8 @@ pub(super) async fn top(State(state): State<AppState>, caller: Caller) -> ApiRes
 
 /// With tokens configured, Prometheus scrapes with one (`authorization: {credentials: ...}`
 /// in its scrape config); a namespace's token gets the cluster-wide gauges (jobs by queue
-/// and state, GPUs) and only its own namespace's per-replica series, which name jobs.
+/// and state, GPUs) and only its own namespace's per-replica and per-job series, which name
+/// jobs.
 pub(super) async fn metrics(
     State(state): State<AppState>,
     caller: Caller,
@@ -50,14 +51,18 @@ pub(super) async fn metrics(
     let format = crate::metrics::Format::negotiate(
         headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()),
     );
-    let (snapshot, queues, rows) = state
-        .with_cluster(|c| (c.metrics(), c.queues(), c.top()))
+    let (snapshot, queues, rows, progress) = state
+        .with_cluster(|c| (c.metrics(), c.queues(), c.top(), c.progress_rows()))
         .await?;
     let rows: Vec<_> = rows
         .into_iter()
         .filter(|r| caller.allows(&r.namespace))
         .collect();
-    let text = crate::metrics::render(&snapshot, &queues, &rows, format);
+    let progress: Vec<_> = progress
+        .into_iter()
+        .filter(|p| caller.allows(&p.namespace))
+        .collect();
+    let text = crate::metrics::render(&snapshot, &queues, &rows, &progress, format);
     Ok((
         [(
             header::CONTENT_TYPE,
