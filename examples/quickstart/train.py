@@ -140,6 +140,20 @@ def connect(host, port, rank):
             time.sleep(0.2)
 
 
+def report_progress(step, total_steps, **metrics):
+    """Tells Corral how far training is: `corral describe` shows the percent and an ETA.
+
+    Corral names the file in CORRAL_PROGRESS_FILE; written whole, then renamed, so that it
+    is never read half-written. Elsewhere (no such variable) it does nothing.
+    """
+    path = os.environ.get("CORRAL_PROGRESS_FILE")
+    if not path:
+        return
+    with open(path + ".new", "w", encoding="utf-8") as f:
+        json.dump({"step": step, "totalSteps": total_steps, "metrics": metrics}, f)
+    os.replace(path + ".new", path)
+
+
 def main():
     rank, world_size, host, port = topology()
     xs, ys = make_data(rank, world_size)
@@ -176,6 +190,7 @@ def main():
         params = [p - LEARNING_RATE * g for p, g in zip(params, total)]
         if rank == 0 and (step % 50 == 0 or step == 1):
             log(rank, f"step {step}/{STEPS} loss {loss:.6f}")
+            report_progress(step, STEPS, loss=loss)
 
     weights, bias = params[:-1], params[-1]
     error = max(abs(a - b) for a, b in zip(weights + [bias], TRUE_WEIGHTS + [TRUE_BIAS]))
