@@ -24,7 +24,7 @@ tokens:
 ";
 
 /// A job of `workers` replicas with `gpus` GPUs each that prints a numbered line every
-/// 100 ms for five minutes.
+/// 100 ms for five minutes, and reports each as its progress (of 3,000 steps).
 fn printing_job(name: &str, workers: u32, gpus: u32) -> String {
     format!(
         "apiVersion: corral.dev/v1alpha1
@@ -38,7 +38,7 @@ spec:
       restartPolicy: Never
       resources: {{cpu: 100m, memory: 64Mi, gpu: {gpus}}}
       template:
-        command: [sh, -c, 'i=0; while [ $i -lt 3000 ]; do i=$((i+1)); echo step $i; sleep 0.1; done']
+        command: [sh, -c, 'i=0; while [ $i -lt 3000 ]; do i=$((i+1)); echo step $i; printf \"{{\\\"step\\\":%d,\\\"totalSteps\\\":3000}}\" $i > $CORRAL_PROGRESS_FILE; sleep 0.1; done']
 "
     )
 }
@@ -143,6 +143,15 @@ pub(super) fn a_submitted_job_shows_its_replicas_and_a_live_log() -> TestResult 
     check(
         b.text()?.contains("Log of worker-1"),
         "the log shown is worker-1's",
+    )?;
+    // Its progress, as its replicas report it, on the page without a reload.
+    let progress = b.wait(
+        "the job's reported progress",
+        "const p = document.querySelector('#progress'); return p && /step \\d+\\/3000/.test(p.innerText) ? p.innerText : ''",
+    )?;
+    check(
+        progress.as_str().is_some_and(|p| p.contains('%')),
+        format!("progress shows a percent: {progress}"),
     )?;
     b.screenshot("job")?;
     // The nodes page: which job holds which card.

@@ -79,6 +79,25 @@ function LogTail({ namespace, name, replica }) {
     <pre class="log" id="log" ref=${pre}></pre></section>`;
 }
 
+// A job's reported progress in words, as `corral describe` says it (docs/progress.md).
+function progressText(p) {
+  const parts = [];
+  if (p.percent != null) parts.push(`${p.percent}%`);
+  parts.push(p.totalSteps != null ? `step ${p.step}/${p.totalSteps}` : `step ${p.step}`);
+  if (p.samplesPerSecond != null) parts.push(`${p.samplesPerSecond} samples/s`);
+  if (p.etaSeconds != null) parts.push(`ETA ${duration(p.etaSeconds)}`);
+  const metrics = Object.entries(p.metrics || {}).map(([k, v]) => `${k}=${v}`);
+  if (metrics.length) parts.push(metrics.join(" "));
+  return `${parts.join(" · ")} (${p.replica}, ${age(p.updated)} ago)`;
+}
+
+function duration(secs) {
+  if (secs < 120) return `${secs}s`;
+  if (secs < 7200) return `${Math.floor(secs / 60)}m`;
+  if (secs < 172800) return `${Math.floor(secs / 3600)}h`;
+  return `${Math.floor(secs / 86400)}d`;
+}
+
 export function Job({ namespace, name }) {
   const base = `/api/v1/namespaces/${encodeURIComponent(namespace)}/trainingjobs/${encodeURIComponent(name)}`;
   const d = useLive(`${base}/describe`);
@@ -90,6 +109,7 @@ export function Job({ namespace, name }) {
   }
   const { summary: s, job, admission, replicas, events, pendingReason } = d.data;
   const conditions = (job.status && job.status.conditions) || [];
+  const progress = job.status && job.status.progress;
   const suspended = !!(job.spec.runPolicy && job.spec.runPolicy.suspend);
   const placement = (r) => (admission ? admission.placements.find((p) => p.role === r.role && p.index === r.index) : null);
   const action = (verb, method, path, detail) => () => {
@@ -112,6 +132,7 @@ export function Job({ namespace, name }) {
       setAsk(null);
       setResult(r);
     }} />
+    ${progress ? html`<p id="progress"><b>Progress:</b> ${progressText(progress)}</p>` : ""}
     ${pendingReason ? html`<p class="waiting-reason" id="pending-reason"><b>Why it waits:</b> ${pendingReason}</p>` : ""}
     <section><h2>Conditions</h2>
       <table><tr><th>type</th><th>status</th><th>reason</th><th>message</th><th>since</th></tr>
