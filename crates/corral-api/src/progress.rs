@@ -32,7 +32,42 @@ pub struct ProgressReport {
     /// [`MAX_METRICS`] are kept.
     #[serde(default)]
     pub metrics: BTreeMap<String, f64>,
+    /// The checkpoint the script has just saved, whole and readable: where, and at which
+    /// step. Reported after a stop notice (SIGTERM), it lets Corral stop the job at once
+    /// instead of at the end of the grace period.
+    #[serde(default)]
+    pub checkpoint: Option<CheckpointReport>,
 }
+
+/// A checkpoint as a script reports it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CheckpointReport {
+    pub step: u64,
+    /// Where it is, as the script will read it back (a path, a URL).
+    #[serde(default)]
+    pub path: Option<String>,
+}
+
+/// The job's newest saved checkpoint, in its status; a new attempt gets it in
+/// [`CHECKPOINT_STEP_ENV`] and [`CHECKPOINT_PATH_ENV`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Checkpoint {
+    pub step: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// When its report was seen.
+    pub saved: Timestamp,
+}
+
+/// The environment variable naming the step of the job's last checkpoint (a resumed job).
+pub const CHECKPOINT_STEP_ENV: &str = "CORRAL_CHECKPOINT_STEP";
+/// The environment variable naming where the job's last checkpoint is (a resumed job).
+pub const CHECKPOINT_PATH_ENV: &str = "CORRAL_CHECKPOINT_PATH";
+/// The environment variable naming the file Corral writes when it stops a replica with a
+/// grace period (a preemption, a suspend): why, and by when it must be done.
+pub const STOP_NOTICE_FILE_ENV: &str = "CORRAL_STOP_NOTICE_FILE";
 
 /// The metrics of one report kept in the status at most.
 pub const MAX_METRICS: usize = 8;

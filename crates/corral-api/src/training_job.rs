@@ -516,6 +516,9 @@ pub struct TrainingJobStatus {
     /// How far the training is, as its replicas report it (see [`crate::progress`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<Box<crate::progress::JobProgress>>,
+    /// The newest checkpoint a replica reported saved (see [`crate::progress`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_checkpoint: Option<Box<crate::progress::Checkpoint>>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -762,6 +762,10 @@ fn main() -> std::process::ExitCode {
             progress::reported_progress_reaches_the_status,
         ),
         (
+            "a_checkpoint_on_notice_ends_the_stop_early_and_the_resume_gets_it",
+            progress::a_checkpoint_on_notice_ends_the_stop_early_and_the_resume_gets_it,
+        ),
+        (
             "finished_jobs_are_kept_as_summaries_across_a_restart",
             finished_jobs_are_kept_as_summaries_across_a_restart,
         ),

@@ -221,6 +221,14 @@ pub fn replica_env(
             Framework::XGBoost => frameworks::xgboost(ctx, &mut env)?,
             Framework::Generic => {}
         }
+        // A job that saved a checkpoint resumes from it: where, and at which step.
+        if let Some(c) = job.status.as_ref().and_then(|s| s.last_checkpoint.as_ref()) {
+            use corral_api::progress::{CHECKPOINT_PATH_ENV, CHECKPOINT_STEP_ENV};
+            env.set_if_absent(CHECKPOINT_STEP_ENV, c.step.to_string());
+            if let Some(path) = &c.path {
+                env.set_if_absent(CHECKPOINT_PATH_ENV, path.clone());
+            }
+        }
         if let Some(gpus) = &options.gpu_indices {
             // An empty list hides every GPU; a framework's own setting (the MPI launcher's
             // GPU opt-out) stays.

@@ -63,7 +63,7 @@ pub use observe::{
     current_incarnation,
 };
 pub use policy::DEFAULT_GRACE_PERIOD;
-pub use progress::{RATE_AFTER, RECORD_EVERY, record_progress};
+pub use progress::{RATE_AFTER, RECORD_EVERY, checkpointed_since, record_progress};
 pub use reconcile::{
     Reconciled, back_off_failed_start, fail_rejected_launch, reconcile, reconcile_with,
 };

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use corral_api::TrainingJobStatus;
-use corral_api::progress::{JobProgress, MAX_METRICS, ProgressReport};
+use corral_api::progress::{Checkpoint, JobProgress, MAX_METRICS, ProgressReport};
 use jiff::Timestamp;
 
 /// Steps that moved without moving the percent are written at most this often.
@@ -32,6 +32,7 @@ pub fn record_progress(
     {
         return false;
     }
+    let checkpointed = record_checkpoint(status, report, now);
     let finite = |v: &f64| v.is_finite();
     let total = report.total_steps.filter(|t| *t > 0);
     let percent = report
@@ -70,7 +71,7 @@ pub fn record_progress(
         }
     };
     if !worth {
-        return false;
+        return checkpointed;
     }
     status.progress = Some(Box::new(JobProgress {
         step: report.step,
@@ -92,6 +93,39 @@ pub fn record_progress(
         rate_since: since,
     }));
     true
+}
+
+/// A checkpoint newer than the one recorded (a higher step, or the same step saved
+/// elsewhere) becomes the job's last. Returns whether it did.
+fn record_checkpoint(
+    status: &mut TrainingJobStatus,
+    report: &ProgressReport,
+    now: Timestamp,
+) -> bool {
+    let Some(c) = &report.checkpoint else {
+        return false;
+    };
+    let newer = status
+        .last_checkpoint
+        .as_ref()
+        .is_none_or(|last| c.step > last.step || (c.step == last.step && c.path != last.path));
+    if newer {
+        status.last_checkpoint = Some(Box::new(Checkpoint {
+            step: c.step,
+            path: c.path.clone(),
+            saved: now,
+        }));
+    }
+    newer
+}
+
+/// Whether the job saved a checkpoint since `since` (when its replicas were told to stop):
+/// then waiting out the rest of the grace period gains nothing.
+pub fn checkpointed_since(status: &TrainingJobStatus, since: Timestamp) -> bool {
+    status
+        .last_checkpoint
+        .as_ref()
+        .is_some_and(|c| c.saved >= since)
 }
 
 #[cfg(test)]
@@ -183,6 +217,42 @@ mod tests {
     }
 
     #[test]
+    fn a_reported_checkpoint_becomes_the_last_and_only_a_newer_one_replaces_it() {
+        let mut status = TrainingJobStatus::default();
+        let with = |step, ck: u64, path: &str| ProgressReport {
+            step,
+            checkpoint: Some(corral_api::progress::CheckpointReport {
+                step: ck,
+                path: Some(path.into()),
+            }),
+            ..Default::default()
+        };
+        assert!(record_progress(
+            &mut status,
+            "w-0",
+            &with(100, 100, "/ck/100"),
+            at(0)
+        ));
+        assert!(!checkpointed_since(&status, at(1)));
+        // Within the same percent and 15 s, only because of the checkpoint.
+        assert!(record_progress(
+            &mut status,
+            "w-0",
+            &with(101, 101, "/ck/101"),
+            at(2)
+        ));
+        assert!(checkpointed_since(&status, at(1)));
+        assert!(!record_progress(
+            &mut status,
+            "w-0",
+            &with(101, 100, "/ck/100"),
+            at(3)
+        ));
+        let last = status.last_checkpoint.expect("checkpoint");
+        assert_eq!((last.step, last.path.as_deref()), (101, Some("/ck/101")));
+    }
+
+    #[test]
     fn small_moves_are_not_written_until_they_add_up() {
         let mut status = TrainingJobStatus::default();
         assert!(record_progress(
@@ -229,6 +299,7 @@ mod tests {
             percent: Some(f64::NAN),
             samples_per_second: Some(f64::INFINITY),
             metrics: (0..20).map(|i| (format!("m{i:02}"), i as f64)).collect(),
+            checkpoint: None,
         };
         assert!(record_progress(&mut status, "job-worker-0", &r, at(0)));
         let p = status.progress.expect("progress");

@@ -443,6 +443,18 @@ impl Reconciler {
         }
     }
 
+    /// The grace period of a stop that began when `began` turned true: none once the job has
+    /// saved a checkpoint since (nothing is gained by waiting out the rest; the stop is sent
+    /// again without one).
+    fn until_checkpointed(&self, began: ConditionType, grace: Duration) -> Duration {
+        let since = conditions::get(&self.status, began).map(|c| c.last_transition_time);
+        if since.is_some_and(|t| super::checkpointed_since(&self.status, t)) {
+            Duration::ZERO
+        } else {
+            grace
+        }
+    }
+
     /// The scheduler took the admission back, or a replica was preempted: not a failure.
     /// Every replica stops with the grace period; once none is left, the job returns to its
     /// queue with its restart history.
@@ -469,6 +481,7 @@ impl Reconciler {
                 message.to_string(),
             );
         }
+        let grace = self.until_checkpointed(ConditionType::Queued, grace);
         self.stop_all(grace, StopReason::Preempted);
         if !self.any_active() {
             let msg = "all replicas stopped; back in the queue".to_string();
@@ -500,7 +513,8 @@ impl Reconciler {
             // The deadline clock stops while suspended (as Kubernetes Jobs do).
             self.status.start_time = None;
         }
-        self.stop_all(self.grace_period, StopReason::Suspended);
+        let grace = self.until_checkpointed(ConditionType::Suspended, self.grace_period);
+        self.stop_all(grace, StopReason::Suspended);
         if !self.any_active()
             && (self.is(ConditionType::Admitted) || self.is(ConditionType::Queued))
         {

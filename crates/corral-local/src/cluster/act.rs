@@ -466,6 +466,12 @@ impl Cluster {
             corral_api::progress::PROGRESS_FILE_ENV.into(),
             super::progress::progress_path(&dir).display().to_string(),
         ));
+        env.push((
+            corral_api::progress::STOP_NOTICE_FILE_ENV.into(),
+            super::progress::stop_notice_path(&dir)
+                .display()
+                .to_string(),
+        ));
         if launch.exec_credentials {
             // What the MPI launcher's rsh agent (`corral rsh`) calls the API with: a token
             // that may exec into this job's replicas and nothing else.
@@ -726,14 +732,21 @@ impl Cluster {
             .is_some_and(|rec| rec.incarnation == r.record.incarnation);
         if r.state == ProcessState::Running && current {
             let stop_key = (r.name.clone(), r.record.incarnation.clone());
-            if !self.stopping.contains(&stop_key) {
+            let sent = self.stopping.get(&stop_key).copied();
+            if sent.is_none_or(|g| grace < g) {
+                if sent.is_none() && !grace.is_zero() {
+                    // SIGTERM's words: why, and by when the replica must be done.
+                    super::progress::write_stop_notice(&r.record.dir, reason, grace);
+                }
                 if let Err(e) = self.executor.stop(&r.name, grace) {
                     report.errors.push(format!("stopping {}: {e}", r.name));
                 } else {
-                    self.stopping.insert(stop_key);
-                    report
-                        .stopped
-                        .push(format!("{}-{}-{} ({reason})", r.job, r.role, r.index));
+                    self.stopping.insert(stop_key, grace);
+                    if sent.is_none() {
+                        report
+                            .stopped
+                            .push(format!("{}-{}-{} ({reason})", r.job, r.role, r.index));
+                    }
                 }
             }
             return Ok(());

@@ -138,7 +138,8 @@ pub struct Cluster {
     /// Declared queues and the implicit `default` one (the control plane's rule).
     pub(super) queues: Vec<QueueConfig>,
     /// Stops already sent, by (process name, incarnation label).
-    pub(super) stopping: BTreeSet<(String, String)>,
+    /// With the grace period sent: a shorter one (a checkpoint saved meanwhile) is sent again.
+    pub(super) stopping: BTreeMap<(String, String), std::time::Duration>,
     /// Jobs that gave their admission back while replicas may still run: their ports are
     /// released once none runs (a port is never given to two replicas at once).
     /// uid -> key.

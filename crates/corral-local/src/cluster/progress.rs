@@ -14,6 +14,8 @@ use super::engine::Cluster;
 
 /// The file's name in the replica's `tmp/`.
 pub const PROGRESS_FILE: &str = "progress.json";
+/// The stop notice's name in the replica's `tmp/`.
+pub const STOP_NOTICE_FILE: &str = "stop-notice.json";
 /// How often the files are looked at.
 const PROGRESS_PERIOD: Duration = Duration::from_secs(2);
 /// A report is a few hundred bytes; a larger file is not read.
@@ -24,6 +26,44 @@ pub fn progress_path(replica_dir: &Path) -> PathBuf {
     replica_dir
         .join(crate::executor::TMP_DIR)
         .join(PROGRESS_FILE)
+}
+
+/// Where Corral writes a replica's stop notice (`CORRAL_STOP_NOTICE_FILE`).
+pub fn stop_notice_path(replica_dir: &Path) -> PathBuf {
+    replica_dir
+        .join(crate::executor::TMP_DIR)
+        .join(STOP_NOTICE_FILE)
+}
+
+/// Writes the notice that comes with SIGTERM, on one line: `{"reason":"Preempted",
+/// "graceSeconds":30,"deadline":"..."}`, whole (written, then renamed). A replica that cannot
+/// be told still gets its SIGTERM.
+pub(super) fn write_stop_notice(replica_dir: &Path, reason: &str, grace: Duration) {
+    let deadline = jiff::Timestamp::now()
+        .checked_add(jiff::SignedDuration::try_from(grace).unwrap_or_default())
+        .unwrap_or_else(|_| jiff::Timestamp::now());
+    let notice = serde_json::json!({
+        "reason": reason,
+        "graceSeconds": grace.as_secs(),
+        "deadline": deadline.to_string(),
+    });
+    let path = stop_notice_path(replica_dir);
+    let Ok(mut bytes) = serde_json::to_vec(&notice) else {
+        return;
+    };
+    bytes.push(b'\n');
+    // Readable by the replica's own user (a tenant's uid): the directory it is in is that
+    // user's alone (0700), so the file's mode lets no one else read it.
+    let tmp = path.with_extension("json.new");
+    let written = std::fs::write(&tmp, bytes)
+        .and_then(|()| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644))
+        })
+        .and_then(|()| std::fs::rename(&tmp, &path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
 }
 
 /// What was last read of each file, so that an unchanged one is not read again.
