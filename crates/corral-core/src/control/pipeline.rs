@@ -548,3 +548,23 @@ pub fn step_names(run: &PipelineRun) -> BTreeSet<String> {
         .map(|s| s.name.clone())
         .collect()
 }
+
+/// The jobs of a run's steps that are running, by step: those a shell observes for
+/// [`decide`].
+pub fn watched_jobs(run: &PipelineRun) -> Vec<(String, String)> {
+    run.status
+        .iter()
+        .flat_map(|s| &s.steps)
+        .filter(|(_, st)| st.phase == StepPhase::Running)
+        .filter_map(|(name, st)| st.job.clone().map(|j| (name.clone(), j)))
+        .collect()
+}
+
+/// The jobs a deleted run's steps left, by step: those a shell deletes with it.
+pub fn step_jobs(run: &PipelineRun) -> Vec<String> {
+    run.status
+        .iter()
+        .flat_map(|s| s.steps.values())
+        .filter_map(|st| st.job.clone())
+        .collect()
+}
