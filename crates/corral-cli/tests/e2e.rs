@@ -26,6 +26,8 @@ mod manifest_checks;
 mod metrics;
 #[path = "e2e/mpi.rs"]
 mod mpi;
+#[path = "e2e/pipelines.rs"]
+mod pipelines;
 #[path = "e2e/tls.rs"]
 mod tls;
 #[path = "e2e/usage.rs"]
@@ -60,6 +62,10 @@ fn main() -> ExitCode {
     }
     let args = Arguments::from_args();
     let tests = vec![
+        Trial::test(
+            "a_pipeline_runs_caches_reruns_and_fails_with_its_reason",
+            pipelines::a_pipeline_runs_caches_reruns_and_fails_with_its_reason,
+        ),
         Trial::test(
             "quickstart_job_with_4_replicas_succeeds",
             jobs::quickstart_job_with_4_replicas_succeeds,

@@ -40,6 +40,7 @@ pub use jobs::{
     DescribeArgs, GetArgs, ListArgs, LogsArgs, SubmitArgs, parse_duration_secs, run_describe,
     run_get, run_list, run_logs, run_submit,
 };
+pub use pipelines::describe_text as describe_run_text;
 pub use render::{
     age, bytes, describe_text, jobs_table, names_text, nodes_text, queues_table, table, top_table,
 };

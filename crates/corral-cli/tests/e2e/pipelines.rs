@@ -1,0 +1,235 @@
+//! Pipelines through the real server, with the example's standard-library steps: a
+//! data -> train (2-replica PyTorch-style) -> evaluate run passes artifacts and succeeds;
+//! a rerun with the same inputs is all cache hits; a changed parameter reruns exactly the
+//! steps downstream of it; a failing step is retried, then fails the run with its reason;
+//! a bad run is refused with the field's path and nothing stored; delete takes the steps'
+//! jobs; and `kill -9` of `corral up` mid-run: the finished steps are not run again.
+
+use corral_api::pipeline::{RunPhase, StepPhase};
+use corral_local::cluster::PipelineRunDetails;
+
+use super::*;
+
+const STEP_PY: &str = include_str!("../../../../examples/pipeline/step.py");
+
+/// The example's pipeline (examples/pipeline/pipeline.yaml) named `name`, its steps run
+/// from `dir` and logging each run of a step to `dir/steps.log`.
+fn pipeline(name: &str, lr: &str, dir: &Path) -> Result<String, Failed> {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/pipeline/pipeline.yaml"),
+    )?;
+    let d = dir.display().to_string();
+    let place = format!(
+        "workingDir: {d:?}, env: [{{name: STEPS_LOG, value: {:?}}}], command",
+        format!("{d}/steps.log")
+    );
+    Ok(text
+        .replace("name: example", &format!("name: {name}"))
+        .replace("lr: 0.1", &format!("lr: {lr}"))
+        .replace("{command", &format!("{{{place}"))
+        .replace(
+            "          command: [python3, step.py",
+            &format!("          workingDir: {d:?}\n          env: [{{name: STEPS_LOG, value: {:?}}}]\n          command: [python3, step.py", format!("{d}/steps.log")),
+        ))
+}
+
+/// A directory with the steps' script, where they may log (as root, steps run as their
+/// namespace's uid).
+fn steps_dir() -> Result<tempfile::TempDir, Failed> {
+    use std::os::unix::fs::PermissionsExt;
+    let work = tempfile::tempdir()?;
+    std::fs::write(work.path().join("step.py"), STEP_PY)?;
+    std::fs::set_permissions(work.path(), std::fs::Permissions::from_mode(0o777))?;
+    Ok(work)
+}
+
+fn wait_for_run(client: &Client, ns: &str, name: &str) -> Result<PipelineRunDetails, Failed> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let d = client.describe_pipeline_run(ns, name)?;
+        let phase = d.run.status.as_ref().map(|s| s.phase);
+        if phase.is_some_and(RunPhase::is_finished) {
+            return Ok(d);
+        }
+        if Instant::now() > deadline {
+            return Err(
+                format!("run {name} did not end:\n{}", remote::describe_run_text(&d)).into(),
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn phases(d: &PipelineRunDetails) -> Vec<(String, StepPhase)> {
+    d.steps.iter().map(|s| (s.name.clone(), s.phase)).collect()
+}
+
+fn steps_log(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string(dir.join("steps.log"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+pub(super) fn a_pipeline_runs_caches_reruns_and_fails_with_its_reason() -> TestResult {
+    if !common::prerequisite(common::python3_available(), "python3 is not installed") {
+        return Ok(());
+    }
+    let c = TestCluster::start("")?;
+    let work = steps_dir()?;
+    let client = c.client(None);
+
+    // data -> train (master + worker) -> evaluate, the model passed as an artifact.
+    let submitted = client.submit("default", &pipeline("r1", "0.1", work.path())?)?;
+    check(
+        submitted.len() == 1 && submitted[0].kind.as_deref() == Some("PipelineRun"),
+        format!("{submitted:?}"),
+    )?;
+    let d = wait_for_run(&client, "default", "r1")?;
+    let mut text = remote::describe_run_text(&d);
+    for step in &d.steps {
+        if let Some(job) = &step.job {
+            let mut buf = Vec::new();
+            let _ = client.logs("default", job, &LogRequest::default(), &mut buf);
+            text.push_str(&format!("--- {job}:\n{}", String::from_utf8_lossy(&buf)));
+        }
+    }
+    let all = |p: StepPhase| {
+        ["data", "train", "evaluate"]
+            .iter()
+            .map(|s| (s.to_string(), p))
+            .collect::<Vec<_>>()
+    };
+    check(phases(&d) == all(StepPhase::Succeeded), text.clone())?;
+    let status = d.run.status.clone().unwrap_or_default();
+    let metrics = &status.steps["evaluate"].outputs["metrics"];
+    let score = std::fs::read_to_string(Path::new(&metrics.path).join("score.txt"))?;
+    // sum(0..100) * 0.1
+    check(
+        score.trim() == "score=495",
+        format!("score {score:?}\n{text}"),
+    )?;
+    check(
+        metrics
+            .path
+            .ends_with("artifacts/default/r1/evaluate/metrics")
+            && metrics.sha256.starts_with("sha256:"),
+        format!("{metrics:?}"),
+    )?;
+    // The steps are ordinary jobs, named and labelled by run and step.
+    let train = client.describe("default", "r1-train")?;
+    check(
+        train.summary.replicas_total == 2
+            && train
+                .job
+                .metadata
+                .labels
+                .get("corral.dev/pipeline-step")
+                .map(String::as_str)
+                == Some("train"),
+        format!("{:?}", train.job.metadata),
+    )?;
+    check(
+        text.contains("└─ train") && text.contains("r1-train (Succeeded)"),
+        format!("describe draws the DAG:\n{text}"),
+    )?;
+    check(
+        steps_log(work.path()) == ["data", "train", "evaluate"],
+        format!("{:?}", steps_log(work.path())),
+    )?;
+
+    // The same inputs again: every step reuses r1's result, no job is made.
+    client.submit("default", &pipeline("r2", "0.1", work.path())?)?;
+    let d = wait_for_run(&client, "default", "r2")?;
+    check(
+        phases(&d) == all(StepPhase::Cached),
+        remote::describe_run_text(&d),
+    )?;
+    check(
+        d.steps[1].cached_from.as_deref() == Some("r1/train"),
+        format!("{:?}", d.steps[1]),
+    )?;
+    check(
+        client.describe("default", "r2-data").is_err() && steps_log(work.path()).len() == 3,
+        "a cached step made a job",
+    )?;
+
+    // A new learning rate: data is reused, train and evaluate (downstream of it) run.
+    client.submit("default", &pipeline("r3", "0.2", work.path())?)?;
+    let d = wait_for_run(&client, "default", "r3")?;
+    let expected = vec![
+        ("data".to_string(), StepPhase::Cached),
+        ("train".to_string(), StepPhase::Succeeded),
+        ("evaluate".to_string(), StepPhase::Succeeded),
+    ];
+    check(phases(&d) == expected, remote::describe_run_text(&d))?;
+    check(
+        steps_log(work.path())[3..] == ["train", "evaluate"],
+        format!("{:?}", steps_log(work.path())),
+    )?;
+
+    // A step that always fails, with one retry: run twice, then the run fails saying why.
+    let failing = pipeline("r4", "0.1", work.path())?
+        .replace("step.py, evaluate]", "step.py, fail]")
+        .replace(
+            "outputs: [metrics]",
+            "outputs: [metrics]\n        retries: 1",
+        );
+    client.submit("default", &failing)?;
+    let d = wait_for_run(&client, "default", "r4")?;
+    let status = d.run.status.clone().unwrap_or_default();
+    let message = status.message.clone().unwrap_or_default();
+    check(
+        status.phase == RunPhase::Failed && message.starts_with("step evaluate failed: "),
+        remote::describe_run_text(&d),
+    )?;
+    let job = client.describe("default", "r4-evaluate")?;
+    check(
+        job.summary.restarts == 1
+            && steps_log(work.path())
+                .iter()
+                .filter(|l| *l == "fail")
+                .count()
+                == 2,
+        format!(
+            "retried once: {:?}\n{}",
+            steps_log(work.path()),
+            remote::describe_text(&job)
+        ),
+    )?;
+
+    // A cycle is refused with its path; nothing is stored.
+    let cyclic = pipeline("r5", "0.1", work.path())?.replace(
+        "outputs: [dataset]",
+        "outputs: [dataset]\n        dependsOn: [evaluate]",
+    );
+    let e = client
+        .submit("default", &cyclic)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    check(
+        e.contains("spec.pipelineSpec.steps[0]") && e.contains("cycle"),
+        format!("{e}"),
+    )?;
+    let names: Vec<String> = client
+        .pipeline_runs(Some("default"))?
+        .into_iter()
+        .map(|r| r.metadata.name)
+        .collect();
+    check(names == ["r1", "r2", "r3", "r4"], format!("{names:?}"))?;
+
+    // Deleting a run deletes its steps' jobs.
+    client.delete_pipeline_run("default", "r1")?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while client.describe("default", "r1-train").is_ok() {
+        check(Instant::now() < deadline, "r1-train outlived its run")?;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    check(
+        client.describe_pipeline_run("default", "r1").is_err(),
+        "r1 is still there",
+    )?;
+    Ok(())
+}
