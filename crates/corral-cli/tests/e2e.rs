@@ -63,6 +63,10 @@ fn main() -> ExitCode {
     let args = Arguments::from_args();
     let tests = vec![
         Trial::test(
+            "a_pipeline_run_survives_kill_9_of_the_server",
+            pipelines::a_pipeline_run_survives_kill_9_of_the_server,
+        ),
+        Trial::test(
             "a_pipeline_runs_caches_reruns_and_fails_with_its_reason",
             pipelines::a_pipeline_runs_caches_reruns_and_fails_with_its_reason,
         ),
