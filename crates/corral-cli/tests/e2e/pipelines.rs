@@ -220,6 +220,27 @@ pub(super) fn a_pipeline_runs_caches_reruns_and_fails_with_its_reason() -> TestR
         .collect();
     check(names == ["r1", "r2", "r3", "r4"], format!("{names:?}"))?;
 
+    // The example as written, with its directory as the code snapshot (`corral submit
+    // --code examples/pipeline examples/pipeline/pipeline.yaml`): every step's job runs
+    // from its copy.
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/pipeline");
+    let text = std::fs::read_to_string(example.join("pipeline.yaml"))?;
+    let up = corral_cli::code_archive::upload(&text, &example)?;
+    client.submit_with_code("default", &up.boundary, &up.body)?;
+    let d = wait_for_run(&client, "default", "example")?;
+    let status = d.run.status.clone().unwrap_or_default();
+    let score = status
+        .steps
+        .get("evaluate")
+        .and_then(|s| s.outputs.get("metrics"))
+        .map(|m| std::fs::read_to_string(Path::new(&m.path).join("score.txt")))
+        .transpose()?
+        .unwrap_or_default();
+    check(
+        status.phase == RunPhase::Succeeded && score.trim() == "score=495",
+        format!("{score:?}\n{}", remote::describe_run_text(&d)),
+    )?;
+
     // Deleting a run deletes its steps' jobs.
     client.delete_pipeline_run("default", "r1")?;
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -264,7 +285,9 @@ pub(super) fn a_pipeline_run_survives_kill_9_of_the_server() -> TestResult {
     up.client("t-admin").submit("default", &run)?;
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let d = up.client("t-admin").describe_pipeline_run("default", "crash")?;
+        let d = up
+            .client("t-admin")
+            .describe_pipeline_run("default", "crash")?;
         let train = d.steps.iter().find(|s| s.name == "train").map(|s| s.phase);
         if train == Some(StepPhase::Running) {
             break;

@@ -72,6 +72,12 @@ impl CheckedSubmission {
                 .annotations
                 .insert(crate::code::ANNOTATION.to_string(), digest.to_string());
         }
+        // A run's steps run from it too: each step's job gets its copy when it is made.
+        for run in &mut self.runs {
+            run.metadata
+                .annotations
+                .insert(crate::code::ANNOTATION.to_string(), digest.to_string());
+        }
         self
     }
 }
@@ -314,7 +320,17 @@ impl Cluster {
         let mut stored: Vec<Result<Inserted, ClusterError>> = Vec::with_capacity(batch.len());
         for (mut checked, code) in batch {
             let runs = std::mem::take(&mut checked.runs);
-            let files = code_references(&checked.jobs, code);
+            let steps: Vec<(TrainingJob, Option<String>)> = runs
+                .iter()
+                .flat_map(|r| {
+                    let steps = &r.spec.pipeline_spec.steps;
+                    steps
+                        .iter()
+                        .map(|s| (corral_api::pipeline::step_job(&r.metadata, s), None))
+                })
+                .collect();
+            let mut files = code_references(&checked.jobs, code);
+            files.extend(code_references(&steps, code));
             if !files.is_empty() {
                 stored.push(Err(ClusterError::Invalid(files)));
                 continue;
@@ -323,7 +339,7 @@ impl Cluster {
             let namespace = checked.namespace.clone();
             let new_jobs = self.new_jobs(checked, now, submitted_ms);
             // The runs first: a name taken refuses the whole submission.
-            let run_results = match self.insert_runs(&namespace, runs, now) {
+            let run_results = match self.insert_runs(&namespace, runs, code, now) {
                 Ok(r) => r,
                 Err(e) => {
                     stored.push(Err(e));
@@ -334,6 +350,7 @@ impl Cluster {
             if inserted.is_err() {
                 for r in &run_results {
                     let _ = self.store.remove_run(&r.uid);
+                    let _ = self.code_store().remove(&r.uid);
                 }
             }
             stored.push(inserted.map(|mut i| {
@@ -472,6 +489,7 @@ impl Cluster {
         &mut self,
         namespace: &str,
         job: TrainingJob,
+        code: Option<&std::path::Path>,
         now: Timestamp,
     ) -> Result<Inserted, ClusterError> {
         let checked = CheckedSubmission {
@@ -482,7 +500,22 @@ impl Cluster {
         };
         let new_jobs = self.new_jobs(checked, now, millis(now));
         let images = self.image_policy();
-        self.plan_and_insert(new_jobs, vec![Vec::new()], None, images, now)
+        // The run's snapshot, copied (hard links) for the job as a submission's jobs get it.
+        let copied = match code {
+            None => None,
+            Some(from) => {
+                let uid = new_jobs.first().map(|j| j.uid.clone()).unwrap_or_default();
+                self.code_store().copy(from, &uid).map_err(|e| {
+                    ClusterError::Store(format!("copying the run's code snapshot: {e}"))
+                })?;
+                Some(uid)
+            }
+        };
+        let inserted = self.plan_and_insert(new_jobs, vec![Vec::new()], None, images, now);
+        if let (Err(_), Some(uid)) = (&inserted, copied) {
+            let _ = self.code_store().remove(&uid);
+        }
+        inserted
     }
 
     /// [`Cluster::unsubmit`] for an inserted submission whose batch failed.

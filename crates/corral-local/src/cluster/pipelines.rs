@@ -65,16 +65,20 @@ impl Cluster {
         &mut self,
         namespace: &str,
         runs: Vec<PipelineRun>,
+        code: Option<&std::path::Path>,
         now: Timestamp,
     ) -> Result<Vec<SubmitResult>, ClusterError> {
-        let mut out = Vec::new();
+        let mut out: Vec<SubmitResult> = Vec::new();
+        let undo = |c: &mut Cluster, out: &[SubmitResult]| {
+            for r in out {
+                let _ = c.store.remove_run(&r.uid);
+                let _ = c.code_store().remove(&r.uid);
+            }
+        };
         for mut run in runs {
             let name = run.metadata.name.clone();
             if self.store.run(namespace, &name)?.is_some() {
-                for r in &out {
-                    let r: &SubmitResult = r;
-                    let _ = self.store.remove_run(&r.uid);
-                }
+                undo(self, &out);
                 return Err(ClusterError::Conflict(format!(
                     "PipelineRun {name} already exists in namespace {namespace}: choose another \
                      metadata.name, or `corral delete pipelinerun/{name} -n {namespace}` first"
@@ -85,7 +89,20 @@ impl Cluster {
             run.metadata.uid = Some(uid.clone());
             run.metadata.creation_timestamp = Some(now);
             run.metadata.generation = Some(1);
-            self.store.insert_run(&uid, &run)?;
+            // The run keeps its own copy of the snapshot for the jobs of its steps.
+            if let Some(staged) = code
+                && let Err(e) = self.code_store().copy(staged, &uid)
+            {
+                undo(self, &out);
+                return Err(ClusterError::Store(format!(
+                    "placing the code snapshot of PipelineRun {namespace}/{name}: {e}"
+                )));
+            }
+            if let Err(e) = self.store.insert_run(&uid, &run) {
+                let _ = self.code_store().remove(&uid);
+                undo(self, &out);
+                return Err(e.into());
+            }
             self.event(
                 namespace,
                 &name,
@@ -155,7 +172,7 @@ impl Cluster {
             // and the next decision says what that means for the run.
             for launch in d.create {
                 let step = launch.step.clone();
-                match self.create_step_job(&namespace, &run.metadata.name, launch, now) {
+                match self.create_step_job(&namespace, &run, launch, now) {
                     Ok(inserted) => {
                         created.push(inserted);
                         jobs.insert(step, Observed::Active);
@@ -280,10 +297,17 @@ impl Cluster {
     fn create_step_job(
         &mut self,
         namespace: &str,
-        run: &str,
+        run: &PipelineRun,
         launch: StepLaunch,
         now: Timestamp,
     ) -> Result<Inserted, ClusterError> {
+        let code = run
+            .metadata
+            .annotations
+            .get(crate::code::ANNOTATION)
+            .cloned();
+        let run_uid = run.metadata.uid.clone().unwrap_or_default();
+        let run = run.metadata.name.as_str();
         let who = self
             .tenancy
             .identity(&self.store, namespace)
@@ -308,7 +332,13 @@ impl Cluster {
                 replica.template.env.push(EnvVar::literal(k, v));
             }
         }
-        self.insert_step_job(namespace, job, now)
+        let code_dir = code.as_ref().map(|digest| {
+            job.metadata
+                .annotations
+                .insert(crate::code::ANNOTATION.to_string(), digest.clone());
+            self.code_store().job_dir(&run_uid)
+        });
+        self.insert_step_job(namespace, job, code_dir.as_deref(), now)
     }
 
     /// A job's whole record: the plane's copy while it lives, else the store's.
@@ -401,6 +431,7 @@ impl Cluster {
             }
         }
         self.store.remove_run(&stored.uid)?;
+        let _ = self.code_store().remove(&stored.uid);
         Ok(Some(()))
     }
 }
