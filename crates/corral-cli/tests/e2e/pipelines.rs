@@ -211,7 +211,7 @@ pub(super) fn a_pipeline_runs_caches_reruns_and_fails_with_its_reason() -> TestR
         .unwrap_or_default();
     check(
         e.contains("spec.pipelineSpec.steps[0]") && e.contains("cycle"),
-        format!("{e}"),
+        e.clone(),
     )?;
     let names: Vec<String> = client
         .pipeline_runs(Some("default"))?
