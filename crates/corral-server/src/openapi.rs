@@ -402,6 +402,7 @@ fn unranged_document() -> Value {
                 "SubmitResult": {"type": "object", "properties": {
                     "namespace": {"type": "string"}, "name": {"type": "string"}, "uid": {"type": "string"},
                     "convertedFrom": {"type": "string", "nullable": true},
+                    "kind": {"type": "string", "enum": ["PipelineRun"], "description": "`PipelineRun` for a run; absent for a TrainingJob"},
                     "warnings": {"type": "array", "items": {"type": "string"}, "description": "`path: message` of what the job asks that this cluster accepts but does not honour (e.g. a pod template's tolerations); each is also a Warning event of the job"},
                 }},
                 "Submitted": {"type": "object", "required": ["items", "warnings"], "properties": {
