@@ -141,3 +141,40 @@ pub fn condition_text(path: &Path) -> String {
     let _ = fs::File::open(file).and_then(|f| f.take(MAX_CONDITION_TEXT).read_to_string(&mut text));
     text.trim().to_string()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn equal_trees_hash_equal_wherever_they_are_and_links_are_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        for side in ["a", "b"] {
+            let root = dir.path().join(side);
+            fs::create_dir_all(root.join("sub")).unwrap();
+            fs::write(root.join("sub/x.txt"), "x").unwrap();
+            fs::write(root.join("y.txt"), "y").unwrap();
+        }
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        assert_eq!(hash(&a).unwrap(), hash(&b).unwrap());
+        fs::write(b.join("y.txt"), "changed").unwrap();
+        assert_ne!(hash(&a).unwrap(), hash(&b).unwrap());
+        // A link is its target's name: what it points to is never read.
+        let secret = dir.path().join("secret");
+        fs::write(&secret, "one").unwrap();
+        std::os::unix::fs::symlink(&secret, a.join("link")).unwrap();
+        let before = hash(&a).unwrap();
+        fs::write(&secret, "two").unwrap();
+        assert_eq!(before, hash(&a).unwrap());
+        assert_eq!(condition_text(&a.join("link")), "");
+    }
+
+    #[test]
+    fn a_condition_reads_the_one_file_of_an_artifact() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("verdict"), " pass\n").unwrap();
+        assert_eq!(condition_text(dir.path()), "pass");
+        fs::write(dir.path().join("other"), "x").unwrap();
+        assert_eq!(condition_text(dir.path()), "", "two files: no text");
+    }
+}

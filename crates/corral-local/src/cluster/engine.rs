@@ -276,7 +276,7 @@ impl Cluster {
         decided?;
         // Pipelines after the plane's step: a step that just ended is seen in this pass, and
         // the jobs of the steps it starts are admitted in the next.
-        self.advance_pipelines(now)?;
+        self.advance_pipelines(now, &mut report);
         self.release_idle_ports()?;
         // After the starts: removing ended replicas' cgroups is not on the way from one
         // job's exit to the next one's start.

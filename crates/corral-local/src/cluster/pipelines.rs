@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 
 use super::commands::Inserted;
 use super::engine::{Cluster, millis, new_uid};
-use super::{ClusterError, Event, SubmitResult};
+use super::{ClusterError, Event, SubmitResult, TickReport};
 use crate::store::StoredRun;
 
 /// A run as `corral describe` shows it: the run, and each step in DAG order.
@@ -126,12 +126,27 @@ impl Cluster {
         Ok(out)
     }
 
-    /// Advances every run that has not ended (see the module docs).
-    pub(super) fn advance_pipelines(&mut self, now: Timestamp) -> Result<(), ClusterError> {
-        for stored in self.store.active_runs()? {
-            self.advance_run(stored, now)?;
+    /// Advances every run that has not ended (see the module docs). A run that cannot be
+    /// advanced now (its artifacts unreadable, the store busy) is reported and tried again
+    /// next pass; it holds up neither the other runs nor the rest of the pass.
+    pub(super) fn advance_pipelines(&mut self, now: Timestamp, report: &mut TickReport) {
+        let runs = match self.store.active_runs() {
+            Ok(runs) => runs,
+            Err(e) => {
+                report.errors.push(format!("reading pipeline runs: {e}"));
+                return;
+            }
+        };
+        for stored in runs {
+            let name = format!(
+                "{}/{}",
+                stored.run.metadata.namespace_or_default(),
+                stored.run.metadata.name
+            );
+            if let Err(e) = self.advance_run(stored, now) {
+                report.errors.push(format!("pipeline run {name}: {e}"));
+            }
         }
-        Ok(())
     }
 
     fn advance_run(&mut self, stored: StoredRun, now: Timestamp) -> Result<(), ClusterError> {
