@@ -251,6 +251,9 @@ impl StepSpec {
     }
 }
 
+/// Characters the server appends to `metadata.generateName`, as Kubernetes does.
+pub const GENERATED_SUFFIX_LEN: usize = 5;
+
 /// The name of a step's job: `<run>-<step>`.
 pub fn step_job_name(run: &str, step: &str) -> String {
     format!("{run}-{step}")

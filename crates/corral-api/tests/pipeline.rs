@@ -100,6 +100,31 @@ fn a_parameter_of_the_wrong_type_is_refused() {
 }
 
 #[test]
+fn generate_name_is_for_runs_only() {
+    let with_prefix = RUN.replace("metadata: {name: r1}", "metadata: {generateName: r-}");
+    assert_eq!(errors(&with_prefix), Vec::<String>::new());
+    let both = RUN.replace(
+        "metadata: {name: r1}",
+        "metadata: {name: r1, generateName: r-}",
+    );
+    assert!(
+        errors(&both)
+            .iter()
+            .any(|e| e.starts_with("metadata.generateName: give metadata.name or")),
+        "{:?}",
+        errors(&both)
+    );
+    let job = "apiVersion: corral.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: j, generateName: j-}\nspec: {framework: generic, replicas: {worker: {template: {command: [x]}}}}\n";
+    assert!(
+        errors(job)
+            .iter()
+            .any(|e| e.starts_with("metadata.generateName: is supported for PipelineRuns only")),
+        "{:?}",
+        errors(job)
+    );
+}
+
+#[test]
 fn a_step_job_that_could_not_run_is_refused_at_the_step() {
     let e = errors(&RUN.replace("master: {template", "chief: {template"));
     assert!(

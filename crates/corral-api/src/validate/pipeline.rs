@@ -9,7 +9,9 @@ use petgraph::graph::{DiGraph, NodeIndex};
 
 use super::names::check_meta;
 use super::{ValidationContext, ValidationErrors, check_dns1035_label, unknown_name};
-use crate::pipeline::{PipelineRun, Reference, StepSpec, step_job, step_job_name};
+use crate::pipeline::{
+    GENERATED_SUFFIX_LEN, PipelineRun, Reference, StepSpec, step_job, step_job_name,
+};
 use crate::training_job::TrainingJob;
 use crate::validate::validate_training_job;
 
@@ -40,7 +42,31 @@ pub fn validate_pipeline_run(
     ctx: &ValidationContext,
 ) -> Result<(), ValidationErrors> {
     let mut errs = ValidationErrors::default();
-    check_meta(&run.metadata, true, &mut errs);
+    // With `generateName`, the longest name the server may give it stands for the name.
+    let mut meta = run.metadata.clone();
+    match (meta.name.is_empty(), meta.generate_name.take()) {
+        (true, Some(prefix)) => {
+            meta.name = format!("{prefix}{}", "x".repeat(GENERATED_SUFFIX_LEN));
+            if let Err(e) = check_dns1035_label(&meta.name) {
+                errs.push(
+                    "metadata.generateName",
+                    format!("with the 5 characters the server appends: {e}"),
+                );
+            }
+        }
+        (false, Some(_)) => errs.push(
+            "metadata.generateName",
+            "give metadata.name or metadata.generateName, not both",
+        ),
+        _ => {}
+    }
+    if errs.is_empty() {
+        check_meta(&meta, true, &mut errs);
+    }
+    let run = &PipelineRun {
+        metadata: meta,
+        ..run.clone()
+    };
     let spec = &run.spec.pipeline_spec;
     check_parameters(run, &mut errs);
     if spec.parallelism == Some(0) {

@@ -191,6 +191,11 @@ impl Cluster {
                         Document::PipelineRun(run) => {
                             let mut run = *run;
                             run.metadata.namespace = Some(namespace.to_string());
+                            if run.metadata.name.is_empty()
+                                && let Some(prefix) = &run.metadata.generate_name
+                            {
+                                run.metadata.name = super::pipelines::generated_name(prefix);
+                            }
                             run.status = None;
                             // Each step's job as it will be submitted, checked as a job is.
                             for (i, step) in run.spec.pipeline_spec.steps.iter().enumerate() {

@@ -53,6 +53,24 @@ pub struct StepRow {
     pub message: Option<String>,
 }
 
+/// `prefix` and 5 random characters, as Kubernetes completes a `generateName` (its
+/// alphabet: no vowels, no look-alikes).
+pub(super) fn generated_name(prefix: &str) -> String {
+    use std::hash::{BuildHasher, Hasher};
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write(prefix.as_bytes());
+    let mut bits = h.finish();
+    let mut name = prefix.to_string();
+    for _ in 0..corral_api::pipeline::GENERATED_SUFFIX_LEN {
+        name.push(char::from(
+            ALPHABET[(bits % ALPHABET.len() as u64) as usize],
+        ));
+        bits /= ALPHABET.len() as u64;
+    }
+    name
+}
+
 /// Rounds of gathering facts for one decision at most: each round answers at least one
 /// step, so a run needs no more than a few per step.
 fn max_rounds(run: &PipelineRun) -> usize {
