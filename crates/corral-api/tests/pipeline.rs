@@ -77,9 +77,9 @@ fn a_missing_step_or_output_is_refused_at_its_input() {
     );
     let e = errors(&RUN.replace("steps.data.outputs.dataset", "steps.data.outputs.datasets"));
     assert!(
-        e.iter().any(|e| e.starts_with(
-            "spec.pipelineSpec.steps[1].inputs.data: there is no output of step `data` `datasets`"
-        )),
+        e.iter().any(|e| e
+            == "spec.pipelineSpec.steps[1].inputs.data: step `data` has no output `datasets`; \
+                did you mean `dataset`? its outputs: dataset"),
         "{e:?}"
     );
 }

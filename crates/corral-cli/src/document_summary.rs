@@ -92,9 +92,12 @@ pub fn summary(parsed: &Parsed) -> String {
                 .parallelism
                 .map(|p| format!(", at most {p} at once"))
                 .unwrap_or_default();
+            let name = match (&r.metadata.generate_name, r.metadata.name.as_str()) {
+                (Some(prefix), "") => format!("{prefix}<generated>"),
+                _ => r.metadata.name.clone(),
+            };
             format!(
-                "PipelineRun {}: valid. {}{bound}, {}",
-                r.metadata.name,
+                "PipelineRun {name}: valid. {}{bound}, {}",
                 plural(spec.steps.len() as u64, "step"),
                 plural(spec.parameters.len() as u64, "parameter"),
             )

@@ -175,9 +175,17 @@ fn check_reference(
             Some(&j) => {
                 let outs: Vec<&str> = steps[j].outputs.iter().map(String::as_str).collect();
                 if !outs.contains(&output.as_str()) {
+                    let hint = crate::suggest::did_you_mean(&output, outs.iter().copied())
+                        .map(|m| format!("did you mean `{m}`? "))
+                        .unwrap_or_default();
+                    let known = if outs.is_empty() {
+                        "it has none".to_string()
+                    } else {
+                        format!("its outputs: {}", outs.join(", "))
+                    };
                     errs.push(
                         path,
-                        unknown_name(&format!("output of step `{step}`"), &output, &outs),
+                        format!("step `{step}` has no output `{output}`; {hint}{known}"),
                     );
                 }
             }
