@@ -343,3 +343,50 @@ pub(super) fn a_pipeline_run_survives_kill_9_of_the_server() -> TestResult {
     )?;
     Ok(())
 }
+
+/// A 50-wide run with `parallelism: 8`: never more than 8 of its steps' jobs run at once
+/// (by their recorded start and completion times), and every step runs.
+pub(super) fn a_wide_run_never_has_more_steps_in_flight_than_its_parallelism() -> TestResult {
+    let c = TestCluster::start("")?;
+    let client = c.client(None);
+    let mut steps = String::new();
+    for i in 0..50 {
+        steps.push_str(&format!(
+            "      - {{name: s{i}, cache: {{enabled: false}}, task: {{command: [sleep, '0.2'], \
+             resources: {{cpu: 10m, memory: 16Mi}}}}}}\n"
+        ));
+    }
+    let run = format!(
+        "apiVersion: corral.dev/v1alpha1\nkind: PipelineRun\nmetadata: {{name: wide}}\n\
+         spec:\n  pipelineSpec:\n    parallelism: 8\n    steps:\n{steps}"
+    );
+    client.submit("default", &run)?;
+    let d = wait_for_run(&client, "default", "wide")?;
+    check(
+        d.steps.iter().all(|s| s.phase == StepPhase::Succeeded),
+        remote::describe_run_text(&d),
+    )?;
+    // Each step's job from its start to its end; the most that overlap at one moment.
+    let mut edges = Vec::new();
+    for s in &d.steps {
+        let job = client.describe("default", s.job.as_deref().unwrap_or_default())?;
+        let status = job.job.status.unwrap_or_default();
+        let (Some(start), Some(end)) = (status.start_time, status.completion_time) else {
+            return Err(format!("{} has no start or end", s.name).into());
+        };
+        edges.push((start, 1i32));
+        edges.push((end, -1i32));
+    }
+    // Ends before starts at the same instant: a step that ended frees its place.
+    edges.sort();
+    let (mut now, mut most) = (0, 0);
+    for (_, delta) in edges {
+        now += delta;
+        most = most.max(now);
+    }
+    check(
+        (2..=8).contains(&most),
+        format!("{most} steps ran at once with parallelism 8"),
+    )?;
+    Ok(())
+}
