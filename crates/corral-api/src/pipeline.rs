@@ -52,6 +52,12 @@ pub struct PipelineSpec {
     /// Steps of one run in flight (created and not finished) at most (default: no bound).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parallelism: Option<u32>,
+    /// The exit handler: a step that runs once every other step has ended (or the run has
+    /// failed and nothing else runs), whatever the outcome, with `CORRAL_RUN_PHASE` set to
+    /// it (`Succeeded` or `Failed`). Never cached; no step may read it. Its failure fails a
+    /// run that had succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_exit: Option<Box<StepSpec>>,
 }
 
 /// A typed parameter.
@@ -253,6 +259,9 @@ impl StepSpec {
 
 /// Characters the server appends to `metadata.generateName`, as Kubernetes does.
 pub const GENERATED_SUFFIX_LEN: usize = 5;
+
+/// The variable the exit handler's processes read the run's outcome from.
+pub const RUN_PHASE_ENV: &str = "CORRAL_RUN_PHASE";
 
 /// The name of a step's job: `<run>-<step>`.
 pub fn step_job_name(run: &str, step: &str) -> String {

@@ -36,6 +36,7 @@ fn run(steps: Vec<StepSpec>, parallelism: Option<u32>) -> PipelineRun {
                 parameters: vec![],
                 steps,
                 parallelism,
+                on_exit: None,
             },
             params: BTreeMap::new(),
         },
@@ -221,6 +222,57 @@ fn the_key_changes_with_a_parameter_only_for_the_steps_that_read_it() {
     assert_ne!(first.1, second.1);
 }
 
+#[test]
+fn the_exit_handler_runs_after_a_failure_and_its_own_failure_fails_a_success() {
+    let exit = step("notify", &[]);
+    // The run fails: the exit handler runs, told so, and the run ends with the step's reason.
+    let mut r = run(vec![step("a", &[])], None);
+    r.spec.pipeline_spec.on_exit = Some(Box::new(exit.clone()));
+    let d = settle(&r, &BTreeMap::new(), &BTreeMap::new());
+    r.status = Some(d.status);
+    let jobs = BTreeMap::from([("a".to_string(), Observed::Failed("exit 1".into()))]);
+    let d = settle(&r, &jobs, &BTreeMap::new());
+    assert!(!d.finished, "the exit handler runs first");
+    assert_eq!(d.create.len(), 1);
+    let env = &d.create[0]
+        .job
+        .spec
+        .replicas
+        .values()
+        .next()
+        .unwrap()
+        .template
+        .env;
+    assert!(
+        env.iter()
+            .any(|e| e.name == "CORRAL_RUN_PHASE" && e.value.as_deref() == Some("Failed"))
+    );
+    r.status = Some(d.status);
+    let mut jobs = jobs;
+    jobs.insert("notify".into(), Observed::Succeeded);
+    let d = settle(&r, &jobs, &BTreeMap::new());
+    assert!(d.finished);
+    assert_eq!(d.status.phase, RunPhase::Failed);
+    assert_eq!(d.status.message.as_deref(), Some("step a failed: exit 1"));
+
+    // The run succeeds, the exit handler fails: the run fails, saying so.
+    let mut r = run(vec![step("a", &[])], None);
+    r.spec.pipeline_spec.on_exit = Some(Box::new(exit));
+    let d = settle(&r, &BTreeMap::new(), &BTreeMap::new());
+    r.status = Some(d.status);
+    let mut jobs = BTreeMap::from([("a".to_string(), Observed::Succeeded)]);
+    let d = settle(&r, &jobs, &BTreeMap::new());
+    assert_eq!(d.create.len(), 1);
+    r.status = Some(d.status);
+    jobs.insert("notify".into(), Observed::Failed("exit 2".into()));
+    let d = settle(&r, &jobs, &BTreeMap::new());
+    assert_eq!(d.status.phase, RunPhase::Failed);
+    assert_eq!(
+        d.status.message.as_deref(),
+        Some("exit handler notify failed: exit 2")
+    );
+}
+
 proptest! {
     /// Random DAGs (a step needs some earlier ones), random parallelism and outcomes: never
     /// more than `parallelism` steps in flight, no step starts before its needs have
@@ -229,6 +281,7 @@ proptest! {
     fn random_dags_respect_dependencies_and_parallelism(
         needs in proptest::collection::vec(proptest::collection::vec(any::<prop::sample::Index>(), 0..3), 1..12),
         parallelism in proptest::option::of(1u32..4),
+        with_exit in any::<bool>(),
         outcomes in proptest::collection::vec(0u8..10, 200),
     ) {
         let steps: Vec<StepSpec> = needs.iter().enumerate().map(|(i, ns)| {
@@ -242,12 +295,21 @@ proptest! {
             step(&format!("s{i}"), &deps)
         }).collect();
         let mut r = run(steps.clone(), parallelism);
+        if with_exit {
+            r.spec.pipeline_spec.on_exit = Some(Box::new(step("exit", &[])));
+        }
         let mut jobs: BTreeMap<String, Observed> = BTreeMap::new();
         let mut ended = 0;
         let mut outcomes = outcomes.into_iter();
         for _ in 0..100 {
             let d = settle(&r, &jobs, &BTreeMap::new());
             for l in &d.create {
+                if l.step == "exit" {
+                    // Only once every other step has ended.
+                    prop_assert!(d.status.steps.iter().all(|(n, s)| n == "exit" || s.phase != StepPhase::Running));
+                    jobs.insert(l.step.clone(), Observed::Active);
+                    continue;
+                }
                 let s = steps.iter().find(|s| s.name == l.step).unwrap();
                 for n in s.needs() {
                     prop_assert!(d.status.steps[&n].phase.has_outputs(), "{} started before {}", l.step, n);

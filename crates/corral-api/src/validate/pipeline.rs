@@ -94,7 +94,36 @@ pub fn validate_pipeline_run(
     }
     let params: BTreeSet<&str> = spec.parameters.iter().map(|p| p.name.as_str()).collect();
     for (i, step) in spec.steps.iter().enumerate() {
-        check_step(run, i, step, &index, &params, ctx, &mut errs);
+        let path = format!("{STEPS}[{i}]");
+        check_step(run, &path, step, &index, &params, ctx, &mut errs);
+    }
+    if let Some(exit) = &spec.on_exit {
+        let path = "spec.pipelineSpec.onExit";
+        if index.contains_key(exit.name.as_str()) {
+            errs.push(
+                format!("{path}.name"),
+                format!(
+                    "`{}` names a step too; give the exit handler a name of its own",
+                    exit.name
+                ),
+            );
+        }
+        if let Err(e) = check_dns1035_label(&exit.name) {
+            errs.push(format!("{path}.name"), e);
+        }
+        if !exit.depends_on.is_empty() {
+            errs.push(
+                format!("{path}.dependsOn"),
+                "the exit handler runs after every step; remove dependsOn",
+            );
+        }
+        if exit.cache.as_ref().is_some_and(|c| c.enabled) {
+            errs.push(
+                format!("{path}.cache"),
+                "the exit handler always runs; remove cache",
+            );
+        }
+        check_step(run, path, exit, &index, &params, ctx, &mut errs);
     }
     if errs.is_empty() {
         check_acyclic(&spec.steps, &index, &mut errs);
@@ -195,7 +224,7 @@ fn check_reference(
 
 fn check_step(
     run: &PipelineRun,
-    i: usize,
+    path: &str,
     step: &StepSpec,
     index: &BTreeMap<&str, usize>,
     params: &BTreeSet<&str>,
@@ -203,17 +232,16 @@ fn check_step(
     errs: &mut ValidationErrors,
 ) {
     let steps = &run.spec.pipeline_spec.steps;
-    let path = format!("{STEPS}[{i}]");
     let body = match (&step.job, &step.task) {
         (Some(_), None) => "job",
         (None, Some(_)) => "task",
         (Some(_), Some(_)) => {
-            errs.push(&path, "has both `job` and `task`; give one");
+            errs.push(path, "has both `job` and `task`; give one");
             return;
         }
         (None, None) => {
             errs.push(
-                &path,
+                path,
                 "needs `job` (a TrainingJob spec) or `task` (one replica: command, image or python)",
             );
             return;

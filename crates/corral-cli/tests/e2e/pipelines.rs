@@ -192,9 +192,14 @@ pub(super) fn a_pipeline_runs_caches_reruns_and_fails_with_its_reason() -> TestR
     // A step that always fails, with one retry: run twice, then the run fails saying why.
     let failing = pipeline("r4", "0.1", work.path())?
         .replace("step.py, evaluate]", "step.py, fail]")
+        .replace("outputs: [metrics]", "outputs: [metrics]\n        retries: 1")
         .replace(
-            "outputs: [metrics]",
-            "outputs: [metrics]\n        retries: 1",
+            "    parallelism: 2\n",
+            &format!(
+                "    parallelism: 2\n    onExit:\n      name: notify\n      task: {{workingDir: {:?}, \
+                 command: [sh, -c, 'echo exit $CORRAL_RUN_PHASE >> steps.log']}}\n",
+                work.path().display().to_string()
+            ),
         );
     client.submit("default", &failing)?;
     let d = wait_for_run(&client, "default", "r4")?;
@@ -203,6 +208,17 @@ pub(super) fn a_pipeline_runs_caches_reruns_and_fails_with_its_reason() -> TestR
     check(
         status.phase == RunPhase::Failed && message.starts_with("step evaluate failed: "),
         remote::describe_run_text(&d),
+    )?;
+    check(
+        steps_log(work.path()).last().map(String::as_str) == Some("exit Failed")
+            && d.steps
+                .last()
+                .is_some_and(|s| s.name == "notify" && s.phase == StepPhase::Succeeded),
+        format!(
+            "the exit handler ran last, told the outcome: {:?}\n{}",
+            steps_log(work.path()),
+            remote::describe_run_text(&d)
+        ),
     )?;
     let job = client.describe("default", "r4-evaluate")?;
     check(

@@ -249,9 +249,12 @@ pub fn decide(
     }
     let params = params(run);
     let limit = spec.parallelism.map_or(usize::MAX, |p| p as usize);
-    // First what the jobs say of the steps already started.
-    for i in &order {
-        let step = &spec.steps[*i];
+    // First what the jobs say of the steps already started (the exit handler's too).
+    let observed = order
+        .iter()
+        .map(|i| &spec.steps[*i])
+        .chain(spec.on_exit.as_deref());
+    for step in observed {
         let st = d.status.steps.entry(step.name.clone()).or_default();
         if st.phase != StepPhase::Running {
             continue;
@@ -429,33 +432,120 @@ pub fn decide(
             }
         }
     }
-    let running = count(&d.status, StepPhase::Running);
-    if let Some(step) = failed {
+    // How the steps ended, once they have; then the exit handler, then the run.
+    let main: Vec<&StepStatus> = order
+        .iter()
+        .filter_map(|i| d.status.steps.get(&spec.steps[*i].name))
+        .collect();
+    let main_count = |p: StepPhase| main.iter().filter(|s| s.phase == p).count();
+    let running = main_count(StepPhase::Running);
+    let outcome = if let Some(step) = failed {
         if running == 0 {
             let why = d.status.steps[&step].message.clone().unwrap_or_default();
-            finish(
-                &mut d,
-                RunPhase::Failed,
-                format!("step {step} failed: {why}"),
-                now,
-            );
+            Some((RunPhase::Failed, format!("step {step} failed: {why}")))
         } else {
             d.status.message = Some(format!(
                 "step {step} failed; waiting for {running} running step(s) to end"
             ));
+            None
         }
-    } else if d.status.steps.values().all(|s| s.phase.is_finished()) {
-        let cached = count(&d.status, StepPhase::Cached);
-        let skipped = count(&d.status, StepPhase::Skipped);
-        let n = d.status.steps.len();
-        finish(
-            &mut d,
+    } else if main.len() == spec.steps.len() && main.iter().all(|s| s.phase.is_finished()) {
+        let (cached, skipped) = (
+            main_count(StepPhase::Cached),
+            main_count(StepPhase::Skipped),
+        );
+        let n = spec.steps.len();
+        Some((
             RunPhase::Succeeded,
             format!("{n} steps: {cached} cached, {skipped} skipped"),
-            now,
-        );
+        ))
+    } else {
+        None
+    };
+    if let Some((phase, message)) = outcome {
+        match spec.on_exit.as_deref() {
+            None => finish(&mut d, phase, message, now),
+            Some(exit) => exit_handler(&mut d, run, exit, &params, (phase, message), now),
+        }
     }
     d
+}
+
+/// The run's steps have ended with `outcome`: start the exit handler, wait for it, or end
+/// the run (its failure fails a run that had succeeded).
+fn exit_handler(
+    d: &mut Decision,
+    run: &PipelineRun,
+    exit: &StepSpec,
+    params: &BTreeMap<String, serde_json::Value>,
+    (phase, message): (RunPhase, String),
+    now: Timestamp,
+) {
+    let st = d.status.steps.entry(exit.name.clone()).or_default();
+    match st.phase {
+        StepPhase::Pending => {
+            let mut job = step_job(&run.metadata, exit);
+            for r in job.spec.replicas.values_mut() {
+                r.template.env.push(corral_api::EnvVar::literal(
+                    corral_api::pipeline::RUN_PHASE_ENV,
+                    phase.as_str(),
+                ));
+            }
+            st.phase = StepPhase::Running;
+            st.job = Some(job.metadata.name.clone());
+            // What it reads of steps that did not produce it is left out.
+            let mut inputs = BTreeMap::new();
+            for (name, r) in &exit.inputs {
+                match Reference::parse(r) {
+                    Ok(Reference::Param(p)) => {
+                        let v = params.get(&p).map(param_text).unwrap_or_default();
+                        inputs.insert(name.clone(), StepInput::Value(v));
+                    }
+                    Ok(Reference::Artifact { step, output }) => {
+                        if let Some(a) = d
+                            .status
+                            .steps
+                            .get(&step)
+                            .and_then(|s| s.outputs.get(&output))
+                        {
+                            inputs.insert(name.clone(), StepInput::Artifact(a.path.clone()));
+                        }
+                    }
+                    Err(_) => {}
+                }
+            }
+            d.status.message = Some(format!("{message}; running exit handler {}", exit.name));
+            d.events.push(format!(
+                "exit handler {} started as job {}",
+                exit.name, job.metadata.name
+            ));
+            d.create.push(StepLaunch {
+                step: exit.name.clone(),
+                job,
+                inputs,
+                outputs: exit.outputs.clone(),
+            });
+        }
+        StepPhase::Running => {}
+        StepPhase::Failed if phase == RunPhase::Succeeded => {
+            let why = st.message.clone().unwrap_or_default();
+            finish(
+                d,
+                RunPhase::Failed,
+                format!("exit handler {} failed: {why}", exit.name),
+                now,
+            );
+        }
+        StepPhase::Failed => {
+            finish(
+                d,
+                phase,
+                format!("{message}; exit handler {} failed too", exit.name),
+                now,
+            );
+        }
+        _ => finish(d, phase, message, now),
+    }
 }
 
 fn count(status: &corral_api::PipelineRunStatus, phase: StepPhase) -> usize {
@@ -519,7 +609,8 @@ fn conditions(
     Ok(None)
 }
 
-/// Every step's phase in the run's order, with the steps it needs: what `describe` draws.
+/// Every step's phase in the run's order, with the steps it needs, the exit handler last:
+/// what `describe` draws.
 pub fn listing(run: &PipelineRun) -> Vec<(String, StepPhase, Vec<String>)> {
     let spec = &run.spec.pipeline_spec;
     let order = spec
@@ -536,6 +627,13 @@ pub fn listing(run: &PipelineRun) -> Vec<(String, StepPhase, Vec<String>)> {
                 .map_or(StepPhase::Pending, |st| st.phase);
             (s.name.clone(), phase, s.needs())
         })
+        .chain(spec.on_exit.iter().map(|e| {
+            let phase = status
+                .steps
+                .get(&e.name)
+                .map_or(StepPhase::Pending, |st| st.phase);
+            (e.name.clone(), phase, Vec::new())
+        }))
         .collect()
 }
 
