@@ -110,6 +110,13 @@ pub fn validate_pipeline_run(
         }
         if let Err(e) = check_dns1035_label(&exit.name) {
             errs.push(format!("{path}.name"), e);
+        } else if !run.metadata.name.is_empty()
+            && let Err(e) = check_dns1035_label(&step_job_name(&run.metadata.name, &exit.name))
+        {
+            errs.push(
+                format!("{path}.name"),
+                format!("the exit handler's job `<run>-<name>`: {e}"),
+            );
         }
         if !exit.depends_on.is_empty() {
             errs.push(
