@@ -109,12 +109,21 @@ fn hash_entry(path: &Path, rel: &Path, h: &mut Sha256) -> io::Result<()> {
         let target = fs::read_link(path)?;
         h.update(format!("l {name}\0{}\0", target.to_string_lossy()));
     } else if meta.is_file() {
-        let mut f = fs::File::open(path)?;
+        let mut f = open_no_follow(path)?;
         let mut fh = Sha256::new();
         io::copy(&mut f, &mut fh)?;
         h.update(format!("f {name}\0{:x}\0", fh.finalize()));
     }
     Ok(())
+}
+
+/// Opens a file a step left, refusing a link put in its place after it was looked at.
+fn open_no_follow(path: &Path) -> io::Result<fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(path)
 }
 
 /// What a condition compares an artifact with: the trimmed text of its one regular file
@@ -138,7 +147,8 @@ pub fn condition_text(path: &Path) -> String {
         _ => return String::new(),
     };
     let mut text = String::new();
-    let _ = fs::File::open(file).and_then(|f| f.take(MAX_CONDITION_TEXT).read_to_string(&mut text));
+    let _ =
+        open_no_follow(&file).and_then(|f| f.take(MAX_CONDITION_TEXT).read_to_string(&mut text));
     text.trim().to_string()
 }
 
