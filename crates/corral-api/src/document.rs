@@ -15,12 +15,13 @@ use crate::job_priority_class::{
 use crate::kubeflow;
 use crate::meta::{API_VERSION, Kind};
 use crate::node_pool::{NodePool, NodePoolSpec};
+use crate::pipeline::{PipelineRun, PipelineRunSpec};
 use crate::queue::{Queue, QueueSpec};
 use crate::suggest::did_you_mean;
 use crate::training_job::{TrainingJob, TrainingJobSpec};
 use crate::validate::{
-    FieldError, ValidationContext, ValidationErrors, validate_node_pool, validate_priority_class,
-    validate_queue, validate_training_job,
+    FieldError, ValidationContext, ValidationErrors, validate_node_pool, validate_pipeline_run,
+    validate_priority_class, validate_queue, validate_training_job,
 };
 
 /// Input larger than this is refused before parsing (a job spec is a few KiB).
@@ -33,6 +34,7 @@ pub enum Document {
     Queue(Queue),
     NodePool(NodePool),
     JobPriorityClass(JobPriorityClass),
+    PipelineRun(Box<PipelineRun>),
 }
 
 impl Document {
@@ -42,6 +44,7 @@ impl Document {
             Document::Queue(_) => QueueSpec::KIND,
             Document::NodePool(_) => NodePoolSpec::KIND,
             Document::JobPriorityClass(_) => JobPriorityClassSpec::KIND,
+            Document::PipelineRun(_) => PipelineRunSpec::KIND,
         }
     }
 
@@ -51,6 +54,7 @@ impl Document {
             Document::Queue(q) => &q.metadata.name,
             Document::NodePool(p) => &p.metadata.name,
             Document::JobPriorityClass(p) => &p.metadata.name,
+            Document::PipelineRun(r) => &r.metadata.name,
         }
     }
 
@@ -61,6 +65,7 @@ impl Document {
             Document::Queue(q) => serde_json::to_value(q),
             Document::NodePool(p) => serde_json::to_value(p),
             Document::JobPriorityClass(p) => serde_json::to_value(p),
+            Document::PipelineRun(r) => serde_json::to_value(r),
         };
         // Serializing plain data structs to a Value cannot fail (no non-string map keys).
         v.unwrap_or(Value::Null)
@@ -203,7 +208,7 @@ pub fn parse_documents(text: &str, ctx: &ValidationContext) -> ParseResult {
             Document::NodePool(np) => upsert(&mut full.node_pools, np),
             Document::Queue(q) => upsert(&mut full.queues, q),
             Document::JobPriorityClass(pc) => upsert(&mut full.priority_classes, pc),
-            Document::TrainingJob(_) => {}
+            Document::TrainingJob(_) | Document::PipelineRun(_) => {}
         }
     }
     decoded
@@ -215,6 +220,7 @@ pub fn parse_documents(text: &str, ctx: &ValidationContext) -> ParseResult {
                 Document::Queue(q) => validate_queue(q, &full),
                 Document::NodePool(np) => validate_node_pool(np),
                 Document::JobPriorityClass(pc) => validate_priority_class(pc),
+                Document::PipelineRun(r) => validate_pipeline_run(r, &full),
             };
             let mut errors = ValidationErrors(p.decode_errors.clone());
             if let Err(semantic) = checked {
@@ -263,7 +269,13 @@ fn duplicate_default_priority(ctx: &ValidationContext) -> Option<Result<Parsed, 
     })
 }
 
-const CORRAL_KINDS: [&str; 4] = ["TrainingJob", "Queue", "NodePool", "JobPriorityClass"];
+const CORRAL_KINDS: [&str; 5] = [
+    "TrainingJob",
+    "Queue",
+    "NodePool",
+    "JobPriorityClass",
+    "PipelineRun",
+];
 
 /// One raw document to a typed one (no semantic validation yet).
 pub fn decode(index: usize, raw: Value) -> Result<Parsed, DocumentError> {
@@ -332,6 +344,8 @@ pub fn decode(index: usize, raw: Value) -> Result<Parsed, DocumentError> {
                 .map(|(j, e)| (Document::TrainingJob(Box::new(j)), e))
         }
         "Queue" => typed::<Queue, QueueSpec>(raw, Vec::new()).map(|(q, e)| (Document::Queue(q), e)),
+        "PipelineRun" => typed::<PipelineRun, PipelineRunSpec>(raw, Vec::new())
+            .map(|(r, e)| (Document::PipelineRun(Box::new(r)), e)),
         "NodePool" => typed::<NodePool, NodePoolSpec>(raw, Vec::new())
             .map(|(p, e)| (Document::NodePool(p), e)),
         "JobPriorityClass" => typed::<JobPriorityClass, JobPriorityClassSpec>(raw, Vec::new())

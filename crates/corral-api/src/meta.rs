@@ -19,6 +19,10 @@ pub const DEFAULT_NAMESPACE: &str = "default";
 pub struct ObjectMeta {
     #[serde(default)]
     pub name: String,
+    /// A prefix the server completes into a unique name (PipelineRun only): submitting
+    /// the same file again starts a new run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generate_name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

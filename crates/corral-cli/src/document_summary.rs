@@ -86,6 +86,22 @@ pub fn summary(parsed: &Parsed) -> String {
                 .map(|n| n.to_string())
                 .unwrap_or_else(|| "?".into()),
         ),
+        Document::PipelineRun(r) => {
+            let spec = &r.spec.pipeline_spec;
+            let bound = spec
+                .parallelism
+                .map(|p| format!(", at most {p} at once"))
+                .unwrap_or_default();
+            let name = match (&r.metadata.generate_name, r.metadata.name.as_str()) {
+                (Some(prefix), "") => format!("{prefix}<generated>"),
+                _ => r.metadata.name.clone(),
+            };
+            format!(
+                "PipelineRun {name}: valid. {}{bound}, {}",
+                plural(spec.steps.len() as u64, "step"),
+                plural(spec.parameters.len() as u64, "parameter"),
+            )
+        }
         Document::JobPriorityClass(p) => format!(
             "JobPriorityClass {}: valid. value {}{}",
             p.metadata.name,

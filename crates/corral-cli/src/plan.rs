@@ -75,6 +75,11 @@ fn read_declared(files: &[String], base: &ValidationContext) -> Result<Declared,
                     Document::NodePool(n) => declared.pools.push(n),
                     Document::Queue(q) => declared.queues.push(q),
                     Document::JobPriorityClass(c) => declared.classes.push(c),
+                    Document::PipelineRun(r) => problems.push(format!(
+                        "{f}: PipelineRun {}: `corral plan` plans TrainingJobs; submit the run \
+                         and `corral describe pipelinerun/{}` shows its steps",
+                        r.metadata.name, r.metadata.name
+                    )),
                 },
                 Err(e) => problems.push(format!("{f}: {e}")),
             }

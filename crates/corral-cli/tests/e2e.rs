@@ -27,6 +27,8 @@ mod manifest_checks;
 mod metrics;
 #[path = "e2e/mpi.rs"]
 mod mpi;
+#[path = "e2e/pipelines.rs"]
+mod pipelines;
 #[path = "e2e/tls.rs"]
 mod tls;
 #[path = "e2e/usage.rs"]
@@ -59,6 +61,18 @@ fn main() -> ExitCode {
     }
     let args = Arguments::from_args();
     let tests = vec![
+        Trial::test(
+            "a_wide_run_never_has_more_steps_in_flight_than_its_parallelism",
+            pipelines::a_wide_run_never_has_more_steps_in_flight_than_its_parallelism,
+        ),
+        Trial::test(
+            "a_pipeline_run_survives_kill_9_of_the_server",
+            pipelines::a_pipeline_run_survives_kill_9_of_the_server,
+        ),
+        Trial::test(
+            "a_pipeline_runs_caches_reruns_and_fails_with_its_reason",
+            pipelines::a_pipeline_runs_caches_reruns_and_fails_with_its_reason,
+        ),
         Trial::test(
             "quickstart_job_with_4_replicas_succeeds",
             jobs::quickstart_job_with_4_replicas_succeeds,

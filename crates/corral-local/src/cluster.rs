@@ -35,6 +35,7 @@ mod commands;
 mod engine;
 mod exec;
 mod node;
+mod pipelines;
 mod progress;
 mod recovery;
 mod replicas;
@@ -154,6 +155,9 @@ pub struct SubmitResult {
     pub uid: String,
     /// The Kubeflow kind it was converted from (`PyTorchJob`), if any.
     pub converted_from: Option<String>,
+    /// `PipelineRun` for a run; absent for a TrainingJob.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
     /// What it asks that this cluster accepts but does not honour (`path: message`); each
     /// is also a Warning event of the job.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -583,6 +587,7 @@ pub use commands::{CheckedSubmission, SubmitContext};
 pub use engine::Cluster;
 pub use exec::{ExecAuth, ExecError};
 pub use node::{build_cluster, control_config, local_node, unhealthy_gpus, validation_context};
+pub use pipelines::{PipelineRunDetails, StepRow};
 pub use progress::JobProgressRow;
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ pub mod store;
 
 pub use cluster::{Cluster, ClusterConfig, ClusterError};
 pub use config::ClusterFileConfig;
+pub mod artifacts;
 pub mod cgroup;
 pub mod code;
 pub mod doctor;

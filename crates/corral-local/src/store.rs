@@ -34,6 +34,8 @@
 //!   honest answer for a state it cannot act on.
 //! - `usage`: the usage ledger's closed intervals, plain SQL values (see `usage`); kept
 //!   when their job is removed.
+//! - `pipeline_runs`, `artifacts`: pipeline runs and the cache with its lineage (see
+//!   `pipelines`).
 //! - `ports`, `events`, and the other columns of `jobs` and `replicas`: plain SQL values.
 //!
 //! [`CgroupRef`]: crate::cgroup::CgroupRef
@@ -50,10 +52,12 @@ use crate::lock::{DirLock, LockError, LockHolder};
 
 mod audit;
 mod events;
+mod pipelines;
 mod record;
 mod tenants;
 
 pub use audit::{AUDIT_CAP, AUDIT_FILE, AuditEntry, AuditLog};
+pub use pipelines::StoredRun;
 mod usage;
 
 /// The schema version this code writes.
@@ -399,6 +403,7 @@ impl Store {
         )?;
         conn.execute_batch(tenants::TENANT_IDS_TABLE)?;
         conn.execute_batch(usage::SCHEMA)?;
+        conn.execute_batch(pipelines::SCHEMA)?;
         Ok(Store {
             checkpointer: None,
             conn,

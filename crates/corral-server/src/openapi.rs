@@ -35,6 +35,18 @@ pub const ROUTES: &[(&str, &str)] = &[
         "/api/v1/namespaces/{namespace}/trainingjobs/{name}/replicas/{replica}/exec",
     ),
     ("get", "/api/v1/trainingjobs"),
+    ("post", "/api/v1/namespaces/{namespace}/pipelineruns"),
+    ("get", "/api/v1/namespaces/{namespace}/pipelineruns"),
+    ("get", "/api/v1/namespaces/{namespace}/pipelineruns/{name}"),
+    (
+        "delete",
+        "/api/v1/namespaces/{namespace}/pipelineruns/{name}",
+    ),
+    (
+        "get",
+        "/api/v1/namespaces/{namespace}/pipelineruns/{name}/describe",
+    ),
+    ("get", "/api/v1/pipelineruns"),
     ("get", "/api/v1/queues"),
     ("get", "/api/v1/nodes"),
     ("get", "/api/v1/top"),
@@ -390,6 +402,7 @@ fn unranged_document() -> Value {
                 "SubmitResult": {"type": "object", "properties": {
                     "namespace": {"type": "string"}, "name": {"type": "string"}, "uid": {"type": "string"},
                     "convertedFrom": {"type": "string", "nullable": true},
+                    "kind": {"type": "string", "enum": ["PipelineRun"], "description": "`PipelineRun` for a run; absent for a TrainingJob"},
                     "warnings": {"type": "array", "items": {"type": "string"}, "description": "`path: message` of what the job asks that this cluster accepts but does not honour (e.g. a pod template's tolerations); each is also a Warning event of the job"},
                 }},
                 "Submitted": {"type": "object", "required": ["items", "warnings"], "properties": {
@@ -458,11 +471,26 @@ fn unranged_document() -> Value {
         let (usage, series) = history_paths();
         paths.insert("/api/v1/usage".into(), usage);
         paths.insert("/api/v1/series".into(), series);
+        for (path, op) in pipeline_paths() {
+            paths.insert(path.into(), op);
+        }
     }
     if let Some(schemas) = doc
         .pointer_mut("/components/schemas")
         .and_then(Value::as_object_mut)
     {
+        schemas.insert("PipelineRun".into(), json!({"type": "object", "description": "A PipelineRun (apiVersion corral.dev/v1alpha1) with its status: the run's phase and each step's (docs/pipelines.md)"}));
+        schemas.insert("PipelineRunDetails".into(), json!({"type": "object", "properties": {
+            "run": reference("PipelineRun"),
+            "steps": {"type": "array", "items": {"type": "object", "properties": {
+                "name": {"type": "string"},
+                "phase": {"type": "string", "enum": ["Pending", "Running", "Succeeded", "Failed", "Skipped", "Cached"]},
+                "needs": {"type": "array", "items": {"type": "string"}},
+                "job": {"type": "string"}, "jobState": {"type": "string"},
+                "cachedFrom": {"type": "string", "description": "`<run>/<step>` whose outputs it reuses"},
+                "message": {"type": "string"}}}},
+            "events": {"type": "array", "items": {"type": "object"}},
+        }}));
         for (name, schema) in history_schemas() {
             schemas.insert(name.into(), schema);
         }
@@ -476,6 +504,58 @@ fn time_param(name: &str, default: &str) -> Value {
 }
 
 /// The usage ledger and the history store's series.
+/// The pipeline run routes (docs/pipelines.md).
+fn pipeline_paths() -> Vec<(&'static str, Value)> {
+    let ns = json!({"$ref": "#/components/parameters/namespace"});
+    let changed = json_response("Deleted", json!({"type": "object"}));
+    vec![
+        (
+            "/api/v1/namespaces/{namespace}/pipelineruns",
+            json!({
+                "post": {
+                    "operationId": "submitPipelineRuns",
+                    "summary": "Submit PipelineRuns (the same documents, and the same answer, as POST trainingjobs)",
+                    "parameters": [ns.clone()],
+                    "requestBody": {"required": true, "content": {
+                        "application/yaml": {"schema": {"type": "string"}},
+                        "application/json": {"schema": reference("PipelineRun")},
+                    }},
+                    "responses": responses(("201", json_response("Submitted", reference("Submitted"))), &[400, 401, 403, 409, 413]),
+                },
+                "get": {
+                    "operationId": "listPipelineRuns",
+                    "summary": "The namespace's pipeline runs with their status",
+                    "parameters": [ns],
+                    "responses": responses(("200", json_response("Runs", list_of("PipelineRun"))), &[401, 403]),
+                },
+            }),
+        ),
+        (
+            "/api/v1/namespaces/{namespace}/pipelineruns/{name}",
+            json!({
+                "get": job_op("getPipelineRun", "The run with its status", json_response("The run", reference("PipelineRun")), &[]),
+                "delete": job_op("deletePipelineRun", "Delete a run and its steps' jobs (its artifacts stay, for the cache)", changed, &[]),
+            }),
+        ),
+        (
+            "/api/v1/namespaces/{namespace}/pipelineruns/{name}/describe",
+            json!({
+                "get": job_op("describePipelineRun", "Each step in DAG order: phase, what it needs, its job and the job's state; the run's events", json_response("Details", reference("PipelineRunDetails")), &[]),
+            }),
+        ),
+        (
+            "/api/v1/pipelineruns",
+            json!({
+                "get": {
+                    "operationId": "listAllPipelineRuns",
+                    "summary": "Pipeline runs of every namespace the token may see",
+                    "responses": responses(("200", json_response("Runs", list_of("PipelineRun"))), &[401]),
+                },
+            }),
+        ),
+    ]
+}
+
 fn history_paths() -> (Value, Value) {
     let usage = json!({"get": {
         "operationId": "usage",

@@ -7,11 +7,13 @@
 //! - `cluster_scoped`: Queues, NodePools and JobPriorityClasses.
 //! - `context`: what validation knows of the cluster ([`ValidationContext`]).
 //! - `names`: DNS names, label keys and values, object metadata.
+//! - `pipeline`: a PipelineRun: its DAG, references, parameter types and step jobs.
 //! - `quantities`: CPU, memory and other amounts, with their plausible bounds.
 
 mod cluster_scoped;
 mod context;
 mod names;
+mod pipeline;
 mod quantities;
 mod training_job;
 
@@ -22,6 +24,7 @@ use crate::suggest::did_you_mean;
 pub use cluster_scoped::{validate_node_pool, validate_priority_class, validate_queue};
 pub use context::{NodeFacts, ValidationContext};
 pub use names::{check_dns1035_label, check_dns1123_label};
+pub use pipeline::validate_pipeline_run;
 pub use training_job::{missing_images, validate_training_job};
 
 /// Replicas per role above this are a typo, not a job.

@@ -99,6 +99,12 @@ pub(super) fn check_labels(
 }
 
 pub(super) fn check_meta(meta: &ObjectMeta, namespaced: bool, errs: &mut ValidationErrors) {
+    if meta.generate_name.is_some() {
+        errs.push(
+            "metadata.generateName",
+            "is supported for PipelineRuns only; give metadata.name",
+        );
+    }
     if meta.name.is_empty() {
         errs.push(
             "metadata.name",

@@ -223,6 +223,15 @@ pub fn run_submit(args: &SubmitArgs) -> ExitCode {
         match submitted {
             Ok(results) => {
                 for r in results {
+                    if let Some(kind) = &r.kind {
+                        println!(
+                            "{}/{} submitted in namespace {}",
+                            kind.to_lowercase(),
+                            r.name,
+                            r.namespace
+                        );
+                        continue;
+                    }
                     let from = r
                         .converted_from
                         .map(|k| format!(" (converted from {k})"))
@@ -397,6 +406,11 @@ fn watch(
 
 /// `corral get [NAME...]`
 pub fn run_get(args: &GetArgs) -> ExitCode {
+    if let Some(runs) = super::pipelines::run_names(&args.names) {
+        let client = args.conn.client();
+        let ns = (!args.all_namespaces).then(|| args.namespace.resolve(&client));
+        return super::pipelines::get(&client, ns.as_deref(), &runs, args.output);
+    }
     if args.names.is_empty() && matches!(args.output, Output::Json | Output::Yaml) {
         return get_all_objects(args);
     }
@@ -495,6 +509,9 @@ fn get_all_objects(args: &GetArgs) -> ExitCode {
 pub fn run_describe(args: &DescribeArgs) -> ExitCode {
     let client = args.conn.client();
     let ns = args.namespace.resolve(&client);
+    if let Some(runs) = super::pipelines::run_names(&args.names) {
+        return super::pipelines::describe(&client, &ns, &runs, args.output);
+    }
     let names = if args.names.is_empty() {
         match client.list(Some(&ns)) {
             Ok(jobs) if jobs.is_empty() => {

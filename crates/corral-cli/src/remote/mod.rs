@@ -7,6 +7,7 @@
 //!   client's configuration (server, token, a CA file or a pinned certificate).
 //! - `jobs`: submit, list, get, describe, logs; `bulk`: delete, suspend, resume (by name,
 //!   `--all` or a label selector); `cluster_views`: queues, nodes, top.
+//! - `pipelines`: pipeline runs (`get pipelineruns`, `describe`/`delete pipelinerun/NAME`).
 //! - `usage`: the usage ledger (`corral usage`, table, JSON, YAML or CSV).
 //! - `exec`: a command inside a replica (`exec`), and the MPI launcher's agent (`rsh`).
 //! - `render`: the tables and reports as text; `print`: stdout and failures.
@@ -18,6 +19,7 @@ mod completion;
 mod exec;
 mod jobs;
 pub mod login;
+mod pipelines;
 pub(crate) mod print;
 mod render;
 mod usage;
@@ -38,6 +40,7 @@ pub use jobs::{
     DescribeArgs, GetArgs, ListArgs, LogsArgs, SubmitArgs, parse_duration_secs, run_describe,
     run_get, run_list, run_logs, run_submit,
 };
+pub use pipelines::describe_text as describe_run_text;
 pub use render::{
     age, bytes, describe_text, jobs_table, names_text, nodes_text, queues_table, table, top_table,
 };

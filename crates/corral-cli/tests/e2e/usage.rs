@@ -39,13 +39,13 @@ spec:
 ";
 
 /// `corral up` in a process of its own; SIGKILLed when dropped.
-struct UpProcess {
+pub(super) struct UpProcess {
     child: std::process::Child,
     url: String,
 }
 
 impl UpProcess {
-    fn start(dir: &Path, port: u16) -> Result<UpProcess, Failed> {
+    pub(super) fn start(dir: &Path, port: u16) -> Result<UpProcess, Failed> {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -78,12 +78,12 @@ impl UpProcess {
         Ok(up)
     }
 
-    fn client(&self, token: &str) -> Client {
+    pub(super) fn client(&self, token: &str) -> Client {
         Client::new(&self.url, Some(token))
     }
 
     /// `kill -9`.
-    fn kill(mut self) -> Result<(), Failed> {
+    pub(super) fn kill(mut self) -> Result<(), Failed> {
         self.child.kill()?;
         self.child.wait()?;
         Ok(())

@@ -45,6 +45,7 @@ pub mod conformance;
 mod events;
 mod exec;
 mod ledger;
+pub mod pipeline;
 mod plane;
 mod room;
 mod rules;

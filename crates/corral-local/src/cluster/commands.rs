@@ -4,9 +4,9 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use corral_api::TrainingJob;
 use corral_api::document::{Document, parse_documents};
 use corral_api::validate::ValidationContext;
+use corral_api::{PipelineRun, TrainingJob};
 use corral_core::control::{ControlError, Effect, EventType, JobRecord, SubmitCheck};
 use jiff::Timestamp;
 
@@ -26,8 +26,10 @@ pub struct SubmitContext {
 
 /// A submission as inserted in the open batch: its rows with their submission order
 /// (`seq`), each job's warnings, and the code copies to remove if the batch fails.
-struct Inserted {
+pub(super) struct Inserted {
     jobs: Vec<NewJob>,
+    /// PipelineRuns of the submission, stored with its jobs.
+    runs: Vec<SubmitResult>,
     seqs: Vec<i64>,
     warnings: Vec<Vec<String>>,
     code_dirs: Vec<std::path::PathBuf>,
@@ -42,6 +44,8 @@ pub struct CheckedSubmission {
     /// Each job's warnings (same order): what it asks that this cluster accepts but does
     /// not honour.
     warnings: Vec<Vec<String>>,
+    /// PipelineRuns, checked with their steps' jobs.
+    runs: Vec<PipelineRun>,
 }
 
 impl CheckedSubmission {
@@ -55,11 +59,22 @@ impl CheckedSubmission {
         &self.warnings
     }
 
+    /// The checked PipelineRuns.
+    pub fn runs(&self) -> &[PipelineRun] {
+        &self.runs
+    }
+
     /// Names the code snapshot (`sha256:...` of its archive) that every job of the
     /// submission runs from ([`crate::code`]).
     pub fn with_code(mut self, digest: &str) -> Self {
         for (job, _) in &mut self.jobs {
             job.metadata
+                .annotations
+                .insert(crate::code::ANNOTATION.to_string(), digest.to_string());
+        }
+        // A run's steps run from it too: each step's job gets its copy when it is made.
+        for run in &mut self.runs {
+            run.metadata
                 .annotations
                 .insert(crate::code::ANNOTATION.to_string(), digest.to_string());
         }
@@ -119,6 +134,7 @@ impl Cluster {
         let mut problems = Vec::new();
         let mut accepted = Vec::new();
         let mut warned = Vec::new();
+        let mut runs = Vec::new();
         for r in parse_documents(text, &ctx.validation) {
             match r {
                 Err(e) => problems.push(DocumentProblem {
@@ -172,6 +188,46 @@ impl Cluster {
                                 );
                             }
                         }
+                        Document::PipelineRun(run) => {
+                            let mut run = *run;
+                            run.metadata.namespace = Some(namespace.to_string());
+                            if run.metadata.name.is_empty()
+                                && let Some(prefix) = &run.metadata.generate_name
+                            {
+                                run.metadata.name = super::pipelines::generated_name(prefix);
+                            }
+                            run.status = None;
+                            // Each step's job as it will be submitted, checked as a job is.
+                            for (i, step) in run.spec.pipeline_spec.steps.iter().enumerate() {
+                                let job = corral_api::pipeline::step_job(&run.metadata, step);
+                                let mut step_errors = Vec::new();
+                                check_local(
+                                    &job,
+                                    namespace,
+                                    images,
+                                    &mut step_errors,
+                                    &mut warnings,
+                                );
+                                if step_errors.is_empty()
+                                    && let Err(r) = ctx.fit.check(&job)
+                                {
+                                    step_errors.push(FieldProblem {
+                                        path: r.path,
+                                        message: r.message,
+                                    });
+                                }
+                                errors.extend(step_errors.into_iter().map(|e| FieldProblem {
+                                    path: format!(
+                                        "spec.pipelineSpec.steps[{i}] (job {}): {}",
+                                        job.metadata.name, e.path
+                                    ),
+                                    message: e.message,
+                                }));
+                            }
+                            if errors.is_empty() {
+                                runs.push(run);
+                            }
+                        }
                         other => errors.push(FieldProblem {
                             path: "kind".into(),
                             message: format!(
@@ -211,6 +267,7 @@ impl Cluster {
             namespace: namespace.to_string(),
             jobs: accepted,
             warnings: warned,
+            runs,
         })
     }
 
@@ -266,15 +323,45 @@ impl Cluster {
         // Each submission: the control plane first (it refuses what it cannot schedule,
         // and nothing is stored then), its code, then its rows and events in a savepoint.
         let mut stored: Vec<Result<Inserted, ClusterError>> = Vec::with_capacity(batch.len());
-        for (checked, code) in batch {
-            let files = code_references(&checked.jobs, code);
+        for (mut checked, code) in batch {
+            let runs = std::mem::take(&mut checked.runs);
+            let steps: Vec<(TrainingJob, Option<String>)> = runs
+                .iter()
+                .flat_map(|r| {
+                    let steps = &r.spec.pipeline_spec.steps;
+                    steps
+                        .iter()
+                        .map(|s| (corral_api::pipeline::step_job(&r.metadata, s), None))
+                })
+                .collect();
+            let mut files = code_references(&checked.jobs, code);
+            files.extend(code_references(&steps, code));
             if !files.is_empty() {
                 stored.push(Err(ClusterError::Invalid(files)));
                 continue;
             }
             let warnings = checked.warnings.clone();
+            let namespace = checked.namespace.clone();
             let new_jobs = self.new_jobs(checked, now, submitted_ms);
-            stored.push(self.plan_and_insert(new_jobs, warnings, code, images, now));
+            // The runs first: a name taken refuses the whole submission.
+            let run_results = match self.insert_runs(&namespace, runs, code, now) {
+                Ok(r) => r,
+                Err(e) => {
+                    stored.push(Err(e));
+                    continue;
+                }
+            };
+            let inserted = self.plan_and_insert(new_jobs, warnings, code, images, now);
+            if inserted.is_err() {
+                for r in &run_results {
+                    let _ = self.store.remove_run(&r.uid);
+                    let _ = self.code_store().remove(&r.uid);
+                }
+            }
+            stored.push(inserted.map(|mut i| {
+                i.runs = run_results;
+                i
+            }));
         }
         if let Err(e) = self.store.commit_batch() {
             let _ = self.store.rollback_batch();
@@ -384,6 +471,7 @@ impl Cluster {
                 }
                 Ok(Inserted {
                     jobs: new_jobs,
+                    runs: Vec::new(),
                     seqs,
                     warnings,
                     code_dirs,
@@ -400,6 +488,46 @@ impl Cluster {
         }
     }
 
+    /// Hands a pipeline step's job (checked with its run at submit) to the plane and
+    /// inserts it, inside the open batch, as any submitted job.
+    pub(super) fn insert_step_job(
+        &mut self,
+        namespace: &str,
+        job: TrainingJob,
+        code: Option<&std::path::Path>,
+        now: Timestamp,
+    ) -> Result<Inserted, ClusterError> {
+        let checked = CheckedSubmission {
+            namespace: namespace.to_string(),
+            jobs: vec![(job, None)],
+            warnings: vec![Vec::new()],
+            runs: Vec::new(),
+        };
+        let new_jobs = self.new_jobs(checked, now, millis(now));
+        let images = self.image_policy();
+        // The run's snapshot, copied (hard links) for the job as a submission's jobs get it.
+        let copied = match code {
+            None => None,
+            Some(from) => {
+                let uid = new_jobs.first().map(|j| j.uid.clone()).unwrap_or_default();
+                self.code_store().copy(from, &uid).map_err(|e| {
+                    ClusterError::Store(format!("copying the run's code snapshot: {e}"))
+                })?;
+                Some(uid)
+            }
+        };
+        let inserted = self.plan_and_insert(new_jobs, vec![Vec::new()], None, images, now);
+        if let (Err(_), Some(uid)) = (&inserted, copied) {
+            let _ = self.code_store().remove(&uid);
+        }
+        inserted
+    }
+
+    /// [`Cluster::unsubmit`] for an inserted submission whose batch failed.
+    pub(super) fn unsubmit_inserted(&mut self, inserted: &Inserted) {
+        self.unsubmit(&inserted.jobs);
+    }
+
     /// Takes jobs handed to the control plane back out (a submission that was not stored).
     fn unsubmit(&mut self, jobs: &[NewJob]) {
         for j in jobs {
@@ -408,9 +536,10 @@ impl Cluster {
     }
 
     /// Counts and caches stored jobs (as stored, without reading them back).
-    fn cache_submitted(&mut self, inserted: Inserted) -> Vec<SubmitResult> {
+    pub(super) fn cache_submitted(&mut self, inserted: Inserted) -> Vec<SubmitResult> {
         let Inserted {
             jobs,
+            runs,
             seqs,
             warnings,
             ..
@@ -423,6 +552,7 @@ impl Cluster {
                 name: j.name.clone(),
                 uid: j.uid.clone(),
                 converted_from: j.converted_from.clone(),
+                kind: None,
                 warnings,
             });
             self.cache(StoredJob {
@@ -436,6 +566,7 @@ impl Cluster {
                 deleting: false,
             });
         }
+        out.extend(runs);
         out
     }
 

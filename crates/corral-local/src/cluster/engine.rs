@@ -277,6 +277,9 @@ impl Cluster {
         // go on with their setup.
         self.start_gate = None;
         decided?;
+        // Pipelines after the plane's step: a step that just ended is seen in this pass, and
+        // the jobs of the steps it starts are admitted in the next.
+        self.advance_pipelines(now, &mut report);
         self.release_idle_ports()?;
         // After the starts: removing ended replicas' cgroups is not on the way from one
         // job's exit to the next one's start.

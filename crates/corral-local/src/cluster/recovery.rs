@@ -118,6 +118,10 @@ fn open(config: ClusterConfig, now: Timestamp) -> Result<(Cluster, Vec<String>),
         }
         Ok(())
     })?;
+    // A pipeline run keeps a snapshot for the jobs of its steps.
+    for run in store.runs(None)? {
+        all_uids.insert(run.uid);
+    }
     let retired_uids: HashSet<&str> = retired.iter().map(super::SummaryRow::uid).collect();
     // Uploads of requests that never ended, and snapshots of jobs that were never stored.
     warnings.extend(crate::code::CodeStore::new(&config.data_dir).sweep(&all_uids));

@@ -453,7 +453,7 @@ fn phase_name(p: ReplicaPhase) -> &'static str {
     }
 }
 
-fn event_of(e: crate::store::StoredEvent) -> Event {
+pub(super) fn event_of(e: crate::store::StoredEvent) -> Event {
     Event {
         time: timestamp(e.time_ms),
         namespace: e.namespace,

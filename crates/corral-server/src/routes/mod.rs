@@ -9,6 +9,7 @@
 //! - `watch`: changes (jobs, pending reasons, events) pushed as server-sent events.
 //! - `series`: the history store's time series, for charts.
 //! - `usage`: the usage ledger (GPU-hours per period, namespace, queue, GPU type, job).
+//! - `pipelines`: pipeline runs: list, get, describe, delete.
 //! - `list_body`: the `{"items": [...]}` body every list answers with.
 //!
 //! The dashboard's page and assets (`/`, `/ui/...`) are `crate::dashboard`'s.
@@ -18,6 +19,7 @@ pub mod exec;
 mod jobs;
 mod list_body;
 mod logs;
+mod pipelines;
 mod series;
 mod submit;
 mod usage;
@@ -52,6 +54,7 @@ type ApiResult = Result<Response, ApiError>;
 pub fn router(state: AppState) -> Router {
     let limit = state.body_limit;
     let jobs = "/api/v1/namespaces/{namespace}/trainingjobs";
+    let runs = "/api/v1/namespaces/{namespace}/pipelineruns";
     let api = Router::new()
         .route(jobs, post(submit).get(list_namespace))
         .route(&format!("{jobs}/{{name}}"), get(get_job).delete(delete_job))
@@ -64,6 +67,16 @@ pub fn router(state: AppState) -> Router {
             post(exec::exec),
         )
         .route("/api/v1/trainingjobs", get(list_all))
+        .route(runs, post(submit).get(pipelines::list_namespace))
+        .route(
+            &format!("{runs}/{{name}}"),
+            get(pipelines::get_run).delete(pipelines::delete_run),
+        )
+        .route(
+            &format!("{runs}/{{name}}/describe"),
+            get(pipelines::describe_run),
+        )
+        .route("/api/v1/pipelineruns", get(pipelines::list_all))
         .route("/api/v1/queues", get(queues))
         .route("/api/v1/nodes", get(nodes))
         .route("/api/v1/top", get(top))

@@ -91,8 +91,17 @@ pub(super) async fn submit(
                 name: job.metadata.name.clone(),
                 uid: String::new(),
                 converted_from: converted_from.clone(),
+                kind: None,
                 warnings: warnings.clone(),
             })
+            .chain(checked.runs().iter().map(|run| SubmitResult {
+                namespace: namespace.clone(),
+                name: run.metadata.name.clone(),
+                uid: String::new(),
+                converted_from: None,
+                kind: Some("PipelineRun".into()),
+                warnings: Vec::new(),
+            }))
             .collect();
         return Ok(submitted_response(StatusCode::OK, items));
     }

@@ -1,0 +1,460 @@
+//! PipelineRun: one run of a pipeline, a DAG of steps (TrainingJobs of any framework or
+//! single-replica tasks) that pass artifacts by reference, with typed parameters,
+//! conditions, retries, caching and a bound on the steps in flight.
+//!
+//! The pipeline is written inline (`spec.pipelineSpec`), so that `corral submit run.yaml`
+//! starts a run from one file. A step becomes an ordinary TrainingJob named
+//! `<run>-<step>` ([`step_job`]), queued, admitted and run like any other.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use jiff::Timestamp;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::meta::{Kind, Object, ObjectMeta};
+use crate::training_job::{
+    EnvVar, Framework, PythonEnv, ReplicaSpec, ReplicaTemplate, Resources, RestartPolicy, Role,
+    TrainingJob, TrainingJobSpec,
+};
+
+/// One run of a pipeline.
+pub type PipelineRun = Object<PipelineRunSpec, PipelineRunStatus>;
+
+/// Labels every step's job carries: which run and which step it is.
+pub const RUN_LABEL: &str = "corral.dev/pipeline-run";
+pub const STEP_LABEL: &str = "corral.dev/pipeline-step";
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PipelineRunSpec {
+    /// The pipeline this run runs.
+    pub pipeline_spec: PipelineSpec,
+    /// Values of the pipeline's parameters, by name (those left out take their default).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub params: BTreeMap<String, serde_json::Value>,
+}
+
+impl Kind for PipelineRunSpec {
+    const KIND: &'static str = "PipelineRun";
+    const PLURAL: &'static str = "pipelineruns";
+    const NAMESPACED: bool = true;
+}
+
+/// A DAG of steps and the parameters they read.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PipelineSpec {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parameters: Vec<ParameterSpec>,
+    pub steps: Vec<StepSpec>,
+    /// Steps of one run in flight (created and not finished) at most (default: no bound).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallelism: Option<u32>,
+    /// The exit handler: a step that runs once every other step has ended (or the run has
+    /// failed and nothing else runs), whatever the outcome, with `CORRAL_RUN_PHASE` set to
+    /// it (`Succeeded` or `Failed`). Never cached; no step may read it. Its failure fails a
+    /// run that had succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_exit: Option<Box<StepSpec>>,
+}
+
+/// A typed parameter.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ParameterSpec {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub type_: ParameterType,
+    /// The value when the run gives none; without one the run must give it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<serde_json::Value>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ParameterType {
+    String,
+    Int,
+    Float,
+    Bool,
+}
+
+impl ParameterType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ParameterType::String => "string",
+            ParameterType::Int => "int",
+            ParameterType::Float => "float",
+            ParameterType::Bool => "bool",
+        }
+    }
+
+    /// Whether `v` is a value of this type (an int is a float too).
+    pub fn admits(self, v: &serde_json::Value) -> bool {
+        match self {
+            ParameterType::String => v.is_string(),
+            ParameterType::Int => v.is_i64() || v.is_u64(),
+            ParameterType::Float => v.is_number(),
+            ParameterType::Bool => v.is_boolean(),
+        }
+    }
+}
+
+/// One step: a TrainingJob template (`job`) or a single-replica task (`task`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StepSpec {
+    pub name: String,
+    /// Steps that must succeed before this one starts, besides those whose outputs it reads.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub depends_on: Vec<String>,
+    /// Inputs by name: `steps.<step>.outputs.<artifact>` (a path) or `params.<name>` (a
+    /// value).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub inputs: BTreeMap<String, String>,
+    /// Artifacts this step writes, each a directory it is given.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outputs: Vec<String>,
+    /// Every condition must hold for the step to run; otherwise it is Skipped, and so is
+    /// every step that needs it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub when: Vec<WhenCondition>,
+    /// Times a failed step is run again before it fails the run (default 0).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub retries: u32,
+    /// Reuse the outputs of an earlier identical step (default: on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<CachePolicy>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<TrainingJobSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<TaskSpec>,
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CachePolicy {
+    /// `false`: always run this step.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Replaces the computed key (steps sharing a key share results).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// `value` (a reference, as in `inputs`) compared with a string; a parameter compares by
+/// its JSON text (`3`, `true`), an artifact by the trimmed content of its file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WhenCondition {
+    pub value: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub equals: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_equals: Option<String>,
+}
+
+/// A single-replica task: what one replica of a generic job takes.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub command: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<EnvVar>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub working_dir: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python: Option<PythonEnv>,
+    #[serde(default, skip_serializing_if = "Resources::is_empty")]
+    pub resources: Resources,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class: Option<String>,
+}
+
+/// What an input or a condition reads.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Reference {
+    Param(String),
+    Artifact { step: String, output: String },
+}
+
+impl Reference {
+    /// `params.<name>` or `steps.<step>.outputs.<artifact>`.
+    pub fn parse(s: &str) -> Result<Reference, String> {
+        let parts: Vec<&str> = s.split('.').collect();
+        match parts.as_slice() {
+            ["params", p] if !p.is_empty() => Ok(Reference::Param(p.to_string())),
+            ["steps", step, "outputs", out] if !step.is_empty() && !out.is_empty() => {
+                Ok(Reference::Artifact {
+                    step: step.to_string(),
+                    output: out.to_string(),
+                })
+            }
+            _ => Err(format!(
+                "`{s}` is not a reference; write `params.<name>` or \
+                 `steps.<step>.outputs.<artifact>`"
+            )),
+        }
+    }
+
+    /// The step this reference makes its reader depend on.
+    pub fn step(&self) -> Option<&str> {
+        match self {
+            Reference::Artifact { step, .. } => Some(step),
+            Reference::Param(_) => None,
+        }
+    }
+}
+
+impl fmt::Display for Reference {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reference::Param(p) => write!(f, "params.{p}"),
+            Reference::Artifact { step, output } => write!(f, "steps.{step}.outputs.{output}"),
+        }
+    }
+}
+
+impl StepSpec {
+    /// Every step this one needs: `dependsOn`, and the steps its inputs and conditions
+    /// read. Sorted, without repeats. References that do not parse are left out
+    /// (validation reports them).
+    pub fn needs(&self) -> Vec<String> {
+        let mut out: Vec<String> = self.depends_on.clone();
+        let refs = self
+            .inputs
+            .values()
+            .chain(self.when.iter().map(|w| &w.value));
+        for r in refs {
+            if let Ok(Reference::Artifact { step, .. }) = Reference::parse(r) {
+                out.push(step);
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    pub fn cache_enabled(&self) -> bool {
+        self.cache.as_ref().is_none_or(|c| c.enabled)
+    }
+}
+
+/// Characters the server appends to `metadata.generateName`, as Kubernetes does.
+pub const GENERATED_SUFFIX_LEN: usize = 5;
+
+/// The variable the exit handler's processes read the run's outcome from.
+pub const RUN_PHASE_ENV: &str = "CORRAL_RUN_PHASE";
+
+/// The name of a step's job: `<run>-<step>`.
+pub fn step_job_name(run: &str, step: &str) -> String {
+    format!("{run}-{step}")
+}
+
+/// The TrainingJob a step runs as, without its artifacts' environment (which the shell
+/// adds: where they are is its choice): named `<run>-<step>`, labelled with the run and
+/// the step; `retries` become the job's `backoffLimit`, a failed replica restarting the
+/// job (`OnFailure`) until it is spent.
+pub fn step_job(run: &ObjectMeta, step: &StepSpec) -> TrainingJob {
+    let mut spec = match (&step.job, &step.task) {
+        (Some(job), _) => job.clone(),
+        (None, Some(task)) => task_job(task),
+        (None, None) => task_job(&TaskSpec::default()),
+    };
+    if step.retries > 0 || spec.run_policy.backoff_limit.is_none() {
+        spec.run_policy.backoff_limit = Some(step.retries);
+    }
+    if step.retries > 0 {
+        for r in spec.replicas.values_mut() {
+            if matches!(r.restart_policy, None | Some(RestartPolicy::Never)) {
+                r.restart_policy = Some(RestartPolicy::OnFailure);
+            }
+        }
+    }
+    let mut job = TrainingJob::new(&step_job_name(&run.name, &step.name), spec);
+    job.metadata.namespace = run.namespace.clone();
+    job.metadata
+        .labels
+        .insert(RUN_LABEL.to_string(), run.name.clone());
+    job.metadata
+        .labels
+        .insert(STEP_LABEL.to_string(), step.name.clone());
+    job
+}
+
+fn task_job(task: &TaskSpec) -> TrainingJobSpec {
+    let replica = ReplicaSpec {
+        count: 1,
+        resources: task.resources.clone(),
+        template: ReplicaTemplate {
+            image: task.image.clone(),
+            command: task.command.clone(),
+            args: task.args.clone(),
+            env: task.env.clone(),
+            working_dir: task.working_dir.clone(),
+            pod_template: None,
+            python: task.python.clone(),
+        },
+        restart_policy: Some(RestartPolicy::Never),
+    };
+    TrainingJobSpec {
+        framework: Framework::Generic,
+        replicas: BTreeMap::from([(Role::Worker, Box::new(replica))]),
+        run_policy: Default::default(),
+        success_policy: None,
+        queue: task.queue.clone(),
+        priority_class: task.priority_class.clone(),
+        elastic: None,
+        nproc_per_node: None,
+        mpi: None,
+        port: None,
+    }
+}
+
+/// What Corral has recorded of a run: its phase and each step's.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PipelineRunStatus {
+    #[serde(default)]
+    pub phase: RunPhase,
+    /// Why it ended (the failed step and its reason), or what it waits on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub steps: BTreeMap<String, StepStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Timestamp>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum RunPhase {
+    #[default]
+    Running,
+    Succeeded,
+    Failed,
+}
+
+impl RunPhase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunPhase::Running => "Running",
+            RunPhase::Succeeded => "Succeeded",
+            RunPhase::Failed => "Failed",
+        }
+    }
+
+    pub fn is_finished(self) -> bool {
+        self != RunPhase::Running
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StepStatus {
+    #[serde(default)]
+    pub phase: StepPhase,
+    /// The step's TrainingJob, once created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
+    /// What identifies its result (see the core's `pipeline::cache_key`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_key: Option<String>,
+    /// A cache hit: the run and step (`<run>/<step>`) whose outputs it reuses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_from: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Its artifacts once it succeeded (or hit the cache).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub outputs: BTreeMap<String, ArtifactRecord>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum StepPhase {
+    /// Waiting for the steps it needs, or for room under `parallelism`.
+    #[default]
+    Pending,
+    /// Its job exists and has not finished.
+    Running,
+    Succeeded,
+    Failed,
+    /// A condition did not hold, or a step it needs was skipped.
+    Skipped,
+    /// Not run: an earlier identical step's outputs are reused.
+    Cached,
+}
+
+impl StepPhase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepPhase::Pending => "Pending",
+            StepPhase::Running => "Running",
+            StepPhase::Succeeded => "Succeeded",
+            StepPhase::Failed => "Failed",
+            StepPhase::Skipped => "Skipped",
+            StepPhase::Cached => "Cached",
+        }
+    }
+
+    /// Its outputs can be read.
+    pub fn has_outputs(self) -> bool {
+        matches!(self, StepPhase::Succeeded | StepPhase::Cached)
+    }
+
+    pub fn is_finished(self) -> bool {
+        !matches!(self, StepPhase::Pending | StepPhase::Running)
+    }
+}
+
+/// One artifact: where it is and the SHA-256 of its content.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ArtifactRecord {
+    pub path: String,
+    pub sha256: String,
+}
+
+impl PipelineSpec {
+    /// The steps' indices in an order where every step comes after those it needs (ties by
+    /// declaration order); `None` when they form a cycle (validation refuses those).
+    pub fn topological_order(&self) -> Option<Vec<usize>> {
+        use petgraph::graph::DiGraph;
+        let index: BTreeMap<&str, usize> = self
+            .steps
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.name.as_str(), i))
+            .collect();
+        let mut graph: DiGraph<usize, ()> = DiGraph::new();
+        let nodes: Vec<_> = (0..self.steps.len()).map(|i| graph.add_node(i)).collect();
+        for (i, step) in self.steps.iter().enumerate() {
+            for need in step.needs() {
+                if let Some(&j) = index.get(need.as_str()) {
+                    graph.add_edge(nodes[j], nodes[i], ());
+                }
+            }
+        }
+        petgraph::algo::toposort(&graph, None)
+            .ok()
+            .map(|order| order.into_iter().map(|n| graph[n]).collect())
+    }
+}

@@ -1,0 +1,668 @@
+//! Pipelines: given a run (spec and recorded status), the jobs of its steps as the shell
+//! sees them and the facts it gathered, what happens next: which steps start now (their
+//! needs succeeded, their conditions hold, the run has room under `parallelism`), which
+//! are skipped, which reuse a cached result, and when the run ends and why.
+//!
+//! [`decide`] is called until it wants nothing more: what it cannot know without I/O (the
+//! content hashes of a finished step's outputs, whether the cache holds a key, what an
+//! artifact a condition reads says) it asks for in [`Decision::wants`]; the shell gathers
+//! it into [`Facts`] and asks again. Only a decision that wants nothing is applied.
+//!
+//! A step's retries are its job's: `retries` becomes the job's `backoffLimit`, so the
+//! lifecycle restarts it and counts the restarts in the job's status (see
+//! `corral_api::pipeline::step_job`); the step fails with the job's reason.
+//!
+//! Caching follows Kubeflow Pipelines v2: the key is the SHA-256 of the step's job spec,
+//! its outputs' names and its inputs (parameter values, and input artifacts by content
+//! hash), or of the key the step names; a step whose key an earlier successful step of
+//! the same namespace recorded is `Cached` and reuses its outputs.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use corral_api::pipeline::{
+    ArtifactRecord, PipelineRun, Reference, RunPhase, StepPhase, StepSpec, StepStatus, step_job,
+};
+use corral_api::{ConditionStatus, ConditionType, JobState, TrainingJob};
+use jiff::Timestamp;
+use sha2::{Digest, Sha256};
+
+use crate::lifecycle::job_state;
+
+/// A step's job as the shell observed it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Observed {
+    /// Its job has not finished.
+    Active,
+    Succeeded,
+    /// It failed for good (its retries spent), in the job's words.
+    Failed(String),
+    /// The step's job does not exist (deleted from outside).
+    Gone,
+}
+
+/// What a step's job says of the step: the one reading of a job's state for pipelines.
+pub fn observe_job(job: Option<&TrainingJob>) -> Observed {
+    let Some(job) = job else {
+        return Observed::Gone;
+    };
+    match job_state(&job.spec, job.status.as_ref()) {
+        JobState::Succeeded => Observed::Succeeded,
+        JobState::Failed => {
+            let why = job
+                .status
+                .iter()
+                .flat_map(|s| &s.conditions)
+                .find(|c| c.type_ == ConditionType::Failed && c.status == ConditionStatus::True)
+                .map(|c| format!("{}: {}", c.reason, c.message))
+                .unwrap_or_else(|| "its job failed".to_string());
+            Observed::Failed(why)
+        }
+        _ => Observed::Active,
+    }
+}
+
+/// A cached result: the step that recorded it (`<run>/<step>`) and its outputs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CacheHit {
+    pub from: String,
+    pub outputs: BTreeMap<String, ArtifactRecord>,
+}
+
+/// What the shell found out for [`decide`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Facts {
+    /// A succeeded step's outputs: where each is and its content hash.
+    pub outputs: BTreeMap<String, BTreeMap<String, ArtifactRecord>>,
+    /// Cache keys looked up: a hit, or `None` for a miss.
+    pub cache: BTreeMap<String, Option<CacheHit>>,
+    /// An artifact's text (trimmed) by path, for conditions.
+    pub contents: BTreeMap<String, String>,
+}
+
+/// What [`decide`] needs before it can decide.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Wants {
+    /// Steps whose outputs must be hashed: (step, its output names).
+    pub hash: Vec<(String, Vec<String>)>,
+    /// Cache keys to look up.
+    pub lookup: Vec<String>,
+    /// Artifacts (by path) whose content a condition compares.
+    pub read: Vec<String>,
+}
+
+impl Wants {
+    pub fn is_empty(&self) -> bool {
+        self.hash.is_empty() && self.lookup.is_empty() && self.read.is_empty()
+    }
+}
+
+/// What a step's process is given: a parameter's value, or an input artifact's path.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StepInput {
+    Value(String),
+    Artifact(String),
+}
+
+/// A step to start now: its job (to which the shell adds [`step_env`]) and its inputs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepLaunch {
+    pub step: String,
+    pub job: TrainingJob,
+    pub inputs: BTreeMap<String, StepInput>,
+    pub outputs: Vec<String>,
+}
+
+/// Steps whose result the shell records for the cache, with lineage.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Recorded {
+    pub step: String,
+    pub cache_key: String,
+    pub outputs: BTreeMap<String, ArtifactRecord>,
+    /// The artifacts it read: input name -> its record.
+    pub inputs: BTreeMap<String, ArtifactRecord>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Decision {
+    /// Non-empty: gather these into the facts and decide again; nothing else is valid.
+    pub wants: Wants,
+    /// The run's status after this decision (persist it, with the jobs of `create`, in
+    /// one transaction).
+    pub status: corral_api::PipelineRunStatus,
+    pub create: Vec<StepLaunch>,
+    pub record: Vec<Recorded>,
+    /// The run ended in this decision (it ends exactly once).
+    pub finished: bool,
+    /// What happened, in words, one line each (step started, cached, skipped, ...).
+    pub events: Vec<String>,
+}
+
+impl Decision {
+    /// Nothing to persist or do.
+    pub fn is_empty(&self, before: &corral_api::PipelineRunStatus) -> bool {
+        self.create.is_empty() && self.record.is_empty() && self.status == *before
+    }
+}
+
+/// The environment a step's process gets for its artifacts: `CORRAL_OUTPUT_<NAME>` (the
+/// directory to write each output into) and `CORRAL_INPUT_<NAME>` (an input artifact's
+/// path, or a parameter's value), names in upper case.
+pub fn step_env(
+    inputs: &BTreeMap<String, StepInput>,
+    output_dirs: &BTreeMap<String, String>,
+) -> Vec<(String, String)> {
+    let mut env = Vec::new();
+    for (name, dir) in output_dirs {
+        env.push((
+            format!("CORRAL_OUTPUT_{}", name.to_uppercase()),
+            dir.clone(),
+        ));
+    }
+    for (name, input) in inputs {
+        let v = match input {
+            StepInput::Value(v) | StepInput::Artifact(v) => v.clone(),
+        };
+        env.push((format!("CORRAL_INPUT_{}", name.to_uppercase()), v));
+    }
+    env
+}
+
+/// A parameter's value as a step reads it: a string as is, anything else as JSON text.
+fn param_text(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The run's parameter values, defaults filled in.
+fn params(run: &PipelineRun) -> BTreeMap<String, serde_json::Value> {
+    let mut out = BTreeMap::new();
+    for p in &run.spec.pipeline_spec.parameters {
+        if let Some(v) = run.spec.params.get(&p.name).or(p.default.as_ref()) {
+            out.insert(p.name.clone(), v.clone());
+        }
+    }
+    out
+}
+
+/// The cache key of a step with these resolved inputs (see the module docs).
+pub fn cache_key(
+    run: &PipelineRun,
+    step: &StepSpec,
+    params: &BTreeMap<String, serde_json::Value>,
+    artifacts: &BTreeMap<String, ArtifactRecord>,
+) -> String {
+    if let Some(key) = step.cache.as_ref().and_then(|c| c.key.as_ref()) {
+        return format!("sha256:{:x}", Sha256::digest(format!("key:{key}")));
+    }
+    let job = step_job(&run.metadata, step);
+    let mut inputs = serde_json::Map::new();
+    for (name, r) in &step.inputs {
+        let v = match Reference::parse(r) {
+            Ok(Reference::Param(p)) => params.get(&p).cloned().unwrap_or_default(),
+            Ok(Reference::Artifact { .. }) => artifacts
+                .get(name)
+                .map(|a| serde_json::Value::String(a.sha256.clone()))
+                .unwrap_or_default(),
+            Err(_) => serde_json::Value::Null,
+        };
+        inputs.insert(name.clone(), v);
+    }
+    let doc = serde_json::json!({
+        "spec": job.spec,
+        "outputs": step.outputs,
+        "inputs": inputs,
+    });
+    format!("sha256:{:x}", Sha256::digest(doc.to_string()))
+}
+
+/// The next decision for a run (see the module docs). `jobs`: each step's job that exists,
+/// by step name.
+pub fn decide(
+    run: &PipelineRun,
+    jobs: &BTreeMap<String, Observed>,
+    facts: &Facts,
+    now: Timestamp,
+) -> Decision {
+    let before = run.status.clone().unwrap_or_default();
+    let mut d = Decision {
+        status: before.clone(),
+        ..Decision::default()
+    };
+    if before.phase.is_finished() {
+        return d;
+    }
+    let spec = &run.spec.pipeline_spec;
+    let Some(order) = spec.topological_order() else {
+        // Validation refuses cycles; a stored one fails rather than waits forever.
+        finish(
+            &mut d,
+            RunPhase::Failed,
+            "its steps form a cycle".into(),
+            now,
+        );
+        return d;
+    };
+    if d.status.start_time.is_none() {
+        d.status.start_time = Some(now);
+    }
+    let params = params(run);
+    let limit = spec.parallelism.map_or(usize::MAX, |p| p as usize);
+    // First what the jobs say of the steps already started (the exit handler's too).
+    let observed = order
+        .iter()
+        .map(|i| &spec.steps[*i])
+        .chain(spec.on_exit.as_deref());
+    for step in observed {
+        let st = d.status.steps.entry(step.name.clone()).or_default();
+        if st.phase != StepPhase::Running {
+            continue;
+        }
+        match jobs.get(&step.name).unwrap_or(&Observed::Gone) {
+            Observed::Active => {}
+            Observed::Failed(why) => {
+                st.phase = StepPhase::Failed;
+                st.message = Some(why.clone());
+                d.events.push(format!("step {} failed: {why}", step.name));
+            }
+            Observed::Gone => {
+                st.phase = StepPhase::Failed;
+                st.message = Some("its job was deleted".into());
+                d.events
+                    .push(format!("step {} failed: its job was deleted", step.name));
+            }
+            Observed::Succeeded => match facts.outputs.get(&step.name) {
+                None => d.wants.hash.push((step.name.clone(), step.outputs.clone())),
+                Some(outputs) => {
+                    st.phase = StepPhase::Succeeded;
+                    st.outputs = outputs.clone();
+                    d.events.push(format!("step {} succeeded", step.name));
+                }
+            },
+        }
+    }
+    if !d.wants.is_empty() {
+        return d;
+    }
+    let failed = order
+        .iter()
+        .map(|i| &spec.steps[*i])
+        .find(|s| d.status.steps.get(&s.name).map(|st| st.phase) == Some(StepPhase::Failed))
+        .map(|s| s.name.clone());
+    let mut in_flight = count(&d.status, StepPhase::Running);
+    // Then the steps that wait, in order: a step decided here is seen by those after it.
+    for i in &order {
+        let step = &spec.steps[*i];
+        let phase_of = |d: &Decision, n: &str| d.status.steps.get(n).map(|s| s.phase);
+        if phase_of(&d, &step.name) != Some(StepPhase::Pending) {
+            continue;
+        }
+        let needs = step.needs();
+        if let Some(skipped) = needs
+            .iter()
+            .find(|n| phase_of(&d, n) == Some(StepPhase::Skipped))
+        {
+            set(
+                &mut d,
+                step,
+                StepPhase::Skipped,
+                format!("step {skipped} was skipped"),
+            );
+            continue;
+        }
+        if !needs
+            .iter()
+            .all(|n| phase_of(&d, n).is_some_and(StepPhase::has_outputs))
+        {
+            continue;
+        }
+        // Its inputs, resolved.
+        let mut inputs = BTreeMap::new();
+        let mut artifacts = BTreeMap::new();
+        for (name, r) in &step.inputs {
+            match Reference::parse(r) {
+                Ok(Reference::Param(p)) => {
+                    let v = params.get(&p).map(param_text).unwrap_or_default();
+                    inputs.insert(name.clone(), StepInput::Value(v));
+                }
+                Ok(Reference::Artifact { step: s, output }) => {
+                    if let Some(a) = d
+                        .status
+                        .steps
+                        .get(&s)
+                        .and_then(|st| st.outputs.get(&output))
+                    {
+                        inputs.insert(name.clone(), StepInput::Artifact(a.path.clone()));
+                        artifacts.insert(name.clone(), a.clone());
+                    }
+                }
+                Err(_) => {}
+            }
+        }
+        match conditions(&d, step, &params, facts) {
+            Err(path) => {
+                d.wants.read.push(path);
+                continue;
+            }
+            Ok(Some(why)) => {
+                set(&mut d, step, StepPhase::Skipped, why);
+                continue;
+            }
+            Ok(None) => {}
+        }
+        // A failed run starts nothing more; it ends once what runs has ended.
+        if failed.is_some() {
+            continue;
+        }
+        let key = cache_key(run, step, &params, &artifacts);
+        if step.cache_enabled() {
+            match facts.cache.get(&key) {
+                None => {
+                    d.wants.lookup.push(key);
+                    continue;
+                }
+                Some(Some(hit)) => {
+                    let st = d.status.steps.entry(step.name.clone()).or_default();
+                    st.phase = StepPhase::Cached;
+                    st.cache_key = Some(key);
+                    st.cached_from = Some(hit.from.clone());
+                    st.outputs = hit.outputs.clone();
+                    d.events.push(format!(
+                        "step {} reused the result of {}",
+                        step.name, hit.from
+                    ));
+                    continue;
+                }
+                Some(None) => {}
+            }
+        }
+        if in_flight >= limit {
+            continue;
+        }
+        in_flight += 1;
+        let job = step_job(&run.metadata, step);
+        let st = d.status.steps.entry(step.name.clone()).or_default();
+        st.phase = StepPhase::Running;
+        st.job = Some(job.metadata.name.clone());
+        st.cache_key = Some(key);
+        d.events.push(format!(
+            "step {} started as job {}",
+            step.name, job.metadata.name
+        ));
+        d.create.push(StepLaunch {
+            step: step.name.clone(),
+            job,
+            inputs,
+            outputs: step.outputs.clone(),
+        });
+    }
+    if !d.wants.is_empty() {
+        d.create.clear();
+        return d;
+    }
+    // What the steps that just succeeded record for the cache.
+    for i in &order {
+        let step = &spec.steps[*i];
+        let was = before.steps.get(&step.name).map(|s| s.phase);
+        let st = &d.status.steps[&step.name];
+        if st.phase == StepPhase::Succeeded && was != Some(StepPhase::Succeeded) {
+            let inputs = step
+                .inputs
+                .iter()
+                .filter_map(|(name, r)| match Reference::parse(r) {
+                    Ok(Reference::Artifact { step: s, output }) => d
+                        .status
+                        .steps
+                        .get(&s)
+                        .and_then(|u| u.outputs.get(&output))
+                        .map(|a| (name.clone(), a.clone())),
+                    _ => None,
+                })
+                .collect();
+            if let Some(key) = &st.cache_key
+                && step.cache_enabled()
+            {
+                d.record.push(Recorded {
+                    step: step.name.clone(),
+                    cache_key: key.clone(),
+                    outputs: st.outputs.clone(),
+                    inputs,
+                });
+            }
+        }
+    }
+    // How the steps ended, once they have; then the exit handler, then the run.
+    let main: Vec<&StepStatus> = order
+        .iter()
+        .filter_map(|i| d.status.steps.get(&spec.steps[*i].name))
+        .collect();
+    let main_count = |p: StepPhase| main.iter().filter(|s| s.phase == p).count();
+    let running = main_count(StepPhase::Running);
+    let outcome = if let Some(step) = failed {
+        if running == 0 {
+            let why = d.status.steps[&step].message.clone().unwrap_or_default();
+            Some((RunPhase::Failed, format!("step {step} failed: {why}")))
+        } else {
+            d.status.message = Some(format!(
+                "step {step} failed; waiting for {running} running step(s) to end"
+            ));
+            None
+        }
+    } else if main.len() == spec.steps.len() && main.iter().all(|s| s.phase.is_finished()) {
+        let (cached, skipped) = (
+            main_count(StepPhase::Cached),
+            main_count(StepPhase::Skipped),
+        );
+        let n = spec.steps.len();
+        Some((
+            RunPhase::Succeeded,
+            format!("{n} steps: {cached} cached, {skipped} skipped"),
+        ))
+    } else {
+        None
+    };
+    if let Some((phase, message)) = outcome {
+        match spec.on_exit.as_deref() {
+            None => finish(&mut d, phase, message, now),
+            Some(exit) => exit_handler(&mut d, run, exit, &params, (phase, message), now),
+        }
+    }
+    d
+}
+
+/// The run's steps have ended with `outcome`: start the exit handler, wait for it, or end
+/// the run (its failure fails a run that had succeeded).
+fn exit_handler(
+    d: &mut Decision,
+    run: &PipelineRun,
+    exit: &StepSpec,
+    params: &BTreeMap<String, serde_json::Value>,
+    (phase, message): (RunPhase, String),
+    now: Timestamp,
+) {
+    let st = d.status.steps.entry(exit.name.clone()).or_default();
+    match st.phase {
+        StepPhase::Pending => {
+            let mut job = step_job(&run.metadata, exit);
+            for r in job.spec.replicas.values_mut() {
+                r.template.env.push(corral_api::EnvVar::literal(
+                    corral_api::pipeline::RUN_PHASE_ENV,
+                    phase.as_str(),
+                ));
+            }
+            st.phase = StepPhase::Running;
+            st.job = Some(job.metadata.name.clone());
+            // What it reads of steps that did not produce it is left out.
+            let mut inputs = BTreeMap::new();
+            for (name, r) in &exit.inputs {
+                match Reference::parse(r) {
+                    Ok(Reference::Param(p)) => {
+                        let v = params.get(&p).map(param_text).unwrap_or_default();
+                        inputs.insert(name.clone(), StepInput::Value(v));
+                    }
+                    Ok(Reference::Artifact { step, output }) => {
+                        if let Some(a) = d
+                            .status
+                            .steps
+                            .get(&step)
+                            .and_then(|s| s.outputs.get(&output))
+                        {
+                            inputs.insert(name.clone(), StepInput::Artifact(a.path.clone()));
+                        }
+                    }
+                    Err(_) => {}
+                }
+            }
+            d.status.message = Some(format!("{message}; running exit handler {}", exit.name));
+            d.events.push(format!(
+                "exit handler {} started as job {}",
+                exit.name, job.metadata.name
+            ));
+            d.create.push(StepLaunch {
+                step: exit.name.clone(),
+                job,
+                inputs,
+                outputs: exit.outputs.clone(),
+            });
+        }
+        StepPhase::Running => {}
+        StepPhase::Failed if phase == RunPhase::Succeeded => {
+            let why = st.message.clone().unwrap_or_default();
+            finish(
+                d,
+                RunPhase::Failed,
+                format!("exit handler {} failed: {why}", exit.name),
+                now,
+            );
+        }
+        StepPhase::Failed => {
+            finish(
+                d,
+                phase,
+                format!("{message}; exit handler {} failed too", exit.name),
+                now,
+            );
+        }
+        _ => finish(d, phase, message, now),
+    }
+}
+
+fn count(status: &corral_api::PipelineRunStatus, phase: StepPhase) -> usize {
+    status.steps.values().filter(|s| s.phase == phase).count()
+}
+
+fn set(d: &mut Decision, step: &StepSpec, phase: StepPhase, why: String) {
+    d.events
+        .push(format!("step {} {}: {why}", step.name, phase.as_str()));
+    let st: &mut StepStatus = d.status.steps.entry(step.name.clone()).or_default();
+    st.phase = phase;
+    st.message = Some(why);
+}
+
+fn finish(d: &mut Decision, phase: RunPhase, message: String, now: Timestamp) {
+    d.events.push(format!("run {}: {message}", phase.as_str()));
+    d.status.phase = phase;
+    d.status.message = Some(message);
+    d.status.completion_time = Some(now);
+    d.finished = true;
+}
+
+/// `Ok(None)`: every condition holds; `Ok(Some(why))`: one does not; `Err(path)`: an
+/// artifact must be read first.
+fn conditions(
+    d: &Decision,
+    step: &StepSpec,
+    params: &BTreeMap<String, serde_json::Value>,
+    facts: &Facts,
+) -> Result<Option<String>, String> {
+    for w in &step.when {
+        let value = match Reference::parse(&w.value) {
+            Ok(Reference::Param(p)) => params.get(&p).map(param_text).unwrap_or_default(),
+            Ok(Reference::Artifact { step: s, output }) => {
+                let Some(a) = d
+                    .status
+                    .steps
+                    .get(&s)
+                    .and_then(|st| st.outputs.get(&output))
+                else {
+                    continue;
+                };
+                match facts.contents.get(&a.path) {
+                    Some(text) => text.clone(),
+                    None => return Err(a.path.clone()),
+                }
+            }
+            Err(_) => continue,
+        };
+        if let Some(want) = &w.equals
+            && &value != want
+        {
+            return Ok(Some(format!("{} is `{value}`, not `{want}`", w.value)));
+        }
+        if let Some(unwanted) = &w.not_equals
+            && &value == unwanted
+        {
+            return Ok(Some(format!("{} is `{value}`", w.value)));
+        }
+    }
+    Ok(None)
+}
+
+/// Every step's phase in the run's order, with the steps it needs, the exit handler last:
+/// what `describe` draws.
+pub fn listing(run: &PipelineRun) -> Vec<(String, StepPhase, Vec<String>)> {
+    let spec = &run.spec.pipeline_spec;
+    let order = spec
+        .topological_order()
+        .unwrap_or_else(|| (0..spec.steps.len()).collect());
+    let status = run.status.clone().unwrap_or_default();
+    order
+        .into_iter()
+        .map(|i| {
+            let s = &spec.steps[i];
+            let phase = status
+                .steps
+                .get(&s.name)
+                .map_or(StepPhase::Pending, |st| st.phase);
+            (s.name.clone(), phase, s.needs())
+        })
+        .chain(spec.on_exit.iter().map(|e| {
+            let phase = status
+                .steps
+                .get(&e.name)
+                .map_or(StepPhase::Pending, |st| st.phase);
+            (e.name.clone(), phase, Vec::new())
+        }))
+        .collect()
+}
+
+/// Names of the steps of a run, for a shell's lookups of their jobs.
+pub fn step_names(run: &PipelineRun) -> BTreeSet<String> {
+    run.spec
+        .pipeline_spec
+        .steps
+        .iter()
+        .map(|s| s.name.clone())
+        .collect()
+}
+
+/// The jobs of a run's steps that are running, by step: those a shell observes for
+/// [`decide`].
+pub fn watched_jobs(run: &PipelineRun) -> Vec<(String, String)> {
+    run.status
+        .iter()
+        .flat_map(|s| &s.steps)
+        .filter(|(_, st)| st.phase == StepPhase::Running)
+        .filter_map(|(name, st)| st.job.clone().map(|j| (name.clone(), j)))
+        .collect()
+}
+
+/// The jobs a deleted run's steps left, by step: those a shell deletes with it.
+pub fn step_jobs(run: &PipelineRun) -> Vec<String> {
+    run.status
+        .iter()
+        .flat_map(|s| s.steps.values())
+        .filter_map(|st| st.job.clone())
+        .collect()
+}

@@ -1,0 +1,337 @@
+//! The pipeline decisions: dependencies, parallelism, conditions, caching, and that a run
+//! ends exactly once, on hand-written runs and on random DAGs run by a fake shell.
+
+use std::collections::BTreeMap;
+
+use corral_api::pipeline::{
+    ArtifactRecord, PipelineRun, PipelineRunSpec, PipelineSpec, RunPhase, StepPhase, StepSpec,
+    TaskSpec,
+};
+use corral_core::control::pipeline::{CacheHit, Decision, Facts, Observed, decide};
+use jiff::Timestamp;
+use proptest::prelude::*;
+
+fn step(name: &str, needs: &[&str]) -> StepSpec {
+    StepSpec {
+        name: name.into(),
+        depends_on: needs.iter().map(|s| s.to_string()).collect(),
+        inputs: BTreeMap::new(),
+        outputs: vec!["out".into()],
+        when: vec![],
+        retries: 0,
+        cache: None,
+        job: None,
+        task: Some(TaskSpec {
+            command: vec!["true".into()],
+            ..TaskSpec::default()
+        }),
+    }
+}
+
+fn run(steps: Vec<StepSpec>, parallelism: Option<u32>) -> PipelineRun {
+    PipelineRun::new(
+        "r",
+        PipelineRunSpec {
+            pipeline_spec: PipelineSpec {
+                parameters: vec![],
+                steps,
+                parallelism,
+                on_exit: None,
+            },
+            params: BTreeMap::new(),
+        },
+    )
+}
+
+fn now() -> Timestamp {
+    Timestamp::UNIX_EPOCH
+}
+
+/// A fake shell: answers every want (hashes, a cache with `cached` keys, contents) and
+/// decides again, as the embedded shell does.
+fn settle(
+    run: &PipelineRun,
+    jobs: &BTreeMap<String, Observed>,
+    cached: &BTreeMap<String, CacheHit>,
+) -> Decision {
+    let mut facts = Facts::default();
+    for _ in 0..100 {
+        let d = decide(run, jobs, &facts, now());
+        if d.wants.is_empty() {
+            return d;
+        }
+        for (s, outs) in d.wants.hash {
+            let recs = outs
+                .iter()
+                .map(|o| {
+                    let a = ArtifactRecord {
+                        path: format!("/a/{s}/{o}"),
+                        sha256: format!("h-{s}-{o}"),
+                    };
+                    (o.clone(), a)
+                })
+                .collect();
+            facts.outputs.insert(s, recs);
+        }
+        for k in d.wants.lookup {
+            let hit = cached.get(&k).cloned();
+            facts.cache.insert(k, hit);
+        }
+        for p in d.wants.read {
+            facts.contents.insert(p, "yes".into());
+        }
+    }
+    panic!("the decision kept wanting facts");
+}
+
+#[test]
+fn a_chain_runs_one_step_after_another_and_succeeds() {
+    let mut r = run(
+        vec![step("a", &[]), step("b", &["a"]), step("c", &["b"])],
+        None,
+    );
+    let mut jobs = BTreeMap::new();
+    let none = BTreeMap::new();
+    for name in ["a", "b", "c"] {
+        let d = settle(&r, &jobs, &none);
+        let created: Vec<&str> = d.create.iter().map(|l| l.step.as_str()).collect();
+        assert_eq!(created, vec![name]);
+        assert_eq!(d.create[0].job.metadata.name, format!("r-{name}"));
+        r.status = Some(d.status);
+        jobs.insert(name.to_string(), Observed::Succeeded);
+    }
+    let d = settle(&r, &jobs, &none);
+    assert!(d.finished);
+    assert_eq!(d.status.phase, RunPhase::Succeeded);
+    assert_eq!(d.record.len(), 1, "c's result is recorded for the cache");
+    r.status = Some(d.status);
+    let again = settle(&r, &jobs, &none);
+    assert!(!again.finished, "a run ends exactly once");
+}
+
+#[test]
+fn a_failed_step_fails_the_run_with_its_reason_and_starts_nothing_more() {
+    let mut r = run(
+        vec![step("a", &[]), step("b", &[]), step("c", &["a"])],
+        None,
+    );
+    let d = settle(&r, &BTreeMap::new(), &BTreeMap::new());
+    assert_eq!(d.create.len(), 2);
+    r.status = Some(d.status);
+    let jobs = BTreeMap::from([
+        (
+            "a".to_string(),
+            Observed::Failed("BackoffLimitExceeded: exit 3".into()),
+        ),
+        ("b".to_string(), Observed::Active),
+    ]);
+    let d = settle(&r, &jobs, &BTreeMap::new());
+    assert!(d.create.is_empty());
+    assert!(!d.finished, "b still runs");
+    r.status = Some(d.status);
+    let jobs = BTreeMap::from([
+        (
+            "a".to_string(),
+            Observed::Failed("BackoffLimitExceeded: exit 3".into()),
+        ),
+        ("b".to_string(), Observed::Succeeded),
+    ]);
+    let d = settle(&r, &jobs, &BTreeMap::new());
+    assert!(d.finished);
+    assert_eq!(d.status.phase, RunPhase::Failed);
+    let message = d.status.message.unwrap_or_default();
+    assert!(
+        message.contains("step a failed: BackoffLimitExceeded: exit 3"),
+        "{message}"
+    );
+    assert_eq!(d.status.steps["c"].phase, StepPhase::Pending);
+}
+
+#[test]
+fn a_cache_hit_reuses_the_outputs_and_its_dependents_follow() {
+    let mut b = step("b", &[]);
+    b.inputs.insert("x".into(), "steps.a.outputs.out".into());
+    let r = run(vec![step("a", &[]), b], None);
+    // First run, to learn the keys.
+    let d = settle(&r, &BTreeMap::new(), &BTreeMap::new());
+    let key_a = d.status.steps["a"].cache_key.clone().unwrap_or_default();
+    let hit = CacheHit {
+        from: "old/a".into(),
+        outputs: BTreeMap::from([(
+            "out".to_string(),
+            ArtifactRecord {
+                path: "/old/a/out".into(),
+                sha256: "h".into(),
+            },
+        )]),
+    };
+    let d = settle(&r, &BTreeMap::new(), &BTreeMap::from([(key_a, hit)]));
+    assert_eq!(d.status.steps["a"].phase, StepPhase::Cached);
+    assert_eq!(d.status.steps["a"].cached_from.as_deref(), Some("old/a"));
+    let created: Vec<&str> = d.create.iter().map(|l| l.step.as_str()).collect();
+    assert_eq!(created, vec!["b"], "b runs at once on a's cached outputs");
+}
+
+#[test]
+fn a_condition_that_does_not_hold_skips_the_step_and_those_that_need_it() {
+    let mut a = step("a", &[]);
+    a.when.push(corral_api::pipeline::WhenCondition {
+        value: "params.go".into(),
+        equals: Some("true".into()),
+        not_equals: None,
+    });
+    let mut r = run(vec![a, step("b", &["a"])], None);
+    r.spec
+        .pipeline_spec
+        .parameters
+        .push(corral_api::pipeline::ParameterSpec {
+            name: "go".into(),
+            type_: corral_api::pipeline::ParameterType::Bool,
+            default: Some(serde_json::json!(false)),
+        });
+    let d = settle(&r, &BTreeMap::new(), &BTreeMap::new());
+    assert_eq!(d.status.steps["a"].phase, StepPhase::Skipped);
+    assert_eq!(d.status.steps["b"].phase, StepPhase::Skipped);
+    assert_eq!(d.status.phase, RunPhase::Succeeded);
+}
+
+#[test]
+fn the_key_changes_with_a_parameter_only_for_the_steps_that_read_it() {
+    let mut b = step("b", &[]);
+    b.inputs.insert("n".into(), "params.n".into());
+    let mut r = run(vec![step("a", &[]), b], None);
+    r.spec
+        .pipeline_spec
+        .parameters
+        .push(corral_api::pipeline::ParameterSpec {
+            name: "n".into(),
+            type_: corral_api::pipeline::ParameterType::Int,
+            default: Some(serde_json::json!(1)),
+        });
+    let keys = |r: &PipelineRun| {
+        let d = settle(r, &BTreeMap::new(), &BTreeMap::new());
+        (
+            d.status.steps["a"].cache_key.clone(),
+            d.status.steps["b"].cache_key.clone(),
+        )
+    };
+    let first = keys(&r);
+    r.spec.params.insert("n".into(), serde_json::json!(2));
+    let second = keys(&r);
+    assert_eq!(first.0, second.0);
+    assert_ne!(first.1, second.1);
+}
+
+#[test]
+fn the_exit_handler_runs_after_a_failure_and_its_own_failure_fails_a_success() {
+    let exit = step("notify", &[]);
+    // The run fails: the exit handler runs, told so, and the run ends with the step's reason.
+    let mut r = run(vec![step("a", &[])], None);
+    r.spec.pipeline_spec.on_exit = Some(Box::new(exit.clone()));
+    let d = settle(&r, &BTreeMap::new(), &BTreeMap::new());
+    r.status = Some(d.status);
+    let jobs = BTreeMap::from([("a".to_string(), Observed::Failed("exit 1".into()))]);
+    let d = settle(&r, &jobs, &BTreeMap::new());
+    assert!(!d.finished, "the exit handler runs first");
+    assert_eq!(d.create.len(), 1);
+    let env = &d.create[0]
+        .job
+        .spec
+        .replicas
+        .values()
+        .next()
+        .unwrap()
+        .template
+        .env;
+    assert!(
+        env.iter()
+            .any(|e| e.name == "CORRAL_RUN_PHASE" && e.value.as_deref() == Some("Failed"))
+    );
+    r.status = Some(d.status);
+    let mut jobs = jobs;
+    jobs.insert("notify".into(), Observed::Succeeded);
+    let d = settle(&r, &jobs, &BTreeMap::new());
+    assert!(d.finished);
+    assert_eq!(d.status.phase, RunPhase::Failed);
+    assert_eq!(d.status.message.as_deref(), Some("step a failed: exit 1"));
+
+    // The run succeeds, the exit handler fails: the run fails, saying so.
+    let mut r = run(vec![step("a", &[])], None);
+    r.spec.pipeline_spec.on_exit = Some(Box::new(exit));
+    let d = settle(&r, &BTreeMap::new(), &BTreeMap::new());
+    r.status = Some(d.status);
+    let mut jobs = BTreeMap::from([("a".to_string(), Observed::Succeeded)]);
+    let d = settle(&r, &jobs, &BTreeMap::new());
+    assert_eq!(d.create.len(), 1);
+    r.status = Some(d.status);
+    jobs.insert("notify".into(), Observed::Failed("exit 2".into()));
+    let d = settle(&r, &jobs, &BTreeMap::new());
+    assert_eq!(d.status.phase, RunPhase::Failed);
+    assert_eq!(
+        d.status.message.as_deref(),
+        Some("exit handler notify failed: exit 2")
+    );
+}
+
+proptest! {
+    /// Random DAGs (a step needs some earlier ones), random parallelism and outcomes: never
+    /// more than `parallelism` steps in flight, no step starts before its needs have
+    /// outputs, and the run ends exactly once.
+    #[test]
+    fn random_dags_respect_dependencies_and_parallelism(
+        needs in proptest::collection::vec(proptest::collection::vec(any::<prop::sample::Index>(), 0..3), 1..12),
+        parallelism in proptest::option::of(1u32..4),
+        with_exit in any::<bool>(),
+        outcomes in proptest::collection::vec(0u8..10, 200),
+    ) {
+        let steps: Vec<StepSpec> = needs.iter().enumerate().map(|(i, ns)| {
+            let deps: Vec<String> = if i == 0 { vec![] } else {
+                let mut d: Vec<String> = ns.iter().map(|x| format!("s{}", x.index(i))).collect();
+                d.sort();
+                d.dedup();
+                d
+            };
+            let deps: Vec<&str> = deps.iter().map(String::as_str).collect();
+            step(&format!("s{i}"), &deps)
+        }).collect();
+        let mut r = run(steps.clone(), parallelism);
+        if with_exit {
+            r.spec.pipeline_spec.on_exit = Some(Box::new(step("exit", &[])));
+        }
+        let mut jobs: BTreeMap<String, Observed> = BTreeMap::new();
+        let mut ended = 0;
+        let mut outcomes = outcomes.into_iter();
+        for _ in 0..100 {
+            let d = settle(&r, &jobs, &BTreeMap::new());
+            for l in &d.create {
+                if l.step == "exit" {
+                    // Only once every other step has ended.
+                    prop_assert!(d.status.steps.iter().all(|(n, s)| n == "exit" || s.phase != StepPhase::Running));
+                    jobs.insert(l.step.clone(), Observed::Active);
+                    continue;
+                }
+                let s = steps.iter().find(|s| s.name == l.step).unwrap();
+                for n in s.needs() {
+                    prop_assert!(d.status.steps[&n].phase.has_outputs(), "{} started before {}", l.step, n);
+                }
+                jobs.insert(l.step.clone(), Observed::Active);
+            }
+            let running = d.status.steps.values().filter(|s| s.phase == StepPhase::Running).count();
+            prop_assert!(running <= parallelism.map_or(usize::MAX, |p| p as usize));
+            if d.finished { ended += 1; }
+            r.status = Some(d.status);
+            // Some running steps end.
+            for (name, o) in jobs.iter_mut() {
+                if *o == Observed::Active && r.status.as_ref().unwrap().steps[name].phase == StepPhase::Running {
+                    match outcomes.next().unwrap_or(0) {
+                        0 => *o = Observed::Failed("boom".into()),
+                        1..=5 => *o = Observed::Succeeded,
+                        _ => {}
+                    }
+                }
+            }
+        }
+        prop_assert_eq!(ended, 1, "the run ends exactly once");
+        prop_assert!(r.status.unwrap().phase.is_finished());
+    }
+}

@@ -1,0 +1,190 @@
+//! Where pipeline artifacts live embedded: `<data>/artifacts/<namespace>/<run>/<step>/<output>`,
+//! one directory per output, and how their content is hashed (SHA-256) and read.
+//!
+//! The wall between tenants (see [`crate::tenancy`]): when replicas run under their
+//! namespace's uid, `artifacts/` is `0711` (passable, not listable), a namespace's tree
+//! is `root:<its gid>` `0750` and an output directory is its uid's, `0750`: steps of the
+//! same namespace read each other's artifacts, nobody else does. The server never follows
+//! a link a step left: a link is hashed as its target's name, and a condition reads only a
+//! regular file.
+
+use std::fs;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+
+use corral_core::tenancy::TenantIdentity;
+use sha2::{Digest, Sha256};
+
+use crate::tenancy::set_owner_mode;
+
+/// The largest artifact text a condition compares.
+pub const MAX_CONDITION_TEXT: u64 = 4096;
+
+pub fn root(data_dir: &Path) -> PathBuf {
+    data_dir.join("artifacts")
+}
+
+pub fn output_dir(
+    data_dir: &Path,
+    namespace: &str,
+    run: &str,
+    step: &str,
+    output: &str,
+) -> PathBuf {
+    root(data_dir)
+        .join(namespace)
+        .join(run)
+        .join(step)
+        .join(output)
+}
+
+/// Makes a step's output directories, empty, with the modes of the module docs.
+pub fn prepare_outputs(
+    data_dir: &Path,
+    namespace: &str,
+    run: &str,
+    step: &str,
+    outputs: &[String],
+    who: Option<TenantIdentity>,
+) -> io::Result<Vec<(String, PathBuf)>> {
+    let top = root(data_dir);
+    let step_dir = top.join(namespace).join(run).join(step);
+    fs::create_dir_all(&step_dir)?;
+    match who {
+        Some(id) => {
+            set_owner_mode(&top, 0, 0, 0o711)?;
+            for d in [
+                top.join(namespace),
+                top.join(namespace).join(run),
+                step_dir.clone(),
+            ] {
+                set_owner_mode(&d, 0, id.gid, 0o750)?;
+            }
+        }
+        None => fs::set_permissions(&top, std::os::unix::fs::PermissionsExt::from_mode(0o700))?,
+    }
+    let mut out = Vec::new();
+    for name in outputs {
+        let dir = step_dir.join(name);
+        // What an earlier attempt left (a crash before its job was stored) is not this
+        // step's output.
+        if fs::symlink_metadata(&dir).is_ok() {
+            fs::remove_dir_all(&dir)?;
+        }
+        fs::create_dir(&dir)?;
+        if let Some(id) = who {
+            set_owner_mode(&dir, id.uid, id.gid, 0o750)?;
+        }
+        out.push((name.clone(), dir));
+    }
+    Ok(out)
+}
+
+/// `sha256:<hex>` of an artifact: a file's bytes, or a directory's entries in name order
+/// (relative path, kind and content hash each), so that equal trees hash equal wherever
+/// they are. A missing artifact hashes as an empty directory.
+pub fn hash(path: &Path) -> io::Result<String> {
+    let mut h = Sha256::new();
+    match fs::symlink_metadata(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+        Ok(_) => hash_entry(path, Path::new(""), &mut h)?,
+    }
+    Ok(format!("sha256:{:x}", h.finalize()))
+}
+
+fn hash_entry(path: &Path, rel: &Path, h: &mut Sha256) -> io::Result<()> {
+    let meta = fs::symlink_metadata(path)?;
+    let name = rel.to_string_lossy();
+    if meta.is_dir() {
+        h.update(format!("d {name}\0"));
+        let mut entries: Vec<_> = fs::read_dir(path)?
+            .map(|e| e.map(|e| e.file_name()))
+            .collect::<Result<_, _>>()?;
+        entries.sort();
+        for e in entries {
+            hash_entry(&path.join(&e), &rel.join(&e), h)?;
+        }
+    } else if meta.is_symlink() {
+        let target = fs::read_link(path)?;
+        h.update(format!("l {name}\0{}\0", target.to_string_lossy()));
+    } else if meta.is_file() {
+        let mut f = open_no_follow(path)?;
+        let mut fh = Sha256::new();
+        io::copy(&mut f, &mut fh)?;
+        h.update(format!("f {name}\0{:x}\0", fh.finalize()));
+    }
+    Ok(())
+}
+
+/// Opens a file a step left, refusing a link put in its place after it was looked at.
+fn open_no_follow(path: &Path) -> io::Result<fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(path)
+}
+
+/// What a condition compares an artifact with: the trimmed text of its one regular file
+/// (the artifact itself, or the only entry of its directory), at most
+/// [`MAX_CONDITION_TEXT`] bytes; empty otherwise.
+pub fn condition_text(path: &Path) -> String {
+    let file = match fs::symlink_metadata(path) {
+        Ok(m) if m.is_file() => path.to_path_buf(),
+        Ok(m) if m.is_dir() => {
+            let entries: Vec<PathBuf> = fs::read_dir(path)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| e.path())
+                .collect();
+            match entries.as_slice() {
+                [one] if fs::symlink_metadata(one).is_ok_and(|m| m.is_file()) => one.clone(),
+                _ => return String::new(),
+            }
+        }
+        _ => return String::new(),
+    };
+    let mut text = String::new();
+    let _ =
+        open_no_follow(&file).and_then(|f| f.take(MAX_CONDITION_TEXT).read_to_string(&mut text));
+    text.trim().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn equal_trees_hash_equal_wherever_they_are_and_links_are_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        for side in ["a", "b"] {
+            let root = dir.path().join(side);
+            fs::create_dir_all(root.join("sub")).unwrap();
+            fs::write(root.join("sub/x.txt"), "x").unwrap();
+            fs::write(root.join("y.txt"), "y").unwrap();
+        }
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        assert_eq!(hash(&a).unwrap(), hash(&b).unwrap());
+        fs::write(b.join("y.txt"), "changed").unwrap();
+        assert_ne!(hash(&a).unwrap(), hash(&b).unwrap());
+        // A link is its target's name: what it points to is never read.
+        let secret = dir.path().join("secret");
+        fs::write(&secret, "one").unwrap();
+        std::os::unix::fs::symlink(&secret, a.join("link")).unwrap();
+        let before = hash(&a).unwrap();
+        fs::write(&secret, "two").unwrap();
+        assert_eq!(before, hash(&a).unwrap());
+        assert_eq!(condition_text(&a.join("link")), "");
+    }
+
+    #[test]
+    fn a_condition_reads_the_one_file_of_an_artifact() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("verdict"), " pass\n").unwrap();
+        assert_eq!(condition_text(dir.path()), "pass");
+        fs::write(dir.path().join("other"), "x").unwrap();
+        assert_eq!(condition_text(dir.path()), "", "two files: no text");
+    }
+}
