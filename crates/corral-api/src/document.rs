@@ -16,11 +16,12 @@ use crate::kubeflow;
 use crate::meta::{API_VERSION, Kind};
 use crate::node_pool::{NodePool, NodePoolSpec};
 use crate::queue::{Queue, QueueSpec};
+use crate::served_model::{ServedModel, ServedModelSpec};
 use crate::suggest::did_you_mean;
 use crate::training_job::{TrainingJob, TrainingJobSpec};
 use crate::validate::{
     FieldError, ValidationContext, ValidationErrors, validate_node_pool, validate_priority_class,
-    validate_queue, validate_training_job,
+    validate_queue, validate_served_model, validate_training_job,
 };
 
 /// Input larger than this is refused before parsing (a job spec is a few KiB).
@@ -30,6 +31,7 @@ pub const MAX_INPUT_BYTES: usize = 4 << 20;
 #[derive(Clone, Debug, PartialEq)]
 pub enum Document {
     TrainingJob(Box<TrainingJob>),
+    ServedModel(Box<ServedModel>),
     Queue(Queue),
     NodePool(NodePool),
     JobPriorityClass(JobPriorityClass),
@@ -39,6 +41,7 @@ impl Document {
     pub fn kind(&self) -> &'static str {
         match self {
             Document::TrainingJob(_) => TrainingJobSpec::KIND,
+            Document::ServedModel(_) => ServedModelSpec::KIND,
             Document::Queue(_) => QueueSpec::KIND,
             Document::NodePool(_) => NodePoolSpec::KIND,
             Document::JobPriorityClass(_) => JobPriorityClassSpec::KIND,
@@ -48,6 +51,7 @@ impl Document {
     pub fn name(&self) -> &str {
         match self {
             Document::TrainingJob(j) => &j.metadata.name,
+            Document::ServedModel(m) => &m.metadata.name,
             Document::Queue(q) => &q.metadata.name,
             Document::NodePool(p) => &p.metadata.name,
             Document::JobPriorityClass(p) => &p.metadata.name,
@@ -58,6 +62,7 @@ impl Document {
     pub fn to_value(&self) -> Value {
         let v = match self {
             Document::TrainingJob(j) => serde_json::to_value(j),
+            Document::ServedModel(m) => serde_json::to_value(m),
             Document::Queue(q) => serde_json::to_value(q),
             Document::NodePool(p) => serde_json::to_value(p),
             Document::JobPriorityClass(p) => serde_json::to_value(p),
@@ -203,7 +208,7 @@ pub fn parse_documents(text: &str, ctx: &ValidationContext) -> ParseResult {
             Document::NodePool(np) => upsert(&mut full.node_pools, np),
             Document::Queue(q) => upsert(&mut full.queues, q),
             Document::JobPriorityClass(pc) => upsert(&mut full.priority_classes, pc),
-            Document::TrainingJob(_) => {}
+            Document::TrainingJob(_) | Document::ServedModel(_) => {}
         }
     }
     decoded
@@ -212,6 +217,7 @@ pub fn parse_documents(text: &str, ctx: &ValidationContext) -> ParseResult {
             let p = r?;
             let checked = match &p.document {
                 Document::TrainingJob(j) => validate_training_job(j, &full),
+                Document::ServedModel(m) => validate_served_model(m, &full),
                 Document::Queue(q) => validate_queue(q, &full),
                 Document::NodePool(np) => validate_node_pool(np),
                 Document::JobPriorityClass(pc) => validate_priority_class(pc),
@@ -263,7 +269,13 @@ fn duplicate_default_priority(ctx: &ValidationContext) -> Option<Result<Parsed, 
     })
 }
 
-const CORRAL_KINDS: [&str; 4] = ["TrainingJob", "Queue", "NodePool", "JobPriorityClass"];
+const CORRAL_KINDS: [&str; 5] = [
+    "TrainingJob",
+    "ServedModel",
+    "Queue",
+    "NodePool",
+    "JobPriorityClass",
+];
 
 /// One raw document to a typed one (no semantic validation yet).
 pub fn decode(index: usize, raw: Value) -> Result<Parsed, DocumentError> {
@@ -331,6 +343,8 @@ pub fn decode(index: usize, raw: Value) -> Result<Parsed, DocumentError> {
             typed::<TrainingJob, TrainingJobSpec>(raw, role_errors)
                 .map(|(j, e)| (Document::TrainingJob(Box::new(j)), e))
         }
+        "ServedModel" => typed::<ServedModel, ServedModelSpec>(raw, Vec::new())
+            .map(|(m, e)| (Document::ServedModel(Box::new(m)), e)),
         "Queue" => typed::<Queue, QueueSpec>(raw, Vec::new()).map(|(q, e)| (Document::Queue(q), e)),
         "NodePool" => typed::<NodePool, NodePoolSpec>(raw, Vec::new())
             .map(|(p, e)| (Document::NodePool(p), e)),

@@ -4,6 +4,8 @@
 //!
 //! - `training_job`: a TrainingJob as written, against what the cluster declares, and
 //!   what a valid job asks for that no node holds now.
+//! - `served_model`: a ServedModel's autoscaling and readiness, and its replicas as the
+//!   TrainingJob each becomes.
 //! - `cluster_scoped`: Queues, NodePools and JobPriorityClasses.
 //! - `context`: what validation knows of the cluster ([`ValidationContext`]).
 //! - `names`: DNS names, label keys and values, object metadata.
@@ -13,6 +15,7 @@ mod cluster_scoped;
 mod context;
 mod names;
 mod quantities;
+mod served_model;
 mod training_job;
 
 use std::fmt;
@@ -22,6 +25,7 @@ use crate::suggest::did_you_mean;
 pub use cluster_scoped::{validate_node_pool, validate_priority_class, validate_queue};
 pub use context::{NodeFacts, ValidationContext};
 pub use names::{check_dns1035_label, check_dns1123_label};
+pub use served_model::{MAX_SERVING_REPLICAS, validate_served_model};
 pub use training_job::{missing_images, validate_training_job};
 
 /// Replicas per role above this are a typo, not a job.

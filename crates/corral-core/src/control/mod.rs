@@ -48,6 +48,7 @@ mod ledger;
 mod plane;
 mod room;
 mod rules;
+pub mod serving;
 mod submit;
 
 pub use config::{ControlConfig, ControlConfigBuilder, Platform, SETTLE_ROUNDS, Settling};
