@@ -232,6 +232,8 @@ pub fn replica_job(model: &ServedModel, index: u32) -> TrainingJob {
         name: job.metadata.name,
         namespace: model.metadata.namespace.clone(),
         labels,
+        // What the model carries (its code snapshot's digest) goes with each replica.
+        annotations: model.metadata.annotations.clone(),
         ..Default::default()
     };
     job

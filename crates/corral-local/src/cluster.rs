@@ -37,6 +37,7 @@ mod exec;
 mod node;
 mod recovery;
 mod replicas;
+mod serving;
 mod shutdown;
 mod views;
 
@@ -165,6 +166,9 @@ pub struct SubmitResult {
     /// is also a Warning event of the job.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// The kind accepted when it is not a TrainingJob (`ServedModel`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
 }
 
 /// Where a job is in its life, in one word: the lifecycle's definition, shared by every shell.
@@ -590,6 +594,7 @@ pub use commands::{CheckedSubmission, SubmitContext};
 pub use engine::Cluster;
 pub use exec::{ExecAuth, ExecError};
 pub use node::{build_cluster, control_config, local_node, unhealthy_gpus, validation_context};
+pub use serving::{ServingEndpoint, ServingObservation, serving_path};
 
 #[cfg(test)]
 mod tests {

@@ -32,6 +32,8 @@
 //!   ([`Store::running_replicas`]), so its encoding must never change; a variant added later
 //!   is unreadable by an older release (a `Corrupt` error naming the replica), which is the
 //!   honest answer for a state it cannot act on.
+//! - `served_models.spec`: [`corral_api::ServedModel`] without its status (see
+//!   `served_models`).
 //! - `usage`: the usage ledger's closed intervals, plain SQL values (see `usage`); kept
 //!   when their job is removed.
 //! - `ports`, `events`, and the other columns of `jobs` and `replicas`: plain SQL values.
@@ -51,6 +53,7 @@ use crate::lock::{DirLock, LockError, LockHolder};
 mod audit;
 mod events;
 mod record;
+mod served_models;
 mod tenants;
 
 pub use audit::{AUDIT_CAP, AUDIT_FILE, AuditEntry, AuditLog};
@@ -398,6 +401,7 @@ impl Store {
              CREATE INDEX IF NOT EXISTS ports_by_job ON ports (job_uid);",
         )?;
         conn.execute_batch(tenants::TENANT_IDS_TABLE)?;
+        conn.execute_batch(served_models::SERVED_MODELS_TABLE)?;
         conn.execute_batch(usage::SCHEMA)?;
         Ok(Store {
             checkpointer: None,

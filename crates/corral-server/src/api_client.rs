@@ -3,6 +3,7 @@
 //! problem and its fix, never as an HTTP dump.
 
 mod exec;
+mod serving;
 pub use exec::ExecCall;
 
 use std::fmt;

@@ -226,6 +226,11 @@ pub fn run_delete(args: &JobArgs) -> ExitCode {
 
 /// `corral delete`, asking with `confirm` before more than one job goes.
 pub fn delete_with(args: &JobArgs, confirm: &Confirm<'_>) -> ExitCode {
+    if let Some(names) = super::serving::served_model_names(&args.names) {
+        let client = args.conn.client();
+        let ns = args.namespace.resolve(&client);
+        return super::serving::delete(&client, &ns, &names);
+    }
     each_job(args, "deleted", confirm, |c, ns, n| c.delete(ns, n))
 }
 

@@ -227,9 +227,12 @@ pub fn run_submit(args: &SubmitArgs) -> ExitCode {
                         .converted_from
                         .map(|k| format!(" (converted from {k})"))
                         .unwrap_or_default();
+                    let kind = r.kind.as_deref().unwrap_or("TrainingJob");
                     println!(
-                        "trainingjob/{} submitted in namespace {}{from}",
-                        r.name, r.namespace
+                        "{}/{} submitted in namespace {}{from}",
+                        kind.to_ascii_lowercase(),
+                        r.name,
+                        r.namespace
                     );
                     for w in &r.warnings {
                         eprintln!("warning: TrainingJob {}: {w}", r.name);
@@ -397,6 +400,11 @@ fn watch(
 
 /// `corral get [NAME...]`
 pub fn run_get(args: &GetArgs) -> ExitCode {
+    if let Some(names) = super::serving::served_model_names(&args.names) {
+        let client = args.conn.client();
+        let ns = args.namespace.resolve(&client);
+        return super::serving::get(&client, &ns, &names, args.output);
+    }
     if args.names.is_empty() && matches!(args.output, Output::Json | Output::Yaml) {
         return get_all_objects(args);
     }
@@ -493,6 +501,11 @@ fn get_all_objects(args: &GetArgs) -> ExitCode {
 
 /// `corral describe [NAME...]`; with no names, every job of the namespace.
 pub fn run_describe(args: &DescribeArgs) -> ExitCode {
+    if let Some(names) = super::serving::served_model_names(&args.names) {
+        let client = args.conn.client();
+        let ns = args.namespace.resolve(&client);
+        return super::serving::describe(&client, &ns, &names, args.output);
+    }
     let client = args.conn.client();
     let ns = args.namespace.resolve(&client);
     let names = if args.names.is_empty() {

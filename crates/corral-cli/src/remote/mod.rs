@@ -7,6 +7,7 @@
 //!   client's configuration (server, token, a CA file or a pinned certificate).
 //! - `jobs`: submit, list, get, describe, logs; `bulk`: delete, suspend, resume (by name,
 //!   `--all` or a label selector); `cluster_views`: queues, nodes, top.
+//! - `serving`: served models on get, describe and delete (`servedmodel NAME`).
 //! - `usage`: the usage ledger (`corral usage`, table, JSON, YAML or CSV).
 //! - `exec`: a command inside a replica (`exec`), and the MPI launcher's agent (`rsh`).
 //! - `render`: the tables and reports as text; `print`: stdout and failures.
@@ -20,6 +21,7 @@ mod jobs;
 pub mod login;
 pub(crate) mod print;
 mod render;
+mod serving;
 mod usage;
 
 pub use bulk::{

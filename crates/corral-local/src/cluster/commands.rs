@@ -18,10 +18,10 @@ use crate::store::{NewJob, StoredJob};
 /// What submissions are checked against ([`Cluster::submit_context`]).
 #[derive(Clone, Debug)]
 pub struct SubmitContext {
-    validation: ValidationContext,
+    pub(super) validation: ValidationContext,
     images: ImagePolicy,
     /// What no node of this machine can ever hold: the plane's own check at submit.
-    fit: Arc<SubmitCheck>,
+    pub(super) fit: Arc<SubmitCheck>,
 }
 
 /// A submission as inserted in the open batch: its rows with their submission order
@@ -45,6 +45,16 @@ pub struct CheckedSubmission {
 }
 
 impl CheckedSubmission {
+    /// One job Corral itself submits (a served model's replica), checked as the plane
+    /// checks every submission.
+    pub(super) fn internal(namespace: &str, job: TrainingJob) -> Self {
+        CheckedSubmission {
+            namespace: namespace.to_string(),
+            jobs: vec![(job, None)],
+            warnings: vec![Vec::new()],
+        }
+    }
+
     /// Each checked job, with the kind it was converted from.
     pub fn jobs(&self) -> &[(TrainingJob, Option<String>)] {
         &self.jobs
@@ -424,6 +434,7 @@ impl Cluster {
                 uid: j.uid.clone(),
                 converted_from: j.converted_from.clone(),
                 warnings,
+                kind: None,
             });
             self.cache(StoredJob {
                 namespace: j.namespace,

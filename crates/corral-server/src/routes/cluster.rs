@@ -57,7 +57,11 @@ pub(super) async fn metrics(
         .into_iter()
         .filter(|r| caller.allows(&r.namespace))
         .collect();
-    let text = crate::metrics::render(&snapshot, &queues, &rows, format);
+    let mut text = crate::metrics::render(&snapshot, &queues, &rows, format);
+    let serving = crate::serving::metrics_text(&state.router, |ns| caller.allows(ns));
+    // OpenMetrics ends with `# EOF`: the router's series go before it.
+    let at = text.rfind("# EOF").unwrap_or(text.len());
+    text.insert_str(at, &serving);
     Ok((
         [(
             header::CONTENT_TYPE,

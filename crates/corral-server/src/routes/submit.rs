@@ -68,6 +68,14 @@ pub(super) async fn submit(
              documents as YAML or JSON",
         ));
     }
+    if crate::serving::has_served_models(&text) {
+        let ns = namespace.clone();
+        let submitted = state
+            .with_cluster(move |c| c.submit_served_models(&text, &ns))
+            .await??;
+        state.wake();
+        return Ok(submitted_response(StatusCode::CREATED, submitted));
+    }
     // Parsing and validation need no lock: requests check their documents in parallel
     // and hold the cluster only to store them.
     let ctx = state.submit_context();
@@ -92,6 +100,7 @@ pub(super) async fn submit(
                 uid: String::new(),
                 converted_from: converted_from.clone(),
                 warnings: warnings.clone(),
+                kind: None,
             })
             .collect();
         return Ok(submitted_response(StatusCode::OK, items));
@@ -275,12 +284,20 @@ pub(super) async fn submit_with_code(
              submit again"
         )));
     }
+    let served = crate::serving::has_served_models(&text);
     let ctx = state.submit_context();
     let ns = namespace.clone();
-    let checked = tokio::task::spawn_blocking(move || Cluster::check_submission(&ctx, &text, &ns))
-        .await
-        .map_err(|e| ApiError::internal(format!("the request handler failed: {e}")))??;
-    let checked = checked.with_code(claimed);
+    let (manifest, ns_code) = (text.clone(), namespace.clone());
+    let checked = tokio::task::spawn_blocking(move || {
+        if served {
+            // Checked with the code in place, below.
+            return Ok(None);
+        }
+        Cluster::check_submission(&ctx, &text, &ns).map(Some)
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("the request handler failed: {e}")))??;
+    let checked = checked.map(|c| c.with_code(claimed));
     let tree = state
         .code
         .incoming_path(".d")
@@ -309,8 +326,12 @@ pub(super) async fn submit_with_code(
         }
         Err(e) => return Err(ApiError::internal(e.to_string())),
     }
+    let digest = claimed.to_string();
     let submitted = state
-        .with_cluster(move |c| c.submit_checked_with_code(checked, Some(&tree), Timestamp::now()))
+        .with_cluster(move |c| match checked {
+            Some(checked) => c.submit_checked_with_code(checked, Some(&tree), Timestamp::now()),
+            None => c.submit_served_models_with_code(&manifest, &ns_code, Some((&tree, &digest))),
+        })
         .await??;
     drop(staged);
     state.wake();
