@@ -7,7 +7,8 @@ It listens on $PORT (Corral gives each replica its own), answers the readiness c
   POST /predict  {"x": [1, 2]}  -> {"y": w.x + b, "replica": ...}
   GET  /predict?x=1,2           -> the same (idempotent: the router may retry it)
        &sleep_ms=N              -> answers after N ms (to make load)
-       &exit=1                  -> the process dies without answering (a crash)
+       &exit=PATH               -> unless PATH exists: creates it, and the process dies
+                                   without answering (a crash, once)
   GET  /stream?n=3              -> server-sent events, one per chunk, flushed each
        &gate=PATH               -> before chunk i > 0, waits until PATH.i exists
 """
@@ -52,7 +53,9 @@ class Handler(BaseHTTPRequestHandler):
         if url.path == "/healthz":
             return self.answer(200, "ok", "text/plain")
         if url.path == "/predict":
-            if q.get("exit") == ["1"]:
+            once = q.get("exit", [None])[0]
+            if once and not os.path.exists(once):
+                open(once, "w").close()
                 os._exit(1)
             time.sleep(int(q.get("sleep_ms", ["0"])[0]) / 1000)
             try:

@@ -132,6 +132,7 @@ impl Router {
         let retry_on_error = idempotent(&parts.method);
         let deadline = tokio::time::Instant::now() + self.inner.config.cold_start_timeout;
         let mut tried = Vec::new();
+        let mut attempts = 0;
         let mut last_failure: Option<Response<Body>> = None;
         loop {
             let replica = match model.pick(&tried) {
@@ -152,7 +153,9 @@ impl Router {
                     if !matches!(model.pick(&tried), Pick::NoneReady) {
                         continue;
                     }
-                    if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                    if attempts >= self.inner.config.max_attempts
+                        || tokio::time::timeout_at(deadline, notified).await.is_err()
+                    {
                         return last_failure.unwrap_or_else(|| {
                             refusal(
                                 StatusCode::SERVICE_UNAVAILABLE,
@@ -164,10 +167,14 @@ impl Router {
                             )
                         });
                     }
+                    // A replica came (back) into rotation: one that failed this request
+                    // before may take it again (a crashed replica restarted).
+                    tried.clear();
                     continue;
                 }
             };
             tried.push(replica.addr);
+            attempts += 1;
             let uri = match Uri::builder()
                 .scheme("http")
                 .authority(replica.addr.to_string())
@@ -193,7 +200,7 @@ impl Router {
                 Ok(resp)
                     if resp.status().is_server_error()
                         && retry_on_error
-                        && tried.len() < self.inner.config.max_attempts
+                        && attempts < self.inner.config.max_attempts
                         && {
                             replica.eject();
                             matches!(model.pick(&tried), Pick::Replica(_))
@@ -230,7 +237,7 @@ impl Router {
                     }
                 }
             }
-            if tried.len() >= self.inner.config.max_attempts {
+            if attempts >= self.inner.config.max_attempts {
                 return last_failure.unwrap_or_else(|| {
                     refusal(
                         StatusCode::BAD_GATEWAY,

@@ -221,9 +221,11 @@ fn not_found(namespace: &str, name: &str) -> ApiError {
 }
 
 /// The router's series for the models `allows` admits (a namespace's token: its own).
+/// Counters are announced by their family name, which OpenMetrics writes without `_total`.
 pub(crate) fn metrics_text(
     router: &corral_router::Router,
     allows: impl Fn(&str) -> bool,
+    openmetrics: bool,
 ) -> String {
     let stats: Vec<_> = router
         .stats()
@@ -231,11 +233,25 @@ pub(crate) fn metrics_text(
         .filter(|(k, _)| allows(k.split('/').next().unwrap_or_default()))
         .collect();
     let mut out = String::new();
+    if stats.is_empty() {
+        return out;
+    }
+    let family = |name: &str| {
+        if openmetrics {
+            name.trim_end_matches("_total").to_string()
+        } else {
+            name.to_string()
+        }
+    };
     let labels = |k: &str| {
         let (ns, model) = k.split_once('/').unwrap_or((k, ""));
         format!("namespace=\"{ns}\",model=\"{model}\"")
     };
-    out.push_str("# HELP corral_serving_requests_total Requests answered through the router, by status class.\n# TYPE corral_serving_requests_total counter\n");
+    let requests = family("corral_serving_requests_total");
+    let _ = writeln!(
+        out,
+        "# HELP {requests} Requests answered through the router, by status class.\n# TYPE {requests} counter"
+    );
     for (k, s) in &stats {
         for (class, n) in STATUS_CLASSES.iter().zip(s.by_class) {
             let _ = writeln!(
@@ -282,7 +298,8 @@ pub(crate) fn metrics_text(
         } else {
             "gauge"
         };
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        let f = family(name);
+        let _ = writeln!(out, "# HELP {f} {help}\n# TYPE {f} {kind}");
         for (k, s) in &stats {
             let _ = writeln!(out, "{name}{{{}}} {}", labels(k), value(s));
         }

@@ -121,7 +121,6 @@ fn open(config: ClusterConfig, now: Timestamp) -> Result<(Cluster, Vec<String>),
     let retired_uids: HashSet<&str> = retired.iter().map(super::SummaryRow::uid).collect();
     // Uploads of requests that never ended, and snapshots of jobs that were never stored.
     // A served model's snapshot is kept by its own name (see `serving`).
-    let mut all_uids = all_uids;
     for m in store.served_models()? {
         all_uids.insert(super::serving::code_id(
             m.metadata.namespace_or_default(),

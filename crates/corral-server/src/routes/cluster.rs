@@ -58,7 +58,11 @@ pub(super) async fn metrics(
         .filter(|r| caller.allows(&r.namespace))
         .collect();
     let mut text = crate::metrics::render(&snapshot, &queues, &rows, format);
-    let serving = crate::serving::metrics_text(&state.router, |ns| caller.allows(ns));
+    let serving = crate::serving::metrics_text(
+        &state.router,
+        |ns| caller.allows(ns),
+        format == crate::metrics::Format::OpenMetrics,
+    );
     // OpenMetrics ends with `# EOF`: the router's series go before it.
     let at = text.rfind("# EOF").unwrap_or(text.len());
     text.insert_str(at, &serving);
