@@ -40,9 +40,17 @@ impl Router {
                 for replica in model.replicas() {
                     let id = (key.clone(), replica.name.clone());
                     seen.insert(id.clone());
+                    // Until a replica is first in rotation (a cold start, a restart) it is
+                    // probed every tick, so that a held request waits for the replica and
+                    // not for the probe period.
+                    let period = if replica.is_ready() {
+                        settings.probe_period
+                    } else {
+                        TICK
+                    };
                     let due = last
                         .get(&id)
-                        .is_none_or(|t| now.duration_since(*t) >= settings.probe_period);
+                        .is_none_or(|t| now.duration_since(*t) >= period);
                     if !due || replica.probing.swap(true, Ordering::AcqRel) {
                         continue;
                     }
