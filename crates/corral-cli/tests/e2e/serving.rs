@@ -83,6 +83,22 @@ pub(crate) fn a_served_model_scales_streams_and_survives_a_crash() -> TestResult
     }
     let c = TestCluster::start("")?;
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/serving");
+    // A dry run (`corral validate` against the server) checks and stores nothing.
+    let checked = c.client(None).submit_dry_run("default", MODEL)?;
+    check(checked.len() == 1, format!("{checked:?}"))?;
+    check(
+        c.client(None).served_models("default")?.is_empty(),
+        "a dry run stored the model",
+    )?;
+    let bad = c.client(None).submit(
+        "default",
+        &MODEL.replace("maxReplicas: 3", "maxReplicas: 0"),
+    );
+    check(
+        bad.as_ref()
+            .is_err_and(|e| e.to_string().contains("spec.autoscaling.maxReplicas")),
+        format!("{bad:?}"),
+    )?;
     let up = corral_cli::code_archive::upload(MODEL, &example)?;
     let submitted = c
         .client(None)

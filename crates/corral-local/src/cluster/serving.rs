@@ -62,6 +62,17 @@ pub fn serving_path(namespace: &str, name: &str) -> String {
     format!("/serve/{namespace}/{name}/")
 }
 
+fn submitted(m: &ServedModel, namespace: &str) -> SubmitResult {
+    SubmitResult {
+        namespace: namespace.to_string(),
+        name: m.metadata.name.clone(),
+        uid: String::new(),
+        converted_from: None,
+        warnings: Vec::new(),
+        kind: Some(m.kind.clone()),
+    }
+}
+
 fn key(m: &ServedModel) -> String {
     format!("{}/{}", m.metadata.namespace_or_default(), m.metadata.name)
 }
@@ -74,17 +85,20 @@ impl Cluster {
         &mut self,
         text: &str,
         namespace: &str,
+        dry_run: bool,
     ) -> Result<Vec<SubmitResult>, ClusterError> {
-        self.submit_served_models_with_code(text, namespace, None)
+        self.submit_served_models_with_code(text, namespace, None, dry_run)
     }
 
-    /// [`Cluster::submit_served_models`] with a code snapshot unpacked at `code.0` (digest
-    /// `code.1`): kept for the models, and each replica runs from a copy of it.
+    /// [`Cluster::submit_served_models`] (`dry_run`: checked, nothing stored) with a code
+    /// snapshot unpacked at `code.0` (digest `code.1`): kept for the models, and each
+    /// replica runs from a copy of it.
     pub fn submit_served_models_with_code(
         &mut self,
         text: &str,
         namespace: &str,
         code: Option<(&Path, &str)>,
+        dry_run: bool,
     ) -> Result<Vec<SubmitResult>, ClusterError> {
         let ctx: SubmitContext = self.submit_context();
         let mut problems = Vec::new();
@@ -164,6 +178,12 @@ impl Cluster {
         if !problems.is_empty() {
             return Err(ClusterError::Invalid(problems));
         }
+        if dry_run {
+            return Ok(models
+                .iter()
+                .map(|m| submitted(m, m.metadata.namespace_or_default()))
+                .collect());
+        }
         self.store
             .insert_served_models(&models)
             .map_err(|e| match e {
@@ -197,15 +217,7 @@ impl Cluster {
         }
         let mut out = Vec::new();
         for m in models {
-            let ns = m.metadata.namespace_or_default().to_string();
-            out.push(SubmitResult {
-                namespace: ns,
-                name: m.metadata.name.clone(),
-                uid: String::new(),
-                converted_from: None,
-                warnings: Vec::new(),
-                kind: Some(m.kind.clone()),
-            });
+            out.push(submitted(&m, m.metadata.namespace_or_default()));
             self.served.models.insert(key(&m), m);
         }
         Ok(out)

@@ -71,8 +71,11 @@ pub(super) async fn submit(
     if crate::serving::has_served_models(&text) {
         let ns = namespace.clone();
         let submitted = state
-            .with_cluster(move |c| c.submit_served_models(&text, &ns))
+            .with_cluster(move |c| c.submit_served_models(&text, &ns, dry_run))
             .await??;
+        if dry_run {
+            return Ok(submitted_response(StatusCode::OK, submitted));
+        }
         state.wake();
         return Ok(submitted_response(StatusCode::CREATED, submitted));
     }
@@ -330,7 +333,9 @@ pub(super) async fn submit_with_code(
     let submitted = state
         .with_cluster(move |c| match checked {
             Some(checked) => c.submit_checked_with_code(checked, Some(&tree), Timestamp::now()),
-            None => c.submit_served_models_with_code(&manifest, &ns_code, Some((&tree, &digest))),
+            None => {
+                c.submit_served_models_with_code(&manifest, &ns_code, Some((&tree, &digest)), false)
+            }
         })
         .await??;
     drop(staged);
