@@ -248,7 +248,8 @@ fn cold_start() -> Result<Value, String> {
                  spec:\n  template: {command: [python3, model_server.py]}\n  \
                  autoscaling: {minReplicas: 0, maxReplicas: 1}\n";
     let up = crate::code_archive::upload(model, &code)?;
-    corral_server::api_client::Client::new(&server.url(), None)
+    let client = corral_server::api_client::Client::new(&server.url(), None);
+    client
         .submit_with_code("default", &up.boundary, &up.body)
         .map_err(|e| e.to_string())?;
     let agent: ureq::Agent = ureq::Agent::config_builder()
@@ -262,6 +263,16 @@ fn cold_start() -> Result<Value, String> {
         .map_err(|e| e.to_string())?;
     let _ = r.body_mut().read_to_string();
     let seconds = t.elapsed().as_secs_f64();
+    // The replica stops with its job before the server does (nothing left running).
+    let _ = client.delete_served_model("default", "cold");
+    let gone_by = Instant::now() + Duration::from_secs(60);
+    while client
+        .list(Some("default"))
+        .is_ok_and(|jobs| !jobs.is_empty())
+        && Instant::now() < gone_by
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let _ = server.stop();
     Ok(
         json!({"seconds": seconds, "includes": "control-loop pass, replica and python3 start, first readiness check"}),

@@ -215,5 +215,14 @@ pub(crate) fn a_served_model_scales_streams_and_survives_a_crash() -> TestResult
     c.client(None).delete_served_model("default", "tiny")?;
     let (code, _) = get(&c, "/predict?x=1")?;
     check(code == 404, format!("after delete: {code}"))?;
+    // Its replica jobs stop and go (nothing keeps running after the test).
+    let start = Instant::now();
+    while !c.client(None).list(Some("default"))?.is_empty() {
+        check(
+            start.elapsed() < Duration::from_secs(60),
+            "replica jobs still there a minute after the delete",
+        )?;
+        std::thread::sleep(Duration::from_millis(100));
+    }
     Ok(())
 }
