@@ -594,7 +594,7 @@ pub use commands::{CheckedSubmission, SubmitContext};
 pub use engine::Cluster;
 pub use exec::{ExecAuth, ExecError};
 pub use node::{build_cluster, control_config, local_node, unhealthy_gpus, validation_context};
-pub use serving::{ServingEndpoint, ServingObservation, serving_path};
+pub use serving::{ServingEndpoint, ServingObservation, has_served_models, serving_path};
 
 #[cfg(test)]
 mod tests {

@@ -129,16 +129,6 @@ async fn serve(
     Ok(state.router.handle(&key, &rest, req.map(Body::new)).await)
 }
 
-/// Whether a submission holds ServedModels (they are stored by the serving part, not
-/// queued as jobs). The text test first: a job's submission pays one scan, no parse.
-pub(crate) fn has_served_models(text: &str) -> bool {
-    text.contains("ServedModel")
-        && corral_api::document::raw_documents(text).is_ok_and(|docs| {
-            docs.iter()
-                .any(|d| d.get("kind").and_then(|k| k.as_str()) == Some("ServedModel"))
-        })
-}
-
 /// `GET /api/v1/namespaces/{namespace}/servedmodels`.
 pub(crate) async fn list(
     State(state): State<AppState>,

@@ -88,6 +88,9 @@ impl Cluster {
         namespace: &str,
         now: Timestamp,
     ) -> Result<Vec<SubmitResult>, ClusterError> {
+        if super::serving::has_served_models(text) {
+            return self.submit_served_models(text, namespace, false);
+        }
         let checked = Self::check_submission(&self.submit_context(), text, namespace)?;
         self.submit_checked(checked, now)
     }

@@ -51,6 +51,16 @@ pub(super) struct ServedModels {
     pub(super) serving: Serving,
 }
 
+/// Whether a submission holds ServedModels (stored by [`Cluster::submit_served_models`],
+/// not queued as jobs). The text test first: a job's submission pays one scan, no parse.
+pub fn has_served_models(text: &str) -> bool {
+    text.contains("ServedModel")
+        && corral_api::document::raw_documents(text).is_ok_and(|docs| {
+            docs.iter()
+                .any(|d| d.get("kind").and_then(|k| k.as_str()) == Some("ServedModel"))
+        })
+}
+
 /// Where a served model's code snapshot is kept in the code store (names and namespaces
 /// are DNS labels: no job uid has this form).
 pub(super) fn code_id(namespace: &str, name: &str) -> String {

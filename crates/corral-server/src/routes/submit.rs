@@ -68,7 +68,7 @@ pub(super) async fn submit(
              documents as YAML or JSON",
         ));
     }
-    if crate::serving::has_served_models(&text) {
+    if corral_local::cluster::has_served_models(&text) {
         let ns = namespace.clone();
         let submitted = state
             .with_cluster(move |c| c.submit_served_models(&text, &ns, dry_run))
@@ -287,7 +287,7 @@ pub(super) async fn submit_with_code(
              submit again"
         )));
     }
-    let served = crate::serving::has_served_models(&text);
+    let served = corral_local::cluster::has_served_models(&text);
     let ctx = state.submit_context();
     let ns = namespace.clone();
     let (manifest, ns_code) = (text.clone(), namespace.clone());
