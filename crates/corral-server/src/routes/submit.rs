@@ -76,6 +76,8 @@ pub(super) async fn submit(
         if dry_run {
             return Ok(submitted_response(StatusCode::OK, submitted));
         }
+        // Routed before the answer: a request right after the submit is held, not a 404.
+        crate::serving::serving_pass(&state).await;
         state.wake();
         return Ok(submitted_response(StatusCode::CREATED, submitted));
     }
@@ -339,6 +341,9 @@ pub(super) async fn submit_with_code(
         })
         .await??;
     drop(staged);
+    if served {
+        crate::serving::serving_pass(&state).await;
+    }
     state.wake();
     Ok(submitted_response(StatusCode::CREATED, submitted))
 }
