@@ -136,9 +136,12 @@ pub(crate) async fn list(
     Path(namespace): Path<String>,
 ) -> Result<Response, ApiError> {
     caller.check(&namespace)?;
-    let models = state
+    let mut models = state
         .with_cluster(move |c| c.served_models(Some(&namespace)))
         .await?;
+    for m in &mut models {
+        in_rotation_now(&state.router, m);
+    }
     Ok(Json(json!({ "items": models })).into_response())
 }
 
@@ -154,9 +157,10 @@ pub(crate) async fn get(
     let (model, rows) = state
         .with_cluster(move |c| (c.served_model(&ns, &n), c.serving_replicas(&ns, &n)))
         .await?;
-    let Some(model) = model else {
+    let Some(mut model) = model else {
         return Err(not_found(&namespace, &name));
     };
+    in_rotation_now(&state.router, &mut model);
     let rotation = state.router.replicas(&format!("{namespace}/{name}"));
     let replicas: Vec<_> = rows
         .iter()
@@ -200,6 +204,20 @@ pub(crate) async fn delete(
         "changed": true,
     }))
     .into_response())
+}
+
+/// The status's ready count as the router sees it now (the status is as of the last pass,
+/// up to one control-loop period old).
+fn in_rotation_now(router: &corral_router::Router, model: &mut corral_api::ServedModel) {
+    let key = format!(
+        "{}/{}",
+        model.metadata.namespace_or_default(),
+        model.metadata.name
+    );
+    let ready = router.replicas(&key).iter().filter(|r| r.ready).count();
+    if let Some(status) = model.status.as_mut() {
+        status.ready_replicas = u32::try_from(ready).unwrap_or(u32::MAX);
+    }
 }
 
 fn not_found(namespace: &str, name: &str) -> ApiError {
