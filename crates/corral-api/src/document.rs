@@ -17,11 +17,12 @@ use crate::meta::{API_VERSION, Kind};
 use crate::node_pool::{NodePool, NodePoolSpec};
 use crate::pipeline::{PipelineRun, PipelineRunSpec};
 use crate::queue::{Queue, QueueSpec};
+use crate::served_model::{ServedModel, ServedModelSpec};
 use crate::suggest::did_you_mean;
 use crate::training_job::{TrainingJob, TrainingJobSpec};
 use crate::validate::{
     FieldError, ValidationContext, ValidationErrors, validate_node_pool, validate_pipeline_run,
-    validate_priority_class, validate_queue, validate_training_job,
+    validate_priority_class, validate_queue, validate_served_model, validate_training_job,
 };
 
 /// Input larger than this is refused before parsing (a job spec is a few KiB).
@@ -31,6 +32,7 @@ pub const MAX_INPUT_BYTES: usize = 4 << 20;
 #[derive(Clone, Debug, PartialEq)]
 pub enum Document {
     TrainingJob(Box<TrainingJob>),
+    ServedModel(Box<ServedModel>),
     Queue(Queue),
     NodePool(NodePool),
     JobPriorityClass(JobPriorityClass),
@@ -41,6 +43,7 @@ impl Document {
     pub fn kind(&self) -> &'static str {
         match self {
             Document::TrainingJob(_) => TrainingJobSpec::KIND,
+            Document::ServedModel(_) => ServedModelSpec::KIND,
             Document::Queue(_) => QueueSpec::KIND,
             Document::NodePool(_) => NodePoolSpec::KIND,
             Document::JobPriorityClass(_) => JobPriorityClassSpec::KIND,
@@ -51,6 +54,7 @@ impl Document {
     pub fn name(&self) -> &str {
         match self {
             Document::TrainingJob(j) => &j.metadata.name,
+            Document::ServedModel(m) => &m.metadata.name,
             Document::Queue(q) => &q.metadata.name,
             Document::NodePool(p) => &p.metadata.name,
             Document::JobPriorityClass(p) => &p.metadata.name,
@@ -62,6 +66,7 @@ impl Document {
     pub fn to_value(&self) -> Value {
         let v = match self {
             Document::TrainingJob(j) => serde_json::to_value(j),
+            Document::ServedModel(m) => serde_json::to_value(m),
             Document::Queue(q) => serde_json::to_value(q),
             Document::NodePool(p) => serde_json::to_value(p),
             Document::JobPriorityClass(p) => serde_json::to_value(p),
@@ -208,7 +213,7 @@ pub fn parse_documents(text: &str, ctx: &ValidationContext) -> ParseResult {
             Document::NodePool(np) => upsert(&mut full.node_pools, np),
             Document::Queue(q) => upsert(&mut full.queues, q),
             Document::JobPriorityClass(pc) => upsert(&mut full.priority_classes, pc),
-            Document::TrainingJob(_) | Document::PipelineRun(_) => {}
+            Document::TrainingJob(_) | Document::PipelineRun(_) | Document::ServedModel(_) => {}
         }
     }
     decoded
@@ -217,6 +222,7 @@ pub fn parse_documents(text: &str, ctx: &ValidationContext) -> ParseResult {
             let p = r?;
             let checked = match &p.document {
                 Document::TrainingJob(j) => validate_training_job(j, &full),
+                Document::ServedModel(m) => validate_served_model(m, &full),
                 Document::Queue(q) => validate_queue(q, &full),
                 Document::NodePool(np) => validate_node_pool(np),
                 Document::JobPriorityClass(pc) => validate_priority_class(pc),
@@ -269,8 +275,9 @@ fn duplicate_default_priority(ctx: &ValidationContext) -> Option<Result<Parsed, 
     })
 }
 
-const CORRAL_KINDS: [&str; 5] = [
+const CORRAL_KINDS: [&str; 6] = [
     "TrainingJob",
+    "ServedModel",
     "Queue",
     "NodePool",
     "JobPriorityClass",
@@ -343,6 +350,8 @@ pub fn decode(index: usize, raw: Value) -> Result<Parsed, DocumentError> {
             typed::<TrainingJob, TrainingJobSpec>(raw, role_errors)
                 .map(|(j, e)| (Document::TrainingJob(Box::new(j)), e))
         }
+        "ServedModel" => typed::<ServedModel, ServedModelSpec>(raw, Vec::new())
+            .map(|(m, e)| (Document::ServedModel(Box::new(m)), e)),
         "Queue" => typed::<Queue, QueueSpec>(raw, Vec::new()).map(|(q, e)| (Document::Queue(q), e)),
         "PipelineRun" => typed::<PipelineRun, PipelineRunSpec>(raw, Vec::new())
             .map(|(r, e)| (Document::PipelineRun(Box::new(r)), e)),

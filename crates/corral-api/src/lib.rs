@@ -1,5 +1,5 @@
-//! Corral's resource model: the objects users write (TrainingJob, Queue, NodePool,
-//! JobPriorityClass) in Kubernetes object form, their defaults, validation with precise errors,
+//! Corral's resource model: the objects users write (TrainingJob, ServedModel, Queue,
+//! NodePool, JobPriorityClass) in Kubernetes object form, their defaults, validation with precise errors,
 //! import of Kubeflow's job kinds, and CRDs generated from these types.
 //!
 //! Pure data and functions: no I/O. Shells read files and call [`parse_documents`].
@@ -16,6 +16,7 @@ pub mod pipeline;
 pub mod progress;
 pub mod quantity;
 pub mod queue;
+pub mod served_model;
 pub mod suggest;
 pub mod training_job;
 pub mod validate;
@@ -26,4 +27,5 @@ pub use node_pool::{NodePool, NodePoolSpec};
 pub use pipeline::{PipelineRun, PipelineRunSpec, PipelineRunStatus};
 pub use quantity::Quantity;
 pub use queue::{PoolQuota, Queue, QueueSpec, ResourceAmounts};
+pub use served_model::{ServedModel, ServedModelSpec, ServedModelStatus};
 pub use training_job::*;

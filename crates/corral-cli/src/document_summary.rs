@@ -56,6 +56,30 @@ pub fn summary(parsed: &Parsed) -> String {
                 spec.queue_name(),
             )
         }
+        Document::ServedModel(m) => {
+            let a = &m.spec.autoscaling;
+            let r = &m.spec.resources;
+            let gpus = if r.gpu > 0 {
+                format!(", {} per replica", plural(r.gpu, "GPU"))
+            } else {
+                String::new()
+            };
+            format!(
+                "ServedModel {}: valid. {}..{} replicas at {} in flight each{gpus}, ready on {}, \
+                 queue {}{}",
+                m.metadata.name,
+                a.min_replicas,
+                a.max_replicas(),
+                a.target_in_flight,
+                m.spec.readiness.path,
+                m.spec.queue.as_deref().unwrap_or(corral_api::DEFAULT_QUEUE),
+                m.spec
+                    .priority_class
+                    .as_deref()
+                    .map(|p| format!(", priority {p}"))
+                    .unwrap_or_default(),
+            )
+        }
         Document::Queue(q) => {
             let quotas: Vec<String> = q
                 .spec

@@ -35,7 +35,7 @@ pub fn shared_context(texts: &[&str], base: &ValidationContext) -> ValidationCon
                 Document::NodePool(p) => ctx.node_pools.push(p),
                 Document::Queue(q) => ctx.queues.push(q),
                 Document::JobPriorityClass(p) => ctx.priority_classes.push(p),
-                Document::TrainingJob(_) | Document::PipelineRun(_) => {}
+                Document::TrainingJob(_) | Document::PipelineRun(_) | Document::ServedModel(_) => {}
             }
         }
     }

@@ -25,5 +25,6 @@ pub mod plan;
 pub mod quickstart;
 pub mod remote;
 pub mod sched_bench;
+pub mod serve_bench;
 pub mod sim;
 pub mod up;

@@ -6,7 +6,8 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use corral_cli::output::{Format, emit, print_values};
 use corral_cli::{
-    api_bench, doctor, manifests, operator_program, plan, quickstart, remote, sched_bench, sim, up,
+    api_bench, doctor, manifests, operator_program, plan, quickstart, remote, sched_bench,
+    serve_bench, sim, up,
 };
 use serde_json::Value;
 
@@ -155,6 +156,9 @@ enum Command {
 enum BenchCommand {
     /// The API: submit -> all replicas running, sustained submissions/s, list time, idle RSS.
     Api(api_bench::BenchApiArgs),
+    /// The served models' router: overhead against calling a replica directly, requests/s,
+    /// cold start from zero.
+    Serve(serve_bench::BenchServeArgs),
     /// A full scheduling pass over a generated cluster and workload, then one-job decisions.
     Scheduler {
         #[arg(long, default_value_t = 10_000)]
@@ -227,6 +231,9 @@ fn main() -> ExitCode {
         Command::Bench {
             which: BenchCommand::Api(a),
         } => api_bench::run_bench_api(&a),
+        Command::Bench {
+            which: BenchCommand::Serve(a),
+        } => serve_bench::run_bench_serve(&a),
         Command::Sim(args) => match sim::run(args) {
             Ok(out) => emit(&out),
             Err(e) => {

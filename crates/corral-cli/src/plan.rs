@@ -72,6 +72,12 @@ fn read_declared(files: &[String], base: &ValidationContext) -> Result<Declared,
             match r {
                 Ok(p) => match p.document {
                     Document::TrainingJob(j) => declared.jobs.push(*j),
+                    // What a served model runs at first: its minimum, placed as every
+                    // replica is, by the plane.
+                    Document::ServedModel(m) => declared.jobs.extend(
+                        (0..m.spec.autoscaling.min_replicas)
+                            .map(|i| corral_api::served_model::replica_job(&m, i)),
+                    ),
                     Document::NodePool(n) => declared.pools.push(n),
                     Document::Queue(q) => declared.queues.push(q),
                     Document::JobPriorityClass(c) => declared.classes.push(c),

@@ -29,6 +29,8 @@ mod metrics;
 mod mpi;
 #[path = "e2e/pipelines.rs"]
 mod pipelines;
+#[path = "e2e/serving.rs"]
+mod serving;
 #[path = "e2e/tls.rs"]
 mod tls;
 #[path = "e2e/usage.rs"]
@@ -178,6 +180,10 @@ fn main() -> ExitCode {
         Trial::test(
             "the_servers_environment_stays_out_of_replicas",
             isolation::the_servers_environment_stays_out_of_replicas,
+        ),
+        Trial::test(
+            "a_served_model_scales_streams_and_survives_a_crash",
+            serving::a_served_model_scales_streams_and_survives_a_crash,
         ),
     ];
     libtest_mimic::run(&args, tests).exit_code()

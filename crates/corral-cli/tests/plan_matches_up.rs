@@ -179,7 +179,7 @@ fn plan_admits_what_the_embedded_cluster_admits_on_the_examples() {
                     f.display()
                 );
                 for r in results {
-                    submitted.push((r.namespace, r.name));
+                    submitted.push((r.namespace, r.name, r.kind));
                 }
                 accepted.push(f);
             }
@@ -247,8 +247,12 @@ fn plan_admits_what_the_embedded_cluster_admits_on_the_examples() {
     );
 
     // Leave no process behind.
-    for (ns, name) in &submitted {
-        cluster.delete(ns, name, now).expect("delete");
+    for (ns, name, kind) in &submitted {
+        match kind.as_deref() {
+            Some("ServedModel") => cluster.delete_served_model(ns, name, now),
+            _ => cluster.delete(ns, name, now),
+        }
+        .expect("delete");
     }
     let deadline = Instant::now() + Duration::from_secs(60);
     while !cluster.list(None).expect("list").is_empty() {

@@ -39,6 +39,7 @@ mod pipelines;
 mod progress;
 mod recovery;
 mod replicas;
+mod serving;
 mod shutdown;
 mod views;
 
@@ -155,13 +156,13 @@ pub struct SubmitResult {
     pub uid: String,
     /// The Kubeflow kind it was converted from (`PyTorchJob`), if any.
     pub converted_from: Option<String>,
-    /// `PipelineRun` for a run; absent for a TrainingJob.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kind: Option<String>,
     /// What it asks that this cluster accepts but does not honour (`path: message`); each
     /// is also a Warning event of the job.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// The kind accepted when it is not a TrainingJob (`PipelineRun`, `ServedModel`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
 }
 
 /// Where a job is in its life, in one word: the lifecycle's definition, shared by every shell.
@@ -589,6 +590,7 @@ pub use exec::{ExecAuth, ExecError};
 pub use node::{build_cluster, control_config, local_node, unhealthy_gpus, validation_context};
 pub use pipelines::{PipelineRunDetails, StepRow};
 pub use progress::JobProgressRow;
+pub use serving::{ServingEndpoint, ServingObservation, has_served_models, serving_path};
 
 #[cfg(test)]
 mod tests {

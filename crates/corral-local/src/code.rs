@@ -149,6 +149,14 @@ impl CodeStore {
         Ok(dest)
     }
 
+    /// A staged copy (hard links) of a placed snapshot, for a job submitted later from it
+    /// (a served model's replica): [`CodeStore::place`] moves it to that job.
+    pub fn stage_copy(&self, from: &Path) -> Result<PathBuf, CodeError> {
+        let staged = self.incoming_path(".d")?;
+        link_tree(from, &staged).map_err(io_err(format!("copying {}", from.display())))?;
+        Ok(staged)
+    }
+
     /// Another job of the same submission gets its own copy of a placed snapshot (hard
     /// links: the files are read-only).
     pub fn copy(&self, from: &Path, uid: &str) -> io::Result<PathBuf> {

@@ -330,13 +330,13 @@ impl ClusterFileConfig {
                     Document::NodePool(n) => out.node_pools.push(n),
                     Document::Queue(q) => out.queues.push(q),
                     Document::JobPriorityClass(c) => out.priority_classes.push(c),
-                    d @ (Document::TrainingJob(_) | Document::PipelineRun(_)) => {
-                        problems.push(format!(
-                            "{} {} does not belong in the configuration; submit it",
-                            d.kind(),
-                            d.name()
-                        ))
-                    }
+                    d @ (Document::TrainingJob(_)
+                    | Document::PipelineRun(_)
+                    | Document::ServedModel(_)) => problems.push(format!(
+                        "{} {} does not belong in the configuration; submit it",
+                        d.kind(),
+                        d.name()
+                    )),
                 },
                 Err(e) => problems.push(e.to_string()),
             }

@@ -32,6 +32,8 @@
 //!   ([`Store::running_replicas`]), so its encoding must never change; a variant added later
 //!   is unreadable by an older release (a `Corrupt` error naming the replica), which is the
 //!   honest answer for a state it cannot act on.
+//! - `served_models.spec`: [`corral_api::ServedModel`] without its status (see
+//!   `served_models`).
 //! - `usage`: the usage ledger's closed intervals, plain SQL values (see `usage`); kept
 //!   when their job is removed.
 //! - `pipeline_runs`, `artifacts`: pipeline runs and the cache with its lineage (see
@@ -54,6 +56,7 @@ mod audit;
 mod events;
 mod pipelines;
 mod record;
+mod served_models;
 mod tenants;
 
 pub use audit::{AUDIT_CAP, AUDIT_FILE, AuditEntry, AuditLog};
@@ -402,6 +405,7 @@ impl Store {
              CREATE INDEX IF NOT EXISTS ports_by_job ON ports (job_uid);",
         )?;
         conn.execute_batch(tenants::TENANT_IDS_TABLE)?;
+        conn.execute_batch(served_models::SERVED_MODELS_TABLE)?;
         conn.execute_batch(usage::SCHEMA)?;
         conn.execute_batch(pipelines::SCHEMA)?;
         Ok(Store {

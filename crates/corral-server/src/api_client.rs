@@ -4,6 +4,7 @@
 
 mod exec;
 mod pipelines;
+mod serving;
 pub use exec::ExecCall;
 
 use std::fmt;

@@ -29,6 +29,7 @@ pub mod history;
 pub mod metrics;
 pub mod openapi;
 pub mod routes;
+mod serving;
 pub mod tls;
 mod tls_client;
 
@@ -111,6 +112,8 @@ pub struct AppState {
     audit: Arc<audit::AuditTrail>,
     /// The history store (`None`: it could not be opened; the server runs without it).
     history: Option<Arc<history::History>>,
+    /// The served models' router (see [`serving`]).
+    router: corral_router::Router,
 }
 
 /// A checked submission and where its result goes.
@@ -151,6 +154,7 @@ impl AppState {
             submissions: Arc::new(SubmitQueue::default()),
             audit: Arc::new(audit),
             history: history.map(Arc::new),
+            router: corral_router::Router::new(corral_router::RouterConfig::default()),
         }
     }
 
@@ -320,6 +324,7 @@ pub async fn serve(
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let ticker = tokio::spawn(control_loop(state.clone(), tick_interval, stop_rx.clone()));
     let sampler = tokio::spawn(history_loop(state.clone(), stop_rx));
+    let prober = tokio::spawn(state.router.clone().probe_forever());
     let closing = Arc::clone(&state.closing);
     let app = routes::router(state);
     let shutdown = async move {
@@ -355,6 +360,7 @@ pub async fn serve(
     let _ = stop_tx.send(true);
     let _ = ticker.await;
     let _ = sampler.await;
+    prober.abort();
     result
 }
 
@@ -410,6 +416,7 @@ async fn control_loop(
     loop {
         let started = tokio::time::Instant::now();
         let report = state.with_cluster(|c| c.tick(Timestamp::now())).await;
+        serving::serving_pass(&state).await;
         let min_gap = (started.elapsed() * 2).clamp(Duration::from_millis(1), max_gap);
         let mut wait = interval;
         match report {

@@ -4,6 +4,8 @@
 //!
 //! - `training_job`: a TrainingJob as written, against what the cluster declares, and
 //!   what a valid job asks for that no node holds now.
+//! - `served_model`: a ServedModel's autoscaling and readiness, and its replicas as the
+//!   TrainingJob each becomes.
 //! - `cluster_scoped`: Queues, NodePools and JobPriorityClasses.
 //! - `context`: what validation knows of the cluster ([`ValidationContext`]).
 //! - `names`: DNS names, label keys and values, object metadata.
@@ -15,6 +17,7 @@ mod context;
 mod names;
 mod pipeline;
 mod quantities;
+mod served_model;
 mod training_job;
 
 use std::fmt;
@@ -25,6 +28,7 @@ pub use cluster_scoped::{validate_node_pool, validate_priority_class, validate_q
 pub use context::{NodeFacts, ValidationContext};
 pub use names::{check_dns1035_label, check_dns1123_label};
 pub use pipeline::validate_pipeline_run;
+pub use served_model::{MAX_SERVING_REPLICAS, validate_served_model};
 pub use training_job::{missing_images, validate_training_job};
 
 /// Replicas per role above this are a typo, not a job.

@@ -236,9 +236,12 @@ pub fn run_submit(args: &SubmitArgs) -> ExitCode {
                         .converted_from
                         .map(|k| format!(" (converted from {k})"))
                         .unwrap_or_default();
+                    let kind = r.kind.as_deref().unwrap_or("TrainingJob");
                     println!(
-                        "trainingjob/{} submitted in namespace {}{from}",
-                        r.name, r.namespace
+                        "{}/{} submitted in namespace {}{from}",
+                        kind.to_ascii_lowercase(),
+                        r.name,
+                        r.namespace
                     );
                     for w in &r.warnings {
                         eprintln!("warning: TrainingJob {}: {w}", r.name);
@@ -411,6 +414,11 @@ pub fn run_get(args: &GetArgs) -> ExitCode {
         let ns = (!args.all_namespaces).then(|| args.namespace.resolve(&client));
         return super::pipelines::get(&client, ns.as_deref(), &runs, args.output);
     }
+    if let Some(names) = super::serving::served_model_names(&args.names) {
+        let client = args.conn.client();
+        let ns = args.namespace.resolve(&client);
+        return super::serving::get(&client, &ns, &names, args.output);
+    }
     if args.names.is_empty() && matches!(args.output, Output::Json | Output::Yaml) {
         return get_all_objects(args);
     }
@@ -507,6 +515,11 @@ fn get_all_objects(args: &GetArgs) -> ExitCode {
 
 /// `corral describe [NAME...]`; with no names, every job of the namespace.
 pub fn run_describe(args: &DescribeArgs) -> ExitCode {
+    if let Some(names) = super::serving::served_model_names(&args.names) {
+        let client = args.conn.client();
+        let ns = args.namespace.resolve(&client);
+        return super::serving::describe(&client, &ns, &names, args.output);
+    }
     let client = args.conn.client();
     let ns = args.namespace.resolve(&client);
     if let Some(runs) = super::pipelines::run_names(&args.names) {

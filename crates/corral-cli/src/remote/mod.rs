@@ -8,6 +8,7 @@
 //! - `jobs`: submit, list, get, describe, logs; `bulk`: delete, suspend, resume (by name,
 //!   `--all` or a label selector); `cluster_views`: queues, nodes, top.
 //! - `pipelines`: pipeline runs (`get pipelineruns`, `describe`/`delete pipelinerun/NAME`).
+//! - `serving`: served models on get, describe and delete (`servedmodel NAME`).
 //! - `usage`: the usage ledger (`corral usage`, table, JSON, YAML or CSV).
 //! - `exec`: a command inside a replica (`exec`), and the MPI launcher's agent (`rsh`).
 //! - `render`: the tables and reports as text; `print`: stdout and failures.
@@ -22,6 +23,7 @@ pub mod login;
 mod pipelines;
 pub(crate) mod print;
 mod render;
+mod serving;
 mod usage;
 
 pub use bulk::{

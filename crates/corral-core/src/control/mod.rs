@@ -49,6 +49,7 @@ pub mod pipeline;
 mod plane;
 mod room;
 mod rules;
+pub mod serving;
 mod submit;
 
 pub use config::{ControlConfig, ControlConfigBuilder, Platform, SETTLE_ROUNDS, Settling};

@@ -229,6 +229,12 @@ pub fn replica_env(
                 env.set_if_absent(CHECKPOINT_PATH_ENV, path.clone());
             }
         }
+        // A served model's replica listens where the router will look for it.
+        if corral_api::served_model::serving_replica_of(job).is_some()
+            && let Some(port) = endpoint.port
+        {
+            env.set(corral_api::served_model::PORT_ENV, port.to_string());
+        }
         if let Some(gpus) = &options.gpu_indices {
             // An empty list hides every GPU; a framework's own setting (the MPI launcher's
             // GPU opt-out) stays.

@@ -18,10 +18,10 @@ use crate::store::{NewJob, StoredJob};
 /// What submissions are checked against ([`Cluster::submit_context`]).
 #[derive(Clone, Debug)]
 pub struct SubmitContext {
-    validation: ValidationContext,
+    pub(super) validation: ValidationContext,
     images: ImagePolicy,
     /// What no node of this machine can ever hold: the plane's own check at submit.
-    fit: Arc<SubmitCheck>,
+    pub(super) fit: Arc<SubmitCheck>,
 }
 
 /// A submission as inserted in the open batch: its rows with their submission order
@@ -49,6 +49,17 @@ pub struct CheckedSubmission {
 }
 
 impl CheckedSubmission {
+    /// One job Corral itself submits (a served model's replica), checked as the plane
+    /// checks every submission.
+    pub(super) fn internal(namespace: &str, job: TrainingJob) -> Self {
+        CheckedSubmission {
+            namespace: namespace.to_string(),
+            jobs: vec![(job, None)],
+            warnings: vec![Vec::new()],
+            runs: Vec::new(),
+        }
+    }
+
     /// Each checked job, with the kind it was converted from.
     pub fn jobs(&self) -> &[(TrainingJob, Option<String>)] {
         &self.jobs
@@ -93,6 +104,9 @@ impl Cluster {
         namespace: &str,
         now: Timestamp,
     ) -> Result<Vec<SubmitResult>, ClusterError> {
+        if super::serving::has_served_models(text) {
+            return self.submit_served_models(text, namespace, false);
+        }
         let checked = Self::check_submission(&self.submit_context(), text, namespace)?;
         self.submit_checked(checked, now)
     }
@@ -552,8 +566,8 @@ impl Cluster {
                 name: j.name.clone(),
                 uid: j.uid.clone(),
                 converted_from: j.converted_from.clone(),
-                kind: None,
                 warnings,
+                kind: None,
             });
             self.cache(StoredJob {
                 namespace: j.namespace,

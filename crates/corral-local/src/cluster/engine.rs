@@ -168,6 +168,8 @@ pub struct Cluster {
     /// The SHA-256 fingerprint of the API's certificate when it serves HTTPS: MPI
     /// launchers pin it (`CORRAL_FINGERPRINT`) to reach the API.
     pub(super) api_fingerprint: Option<String>,
+    /// Served models and their autoscalers (see `serving`).
+    pub(super) served: super::serving::ServedModels,
 }
 
 /// How often the GPUs' health is read while the cluster runs.

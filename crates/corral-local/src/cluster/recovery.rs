@@ -124,6 +124,13 @@ fn open(config: ClusterConfig, now: Timestamp) -> Result<(Cluster, Vec<String>),
     }
     let retired_uids: HashSet<&str> = retired.iter().map(super::SummaryRow::uid).collect();
     // Uploads of requests that never ended, and snapshots of jobs that were never stored.
+    // A served model's snapshot is kept by its own name (see `serving`).
+    for m in store.served_models()? {
+        all_uids.insert(super::serving::code_id(
+            m.metadata.namespace_or_default(),
+            &m.metadata.name,
+        ));
+    }
     warnings.extend(crate::code::CodeStore::new(&config.data_dir).sweep(&all_uids));
     let replicas = adopt_replicas(
         &mut store,
@@ -265,9 +272,14 @@ fn open(config: ClusterConfig, now: Timestamp) -> Result<(Cluster, Vec<String>),
         exec_agent,
         api_url: None,
         api_fingerprint: None,
+        served: Default::default(),
     };
     for j in jobs {
         cluster.cache(j);
+    }
+    for m in cluster.store.served_models()? {
+        let key = format!("{}/{}", m.metadata.namespace_or_default(), m.metadata.name);
+        cluster.served.models.insert(key, m);
     }
     cluster.summaries.extend(retired);
     for e in &step.events {

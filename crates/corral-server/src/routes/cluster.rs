@@ -62,7 +62,15 @@ pub(super) async fn metrics(
         .into_iter()
         .filter(|p| caller.allows(&p.namespace))
         .collect();
-    let text = crate::metrics::render(&snapshot, &queues, &rows, &progress, format);
+    let mut text = crate::metrics::render(&snapshot, &queues, &rows, &progress, format);
+    let serving = crate::serving::metrics_text(
+        &state.router,
+        |ns| caller.allows(ns),
+        format == crate::metrics::Format::OpenMetrics,
+    );
+    // OpenMetrics ends with `# EOF`: the router's series go before it.
+    let at = text.rfind("# EOF").unwrap_or(text.len());
+    text.insert_str(at, &serving);
     Ok((
         [(
             header::CONTENT_TYPE,

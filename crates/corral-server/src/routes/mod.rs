@@ -31,7 +31,7 @@ use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use serde_json::json;
 use tower_http::limit::RequestBodyLimitLayer;
 
@@ -66,6 +66,14 @@ pub fn router(state: AppState) -> Router {
             &format!("{jobs}/{{name}}/replicas/{{replica}}/exec"),
             post(exec::exec),
         )
+        .route(
+            "/api/v1/namespaces/{namespace}/servedmodels",
+            get(crate::serving::list),
+        )
+        .route(
+            "/api/v1/namespaces/{namespace}/servedmodels/{name}",
+            get(crate::serving::get).delete(crate::serving::delete),
+        )
         .route("/api/v1/trainingjobs", get(list_all))
         .route(runs, post(submit).get(pipelines::list_namespace))
         .route(
@@ -98,6 +106,18 @@ pub fn router(state: AppState) -> Router {
             post(submit_with_code),
         )
         .layer(DefaultBodyLimit::disable());
+    // Model traffic: each model's own body limit (the router's), no audit entry per
+    // inference request, and the replica's answers as they are.
+    let serve = Router::new()
+        .route(
+            "/serve/{namespace}/{model}",
+            any(crate::serving::serve_root),
+        )
+        .route(
+            "/serve/{namespace}/{model}/{*path}",
+            any(crate::serving::serve_path),
+        )
+        .layer(DefaultBodyLimit::disable());
     api.merge(code)
         .merge(crate::dashboard::router())
         .fallback(not_found)
@@ -107,6 +127,7 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             crate::audit::record,
         ))
+        .merge(serve)
         .with_state(state)
 }
 

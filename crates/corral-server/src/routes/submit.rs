@@ -68,6 +68,19 @@ pub(super) async fn submit(
              documents as YAML or JSON",
         ));
     }
+    if corral_local::cluster::has_served_models(&text) {
+        let ns = namespace.clone();
+        let submitted = state
+            .with_cluster(move |c| c.submit_served_models(&text, &ns, dry_run))
+            .await??;
+        if dry_run {
+            return Ok(submitted_response(StatusCode::OK, submitted));
+        }
+        // Routed before the answer: a request right after the submit is held, not a 404.
+        crate::serving::serving_pass(&state).await;
+        state.wake();
+        return Ok(submitted_response(StatusCode::CREATED, submitted));
+    }
     // Parsing and validation need no lock: requests check their documents in parallel
     // and hold the cluster only to store them.
     let ctx = state.submit_context();
@@ -91,8 +104,8 @@ pub(super) async fn submit(
                 name: job.metadata.name.clone(),
                 uid: String::new(),
                 converted_from: converted_from.clone(),
-                kind: None,
                 warnings: warnings.clone(),
+                kind: None,
             })
             .chain(checked.runs().iter().map(|run| SubmitResult {
                 namespace: namespace.clone(),
@@ -284,12 +297,20 @@ pub(super) async fn submit_with_code(
              submit again"
         )));
     }
+    let served = corral_local::cluster::has_served_models(&text);
     let ctx = state.submit_context();
     let ns = namespace.clone();
-    let checked = tokio::task::spawn_blocking(move || Cluster::check_submission(&ctx, &text, &ns))
-        .await
-        .map_err(|e| ApiError::internal(format!("the request handler failed: {e}")))??;
-    let checked = checked.with_code(claimed);
+    let (manifest, ns_code) = (text.clone(), namespace.clone());
+    let checked = tokio::task::spawn_blocking(move || {
+        if served {
+            // Checked with the code in place, below.
+            return Ok(None);
+        }
+        Cluster::check_submission(&ctx, &text, &ns).map(Some)
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("the request handler failed: {e}")))??;
+    let checked = checked.map(|c| c.with_code(claimed));
     let tree = state
         .code
         .incoming_path(".d")
@@ -318,10 +339,19 @@ pub(super) async fn submit_with_code(
         }
         Err(e) => return Err(ApiError::internal(e.to_string())),
     }
+    let digest = claimed.to_string();
     let submitted = state
-        .with_cluster(move |c| c.submit_checked_with_code(checked, Some(&tree), Timestamp::now()))
+        .with_cluster(move |c| match checked {
+            Some(checked) => c.submit_checked_with_code(checked, Some(&tree), Timestamp::now()),
+            None => {
+                c.submit_served_models_with_code(&manifest, &ns_code, Some((&tree, &digest)), false)
+            }
+        })
         .await??;
     drop(staged);
+    if served {
+        crate::serving::serving_pass(&state).await;
+    }
     state.wake();
     Ok(submitted_response(StatusCode::CREATED, submitted))
 }

@@ -1,0 +1,195 @@
+//! The routing table: each served model's replicas, which of them are in rotation, how many
+//! requests each carries, and the model's load as the autoscaler observes it.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use crate::stats::Stats;
+
+/// One replica the shell started, as the router should reach it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplicaTarget {
+    /// The replica's name (`<model>-serving-<i>-worker-0`), for metrics and describe.
+    pub name: String,
+    pub addr: SocketAddr,
+}
+
+/// A served model as the router should serve it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelTarget {
+    pub replicas: Vec<ReplicaTarget>,
+    /// Readiness check: an HTTP GET of this path answering 2xx.
+    pub readiness_path: String,
+    pub probe_period: Duration,
+    /// Failed probes in a row after which a ready replica leaves rotation.
+    pub failure_threshold: u32,
+    /// Request bodies above this are refused with 413.
+    pub max_request_bytes: u64,
+}
+
+/// One replica in the table.
+#[derive(Debug)]
+pub struct Replica {
+    pub name: String,
+    pub addr: SocketAddr,
+    /// In rotation: the last probe passed and no request failed on it since.
+    pub(crate) ready: AtomicBool,
+    /// Probes failed in a row.
+    pub(crate) failures: AtomicU32,
+    /// Requests sent to it whose response has not ended.
+    pub(crate) outstanding: AtomicU32,
+    pub(crate) probing: AtomicBool,
+}
+
+impl Replica {
+    fn new(t: &ReplicaTarget) -> Self {
+        Replica {
+            name: t.name.clone(),
+            addr: t.addr,
+            ready: AtomicBool::new(false),
+            failures: AtomicU32::new(0),
+            outstanding: AtomicU32::new(0),
+            probing: AtomicBool::new(false),
+        }
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    pub fn outstanding(&self) -> u32 {
+        self.outstanding.load(Ordering::Relaxed)
+    }
+
+    /// A request failed on it (connect error, 5xx): out of rotation until a probe passes.
+    pub(crate) fn eject(&self) {
+        self.ready.store(false, Ordering::Release);
+    }
+}
+
+/// One served model in the table.
+#[derive(Debug)]
+pub struct Model {
+    pub(crate) target: RwLock<ModelTarget>,
+    pub(crate) replicas: RwLock<Vec<Arc<Replica>>>,
+    /// Requests being answered or held (the autoscaler's observation).
+    pub(crate) in_flight: AtomicU32,
+    /// Requests that arrived since the load was last taken.
+    pub(crate) arrived: AtomicU64,
+    /// Woken when a replica enters rotation (held requests look again).
+    pub(crate) became_ready: Notify,
+    /// Spreads ties between equally loaded replicas.
+    pub(crate) next: AtomicU32,
+    pub(crate) stats: Stats,
+}
+
+impl Model {
+    pub(crate) fn new(target: ModelTarget) -> Self {
+        let replicas = target
+            .replicas
+            .iter()
+            .map(|t| Arc::new(Replica::new(t)))
+            .collect();
+        Model {
+            target: RwLock::new(target),
+            replicas: RwLock::new(replicas),
+            in_flight: AtomicU32::new(0),
+            arrived: AtomicU64::new(0),
+            became_ready: Notify::new(),
+            next: AtomicU32::new(0),
+            stats: Stats::default(),
+        }
+    }
+
+    /// Takes the shell's view: replicas with the same name and address keep their state
+    /// (readiness, outstanding requests); new ones start out of rotation until probed.
+    pub(crate) fn update(&self, target: ModelTarget) {
+        let mut replicas = self.replicas.write().unwrap_or_else(|e| e.into_inner());
+        let kept: Vec<Arc<Replica>> = target
+            .replicas
+            .iter()
+            .map(|t| {
+                replicas
+                    .iter()
+                    .find(|r| r.name == t.name && r.addr == t.addr)
+                    .cloned()
+                    .unwrap_or_else(|| Arc::new(Replica::new(t)))
+            })
+            .collect();
+        *replicas = kept;
+        drop(replicas);
+        *self.target.write().unwrap_or_else(|e| e.into_inner()) = target;
+    }
+
+    pub(crate) fn settings(&self) -> ModelTarget {
+        self.target
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub(crate) fn replicas(&self) -> Vec<Arc<Replica>> {
+        self.replicas
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The ready replica with the fewest outstanding requests among those not yet `tried`
+    /// (ties spread round-robin).
+    pub(crate) fn pick(&self, tried: &[SocketAddr]) -> Pick {
+        let replicas = self.replicas.read().unwrap_or_else(|e| e.into_inner());
+        let n = replicas.len();
+        if n == 0 {
+            return Pick::NoneReady;
+        }
+        let start = self.next.fetch_add(1, Ordering::Relaxed) as usize % n;
+        let mut best: Option<&Arc<Replica>> = None;
+        let mut any_ready = false;
+        for i in 0..n {
+            let r = &replicas[(start + i) % n];
+            if !r.is_ready() {
+                continue;
+            }
+            any_ready = true;
+            if tried.contains(&r.addr) {
+                continue;
+            }
+            if best.is_none_or(|b| r.outstanding() < b.outstanding()) {
+                best = Some(r);
+            }
+        }
+        match best {
+            Some(r) => Pick::Replica(r.clone()),
+            None if any_ready => Pick::AllTried,
+            None => Pick::NoneReady,
+        }
+    }
+
+    /// The load since the last call: requests in flight now, and arrived since.
+    pub(crate) fn take_load(&self) -> Load {
+        Load {
+            in_flight: self.in_flight.load(Ordering::Relaxed),
+            arrived: self.arrived.swap(0, Ordering::Relaxed),
+        }
+    }
+}
+
+/// What [`Model::pick`] found.
+pub(crate) enum Pick {
+    Replica(Arc<Replica>),
+    /// Ready replicas exist, and every one was tried for this request.
+    AllTried,
+    NoneReady,
+}
+
+/// A model's load as the autoscaler observes it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Load {
+    pub in_flight: u32,
+    pub arrived: u64,
+}
