@@ -81,11 +81,28 @@ fn read_declared(files: &[String], base: &ValidationContext) -> Result<Declared,
                     Document::NodePool(n) => declared.pools.push(n),
                     Document::Queue(q) => declared.queues.push(q),
                     Document::JobPriorityClass(c) => declared.classes.push(c),
-                    Document::PipelineRun(r) => problems.push(format!(
-                        "{f}: PipelineRun {}: `corral plan` plans TrainingJobs; submit the run \
-                         and `corral describe pipelinerun/{}` shows its steps",
-                        r.metadata.name, r.metadata.name
-                    )),
+                    // What a run starts with: the steps that need no other, as many as
+                    // its parallelism lets run at once (their own conditions aside).
+                    Document::PipelineRun(r) => {
+                        // A run named at submit (generateName) shows `xxxxx` for its suffix.
+                        let mut meta = r.metadata.clone();
+                        if meta.name.is_empty() {
+                            meta.name = format!(
+                                "{}{}",
+                                meta.generate_name.as_deref().unwrap_or_default(),
+                                "x".repeat(corral_api::pipeline::GENERATED_SUFFIX_LEN)
+                            );
+                        }
+                        let spec = &r.spec.pipeline_spec;
+                        let at_once = spec.parallelism.map_or(usize::MAX, |p| p as usize);
+                        declared.jobs.extend(
+                            spec.steps
+                                .iter()
+                                .filter(|s| s.needs().is_empty())
+                                .take(at_once)
+                                .map(|s| corral_api::pipeline::step_job(&meta, s)),
+                        );
+                    }
                 },
                 Err(e) => problems.push(format!("{f}: {e}")),
             }
