@@ -74,6 +74,11 @@ def main():
         verdict = "ok" if ok else "FAILED"
         print(f"RESULT {verdict} test_mse={mse:.5f} max_mse={MAX_MSE} world_size={world} "
               f"steps={STEPS}", flush=True)
+    # Every rank reaches the end before any tears the group down: a rank that destroys it
+    # while another still talks over gloo can abort that one at exit ("terminate called
+    # without an active exception", seen under torchrun's elastic agent, which then restarts
+    # a gang that had already trained).
+    dist.barrier()
     dist.destroy_process_group()
     return 0 if ok else 1
 
