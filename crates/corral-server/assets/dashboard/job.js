@@ -79,6 +79,9 @@ function LogTail({ namespace, name, replica }) {
     <pre class="log" id="log" ref=${pre}></pre></section>`;
 }
 
+// How often an open job page looks again for what its replicas report.
+const PROGRESS_REFRESH_MS = 3000;
+
 // A job's reported progress in words, as `corral describe` says it (docs/progress.md).
 function progressText(p) {
   const parts = [];
@@ -100,7 +103,14 @@ function duration(secs) {
 
 export function Job({ namespace, name }) {
   const base = `/api/v1/namespaces/${encodeURIComponent(namespace)}/trainingjobs/${encodeURIComponent(name)}`;
-  const d = useLive(`${base}/describe`);
+  // The watch stream says when a job's row changes; what its replicas report (progress)
+  // does not change the row, so the page also looks again every few seconds.
+  const [beat, setBeat] = useState(0);
+  useEffect(() => {
+    const t = setInterval(() => setBeat((b) => b + 1), PROGRESS_REFRESH_MS);
+    return () => clearInterval(t);
+  }, []);
+  const d = useLive(`${base}/describe`, beat);
   const [ask, setAsk] = useState(null);
   const [result, setResult] = useState(null);
   const [replica, setReplica] = useState(null);

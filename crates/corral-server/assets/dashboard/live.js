@@ -167,7 +167,7 @@ export function connect() {
 
 // GETs `path` now and again when the store changed (at most once a second), so that
 // what the watch stream does not carry (nodes, queues, a job's details) keeps up too.
-export function useLive(path) {
+export function useLive(path, beat = 0) {
   const s = useStore();
   const [state, setState] = useState({ data: null, error: null });
   const last = useRef({ path: null, at: 0, timer: 0 });
@@ -190,7 +190,7 @@ export function useLive(path) {
     } else if (!l.timer) {
       l.timer = setTimeout(run, Math.max(0, 1000 - (Date.now() - l.at)));
     }
-  }, [path, s.version]);
+  }, [path, s.version, beat]);
   useEffect(() => () => clearTimeout(last.current.timer), []);
   return state;
 }
