@@ -129,6 +129,24 @@ pub struct DocumentProblem {
     pub errors: Vec<FieldProblem>,
 }
 
+impl From<&corral_api::document::DocumentError> for DocumentProblem {
+    /// A document that did not parse or validate, as the API reports it.
+    fn from(e: &corral_api::document::DocumentError) -> Self {
+        DocumentProblem {
+            index: e.index,
+            what: e.what.clone(),
+            errors: e
+                .errors
+                .iter()
+                .map(|f| FieldProblem {
+                    path: f.path.clone(),
+                    message: f.message.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
 impl std::fmt::Display for DocumentProblem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match (&self.what, self.index) {

@@ -151,18 +151,7 @@ impl Cluster {
         let mut runs = Vec::new();
         for r in parse_documents(text, &ctx.validation) {
             match r {
-                Err(e) => problems.push(DocumentProblem {
-                    index: e.index,
-                    what: e.what.clone(),
-                    errors: e
-                        .errors
-                        .iter()
-                        .map(|f| FieldProblem {
-                            path: f.path.clone(),
-                            message: f.message.clone(),
-                        })
-                        .collect(),
-                }),
+                Err(e) => problems.push(DocumentProblem::from(&e)),
                 Ok(p) => {
                     let what = Some(match &p.converted_from {
                         Some(k) => format!("{k} {} as TrainingJob", p.document.name()),

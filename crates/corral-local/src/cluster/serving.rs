@@ -116,18 +116,7 @@ impl Cluster {
             let p = match r {
                 Ok(p) => p,
                 Err(e) => {
-                    problems.push(DocumentProblem {
-                        index: e.index,
-                        what: e.what.clone(),
-                        errors: e
-                            .errors
-                            .iter()
-                            .map(|f| FieldProblem {
-                                path: f.path.clone(),
-                                message: f.message.clone(),
-                            })
-                            .collect(),
-                    });
+                    problems.push(DocumentProblem::from(&e));
                     continue;
                 }
             };
