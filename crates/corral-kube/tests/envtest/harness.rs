@@ -93,11 +93,35 @@ pub(crate) fn assets() -> Result<Assets, String> {
     }
 }
 
+/// A port to listen on, below Linux's ephemeral range (32768-60999): a port the kernel handed
+/// out for `:0` may be taken, before the server binds it, as the local end of an outgoing
+/// connection (kube-apiserver's own to etcd), and then the server cannot start.
 pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free local port")
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or_default()
+        ^ (u64::from(std::process::id()) << 20);
+    for _ in 0..1_000 {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let mixed =
+            (seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        let port = 20_000 + ((mixed >> 33) % 12_000) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free local port in 20000-31999")
+}
+
+/// The last lines of a child's log, for an error that must explain itself after the
+/// directory holding the log is gone.
+fn log_tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| format!("({e})"));
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
 }
 
 /// A running etcd + kube-apiserver (+ garbage collector); stopped and removed on drop.
@@ -147,8 +171,25 @@ pub(crate) fn spawn(cmd: &mut Command, log: &Path) -> Child {
 }
 
 impl Env {
+    /// Starts the cluster; a start that fails (a port taken after all, a server that exits)
+    /// is tried again on fresh ports, twice, before the test gives up with the logs.
     pub(crate) async fn start(a: &Assets) -> Result<Env, String> {
-        let dir = std::env::temp_dir().join(format!("corral-envtest-{}", std::process::id()));
+        let mut why = Vec::new();
+        for attempt in 1..=3 {
+            match Env::start_once(a, attempt).await {
+                Ok(env) => return Ok(env),
+                Err(e) => {
+                    eprintln!("envtest: start {attempt} of 3 failed: {e}");
+                    why.push(format!("start {attempt}: {e}"));
+                }
+            }
+        }
+        Err(why.join("\n\n"))
+    }
+
+    async fn start_once(a: &Assets, attempt: u32) -> Result<Env, String> {
+        let dir =
+            std::env::temp_dir().join(format!("corral-envtest-{}-{attempt}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("certs")).map_err(|e| e.to_string())?;
         let key = dir.join("sa.key");
@@ -232,14 +273,6 @@ impl Env {
         ));
         let url = format!("https://127.0.0.1:{api_port}");
         let admin = client_for(&url, ADMIN_TOKEN).await;
-        let mut ready = false;
-        for _ in 0..240 {
-            if let Ok((200, _)) = raw(&admin, "GET", "/readyz", None).await {
-                ready = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
         let mut env = Env {
             operator: client_for(&url, OPERATOR_TOKEN).await,
             nobody: client_for(&url, NOBODY_TOKEN).await,
@@ -249,10 +282,34 @@ impl Env {
             children,
             gc: false,
         };
+        let mut exited = None;
+        let mut ready = false;
+        for _ in 0..240 {
+            if let Ok((200, _)) = raw(&env.admin, "GET", "/readyz", None).await {
+                ready = true;
+                break;
+            }
+            // A server that has exited will not become ready: say why at once.
+            if let Some((i, status)) = env
+                .children
+                .iter_mut()
+                .enumerate()
+                .find_map(|(i, c)| c.try_wait().ok().flatten().map(|s| (i, s)))
+            {
+                exited = Some(format!(
+                    "{} exited ({status})",
+                    ["etcd", "kube-apiserver"][i.min(1)]
+                ));
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
         if !ready {
             return Err(format!(
-                "kube-apiserver not ready after 120 s; see {}",
-                env.dir.join("kube-apiserver.log").display()
+                "{}; the last lines of kube-apiserver.log:\n{}\nand of etcd.log:\n{}",
+                exited.unwrap_or_else(|| "kube-apiserver not ready after 120 s".into()),
+                log_tail(&env.dir.join("kube-apiserver.log"), 25),
+                log_tail(&env.dir.join("etcd.log"), 10),
             ));
         }
         if let Some(kcm) = &a.controller_manager {
