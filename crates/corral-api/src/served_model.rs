@@ -27,6 +27,8 @@ pub const PORT_ENV: &str = "PORT";
 pub const SERVED_MODEL_LABEL: &str = "corral.dev/served-model";
 /// Label on each replica job: its replica index within the served model.
 pub const SERVING_REPLICA_LABEL: &str = "corral.dev/serving-replica";
+/// Label on each replica job: the revision of the model it runs (`<model>-00002`).
+pub const SERVING_REVISION_LABEL: &str = "corral.dev/serving-revision";
 /// The role of a serving replica inside its replica job.
 pub const SERVING_ROLE: Role = Role::Worker;
 /// A request body larger than this is refused (413) unless the model states its own.
@@ -55,6 +57,11 @@ pub struct ServedModelSpec {
     /// Request bodies above this many bytes are refused with 413 (default 16 MiB).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_request_bytes: Option<u64>,
+    /// Percent of the requests (0-100) the latest revision gets while the revision last
+    /// promoted keeps the rest, as KServe's `canaryTrafficPercent`. Left out: the latest
+    /// revision takes every request once it is ready (a rollout). 0 rolls back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary_traffic_percent: Option<u32>,
 }
 
 impl Kind for ServedModelSpec {
@@ -190,6 +197,47 @@ pub struct ServedModelStatus {
     pub url: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_request_time: Option<Timestamp>,
+    /// The newest revision (what the spec says now).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latest_revision: Option<String>,
+    /// The revision last promoted (every request went to it once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stable_revision: Option<String>,
+    /// The revisions that carry traffic or still have replicas, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub revisions: Vec<RevisionStatus>,
+}
+
+/// One revision of a served model: an immutable snapshot of what its replicas run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RevisionStatus {
+    /// `<model>-<number, five digits>`, e.g. `tiny-00002`.
+    pub name: String,
+    /// `sha256:...` of what the replicas run (template, resources, readiness, queue,
+    /// priority class, code snapshot).
+    pub hash: String,
+    /// Percent of new requests the router sends to it now.
+    #[serde(default)]
+    pub traffic_percent: u32,
+    /// Percent the spec asks for (the router's share differs while a revision has no
+    /// replica ready: its share goes to the other).
+    #[serde(default)]
+    pub target_percent: u32,
+    #[serde(default)]
+    pub desired_replicas: u32,
+    #[serde(default)]
+    pub replicas: u32,
+    #[serde(default)]
+    pub ready_replicas: u32,
+    /// Requests under way on its replicas.
+    #[serde(default)]
+    pub in_flight: u32,
+}
+
+/// The name of revision `number` of `model`: `<model>-00002`.
+pub fn revision_name(model: &str, number: u32) -> String {
+    format!("{model}-{number:05}")
 }
 
 /// The name of replica `index`'s job: `<model>-serving-<index>`.
@@ -237,6 +285,23 @@ pub fn replica_job(model: &ServedModel, index: u32) -> TrainingJob {
         ..Default::default()
     };
     job
+}
+
+/// [`replica_job`] of revision `revision` (labelled with it).
+pub fn revision_replica_job(model: &ServedModel, revision: &str, index: u32) -> TrainingJob {
+    let mut job = replica_job(model, index);
+    job.metadata
+        .labels
+        .insert(SERVING_REVISION_LABEL.to_string(), revision.to_string());
+    job
+}
+
+/// The revision a replica job runs (none on replicas made before revisions existed).
+pub fn serving_revision_of(job: &TrainingJob) -> Option<&str> {
+    job.metadata
+        .labels
+        .get(SERVING_REVISION_LABEL)
+        .map(String::as_str)
 }
 
 /// The served model a job is a replica of, and its index, if it is one.

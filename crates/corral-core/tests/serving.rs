@@ -8,7 +8,8 @@ use std::time::Duration;
 use corral_api::served_model::{Autoscaling, ServedModel, replica_job};
 use corral_core::control::ControlPlane;
 use corral_core::control::serving::{
-    Autoscaler, LoadSample, ReplicaAction, ReplicaView, Serving, plan_replicas,
+    Autoscaler, LoadSample, ModelPlan, ModelView, ReplicaAction, ReplicaView, RevisionView,
+    Serving, plan_replicas,
 };
 use corral_core::lifecycle::JobState;
 use jiff::Timestamp;
@@ -106,14 +107,42 @@ fn job_generic() -> corral_api::TrainingJob {
     j
 }
 
+fn one_revision<'a>(
+    spec: &'a corral_api::ServedModelSpec,
+    revisions: &'a [RevisionView],
+) -> ModelView<'a> {
+    ModelView {
+        spec,
+        latest: "llm-00001",
+        stable: "llm-00001",
+        revisions,
+    }
+}
+
+fn replicas_of(name: &str, replicas: &[ReplicaView]) -> Vec<RevisionView> {
+    vec![RevisionView {
+        name: name.to_string(),
+        replicas: replicas.to_vec(),
+        in_flight: 0,
+    }]
+}
+
+fn actions(plan: &ModelPlan, revision: &str) -> Vec<ReplicaAction> {
+    plan.revisions
+        .iter()
+        .find(|r| r.name == revision)
+        .map(|r| r.actions.clone())
+        .unwrap_or_default()
+}
+
 #[test]
 fn the_serving_plan_creates_on_load_and_removes_after_idle() {
     let spec = model("high", 1).spec;
     let mut serving = Serving::new();
     let t = |s: i64| Timestamp::from_second(1_800_000_000 + s).expect("valid");
     // At zero, nothing asked.
-    let plan = serving.decide("team/llm", &spec, t(0), &[]);
-    assert!(plan.actions.is_empty());
+    let plan = serving.decide("team/llm", one_revision(&spec, &[]), t(0));
+    assert!(actions(&plan, "llm-00001").is_empty());
     // A held request: one replica.
     serving.observe_load(
         "team/llm",
@@ -123,16 +152,31 @@ fn the_serving_plan_creates_on_load_and_removes_after_idle() {
             arrived: 1,
         },
     );
-    let plan = serving.decide("team/llm", &spec, t(1), &[]);
-    assert_eq!(plan.actions, vec![ReplicaAction::Create(0)]);
-    let up = [ReplicaView {
-        index: 0,
-        ready: true,
-        finished: false,
-        deleting: false,
-    }];
+    let plan = serving.decide("team/llm", one_revision(&spec, &[]), t(1));
+    assert_eq!(actions(&plan, "llm-00001"), vec![ReplicaAction::Create(0)]);
+    let up = replicas_of(
+        "llm-00001",
+        &[ReplicaView {
+            index: 0,
+            ready: true,
+            finished: false,
+            deleting: false,
+        }],
+    );
     // Idle for the whole period (300 s by default): removed.
-    for s in 2..=400 {
+    for s in 2..=200 {
+        serving.observe_load(
+            "team/llm",
+            LoadSample {
+                at: t(s),
+                in_flight: 0,
+                arrived: 0,
+            },
+        );
+        let plan = serving.decide("team/llm", one_revision(&spec, &up), t(s));
+        assert!(actions(&plan, "llm-00001").is_empty());
+    }
+    for s in 201..=400 {
         serving.observe_load(
             "team/llm",
             LoadSample {
@@ -142,16 +186,8 @@ fn the_serving_plan_creates_on_load_and_removes_after_idle() {
             },
         );
     }
-    assert!(
-        serving
-            .decide("team/llm", &spec, t(200), &up)
-            .actions
-            .is_empty()
-    );
-    assert_eq!(
-        serving.decide("team/llm", &spec, t(400), &up).actions,
-        vec![ReplicaAction::Remove(0)]
-    );
+    let plan = serving.decide("team/llm", one_revision(&spec, &up), t(400));
+    assert_eq!(actions(&plan, "llm-00001"), vec![ReplicaAction::Remove(0)]);
 }
 
 fn autoscaling() -> impl Strategy<Value = Autoscaling> {
@@ -239,7 +275,7 @@ proptest! {
         let existing: Vec<ReplicaView> = (0..n)
             .map(|i| ReplicaView { index: i * 2, ready: ready & (1 << i) != 0, finished: false, deleting: false })
             .collect();
-        let actions = plan_replicas(desired, &existing);
+        let actions = plan_replicas(desired, &existing, &mut Default::default());
         let created = actions.iter().filter(|a| matches!(a, ReplicaAction::Create(_))).count();
         let removed = actions.iter().filter(|a| matches!(a, ReplicaAction::Remove(_))).count();
         prop_assert_eq!(n as usize + created - removed, desired as usize);

@@ -39,6 +39,7 @@ mod pipelines;
 mod progress;
 mod recovery;
 mod replicas;
+mod revisions;
 mod serving;
 mod shutdown;
 mod views;
@@ -181,6 +182,13 @@ pub struct SubmitResult {
     /// The kind accepted when it is not a TrainingJob (`PipelineRun`, `ServedModel`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
+    /// A served model's revision after this submission (`<model>-00002`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+    /// The submission made that revision (a new model, or what its replicas run changed);
+    /// false: the model's other fields changed, or nothing did.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub new_revision: bool,
 }
 
 /// Where a job is in its life, in one word: the lifecycle's definition, shared by every shell.

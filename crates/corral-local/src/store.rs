@@ -33,7 +33,8 @@
 //!   is unreadable by an older release (a `Corrupt` error naming the replica), which is the
 //!   honest answer for a state it cannot act on.
 //! - `served_models.spec`: [`corral_api::ServedModel`] without its status (see
-//!   `served_models`).
+//!   `served_models`); `served_revisions.spec` the same, as each revision was made (see
+//!   `served_revisions`).
 //! - `usage`: the usage ledger's closed intervals, plain SQL values (see `usage`); kept
 //!   when their job is removed.
 //! - `pipeline_runs`, `artifacts`: pipeline runs and the cache with its lineage (see
@@ -57,10 +58,12 @@ mod events;
 mod pipelines;
 mod record;
 mod served_models;
+mod served_revisions;
 mod tenants;
 
 pub use audit::{AUDIT_CAP, AUDIT_FILE, AuditEntry, AuditLog};
 pub use pipelines::StoredRun;
+pub use served_revisions::StoredRevision;
 mod usage;
 
 /// The schema version this code writes.
@@ -406,6 +409,7 @@ impl Store {
         )?;
         conn.execute_batch(tenants::TENANT_IDS_TABLE)?;
         conn.execute_batch(served_models::SERVED_MODELS_TABLE)?;
+        conn.execute_batch(served_revisions::SERVED_REVISIONS_TABLE)?;
         conn.execute_batch(usage::SCHEMA)?;
         conn.execute_batch(pipelines::SCHEMA)?;
         Ok(Store {

@@ -1,7 +1,8 @@
-//! Corral's router for served models: one URL per model, least-outstanding-requests
-//! balancing over the replicas in rotation, retries on another replica, readiness checks,
+//! Corral's router for served models: one URL per model, new requests split between its
+//! revisions by the control plane's percentages, least-outstanding-requests balancing over
+//! a revision's replicas in rotation, retries on another replica, readiness checks,
 //! requests held during a cold start, streaming responses passed through unbuffered, and
-//! per-model request counts and latencies.
+//! request counts and latencies per model and revision.
 //!
 //! Data path only: which replicas exist and how many there should be is the control plane's
 //! (`corral_core::control::serving`). The shell tells the router the replicas it started
@@ -12,7 +13,7 @@
 //! - `proxy`: one request end to end (limit, hold, pick, forward, retry).
 //! - `body`: the streamed response body and the counts it holds until its end.
 //! - `probe`: readiness checks.
-//! - `stats`: per-model request counts and latency histogram.
+//! - `stats`: request counts and latency histogram (per model and revision).
 
 mod body;
 mod probe;
@@ -73,6 +74,7 @@ struct Inner {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReplicaState {
     pub name: String,
+    pub revision: String,
     pub ready: bool,
     pub outstanding: u32,
 }
@@ -142,6 +144,7 @@ impl Router {
                     .iter()
                     .map(|r| ReplicaState {
                         name: r.name.clone(),
+                        revision: r.revision.to_string(),
                         ready: r.is_ready(),
                         outstanding: r.outstanding(),
                     })
@@ -150,19 +153,51 @@ impl Router {
             .unwrap_or_default()
     }
 
-    /// Every model's request counts and latencies, by key.
-    pub fn stats(&self) -> Vec<(String, StatsSnapshot)> {
+    /// Every model's request counts and latencies by revision (`""`: requests no
+    /// revision took), by key.
+    pub fn stats(&self) -> Vec<ModelStats> {
         self.models()
             .into_iter()
-            .map(|(k, m)| {
+            .map(|(key, m)| {
                 let replicas = m.replicas();
-                let mut s = m.stats.snapshot();
-                s.in_flight = m.in_flight.load(std::sync::atomic::Ordering::Relaxed);
-                s.replicas = u32::try_from(replicas.len()).unwrap_or(u32::MAX);
-                s.ready_replicas = u32::try_from(replicas.iter().filter(|r| r.is_ready()).count())
-                    .unwrap_or(u32::MAX);
-                (k, s)
+                let stats: Vec<_> = m
+                    .stats
+                    .read()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .iter()
+                    .map(|(r, s)| (r.clone(), s.clone()))
+                    .collect();
+                let mut revisions: Vec<(String, StatsSnapshot)> = stats
+                    .iter()
+                    .map(|(r, s)| (r.to_string(), s.snapshot()))
+                    .collect();
+                for r in &replicas {
+                    if !revisions.iter().any(|(name, _)| **name == *r.revision) {
+                        revisions.push((r.revision.to_string(), StatsSnapshot::default()));
+                    }
+                }
+                revisions.sort_by(|a, b| a.0.cmp(&b.0));
+                for (name, s) in &mut revisions {
+                    let of: Vec<_> = replicas.iter().filter(|r| *r.revision == **name).collect();
+                    s.replicas = u32::try_from(of.len()).unwrap_or(u32::MAX);
+                    s.ready_replicas = u32::try_from(of.iter().filter(|r| r.is_ready()).count())
+                        .unwrap_or(u32::MAX);
+                    s.in_flight = of.iter().map(|r| r.outstanding()).sum();
+                }
+                ModelStats {
+                    key,
+                    in_flight: m.in_flight.load(std::sync::atomic::Ordering::Relaxed),
+                    revisions,
+                }
             })
             .collect()
     }
+}
+
+/// One model's counts: requests in flight (held ones included) and each revision's stats.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelStats {
+    pub key: String,
+    pub in_flight: u32,
+    pub revisions: Vec<(String, StatsSnapshot)>,
 }

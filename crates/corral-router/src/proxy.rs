@@ -16,7 +16,7 @@ use hyper::{Method, Request, Response, StatusCode, Uri};
 
 use crate::Router;
 use crate::body::{InFlight, Outstanding, Tracked};
-use crate::table::{Model, Pick};
+use crate::table::{Model, Pick, Within};
 
 /// Headers of one hop, never forwarded (RFC 9110 7.6.1).
 const HOP_BY_HOP: [HeaderName; 8] = [
@@ -81,19 +81,25 @@ impl Router {
         };
         let arrived = Instant::now();
         let in_flight = InFlight::new(model.clone());
-        let response = self.forward(&model, path_and_query, req, in_flight).await;
+        let mut revision = model.choose_revision();
+        let response = self
+            .forward(&model, path_and_query, req, in_flight, &mut revision)
+            .await;
+        let unsplit: Arc<str> = Arc::from("");
         model
-            .stats
+            .stats_of(revision.as_ref().unwrap_or(&unsplit))
             .record(response.status().as_u16(), arrived.elapsed());
         response
     }
 
+    /// `revision`: the revision the split chose, on return the one whose replica answered.
     async fn forward(
         &self,
         model: &Arc<Model>,
         path_and_query: &str,
         req: Request<Body>,
         in_flight: InFlight,
+        revision: &mut Option<Arc<str>>,
     ) -> Response<Body> {
         let limit = model.settings().max_request_bytes;
         let (parts, body) = req.into_parts();
@@ -134,8 +140,27 @@ impl Router {
         let mut tried = Vec::new();
         let mut attempts = 0;
         let mut last_failure: Option<Response<Body>> = None;
+        let chosen = revision.clone();
+        let retried = |r: &Option<Arc<str>>| {
+            if let Some(r) = r {
+                model.stats_of(r).retried();
+            }
+        };
         loop {
-            let replica = match model.pick(&tried) {
+            // The chosen revision's replicas first; when none of them is ready or every
+            // one failed, any revision with a share (no request waits or fails while a
+            // ready replica of the model could take it).
+            let mut picked = match chosen.as_deref() {
+                Some(r) => model.pick(Within::Revision(r), &tried),
+                None => Pick::NoneReady,
+            };
+            if !matches!(picked, Pick::Replica(_)) {
+                let routed = model.pick(Within::Routed, &tried);
+                if !(chosen.is_some() && matches!(routed, Pick::NoneReady)) {
+                    picked = routed;
+                }
+            }
+            let replica = match picked {
                 Pick::Replica(r) => r,
                 Pick::AllTried => {
                     return last_failure.unwrap_or_else(|| {
@@ -150,7 +175,11 @@ impl Router {
                     // A cold start (or every replica out of rotation): wait for one to
                     // become ready, counted in flight so that the autoscaler asks for one.
                     let notified = model.became_ready.notified();
-                    if !matches!(model.pick(&tried), Pick::NoneReady) {
+                    if !matches!(model.pick(Within::Routed, &tried), Pick::NoneReady)
+                        || chosen
+                            .as_deref()
+                            .is_some_and(|r| !matches!(model.pick(Within::Revision(r), &tried), Pick::NoneReady))
+                    {
                         continue;
                     }
                     if attempts >= self.inner.config.max_attempts
@@ -175,6 +204,9 @@ impl Router {
             };
             tried.push(replica.addr);
             attempts += 1;
+            if revision.as_deref() != Some(&*replica.revision) {
+                *revision = Some(replica.revision.clone());
+            }
             let uri = match Uri::builder()
                 .scheme("http")
                 .authority(replica.addr.to_string())
@@ -203,11 +235,11 @@ impl Router {
                         && attempts < self.inner.config.max_attempts
                         && {
                             replica.eject();
-                            matches!(model.pick(&tried), Pick::Replica(_))
+                            matches!(model.pick(Within::Routed, &tried), Pick::Replica(_))
                         } =>
                 {
                     // Another replica is ready: this answer is dropped unread.
-                    model.stats.retried();
+                    retried(revision);
                     continue;
                 }
                 Ok(resp) => {
@@ -223,7 +255,7 @@ impl Router {
                 }
                 Err(e) => {
                     replica.eject();
-                    model.stats.retried();
+                    retried(revision);
                     let nothing_sent = e.is_connect();
                     last_failure = Some(refusal(
                         StatusCode::BAD_GATEWAY,

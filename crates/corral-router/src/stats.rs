@@ -1,4 +1,4 @@
-//! Per-model request counts and latencies, for `/metrics`: requests by status class, and a
+//! Request counts and latencies per model and revision, for `/metrics`: requests by status class, and a
 //! histogram of the time from a request's arrival to its response head (cold-start holds
 //! included, since that is what the client waited).
 
@@ -33,6 +33,7 @@ pub struct StatsSnapshot {
     pub sum_seconds: f64,
     /// Requests sent again to another replica after one failed.
     pub retries: u64,
+    /// Requests under way on its replicas.
     pub in_flight: u32,
     pub ready_replicas: u32,
     pub replicas: u32,

@@ -1,6 +1,8 @@
 //! The routing table: each served model's replicas, which of them are in rotation, how many
-//! requests each carries, and the model's load as the autoscaler observes it.
+//! requests each carries, the split of new requests between its revisions (as the control
+//! plane computed it), and the model's load as the autoscaler observes it.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -16,12 +18,16 @@ pub struct ReplicaTarget {
     /// The replica's name (`<model>-serving-<i>-worker-0`), for metrics and describe.
     pub name: String,
     pub addr: SocketAddr,
+    /// The model's revision it runs (empty: the model has one).
+    pub revision: String,
 }
 
 /// A served model as the router should serve it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ModelTarget {
     pub replicas: Vec<ReplicaTarget>,
+    /// Percent of new requests per revision (summing to 100); empty: every replica alike.
+    pub traffic: Vec<(String, u32)>,
     /// Readiness check: an HTTP GET of this path answering 2xx.
     pub readiness_path: String,
     pub probe_period: Duration,
@@ -36,6 +42,7 @@ pub struct ModelTarget {
 pub struct Replica {
     pub name: String,
     pub addr: SocketAddr,
+    pub revision: Arc<str>,
     /// In rotation: the last probe passed and no request failed on it since.
     pub(crate) ready: AtomicBool,
     /// Probes failed in a row.
@@ -50,6 +57,7 @@ impl Replica {
         Replica {
             name: t.name.clone(),
             addr: t.addr,
+            revision: Arc::from(t.revision.as_str()),
             ready: AtomicBool::new(false),
             failures: AtomicU32::new(0),
             outstanding: AtomicU32::new(0),
@@ -84,7 +92,34 @@ pub struct Model {
     pub(crate) became_ready: Notify,
     /// Spreads ties between equally loaded replicas.
     pub(crate) next: AtomicU32,
-    pub(crate) stats: Stats,
+    /// Revisions with a share of new requests, each with its share's upper bound on a
+    /// 0..100 scale (cumulative).
+    pub(crate) split: RwLock<Vec<(Arc<str>, u32)>>,
+    /// Counts the requests given a revision, for the split.
+    pub(crate) slot: AtomicU64,
+    /// Request counts and latencies by revision (kept while the model is served).
+    pub(crate) stats: RwLock<BTreeMap<Arc<str>, Arc<Stats>>>,
+}
+
+/// Which replicas a pick looks at.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Within<'a> {
+    /// Those of one revision.
+    Revision(&'a str),
+    /// Those of any revision with a share of new requests (or all, without a split).
+    Routed,
+}
+
+fn cumulative(traffic: &[(String, u32)]) -> Vec<(Arc<str>, u32)> {
+    let mut upto = 0;
+    traffic
+        .iter()
+        .filter(|(_, p)| *p > 0)
+        .map(|(r, p)| {
+            upto += p;
+            (Arc::from(r.as_str()), upto)
+        })
+        .collect()
 }
 
 impl Model {
@@ -95,13 +130,15 @@ impl Model {
             .map(|t| Arc::new(Replica::new(t)))
             .collect();
         Model {
-            target: RwLock::new(target),
             replicas: RwLock::new(replicas),
             in_flight: AtomicU32::new(0),
             arrived: AtomicU64::new(0),
             became_ready: Notify::new(),
             next: AtomicU32::new(0),
-            stats: Stats::default(),
+            split: RwLock::new(cumulative(&target.traffic)),
+            slot: AtomicU64::new(0),
+            stats: RwLock::new(BTreeMap::new()),
+            target: RwLock::new(target),
         }
     }
 
@@ -115,13 +152,14 @@ impl Model {
             .map(|t| {
                 replicas
                     .iter()
-                    .find(|r| r.name == t.name && r.addr == t.addr)
+                    .find(|r| r.name == t.name && r.addr == t.addr && *r.revision == *t.revision)
                     .cloned()
                     .unwrap_or_else(|| Arc::new(Replica::new(t)))
             })
             .collect();
         *replicas = kept;
         drop(replicas);
+        *self.split.write().unwrap_or_else(|e| e.into_inner()) = cumulative(&target.traffic);
         *self.target.write().unwrap_or_else(|e| e.into_inner()) = target;
     }
 
@@ -139,20 +177,59 @@ impl Model {
             .clone()
     }
 
-    /// The ready replica with the fewest outstanding requests among those not yet `tried`
-    /// (ties spread round-robin).
-    pub(crate) fn pick(&self, tried: &[SocketAddr]) -> Pick {
+    /// The revision a new request goes to, by the split's weights: requests are counted
+    /// and each count takes a slot of 100 in a fixed interleaved order, so that any 100
+    /// requests in a row follow the percentages exactly. `None`: no split.
+    pub(crate) fn choose_revision(&self) -> Option<Arc<str>> {
+        let split = self.split.read().unwrap_or_else(|e| e.into_inner());
+        let total = split.last()?.1;
+        let n = self.slot.fetch_add(1, Ordering::Relaxed);
+        // 61 is prime to 100: slot n % 100 -> a permutation of 0..100 that interleaves
+        // each revision's slots over the cycle.
+        let slot = u32::try_from((n % 100) * 61 % 100).unwrap_or(0) * total / 100;
+        split
+            .iter()
+            .find(|(_, upto)| slot < *upto)
+            .map(|(r, _)| r.clone())
+    }
+
+    /// The stats of requests answered by `revision`.
+    pub(crate) fn stats_of(&self, revision: &Arc<str>) -> Arc<Stats> {
+        if let Some(s) = self
+            .stats
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(revision)
+        {
+            return s.clone();
+        }
+        self.stats
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(revision.clone())
+            .or_default()
+            .clone()
+    }
+
+    /// The ready replica with the fewest outstanding requests among those `within` not yet
+    /// `tried` (ties spread round-robin).
+    pub(crate) fn pick(&self, within: Within<'_>, tried: &[SocketAddr]) -> Pick {
         let replicas = self.replicas.read().unwrap_or_else(|e| e.into_inner());
         let n = replicas.len();
         if n == 0 {
             return Pick::NoneReady;
         }
+        let split = self.split.read().unwrap_or_else(|e| e.into_inner());
+        let counts = |r: &Replica| match within {
+            Within::Revision(name) => *r.revision == *name,
+            Within::Routed => split.is_empty() || split.iter().any(|(s, _)| *s == r.revision),
+        };
         let start = self.next.fetch_add(1, Ordering::Relaxed) as usize % n;
         let mut best: Option<&Arc<Replica>> = None;
         let mut any_ready = false;
         for i in 0..n {
             let r = &replicas[(start + i) % n];
-            if !r.is_ready() {
+            if !r.is_ready() || !counts(r) {
                 continue;
             }
             any_ready = true;

@@ -113,6 +113,14 @@ pub fn validate_served_model(
             format!("{b} must be 1 to {MAX_REQUEST_BYTES} (4 GiB)"),
         );
     }
+    if let Some(p) = spec.canary_traffic_percent
+        && p > 100
+    {
+        errs.push(
+            "spec.canaryTrafficPercent",
+            format!("{p} is more than 100 (percent of requests for the latest revision)"),
+        );
+    }
     if spec.template.command.is_empty() && spec.template.image.is_none() {
         errs.push(
             "spec.template",

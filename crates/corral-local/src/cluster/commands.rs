@@ -557,6 +557,8 @@ impl Cluster {
                 converted_from: j.converted_from.clone(),
                 warnings,
                 kind: None,
+                revision: None,
+                new_revision: false,
             });
             self.cache(StoredJob {
                 namespace: j.namespace,

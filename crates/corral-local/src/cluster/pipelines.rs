@@ -138,6 +138,8 @@ impl Cluster {
                 uid,
                 converted_from: None,
                 kind: Some("PipelineRun".into()),
+                revision: None,
+                new_revision: false,
                 warnings: Vec::new(),
             });
         }

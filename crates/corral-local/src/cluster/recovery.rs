@@ -124,12 +124,17 @@ fn open(config: ClusterConfig, now: Timestamp) -> Result<(Cluster, Vec<String>),
     }
     let retired_uids: HashSet<&str> = retired.iter().map(super::SummaryRow::uid).collect();
     // Uploads of requests that never ended, and snapshots of jobs that were never stored.
-    // A served model's snapshot is kept by its own name (see `serving`).
+    // A served model's snapshots are kept by its name and revision (see `revisions`).
     for m in store.served_models()? {
-        all_uids.insert(super::serving::code_id(
-            m.metadata.namespace_or_default(),
-            &m.metadata.name,
-        ));
+        let ns = m.metadata.namespace_or_default();
+        all_uids.insert(super::serving::code_id(ns, &m.metadata.name));
+        for r in store.served_revisions(ns, &m.metadata.name)? {
+            all_uids.insert(super::revisions::revision_code_id(
+                ns,
+                &m.metadata.name,
+                r.number,
+            ));
+        }
     }
     warnings.extend(crate::code::CodeStore::new(&config.data_dir).sweep(&all_uids));
     let replicas = adopt_replicas(
@@ -278,7 +283,17 @@ fn open(config: ClusterConfig, now: Timestamp) -> Result<(Cluster, Vec<String>),
         cluster.cache(j);
     }
     for m in cluster.store.served_models()? {
-        let key = format!("{}/{}", m.metadata.namespace_or_default(), m.metadata.name);
+        let ns = m.metadata.namespace_or_default().to_string();
+        let key = format!("{ns}/{}", m.metadata.name);
+        let revisions = cluster.store.served_revisions(&ns, &m.metadata.name)?;
+        if revisions.is_empty() {
+            // Stored before revisions: what it runs is its first.
+            if let Err(e) = cluster.first_revision(&m, jiff::Timestamp::now()) {
+                warnings.push(format!("served model {key}: {e}"));
+            }
+        } else {
+            cluster.served.revisions.insert(key.clone(), revisions);
+        }
         cluster.served.models.insert(key, m);
     }
     cluster.summaries.extend(retired);

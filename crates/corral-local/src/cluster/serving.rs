@@ -10,14 +10,18 @@ use std::time::Duration;
 
 use corral_api::document::{Document, parse_documents};
 use corral_api::served_model::{
-    ServedModel, ServedModelStatus, replica_job, replica_job_name, serving_replica_of,
+    RevisionStatus, ServedModel, ServedModelStatus, replica_job, replica_job_name,
+    revision_name, revision_replica_job, serving_replica_of, serving_revision_of,
 };
 use corral_core::control::Effect;
-use corral_core::control::serving::{LoadSample, ReplicaAction, ReplicaView, Serving};
+use corral_core::control::serving::{
+    LoadSample, ModelView, ReplicaAction, ReplicaView, RevisionView, Serving,
+};
 use jiff::Timestamp;
 
 use super::commands::{CheckedSubmission, SubmitContext};
 use super::engine::Cluster;
+use super::revisions::{Revised, latest, revision_code_id, stable};
 use super::{ClusterError, DocumentProblem, FieldProblem, JobState, SubmitResult, SummaryRow};
 
 /// What the router saw of one model since the last pass.
@@ -27,6 +31,8 @@ pub struct ServingObservation {
     pub arrived: u64,
     /// Replica job names in rotation.
     pub ready: BTreeSet<String>,
+    /// Requests under way on each revision's replicas, by revision name.
+    pub in_flight_by_revision: BTreeMap<String, u32>,
 }
 
 /// Where one model's replicas listen, and how the router should treat them.
@@ -34,8 +40,11 @@ pub struct ServingObservation {
 pub struct ServingEndpoint {
     /// `namespace/name`.
     pub key: String,
-    /// Replica job name and its port on this machine, for every replica that runs.
-    pub replicas: Vec<(String, u16)>,
+    /// Replica job name, its port on this machine and its revision, for every replica
+    /// that runs.
+    pub replicas: Vec<(String, u16, String)>,
+    /// Percent of new requests per revision (summing to 100), as the core split them.
+    pub traffic: Vec<(String, u32)>,
     pub readiness_path: String,
     pub probe_period: Duration,
     pub failure_threshold: u32,
@@ -47,6 +56,8 @@ pub struct ServingEndpoint {
 pub(super) struct ServedModels {
     /// By `namespace/name`, with the status of the last pass.
     pub(super) models: BTreeMap<String, ServedModel>,
+    /// Each model's revisions (by the same key), oldest first.
+    pub(super) revisions: BTreeMap<String, Vec<crate::store::StoredRevision>>,
     pub(super) serving: Serving,
 }
 
@@ -71,8 +82,15 @@ pub fn serving_path(namespace: &str, name: &str) -> String {
     format!("/serve/{namespace}/{name}/")
 }
 
-fn submitted(m: &ServedModel, namespace: &str) -> SubmitResult {
+fn submitted(m: &ServedModel, namespace: &str, revised: Option<Revised>) -> SubmitResult {
+    let (revision, updated) = match revised {
+        Some(Revised::New(r)) => (Some(r), true),
+        Some(Revised::Same(r)) => (Some(r), false),
+        None => (None, false),
+    };
     SubmitResult {
+        revision,
+        new_revision: updated,
         namespace: namespace.to_string(),
         name: m.metadata.name.clone(),
         uid: String::new(),
@@ -82,7 +100,7 @@ fn submitted(m: &ServedModel, namespace: &str) -> SubmitResult {
     }
 }
 
-fn key(m: &ServedModel) -> String {
+pub(super) fn key(m: &ServedModel) -> String {
     format!("{}/{}", m.metadata.namespace_or_default(), m.metadata.name)
 }
 
@@ -179,28 +197,30 @@ impl Cluster {
         if dry_run {
             return Ok(models
                 .iter()
-                .map(|m| submitted(m, m.metadata.namespace_or_default()))
+                .map(|m| submitted(m, m.metadata.namespace_or_default(), None))
                 .collect());
         }
+        // A model that exists is revised (a submission is how a model changes); the new
+        // ones are stored all or none.
+        let (existing, fresh): (Vec<ServedModel>, Vec<ServedModel>) = models
+            .into_iter()
+            .partition(|m| self.served.models.contains_key(&key(m)));
         self.store
-            .insert_served_models(&models)
+            .insert_served_models(&fresh)
             .map_err(|e| match e {
                 crate::store::StoreError::AlreadyExists { namespace, name } => {
                     ClusterError::AlreadyExists { namespace, name }
                 }
                 other => ClusterError::Store(other.to_string()),
             })?;
+        let now = Timestamp::now();
         if let Some((staged, _)) = code {
             let store = self.code_store();
-            for (i, m) in models.iter().enumerate() {
+            for m in &fresh {
                 let id = code_id(m.metadata.namespace_or_default(), &m.metadata.name);
-                let placed = if i + 1 == models.len() {
-                    store.place(staged, &id)
-                } else {
-                    store.copy(staged, &id)
-                };
-                if let Err(e) = placed {
-                    for m in &models {
+                // Copies (hard links): the caller removes what it staged.
+                if let Err(e) = store.copy(staged, &id) {
+                    for m in &fresh {
                         let _ = self.store.remove_served_model(
                             m.metadata.namespace_or_default(),
                             &m.metadata.name,
@@ -214,28 +234,53 @@ impl Cluster {
             }
         }
         let mut out = Vec::new();
-        for m in models {
-            out.push(submitted(&m, m.metadata.namespace_or_default()));
+        for m in fresh {
+            let first = self.first_revision(&m, now)?;
+            out.push(submitted(
+                &m,
+                m.metadata.namespace_or_default(),
+                Some(Revised::New(first)),
+            ));
             self.served.models.insert(key(&m), m);
+        }
+        for m in existing {
+            let copy = match code {
+                Some((staged, _)) => Some(
+                    self.code_store()
+                        .stage_copy(staged)
+                        .map_err(|e| ClusterError::Store(e.to_string()))?,
+                ),
+                None => None,
+            };
+            let ns = m.metadata.namespace_or_default().to_string();
+            let revised = self.revise(m.clone(), copy.as_deref());
+            if let Some(c) = &copy {
+                let _ = crate::code::remove_tree(c);
+            }
+            out.push(submitted(&m, &ns, Some(revised?)));
         }
         Ok(out)
     }
 
-    /// Submits replica `index` of `model`, from a copy of the model's code when it has one.
+    /// Submits replica `index` of revision `number` (`revision`: the model as it was then),
+    /// from a copy of the revision's code when it has one.
     fn create_replica(
         &mut self,
-        model: &ServedModel,
+        revision: &ServedModel,
+        number: u32,
         index: u32,
         now: Timestamp,
     ) -> Result<(), ClusterError> {
-        let ns = model.metadata.namespace_or_default().to_string();
-        let checked = CheckedSubmission::internal(&ns, replica_job(model, index));
-        let Some(digest) = model.metadata.annotations.get(crate::code::ANNOTATION) else {
+        let ns = revision.metadata.namespace_or_default().to_string();
+        let name = &revision.metadata.name;
+        let job = revision_replica_job(revision, &revision_name(name, number), index);
+        let checked = CheckedSubmission::internal(&ns, job);
+        let Some(digest) = revision.metadata.annotations.get(crate::code::ANNOTATION) else {
             return self.submit_checked(checked, now).map(|_| ());
         };
         let store = self.code_store();
         let staged = store
-            .stage_copy(&store.job_dir(&code_id(&ns, &model.metadata.name)))
+            .stage_copy(&store.job_dir(&revision_code_id(&ns, name, number)))
             .map_err(|e| ClusterError::Store(e.to_string()))?;
         let done = self.submit_checked_with_code(checked.with_code(digest), Some(&staged), now);
         let _ = crate::code::remove_tree(&staged);
@@ -303,14 +348,16 @@ impl Cluster {
         self.store
             .remove_served_model(namespace, name)
             .map_err(|e| ClusterError::Store(e.to_string()))?;
-        let _ = self.code_store().remove(&code_id(namespace, name));
+        self.forget_revisions(namespace, name);
         self.served.models.remove(&k);
         self.served.serving.forget(&k);
         Ok(Effect::Made)
     }
 
-    /// One serving pass: each model's observation to the autoscaler, the replica jobs it
-    /// asks for submitted or deleted, and where every model's replicas listen.
+    /// One serving pass: each model's observation to the core (load, readiness, what is
+    /// under way on each revision), the replica jobs it asks for submitted or deleted,
+    /// its promotions and retirements recorded, and where every model's replicas listen
+    /// with the split of new requests between its revisions.
     pub fn serve_pass(
         &mut self,
         now: Timestamp,
@@ -325,6 +372,11 @@ impl Cluster {
             };
             let ns = model.metadata.namespace_or_default().to_string();
             let name = model.metadata.name.clone();
+            let stored = self.served.revisions.get(&k).cloned().unwrap_or_default();
+            let (Some(latest), Some(stable)) = (latest(&stored), stable(&stored)) else {
+                errors.push(format!("served model {k}: no revision stored"));
+                continue;
+            };
             let seen = observed.get(&k).cloned().unwrap_or_default();
             self.served.serving.observe_load(
                 &k,
@@ -334,61 +386,148 @@ impl Cluster {
                     arrived: seen.arrived,
                 },
             );
-            let rows = self.serving_replicas(&ns, &name);
-            let views: Vec<ReplicaView> = rows
+            // Replica jobs by revision (one made before revisions runs the first).
+            let mut views: Vec<RevisionView> = stored
                 .iter()
-                .filter_map(|row| {
-                    let index = row
-                        .name()
-                        .strip_prefix(&format!("{name}-serving-"))?
-                        .parse()
-                        .ok()?;
-                    Some(ReplicaView {
-                        index,
-                        ready: seen.ready.contains(row.name()),
-                        finished: matches!(row.state(), JobState::Succeeded | JobState::Failed),
-                        deleting: row.state() == JobState::Deleting,
-                    })
+                .map(|r| RevisionView {
+                    name: revision_name(&name, r.number),
+                    replicas: Vec::new(),
+                    in_flight: 0,
                 })
                 .collect();
-            let plan = self.served.serving.decide(&k, &model.spec, now, &views);
-            for action in &plan.actions {
-                let done = match *action {
-                    ReplicaAction::Create(i) => self.create_replica(&model, i, now),
-                    ReplicaAction::Remove(i) => self
-                        .delete(&ns, &replica_job_name(&name, i), now)
-                        .map(|_| ()),
+            for row in self.serving_replicas(&ns, &name) {
+                let Some(index) = row
+                    .name()
+                    .strip_prefix(&format!("{name}-serving-"))
+                    .and_then(|i| i.parse().ok())
+                else {
+                    continue;
                 };
-                if let Err(e) = done {
-                    errors.push(format!("served model {k}: {action:?}: {e}"));
+                let revision = self
+                    .live
+                    .get(&format!("{ns}/{}", row.name()))
+                    .map(|j| {
+                        serving_revision_of(&j.job)
+                            .map_or_else(|| revision_name(&name, 1), str::to_string)
+                    })
+                    .unwrap_or_default();
+                let view = ReplicaView {
+                    index,
+                    ready: seen.ready.contains(row.name()),
+                    finished: matches!(row.state(), JobState::Succeeded | JobState::Failed),
+                    deleting: row.state() == JobState::Deleting,
+                };
+                match views.iter_mut().find(|v| v.name == revision) {
+                    Some(v) => v.replicas.push(view),
+                    None => views.push(RevisionView {
+                        name: revision,
+                        replicas: vec![view],
+                        in_flight: 0,
+                    }),
                 }
             }
+            for v in &mut views {
+                v.in_flight = seen.in_flight_by_revision.get(&v.name).copied().unwrap_or(0);
+            }
+            let (latest_name, stable_name) = (
+                revision_name(&name, latest.number),
+                revision_name(&name, stable.number),
+            );
+            let plan = self.served.serving.decide(
+                &k,
+                ModelView {
+                    spec: &model.spec,
+                    latest: &latest_name,
+                    stable: &stable_name,
+                    revisions: &views,
+                },
+                now,
+            );
+            let number_of = |revision: &str| {
+                stored
+                    .iter()
+                    .find(|r| revision_name(&name, r.number) == revision)
+                    .map(|r| r.number)
+            };
+            for r in &plan.revisions {
+                for action in &r.actions {
+                    let done = match (*action, number_of(&r.name)) {
+                        (ReplicaAction::Create(i), Some(n)) => stored
+                            .iter()
+                            .find(|s| s.number == n)
+                            .map_or(Ok(()), |s| self.create_replica(&s.model, n, i, now)),
+                        // The core creates only for revisions it was given.
+                        (ReplicaAction::Create(_), None) => Ok(()),
+                        (ReplicaAction::Remove(i), _) => self
+                            .delete(&ns, &replica_job_name(&name, i), now)
+                            .map(|_| ()),
+                    };
+                    if let Err(e) = done {
+                        errors.push(format!("served model {k}: {} {action:?}: {e}", r.name));
+                    }
+                }
+            }
+            let promoted = plan.promoted.then_some(latest.number);
+            let retired: Vec<u32> = plan.retired.iter().filter_map(|r| number_of(r)).collect();
+            errors.extend(self.record_revisions(&model, promoted, &retired, now));
+
             let mut replicas = Vec::new();
             for row in self.serving_replicas(&ns, &name) {
                 if row.state() != JobState::Running {
                     continue;
                 }
+                let revision = self
+                    .live
+                    .get(&format!("{ns}/{}", row.name()))
+                    .and_then(|j| serving_revision_of(&j.job).map(str::to_string))
+                    .unwrap_or_else(|| revision_name(&name, 1));
                 if let Some(port) = self.executor.ports_mut().ports_of(row.uid()).first() {
-                    replicas.push((row.name().to_string(), *port));
+                    replicas.push((row.name().to_string(), *port, revision));
                 }
             }
             let spec = &model.spec;
             endpoints.push(ServingEndpoint {
                 key: k.clone(),
                 replicas,
+                traffic: plan
+                    .revisions
+                    .iter()
+                    .map(|r| (r.name.clone(), r.share.traffic))
+                    .collect(),
                 readiness_path: spec.readiness.path.clone(),
                 probe_period: Duration::from_secs(u64::from(spec.readiness.period_seconds)),
                 failure_threshold: spec.readiness.failure_threshold,
                 max_request_bytes: spec.max_request_bytes(),
             });
+            let revisions = plan
+                .revisions
+                .iter()
+                .filter_map(|r| {
+                    let n = number_of(&r.name)?;
+                    Some(RevisionStatus {
+                        name: r.name.clone(),
+                        hash: stored.iter().find(|s| s.number == n)?.hash.clone(),
+                        traffic_percent: r.share.traffic,
+                        target_percent: r.share.target,
+                        desired_replicas: r.desired,
+                        replicas: r.current,
+                        ready_replicas: r.ready,
+                        in_flight: r.in_flight,
+                    })
+                })
+                .filter(|r| !plan.retired.contains(&r.name))
+                .collect();
             if let Some(m) = self.served.models.get_mut(&k) {
                 m.status = Some(ServedModelStatus {
-                    desired_replicas: plan.scale.desired,
+                    desired_replicas: plan.desired,
                     replicas: plan.current,
                     ready_replicas: plan.ready,
-                    panic: plan.scale.panic,
+                    panic: plan.panic,
                     url: Some(serving_path(&ns, &name)),
                     last_request_time: plan.last_request,
+                    latest_revision: Some(latest_name),
+                    stable_revision: Some(plan.stable.clone()),
+                    revisions,
                 });
             }
         }

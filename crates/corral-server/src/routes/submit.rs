@@ -106,6 +106,8 @@ pub(super) async fn submit(
                 converted_from: converted_from.clone(),
                 warnings: warnings.clone(),
                 kind: None,
+                revision: None,
+                new_revision: false,
             })
             .chain(checked.runs().iter().map(|run| SubmitResult {
                 namespace: namespace.clone(),
@@ -113,6 +115,8 @@ pub(super) async fn submit(
                 uid: String::new(),
                 converted_from: None,
                 kind: Some("PipelineRun".into()),
+                revision: None,
+                new_revision: false,
                 warnings: Vec::new(),
             }))
             .collect();

@@ -4,6 +4,8 @@
 //! - `autoscale`: the Knative-style decision (stable and panic windows, scale-down delay,
 //!   scale to zero after an idle period, a held request at zero asks for one replica).
 //! - `replicas`: desired count + the replica jobs that exist -> create / remove.
+//! - `traffic`: what makes a revision, and the split between the latest and the stable
+//!   revision (canary, rollout, rollback; promotion; drains).
 //!
 //! Placement is not decided here: each replica is a one-replica TrainingJob
 //! (`corral_api::served_model::replica_job`) that the shell submits to the same
@@ -12,30 +14,94 @@
 
 mod autoscale;
 mod replicas;
+mod traffic;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use corral_api::served_model::ServedModelSpec;
 use jiff::Timestamp;
 
 pub use autoscale::{Autoscaler, LoadSample, ScaleDecision};
 pub use replicas::{ReplicaAction, ReplicaView, plan_replicas};
+pub use traffic::{Share, promotes, revision_hash, split};
+
+/// One revision of a model as the shell sees it: its replica jobs and the requests under
+/// way on them (the router's count).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RevisionView {
+    pub name: String,
+    pub replicas: Vec<ReplicaView>,
+    pub in_flight: u32,
+}
+
+/// One model as the shell sees it: its spec now, its latest and stable revisions, and every
+/// revision that is kept or still has replica jobs (replicas of a revision the shell no
+/// longer keeps go under a view of their own: they drain and go).
+#[derive(Clone, Copy, Debug)]
+pub struct ModelView<'a> {
+    pub spec: &'a ServedModelSpec,
+    pub latest: &'a str,
+    pub stable: &'a str,
+    pub revisions: &'a [RevisionView],
+}
+
+/// One revision's decision for this pass.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RevisionPlan {
+    pub name: String,
+    pub share: Share,
+    /// The autoscaler's decision, for a revision meant to carry requests; `None` for one
+    /// that drains (its replicas stop once nothing is under way on them).
+    pub scale: Option<ScaleDecision>,
+    pub desired: u32,
+    /// Replicas that count (neither finished nor being deleted) and those in rotation.
+    pub current: u32,
+    pub ready: u32,
+    pub in_flight: u32,
+    pub actions: Vec<ReplicaAction>,
+}
 
 /// One model's decision for this pass.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelPlan {
-    pub scale: ScaleDecision,
-    /// Replicas that count (neither finished nor being deleted) and those in rotation.
+    /// Every revision seen, latest and stable included, oldest first as given.
+    pub revisions: Vec<RevisionPlan>,
+    /// The stable revision after this pass (the latest, once promoted).
+    pub stable: String,
+    /// The latest revision became the stable one in this pass: the shell records it.
+    pub promoted: bool,
+    /// Revisions neither latest nor stable without any replica job left: the shell forgets
+    /// them (and what it kept for them).
+    pub retired: Vec<String>,
+    /// Sums over the revisions, and whether any autoscaler is in panic.
+    pub desired: u32,
     pub current: u32,
     pub ready: u32,
-    pub actions: Vec<ReplicaAction>,
+    pub panic: bool,
     pub last_request: Option<Timestamp>,
 }
 
-/// Every served model's autoscaler, by `namespace/name`.
+/// One model's state between passes.
+#[derive(Clone, Debug, Default)]
+struct ModelState {
+    /// What the router saw since the last decision.
+    pending: Option<LoadSample>,
+    /// An autoscaler per revision meant to carry requests.
+    autoscalers: BTreeMap<String, Autoscaler>,
+    /// Revisions that drained in the last decision: the router has been told to send them
+    /// nothing, so what it counts on them now is all they will get.
+    draining: BTreeSet<String>,
+    last_request: Option<Timestamp>,
+}
+
+/// Every served model's autoscalers and drains, by `namespace/name`.
 #[derive(Clone, Debug, Default)]
 pub struct Serving {
-    models: BTreeMap<String, Autoscaler>,
+    models: BTreeMap<String, ModelState>,
+}
+
+fn count(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 impl Serving {
@@ -43,37 +109,129 @@ impl Serving {
         Self::default()
     }
 
-    /// What the router saw of model `key` (`namespace/name`).
+    /// What the router saw of model `key` (`namespace/name`): requests in flight (held
+    /// ones included) over all its revisions, and arrived since the last sample.
     pub fn observe_load(&mut self, key: &str, sample: LoadSample) {
-        self.models
-            .entry(key.to_string())
-            .or_default()
-            .observe(sample);
+        let m = self.models.entry(key.to_string()).or_default();
+        if sample.arrived > 0 || sample.in_flight > 0 {
+            m.last_request = Some(sample.at);
+        }
+        m.pending = Some(sample);
     }
 
-    /// How many replicas model `key` should have now, and what to create or remove.
-    pub fn decide(
-        &mut self,
-        key: &str,
-        spec: &ServedModelSpec,
-        now: Timestamp,
-        replicas: &[ReplicaView],
-    ) -> ModelPlan {
-        let live = replicas.iter().filter(|r| !r.finished && !r.deleting);
-        let current = u32::try_from(live.clone().count()).unwrap_or(u32::MAX);
-        let ready = u32::try_from(live.filter(|r| r.ready).count()).unwrap_or(u32::MAX);
-        let autoscaler = self.models.entry(key.to_string()).or_default();
-        let scale = autoscaler.decide(&spec.autoscaling, now, current, ready);
+    /// The traffic split, each revision's replicas and what to create or remove, for model
+    /// `key` now.
+    pub fn decide(&mut self, key: &str, view: ModelView<'_>, now: Timestamp) -> ModelPlan {
+        let m = self.models.entry(key.to_string()).or_default();
+        let sample = m.pending.take();
+        let mut revisions: Vec<RevisionView> = view.revisions.to_vec();
+        for name in [view.stable, view.latest] {
+            if !revisions.iter().any(|r| r.name == name) {
+                revisions.push(RevisionView {
+                    name: name.to_string(),
+                    ..RevisionView::default()
+                });
+            }
+        }
+        let live = |r: &RevisionView| {
+            r.replicas
+                .iter()
+                .filter(|x| !x.finished && !x.deleting)
+                .copied()
+                .collect::<Vec<_>>()
+        };
+        let ready_of = |name: &str| {
+            revisions
+                .iter()
+                .find(|r| r.name == name)
+                .map_or(0, |r| count(live(r).iter().filter(|x| x.ready).count()))
+        };
+        let canary = view.spec.canary_traffic_percent;
+        let mut stable = view.stable.to_string();
+        let (mut latest_share, mut stable_share) = split(
+            canary,
+            view.latest == stable,
+            ready_of(view.latest),
+            ready_of(&stable),
+        );
+        let promoted = view.latest != stable && promotes(canary, latest_share);
+        if promoted {
+            stable = view.latest.to_string();
+            (latest_share, stable_share) = split(canary, true, 0, 0);
+        }
+
+        let mut taken: BTreeSet<u32> = revisions
+            .iter()
+            .flat_map(|r| r.replicas.iter().map(|x| x.index))
+            .collect();
+        let mut plans = Vec::new();
+        let mut draining = BTreeSet::new();
+        for r in &revisions {
+            let share = if r.name == view.latest {
+                latest_share
+            } else if r.name == stable {
+                stable_share
+            } else {
+                Share::default()
+            };
+            let live = live(r);
+            let current = count(live.len());
+            let ready = count(live.iter().filter(|x| x.ready).count());
+            let (scale, desired) = if share.sized_for > 0 {
+                let a = m.autoscalers.entry(r.name.clone()).or_default();
+                if let Some(s) = sample {
+                    a.observe(LoadSample {
+                        at: s.at,
+                        in_flight: u32::try_from(traffic::percent_of(
+                            u64::from(s.in_flight),
+                            share.sized_for,
+                        ))
+                        .unwrap_or(u32::MAX),
+                        arrived: traffic::percent_of(s.arrived, share.sized_for),
+                    });
+                }
+                let d = a.decide(&view.spec.autoscaling, now, current, ready);
+                (Some(d), d.desired)
+            } else {
+                m.autoscalers.remove(&r.name);
+                draining.insert(r.name.clone());
+                // Its replicas stop once the router, told in the last pass to send it
+                // nothing, has nothing under way on them.
+                let drained = m.draining.contains(&r.name) && r.in_flight == 0;
+                (None, if drained { 0 } else { current })
+            };
+            let actions = plan_replicas(desired, &r.replicas, &mut taken);
+            plans.push(RevisionPlan {
+                name: r.name.clone(),
+                share,
+                scale,
+                desired,
+                current,
+                ready,
+                in_flight: r.in_flight,
+                actions,
+            });
+        }
+        m.draining = draining;
+        let retired = revisions
+            .iter()
+            .filter(|r| r.name != view.latest && r.name != stable && r.replicas.is_empty())
+            .map(|r| r.name.clone())
+            .collect();
         ModelPlan {
-            scale,
-            current,
-            ready,
-            actions: plan_replicas(scale.desired, replicas),
-            last_request: autoscaler.last_request(),
+            desired: plans.iter().map(|p| p.desired).sum(),
+            current: plans.iter().map(|p| p.current).sum(),
+            ready: plans.iter().map(|p| p.ready).sum(),
+            panic: plans.iter().any(|p| p.scale.is_some_and(|s| s.panic)),
+            revisions: plans,
+            stable,
+            promoted,
+            retired,
+            last_request: m.last_request,
         }
     }
 
-    /// A deleted model's autoscaler goes with it.
+    /// A deleted model's autoscalers go with it.
     pub fn forget(&mut self, key: &str) {
         self.models.remove(key);
     }

@@ -4,6 +4,8 @@
 //! priorities place it, and a serving priority class above training's preempts training
 //! with its grace period.
 
+use std::collections::BTreeSet;
+
 /// One replica job of a served model, as the shell sees it in the plane.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReplicaView {
@@ -28,9 +30,14 @@ pub enum ReplicaAction {
 }
 
 /// The actions that bring `existing` to `desired` live replicas: finished ones are replaced,
-/// new ones take the lowest free index, and a scale-down removes replicas not yet ready
-/// first (they serve nobody), then the highest indices.
-pub fn plan_replicas(desired: u32, existing: &[ReplicaView]) -> Vec<ReplicaAction> {
+/// new ones take the lowest index not in `taken` (every index any replica of the model has,
+/// those given here included; the new ones are added), and a scale-down removes replicas
+/// not yet ready first (they serve nobody), then the highest indices.
+pub fn plan_replicas(
+    desired: u32,
+    existing: &[ReplicaView],
+    taken: &mut BTreeSet<u32>,
+) -> Vec<ReplicaAction> {
     let mut actions = Vec::new();
     for r in existing.iter().filter(|r| r.finished && !r.deleting) {
         actions.push(ReplicaAction::Remove(r.index));
@@ -47,9 +54,13 @@ pub fn plan_replicas(desired: u32, existing: &[ReplicaView]) -> Vec<ReplicaActio
             actions.push(ReplicaAction::Remove(r.index));
         }
     } else {
-        let taken: std::collections::BTreeSet<u32> = existing.iter().map(|r| r.index).collect();
-        let free = (0u32..).filter(|i| !taken.contains(i));
-        for i in free.take(want - live.len()) {
+        taken.extend(existing.iter().map(|r| r.index));
+        let free: Vec<u32> = (0u32..)
+            .filter(|i| !taken.contains(i))
+            .take(want - live.len())
+            .collect();
+        for i in free {
+            taken.insert(i);
             actions.push(ReplicaAction::Create(i));
         }
     }
@@ -74,7 +85,7 @@ mod tests {
     fn scales_up_into_the_lowest_free_indices() {
         let existing = [view(0, true), view(2, true)];
         assert_eq!(
-            plan_replicas(4, &existing),
+            plan_replicas(4, &existing, &mut BTreeSet::new()),
             vec![ReplicaAction::Create(1), ReplicaAction::Create(3)]
         );
     }
@@ -83,7 +94,7 @@ mod tests {
     fn scales_down_the_unready_first_then_the_highest() {
         let existing = [view(0, true), view(1, false), view(2, true), view(3, true)];
         assert_eq!(
-            plan_replicas(2, &existing),
+            plan_replicas(2, &existing, &mut BTreeSet::new()),
             vec![ReplicaAction::Remove(1), ReplicaAction::Remove(3)]
         );
     }
@@ -94,7 +105,7 @@ mod tests {
         dead.finished = true;
         let existing = [dead, view(1, true)];
         assert_eq!(
-            plan_replicas(2, &existing),
+            plan_replicas(2, &existing, &mut BTreeSet::new()),
             vec![ReplicaAction::Create(2), ReplicaAction::Remove(0)]
         );
     }
@@ -103,7 +114,7 @@ mod tests {
     fn a_replica_being_deleted_is_neither_live_nor_reused() {
         let mut going = view(0, true);
         going.deleting = true;
-        assert_eq!(plan_replicas(1, &[going]), vec![ReplicaAction::Create(1)]);
-        assert_eq!(plan_replicas(0, &[going]), vec![]);
+        assert_eq!(plan_replicas(1, &[going], &mut BTreeSet::new()), vec![ReplicaAction::Create(1)]);
+        assert_eq!(plan_replicas(0, &[going], &mut BTreeSet::new()), vec![]);
     }
 }
