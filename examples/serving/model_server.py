@@ -4,13 +4,16 @@ It listens on $PORT (Corral gives each replica its own), answers the readiness c
 /healthz, and serves a linear model:
 
   GET  /healthz                 -> 200 ok
-  POST /predict  {"x": [1, 2]}  -> {"y": w.x + b, "replica": ...}
+  POST /predict  {"x": [1, 2]}  -> {"y": w.x + b, "replica": ..., "version": $MODEL_VERSION}
   GET  /predict?x=1,2           -> the same (idempotent: the router may retry it)
        &sleep_ms=N              -> answers after N ms (to make load)
        &exit=PATH               -> unless PATH exists: creates it, and the process dies
                                    without answering (a crash, once)
   GET  /stream?n=3              -> server-sent events, one per chunk, flushed each
        &gate=PATH               -> before chunk i > 0, waits until PATH.i exists
+
+$MODEL_VERSION (default v1) names the weights: v2 adds 1 to the bias (a new revision of the
+served model when its template's env changes; see canary.yaml).
 """
 
 import json
@@ -22,7 +25,8 @@ from urllib.parse import parse_qs, urlparse
 
 # The "trained weights": y = 2*x0 - 1*x1 + 0.5*x2 ... + 1
 WEIGHTS = [2.0, -1.0, 0.5, 0.25]
-BIAS = 1.0
+VERSION = os.environ.get("MODEL_VERSION", "v1")
+BIAS = 2.0 if VERSION == "v2" else 1.0
 REPLICA = os.environ.get("CORRAL_REPLICA", "local")
 
 
@@ -45,7 +49,7 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def prediction(self, xs):
-        return json.dumps({"y": predict(xs), "replica": REPLICA})
+        return json.dumps({"y": predict(xs), "replica": REPLICA, "version": VERSION})
 
     def do_GET(self):
         url = urlparse(self.path)

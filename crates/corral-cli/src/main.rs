@@ -77,6 +77,12 @@ enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+    /// Served models' traffic between revisions: `canary NAME PERCENT`, `promote NAME`,
+    /// `rollback NAME` (docs/serving.md, "Revisions and canaries").
+    Serve {
+        #[command(subcommand)]
+        command: remote::serving::ServeCommand,
+    },
     /// Queues: usage per pool, pending and admitted jobs.
     Queues(remote::ClusterViewArgs),
     /// Nodes: GPU inventory and who uses what.
@@ -222,6 +228,7 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::Serve { command } => remote::serving::run_serve(&command),
         Command::Queues(a) => remote::run_queues(&a),
         Command::Nodes(a) => remote::run_nodes(&a),
         Command::Top(a) => remote::run_top(&a),

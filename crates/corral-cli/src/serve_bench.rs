@@ -118,7 +118,10 @@ async fn router_bench(args: &BenchServeArgs) -> Result<Value, String> {
             replicas: vec![ReplicaTarget {
                 name: "trivial-0".into(),
                 addr: upstream,
+                revision: "trivial-00001".into(),
             }],
+            // Through the revision split, as every served model is.
+            traffic: vec![("trivial-00001".into(), 100)],
             readiness_path: "/healthz".into(),
             probe_period: Duration::from_secs(1),
             failure_threshold: 3,

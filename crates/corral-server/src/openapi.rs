@@ -4,6 +4,8 @@
 use corral_api::training_job::{TrainingJobSpec, TrainingJobStatus};
 use serde_json::{Value, json};
 
+mod serving;
+
 /// Every route: method and path, as in the document.
 pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/api/v1/namespaces/{namespace}/trainingjobs"),
@@ -47,6 +49,18 @@ pub const ROUTES: &[(&str, &str)] = &[
         "/api/v1/namespaces/{namespace}/pipelineruns/{name}/describe",
     ),
     ("get", "/api/v1/pipelineruns"),
+    ("get", "/api/v1/namespaces/{namespace}/servedmodels"),
+    ("get", "/api/v1/namespaces/{namespace}/servedmodels/{name}"),
+    (
+        "delete",
+        "/api/v1/namespaces/{namespace}/servedmodels/{name}",
+    ),
+    (
+        "post",
+        "/api/v1/namespaces/{namespace}/servedmodels/{name}/traffic",
+    ),
+    ("get", "/serve/{namespace}/{name}"),
+    ("post", "/serve/{namespace}/{name}"),
     ("get", "/api/v1/queues"),
     ("get", "/api/v1/nodes"),
     ("get", "/api/v1/top"),
@@ -402,7 +416,9 @@ fn unranged_document() -> Value {
                 "SubmitResult": {"type": "object", "properties": {
                     "namespace": {"type": "string"}, "name": {"type": "string"}, "uid": {"type": "string"},
                     "convertedFrom": {"type": "string", "nullable": true},
-                    "kind": {"type": "string", "enum": ["PipelineRun"], "description": "`PipelineRun` for a run; absent for a TrainingJob"},
+                    "kind": {"type": "string", "enum": ["PipelineRun", "ServedModel"], "description": "`PipelineRun` for a run, `ServedModel` for a served model; absent for a TrainingJob"},
+                    "revision": {"type": "string", "description": "a served model's revision after this submission (`<model>-00002`)"},
+                    "newRevision": {"type": "boolean", "description": "the submission made that revision (a new model, or what its replicas run changed); absent: another field changed, or nothing did"},
                     "warnings": {"type": "array", "items": {"type": "string"}, "description": "`path: message` of what the job asks that this cluster accepts but does not honour (e.g. a pod template's tolerations); each is also a Warning event of the job"},
                 }},
                 "Submitted": {"type": "object", "required": ["items", "warnings"], "properties": {
@@ -471,7 +487,7 @@ fn unranged_document() -> Value {
         let (usage, series) = history_paths();
         paths.insert("/api/v1/usage".into(), usage);
         paths.insert("/api/v1/series".into(), series);
-        for (path, op) in pipeline_paths() {
+        for (path, op) in pipeline_paths().into_iter().chain(serving::paths()) {
             paths.insert(path.into(), op);
         }
     }
@@ -491,6 +507,11 @@ fn unranged_document() -> Value {
                 "message": {"type": "string"}}}},
             "events": {"type": "array", "items": {"type": "object"}},
         }}));
+        schemas.insert("ServedModel".into(), serving::served_model_schema());
+        schemas.insert(
+            "ServedModelDetails".into(),
+            serving::served_model_details(),
+        );
         for (name, schema) in history_schemas() {
             schemas.insert(name.into(), schema);
         }

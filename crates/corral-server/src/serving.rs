@@ -29,8 +29,12 @@ pub(crate) async fn serving_pass(state: &AppState) {
     let mut observed = BTreeMap::new();
     for key in router.keys() {
         let load = router.take_load(&key).unwrap_or_default();
-        let ready: BTreeSet<String> = router
-            .replicas(&key)
+        let replicas = router.replicas(&key);
+        let mut in_flight_by_revision: BTreeMap<String, u32> = BTreeMap::new();
+        for r in &replicas {
+            *in_flight_by_revision.entry(r.revision.clone()).or_default() += r.outstanding;
+        }
+        let ready: BTreeSet<String> = replicas
             .into_iter()
             .filter(|r| r.ready)
             .map(|r| r.name)
@@ -41,6 +45,7 @@ pub(crate) async fn serving_pass(state: &AppState) {
                 in_flight: load.in_flight,
                 arrived: load.arrived,
                 ready,
+                in_flight_by_revision,
             },
         );
     }
@@ -67,15 +72,17 @@ fn apply(router: &corral_router::Router, endpoints: Vec<ServingEndpoint>) {
         let replicas = e
             .replicas
             .into_iter()
-            .map(|(name, port)| ReplicaTarget {
+            .map(|(name, port, revision)| ReplicaTarget {
                 name,
                 addr: SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
+                revision,
             })
             .collect();
         router.set_model(
             &e.key,
             ModelTarget {
                 replicas,
+                traffic: e.traffic,
                 readiness_path: e.readiness_path,
                 probe_period: e.probe_period,
                 failure_threshold: e.failure_threshold,
@@ -168,6 +175,7 @@ pub(crate) async fn get(
             let seen = rotation.iter().find(|r| r.name == row.name());
             json!({
                 "job": row.name(),
+                "revision": seen.map(|r| r.revision.as_str()),
                 "state": row.state(),
                 "ready": seen.is_some_and(|r| r.ready),
                 "outstanding": seen.map_or(0, |r| r.outstanding),
@@ -206,6 +214,45 @@ pub(crate) async fn delete(
     .into_response())
 }
 
+/// The body of `POST .../servedmodels/{name}/traffic`.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct TrafficChange {
+    /// The latest revision's percent; null promotes it (every request once it is ready),
+    /// 0 rolls back to the stable revision.
+    canary_traffic_percent: Option<u32>,
+}
+
+/// `POST /api/v1/namespaces/{namespace}/servedmodels/{name}/traffic`: sets
+/// `spec.canaryTrafficPercent` (`corral serve canary|promote|rollback`); answers the model.
+pub(crate) async fn set_traffic(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((namespace, name)): Path<(String, String)>,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    caller.check(&namespace)?;
+    let change: TrafficChange = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::bad_request(format!(
+            "the body must be {{\"canaryTrafficPercent\": 0-100 or null}}: {e}"
+        ))
+    })?;
+    let (ns, n) = (namespace.clone(), name.clone());
+    let set = state
+        .with_cluster(move |c| c.set_canary_percent(&ns, &n, change.canary_traffic_percent))
+        .await?;
+    let model = match set {
+        Ok(m) => m,
+        Err(corral_local::cluster::ClusterError::NotFound { .. }) => {
+            return Err(not_found(&namespace, &name));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    crate::serving::serving_pass(&state).await;
+    state.wake();
+    Ok(Json(json!({ "model": model })).into_response())
+}
+
 /// The status's ready count as the router sees it now (the status is as of the last pass,
 /// up to one control-loop period old).
 fn in_rotation_now(router: &corral_router::Router, model: &mut corral_api::ServedModel) {
@@ -228,7 +275,8 @@ fn not_found(namespace: &str, name: &str) -> ApiError {
     )
 }
 
-/// The router's series for the models `allows` admits (a namespace's token: its own).
+/// The router's series for the models `allows` admits (a namespace's token: its own), by
+/// model and revision (`revision=""`: requests no revision took, e.g. refused before).
 /// Counters are announced by their family name, which OpenMetrics writes without `_total`.
 pub(crate) fn metrics_text(
     router: &corral_router::Router,
@@ -238,7 +286,7 @@ pub(crate) fn metrics_text(
     let stats: Vec<_> = router
         .stats()
         .into_iter()
-        .filter(|(k, _)| allows(k.split('/').next().unwrap_or_default()))
+        .filter(|m| allows(m.key.split('/').next().unwrap_or_default()))
         .collect();
     let mut out = String::new();
     if stats.is_empty() {
@@ -251,27 +299,30 @@ pub(crate) fn metrics_text(
             name.to_string()
         }
     };
-    let labels = |k: &str| {
+    let model_labels = |k: &str| {
         let (ns, model) = k.split_once('/').unwrap_or((k, ""));
         format!("namespace=\"{ns}\",model=\"{model}\"")
     };
+    let revisions: Vec<(String, &corral_router::StatsSnapshot)> = stats
+        .iter()
+        .flat_map(|m| {
+            m.revisions.iter().map(|(r, s)| {
+                (format!("{},revision=\"{r}\"", model_labels(&m.key)), s)
+            })
+        })
+        .collect();
     let requests = family("corral_serving_requests_total");
     let _ = writeln!(
         out,
-        "# HELP {requests} Requests answered through the router, by status class.\n# TYPE {requests} counter"
+        "# HELP {requests} Requests answered through the router, by revision and status class.\n# TYPE {requests} counter"
     );
-    for (k, s) in &stats {
+    for (l, s) in &revisions {
         for (class, n) in STATUS_CLASSES.iter().zip(s.by_class) {
-            let _ = writeln!(
-                out,
-                "corral_serving_requests_total{{{},code=\"{class}\"}} {n}",
-                labels(k)
-            );
+            let _ = writeln!(out, "corral_serving_requests_total{{{l},code=\"{class}\"}} {n}");
         }
     }
-    out.push_str("# HELP corral_serving_request_duration_seconds Time from a request's arrival to its response head (cold starts included).\n# TYPE corral_serving_request_duration_seconds histogram\n");
-    for (k, s) in &stats {
-        let l = labels(k);
+    out.push_str("# HELP corral_serving_request_duration_seconds Time from a request's arrival to its response head (cold starts included), by revision.\n# TYPE corral_serving_request_duration_seconds histogram\n");
+    for (l, s) in &revisions {
         for (le, n) in LATENCY_BUCKETS.iter().zip(s.buckets) {
             let _ = writeln!(
                 out,
@@ -284,21 +335,28 @@ pub(crate) fn metrics_text(
             s.count, s.sum_seconds, s.count
         );
     }
+    let _ = writeln!(
+        out,
+        "# HELP corral_serving_in_flight_requests Requests being answered or held for a cold start.\n# TYPE corral_serving_in_flight_requests gauge"
+    );
+    for m in &stats {
+        let _ = writeln!(
+            out,
+            "corral_serving_in_flight_requests{{{}}} {}",
+            model_labels(&m.key),
+            m.in_flight
+        );
+    }
     for (name, help, value) in [
         (
-            "corral_serving_in_flight_requests",
-            "Requests being answered or held for a cold start.",
-            (|s: &corral_router::StatsSnapshot| f64::from(s.in_flight)) as fn(&_) -> f64,
-        ),
-        (
             "corral_serving_ready_replicas",
-            "Replicas in the router's rotation.",
-            |s| f64::from(s.ready_replicas),
+            "Replicas in the router's rotation, by revision.",
+            (|s: &corral_router::StatsSnapshot| s.ready_replicas as u64) as fn(&_) -> u64,
         ),
         (
             "corral_serving_retries_total",
-            "Requests sent again to another replica after one failed.",
-            |s| s.retries as f64,
+            "Requests sent again to another replica after one failed, by revision.",
+            |s| s.retries,
         ),
     ] {
         let kind = if name.ends_with("_total") {
@@ -308,8 +366,8 @@ pub(crate) fn metrics_text(
         };
         let f = family(name);
         let _ = writeln!(out, "# HELP {f} {help}\n# TYPE {f} {kind}");
-        for (k, s) in &stats {
-            let _ = writeln!(out, "{name}{{{}}} {}", labels(k), value(s));
+        for (l, s) in &revisions {
+            let _ = writeln!(out, "{name}{{{l}}} {}", value(s));
         }
     }
     out

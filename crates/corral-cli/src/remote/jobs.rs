@@ -224,8 +224,17 @@ pub fn run_submit(args: &SubmitArgs) -> ExitCode {
             Ok(results) => {
                 for r in results {
                     if let Some(kind) = &r.kind {
+                        // A served model's revision: new (a new model, or what its replicas
+                        // run changed) or kept (another field changed, or nothing).
+                        let revision = r.revision.as_ref().map_or(String::new(), |rev| {
+                            if r.new_revision {
+                                format!(" (revision {rev})")
+                            } else {
+                                format!(" (revision {rev} kept)")
+                            }
+                        });
                         println!(
-                            "{}/{} submitted in namespace {}",
+                            "{}/{} submitted in namespace {}{revision}",
                             kind.to_lowercase(),
                             r.name,
                             r.namespace

@@ -23,7 +23,7 @@ pub mod login;
 mod pipelines;
 pub(crate) mod print;
 mod render;
-mod serving;
+pub mod serving;
 mod usage;
 
 pub use bulk::{

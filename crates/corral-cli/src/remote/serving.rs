@@ -1,15 +1,17 @@
 //! Served models on the verbs users already know: `corral get servedmodels`,
 //! `corral get servedmodel/NAME`, `corral describe servedmodel NAME`,
 //! `corral delete servedmodel NAME` (kubectl's `KIND NAME...` and `KIND/NAME` forms).
-//! Submitting goes through `corral submit`; a replica's output is `corral logs
-//! <model>-serving-<i>` (each replica is a job).
+//! Submitting (and changing: a change of what the replicas run is a new revision) goes
+//! through `corral submit`; a replica's output is `corral logs <model>-serving-<i>` (each
+//! replica is a job). The traffic split between revisions: `corral serve canary NAME
+//! PERCENT`, `corral serve promote NAME`, `corral serve rollback NAME`.
 
 use std::process::ExitCode;
 
 use corral_server::api_client::Client;
 use serde_json::Value;
 
-use super::common_args::Output;
+use super::common_args::{ConnArgs, NamespaceArgs, Output};
 use super::print::{fail, out, print_structured};
 use super::render::table;
 
@@ -146,6 +148,7 @@ pub fn describe(client: &Client, ns: &str, names: &[String], output: Output) -> 
                     .map(|r| {
                         vec![
                             r["job"].as_str().unwrap_or_default().to_string(),
+                            r["revision"].as_str().unwrap_or("-").to_string(),
                             r["state"].as_str().unwrap_or_default().to_string(),
                             if r["ready"].as_bool() == Some(true) {
                                 "yes"
@@ -163,10 +166,11 @@ pub fn describe(client: &Client, ns: &str, names: &[String], output: Output) -> 
             text.push_str("  (none)\n");
         } else {
             text.push_str(&table(
-                &["JOB", "STATE", "IN ROTATION", "OUTSTANDING"],
+                &["JOB", "REVISION", "STATE", "IN ROTATION", "OUTSTANDING"],
                 &rows,
             ));
         }
+        text.push_str(&revisions_text(&m));
         out(&text);
     }
     code
@@ -182,4 +186,129 @@ pub fn delete(client: &Client, ns: &str, names: &[String]) -> ExitCode {
         }
     }
     code
+}
+
+/// The revisions part of `describe`: traffic (now and as asked) and replicas of each.
+fn revisions_text(m: &Value) -> String {
+    let text = |p: &str| m.pointer(p).and_then(Value::as_str).unwrap_or("-").to_string();
+    let canary = m
+        .pointer("/spec/canaryTrafficPercent")
+        .and_then(Value::as_u64)
+        .map_or("unset (the latest takes every request once ready)".to_string(), |p| {
+            format!("{p}% to the latest")
+        });
+    let mut s = format!(
+        "\nRevisions: latest {}, stable {}; canaryTrafficPercent {canary}\n",
+        text("/status/latestRevision"),
+        text("/status/stableRevision"),
+    );
+    let rows: Vec<Vec<String>> = m
+        .pointer("/status/revisions")
+        .and_then(Value::as_array)
+        .map(|rs| {
+            rs.iter()
+                .map(|r| {
+                    let n = |f: &str| r.get(f).and_then(Value::as_u64).unwrap_or(0);
+                    vec![
+                        r["name"].as_str().unwrap_or_default().to_string(),
+                        format!("{}%", n("trafficPercent")),
+                        format!("{}%", n("targetPercent")),
+                        format!("{}/{}", n("readyReplicas"), n("replicas")),
+                        n("desiredReplicas").to_string(),
+                        n("inFlight").to_string(),
+                        r["hash"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .chars()
+                            .take(19)
+                            .collect(),
+                    ]
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if rows.is_empty() {
+        s.push_str("  (none yet)\n");
+    } else {
+        s.push_str(&table(
+            &["REVISION", "TRAFFIC", "TARGET", "READY", "DESIRED", "IN FLIGHT", "HASH"],
+            &rows,
+        ));
+    }
+    s
+}
+
+/// `corral serve`: the traffic split between a served model's revisions.
+#[derive(clap::Subcommand, Debug)]
+pub enum ServeCommand {
+    /// Send PERCENT of new requests (0-100) to the latest revision, the rest to the
+    /// stable one (spec.canaryTrafficPercent).
+    Canary {
+        name: String,
+        percent: u32,
+        #[command(flatten)]
+        namespace: NamespaceArgs,
+        #[command(flatten)]
+        conn: ConnArgs,
+    },
+    /// Every request to the latest revision once it has a replica ready; the old one
+    /// drains (requests under way finish) and stops.
+    Promote {
+        name: String,
+        #[command(flatten)]
+        namespace: NamespaceArgs,
+        #[command(flatten)]
+        conn: ConnArgs,
+    },
+    /// Every request back to the stable revision (canaryTrafficPercent 0); the latest
+    /// drains and stops.
+    Rollback {
+        name: String,
+        #[command(flatten)]
+        namespace: NamespaceArgs,
+        #[command(flatten)]
+        conn: ConnArgs,
+    },
+}
+
+/// Runs `corral serve ...`.
+pub fn run_serve(command: &ServeCommand) -> ExitCode {
+    let (name, namespace, conn, percent, did) = match command {
+        ServeCommand::Canary {
+            name,
+            percent,
+            namespace,
+            conn,
+        } => (name, namespace, conn, Some(*percent), "canary set"),
+        ServeCommand::Promote {
+            name,
+            namespace,
+            conn,
+        } => (name, namespace, conn, None, "promoting the latest revision"),
+        ServeCommand::Rollback {
+            name,
+            namespace,
+            conn,
+        } => (name, namespace, conn, Some(0), "rolled back to the stable revision"),
+    };
+    let client = conn.client();
+    let ns = namespace.resolve(&client);
+    match client.set_canary_percent(&ns, name, percent) {
+        Ok(v) => {
+            let latest = v
+                .pointer("/model/status/latestRevision")
+                .and_then(Value::as_str)
+                .unwrap_or("-");
+            let stable = v
+                .pointer("/model/status/stableRevision")
+                .and_then(Value::as_str)
+                .unwrap_or("-");
+            let share = percent.map_or("100%, once ready".to_string(), |p| format!("{p}%"));
+            println!(
+                "servedmodel/{name}: {did}: latest {latest} gets {share}, stable {stable} the rest"
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(&e),
+    }
 }

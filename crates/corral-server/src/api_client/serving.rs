@@ -27,6 +27,28 @@ impl Client {
         ))
     }
 
+    /// Sets the latest revision's percent of requests (`None`: promote it); answers
+    /// `{"model": ServedModel}`.
+    pub fn set_canary_percent(
+        &self,
+        namespace: &str,
+        name: &str,
+        percent: Option<u32>,
+    ) -> Result<Value, ClientError> {
+        let path = format!(
+            "{}/{}/traffic",
+            Self::served_models_path(namespace),
+            encode(name)
+        );
+        let body = serde_json::json!({ "canaryTrafficPercent": percent }).to_string();
+        let req = self
+            .auth(self.agent.post(self.url(&path)))
+            .header("content-type", "application/json");
+        let text = self.finish(req.send(body.as_bytes()))?;
+        serde_json::from_str(&text)
+            .map_err(|e| ClientError::Protocol(format!("cannot read the response: {e}")))
+    }
+
     pub fn delete_served_model(&self, namespace: &str, name: &str) -> Result<(), ClientError> {
         let path = format!("{}/{}", Self::served_models_path(namespace), encode(name));
         let req = self.auth(self.agent.delete(self.url(&path)));

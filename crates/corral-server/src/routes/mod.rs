@@ -74,6 +74,10 @@ pub fn router(state: AppState) -> Router {
             "/api/v1/namespaces/{namespace}/servedmodels/{name}",
             get(crate::serving::get).delete(crate::serving::delete),
         )
+        .route(
+            "/api/v1/namespaces/{namespace}/servedmodels/{name}/traffic",
+            post(crate::serving::set_traffic),
+        )
         .route("/api/v1/trainingjobs", get(list_all))
         .route(runs, post(submit).get(pipelines::list_namespace))
         .route(
