@@ -31,6 +31,8 @@ mod mpi;
 mod pipelines;
 #[path = "e2e/serving.rs"]
 mod serving;
+#[path = "e2e/serving_revisions.rs"]
+mod serving_revisions;
 #[path = "e2e/tls.rs"]
 mod tls;
 #[path = "e2e/usage.rs"]
@@ -184,6 +186,10 @@ fn main() -> ExitCode {
         Trial::test(
             "a_served_model_scales_streams_and_survives_a_crash",
             serving::a_served_model_scales_streams_and_survives_a_crash,
+        ),
+        Trial::test(
+            "revisions_split_roll_out_and_roll_back_without_losing_a_request",
+            serving_revisions::revisions_split_roll_out_and_roll_back_without_losing_a_request,
         ),
     ];
     libtest_mimic::run(&args, tests).exit_code()

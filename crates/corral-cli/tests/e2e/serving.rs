@@ -196,7 +196,7 @@ pub(crate) fn a_served_model_scales_streams_and_survives_a_crash() -> TestResult
         .read_to_string()?;
     check(
         metrics.contains(
-            "corral_serving_requests_total{namespace=\"default\",model=\"tiny\",code=\"2xx\"}",
+            "corral_serving_requests_total{namespace=\"default\",model=\"tiny\",revision=\"tiny-00001\",code=\"2xx\"}",
         ),
         "no serving series on /metrics",
     )?;
