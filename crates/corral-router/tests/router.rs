@@ -142,8 +142,10 @@ fn target(replicas: &[(&str, SocketAddr)]) -> ModelTarget {
             .map(|(n, a)| ReplicaTarget {
                 name: n.to_string(),
                 addr: *a,
+                revision: String::new(),
             })
             .collect(),
+        traffic: Vec::new(),
         readiness_path: "/healthz".into(),
         probe_period: Duration::from_millis(100),
         failure_threshold: 1,
@@ -185,6 +187,83 @@ async fn text(r: axum::response::Response) -> (StatusCode, String) {
     let status = r.status();
     let b = r.into_body().collect().await.expect("body").to_bytes();
     (status, String::from_utf8_lossy(&b).into_owned())
+}
+
+/// Replicas `(name, addr, revision)` and the split `(revision, percent)`.
+fn split_target(replicas: &[(&str, SocketAddr, &str)], traffic: &[(&str, u32)]) -> ModelTarget {
+    let mut t = target(&[]);
+    t.replicas = replicas
+        .iter()
+        .map(|(n, a, r)| ReplicaTarget {
+            name: n.to_string(),
+            addr: *a,
+            revision: r.to_string(),
+        })
+        .collect();
+    t.traffic = traffic.iter().map(|(r, p)| (r.to_string(), *p)).collect();
+    t
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_requests_follow_the_revisions_percentages_exactly() {
+    let (a, _, _) = start("a", false).await;
+    let (b, _, _) = start("b", false).await;
+    let (c, _, _) = start("c", false).await;
+    let router = router();
+    router.set_model(
+        "ns/m",
+        split_target(
+            &[("a", *a, "m-00001"), ("b", *b, "m-00001"), ("c", *c, "m-00002")],
+            &[("m-00001", 90), ("m-00002", 10)],
+        ),
+    );
+    until_ready(&router, "ns/m", 3).await;
+    let mut canary = 0;
+    for _ in 0..300 {
+        let (status, who) = text(router.handle("ns/m", "/who", req(Method::GET, "")).await).await;
+        assert_eq!(status, StatusCode::OK);
+        canary += u32::from(who == "c");
+    }
+    // Every 100 requests in a row follow the split.
+    assert_eq!(canary, 30);
+    let stats = router.stats();
+    let by_revision: Vec<(String, u64)> = stats[0]
+        .revisions
+        .iter()
+        .map(|(r, s)| (r.clone(), s.by_class[0]))
+        .collect();
+    assert_eq!(
+        by_revision,
+        vec![("m-00001".to_string(), 270), ("m-00002".to_string(), 30)]
+    );
+    // A revision with no share gets nothing new (it drains).
+    router.set_model(
+        "ns/m",
+        split_target(
+            &[("a", *a, "m-00001"), ("b", *b, "m-00001"), ("c", *c, "m-00002")],
+            &[("m-00001", 0), ("m-00002", 100)],
+        ),
+    );
+    for _ in 0..20 {
+        let (_, who) = text(router.handle("ns/m", "/who", req(Method::GET, "")).await).await;
+        assert_eq!(who, "c");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revision_with_none_ready_gives_its_requests_to_a_ready_one() {
+    let (a, _, _) = start("a", false).await;
+    let router = router();
+    // m-00002 has no replica in rotation (none yet): its 50% goes to m-00001's.
+    router.set_model(
+        "ns/m",
+        split_target(&[("a", *a, "m-00001")], &[("m-00001", 50), ("m-00002", 50)]),
+    );
+    until_ready(&router, "ns/m", 1).await;
+    for _ in 0..10 {
+        let (status, who) = text(router.handle("ns/m", "/who", req(Method::GET, "")).await).await;
+        assert_eq!((status, who.as_str()), (StatusCode::OK, "a"));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -234,8 +313,8 @@ async fn a_failing_replica_is_retried_elsewhere_and_leaves_rotation() {
     assert!(rb.hits.load(Ordering::SeqCst) >= 1);
     assert_eq!(rg.hits.load(Ordering::SeqCst), 4);
     let stats = router.stats();
-    assert_eq!(stats[0].1.by_class[0], 4, "{stats:?}");
-    assert!(stats[0].1.retries >= 1);
+    assert_eq!(stats[0].revisions[0].1.by_class[0], 4, "{stats:?}");
+    assert!(stats[0].revisions[0].1.retries >= 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -354,8 +433,8 @@ async fn a_streamed_response_arrives_chunk_by_chunk() {
         assert_eq!(frame.into_data().expect("data"), chunk.as_bytes());
     }
     // In flight until the stream ends.
-    assert_eq!(router.stats()[0].1.in_flight, 1);
+    assert_eq!(router.stats()[0].in_flight, 1);
     drop(chunks);
     assert!(body.frame().await.is_none());
-    assert_eq!(router.stats()[0].1.in_flight, 0);
+    assert_eq!(router.stats()[0].in_flight, 0);
 }

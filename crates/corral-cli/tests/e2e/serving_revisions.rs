@@ -199,6 +199,7 @@ pub(crate) fn revisions_split_roll_out_and_roll_back_without_losing_a_request() 
             v2 += u32::from(version == "v2");
         }
     }
+    eprintln!("canary: v2 answered {v2} of 2,000 requests (10% asked)");
     check(
         (100..=300).contains(&v2),
         format!("v2 answered {v2} of 2,000 requests; 10% +-5 points is 100..=300"),
@@ -258,6 +259,10 @@ pub(crate) fn revisions_split_roll_out_and_roll_back_without_losing_a_request() 
         s["readyReplicas"].as_u64() >= Some(2)
     })?;
     let (sent, failed) = load.finish();
+    eprintln!(
+        "rollouts and a crash under load: {} of {sent} requests failed",
+        failed.len()
+    );
     check(sent > 0, "the load sent nothing")?;
     check(
         failed.is_empty(),
