@@ -1,8 +1,9 @@
 //! `corral bench serve` (JSON): the router's overhead against calling the replica directly
 //! (p50, p99 of sequential requests, interleaved so that both see the same machine), the
-//! requests/s through the router with a trivial upstream, both on loopback; and a cold
-//! start from zero to the first answer through a real embedded server with the example's
-//! Python model server (skipped without python3).
+//! requests/s through the router with a trivial upstream, both on loopback; and, through a
+//! real embedded server with the example's Python model server (skipped without python3),
+//! a cold start from zero to the first answer and the reaction to a step in offered load
+//! (to the autoscaler's new desired count, and to the first new replica in rotation).
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -34,7 +35,8 @@ pub struct BenchServeArgs {
     /// Seconds of the requests/s measurement, on each path.
     #[arg(long, default_value_t = 3)]
     pub seconds: u64,
-    /// Skip the cold start (it starts an embedded server and a Python model server).
+    /// Skip the cold start and the load step (they start an embedded server and Python
+    /// model servers).
     #[arg(long)]
     pub no_cold_start: bool,
 }
@@ -54,10 +56,12 @@ pub fn run_bench_serve(args: &BenchServeArgs) -> ExitCode {
         Err(e) => return fail(&e),
     };
     if !args.no_cold_start {
-        report["coldStart"] = match cold_start() {
+        let (cold, step) = match embedded() {
             Ok(v) => v,
-            Err(e) => json!({"error": e}),
+            Err(e) => (json!({"error": e}), json!({"error": "no embedded server"})),
         };
+        report["coldStart"] = cold;
+        report["loadStep"] = step;
     }
     print_structured(&report, Output::Json)
 }
@@ -221,15 +225,15 @@ async fn throughput(
     Ok(done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64())
 }
 
-/// A served model at zero in a real embedded server: seconds from the first request to its
-/// answer (the plane's pass, the replica's start, Python's start, the first readiness pass).
-fn cold_start() -> Result<Value, String> {
+/// A real embedded server: the cold start and the load step, each with a model of its own.
+fn embedded() -> Result<(Value, Value), String> {
     if std::process::Command::new("python3")
         .arg("--version")
         .output()
         .is_err()
     {
-        return Ok(json!({"skipped": "python3 not found"}));
+        let skipped = json!({"skipped": "python3 not found"});
+        return Ok((skipped.clone(), skipped));
     }
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     {
@@ -247,27 +251,13 @@ fn cold_start() -> Result<Value, String> {
     options.listen = SocketAddr::from(([127, 0, 0, 1], 0));
     options.stop_replicas_on_exit = true;
     let server = corral_server::Server::start(options)?;
-    let model = "apiVersion: corral.dev/v1alpha1\nkind: ServedModel\nmetadata: {name: cold}\n\
-                 spec:\n  template: {command: [python3, model_server.py]}\n  \
-                 autoscaling: {minReplicas: 0, maxReplicas: 1}\n";
-    let up = crate::code_archive::upload(model, &code)?;
     let client = corral_server::api_client::Client::new(&server.url(), None);
-    client
-        .submit_with_code("default", &up.boundary, &up.body)
-        .map_err(|e| e.to_string())?;
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_global(Some(Duration::from_secs(120)))
-        .build()
-        .into();
-    let t = Instant::now();
-    let mut r = agent
-        .get(format!("{}/serve/default/cold/predict?x=1", server.url()))
-        .call()
-        .map_err(|e| e.to_string())?;
-    let _ = r.body_mut().read_to_string();
-    let seconds = t.elapsed().as_secs_f64();
-    // The replica stops with its job before the server does (nothing left running).
-    let _ = client.delete_served_model("default", "cold");
+    let cold = cold_start(&server, &client, &code);
+    let step = load_step(&server, &client, &code);
+    // The replicas stop with their jobs before the server does (nothing left running).
+    for model in ["cold", "step"] {
+        let _ = client.delete_served_model("default", model);
+    }
     let gone_by = Instant::now() + Duration::from_secs(60);
     while client
         .list(Some("default"))
@@ -277,7 +267,97 @@ fn cold_start() -> Result<Value, String> {
         std::thread::sleep(Duration::from_millis(50));
     }
     let _ = server.stop();
+    let value = |r: Result<Value, String>| r.unwrap_or_else(|e| json!({"error": e}));
+    Ok((value(cold), value(step)))
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(120)))
+        .build()
+        .into()
+}
+
+/// A served model at zero: seconds from the first request to its answer (the plane's pass,
+/// the replica's start, Python's start, the first readiness pass).
+fn cold_start(
+    server: &corral_server::Server,
+    client: &corral_server::api_client::Client,
+    code: &std::path::Path,
+) -> Result<Value, String> {
+    let model = "apiVersion: corral.dev/v1alpha1\nkind: ServedModel\nmetadata: {name: cold}\n\
+                 spec:\n  template: {command: [python3, model_server.py]}\n  \
+                 autoscaling: {minReplicas: 0, maxReplicas: 1}\n";
+    let up = crate::code_archive::upload(model, code)?;
+    client
+        .submit_with_code("default", &up.boundary, &up.body)
+        .map_err(|e| e.to_string())?;
+    let t = Instant::now();
+    let mut r = agent()
+        .get(format!("{}/serve/default/cold/predict?x=1", server.url()))
+        .call()
+        .map_err(|e| e.to_string())?;
+    let _ = r.body_mut().read_to_string();
+    let seconds = t.elapsed().as_secs_f64();
     Ok(
         json!({"seconds": seconds, "includes": "control-loop pass, replica and python3 start, first readiness check"}),
     )
+}
+
+/// A model at one replica (one request in flight is its target) gets a step from nothing
+/// to `STEP` requests in flight: seconds from the step to the autoscaler's new desired
+/// count (status, as the API reads it) and to the first new replica in rotation.
+fn load_step(
+    server: &corral_server::Server,
+    client: &corral_server::api_client::Client,
+    code: &std::path::Path,
+) -> Result<Value, String> {
+    const STEP: usize = 4;
+    let model = "apiVersion: corral.dev/v1alpha1\nkind: ServedModel\nmetadata: {name: step}\n\
+                 spec:\n  template: {command: [python3, model_server.py]}\n  \
+                 autoscaling: {minReplicas: 1, maxReplicas: 3, targetInFlight: 1, \
+                 stableWindowSeconds: 6, panicWindowSeconds: 1}\n";
+    let up = crate::code_archive::upload(model, code)?;
+    client
+        .submit_with_code("default", &up.boundary, &up.body)
+        .map_err(|e| e.to_string())?;
+    let status = |field: &str| {
+        client
+            .served_model("default", "step")
+            .ok()
+            .and_then(|v| v["model"]["status"][field].as_u64())
+            .unwrap_or(0)
+    };
+    let wait = |what: &str, done: &dyn Fn() -> bool| {
+        let limit = Instant::now() + Duration::from_secs(120);
+        while !done() {
+            if Instant::now() > limit {
+                return Err(format!("load step: {what} not within 120 s"));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(())
+    };
+    wait("the first replica ready", &|| status("readyReplicas") >= 1)?;
+    let url = format!("{}/serve/default/step/predict?x=1&sleep_ms=8000", server.url());
+    let t = Instant::now();
+    let load: Vec<_> = (0..STEP)
+        .map(|_| {
+            let url = url.clone();
+            std::thread::spawn(move || agent().get(&url).call().map(|_| ()))
+        })
+        .collect();
+    wait("the new desired count", &|| status("desiredReplicas") >= 2)?;
+    let to_desired = t.elapsed().as_secs_f64();
+    wait("a new replica ready", &|| status("readyReplicas") >= 2)?;
+    let to_ready = t.elapsed().as_secs_f64();
+    for l in load {
+        let _ = l.join();
+    }
+    Ok(json!({
+        "inFlightStep": format!("0 -> {STEP} (target 1 per replica, 1 replica)"),
+        "toDesiredSeconds": to_desired,
+        "toFirstNewReplicaReadySeconds": to_ready,
+        "includes": "the router's sample, a control-loop pass (200 ms), the status read; then the replica's and python3's start and its first readiness check",
+    }))
 }
