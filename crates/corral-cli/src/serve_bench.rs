@@ -339,7 +339,10 @@ fn load_step(
         Ok(())
     };
     wait("the first replica ready", &|| status("readyReplicas") >= 1)?;
-    let url = format!("{}/serve/default/step/predict?x=1&sleep_ms=8000", server.url());
+    let url = format!(
+        "{}/serve/default/step/predict?x=1&sleep_ms=8000",
+        server.url()
+    );
     let t = Instant::now();
     let load: Vec<_> = (0..STEP)
         .map(|_| {

@@ -109,7 +109,12 @@ impl World {
 
     fn pass(&mut self, in_flight: u32, readies: u8) -> ModelPlan {
         self.now += SignedDuration::from_millis(500);
-        for (i, r) in self.replicas.values_mut().flat_map(|v| v.iter_mut()).enumerate() {
+        for (i, r) in self
+            .replicas
+            .values_mut()
+            .flat_map(|v| v.iter_mut())
+            .enumerate()
+        {
             r.1 |= readies & (1 << (i % 8)) != 0;
         }
         self.serving.observe_load(

@@ -176,9 +176,9 @@ impl Router {
                     // become ready, counted in flight so that the autoscaler asks for one.
                     let notified = model.became_ready.notified();
                     if !matches!(model.pick(Within::Routed, &tried), Pick::NoneReady)
-                        || chosen
-                            .as_deref()
-                            .is_some_and(|r| !matches!(model.pick(Within::Revision(r), &tried), Pick::NoneReady))
+                        || chosen.as_deref().is_some_and(|r| {
+                            !matches!(model.pick(Within::Revision(r), &tried), Pick::NoneReady)
+                        })
                     {
                         continue;
                     }

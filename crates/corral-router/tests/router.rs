@@ -213,7 +213,11 @@ async fn new_requests_follow_the_revisions_percentages_exactly() {
     router.set_model(
         "ns/m",
         split_target(
-            &[("a", *a, "m-00001"), ("b", *b, "m-00001"), ("c", *c, "m-00002")],
+            &[
+                ("a", *a, "m-00001"),
+                ("b", *b, "m-00001"),
+                ("c", *c, "m-00002"),
+            ],
             &[("m-00001", 90), ("m-00002", 10)],
         ),
     );
@@ -240,7 +244,11 @@ async fn new_requests_follow_the_revisions_percentages_exactly() {
     router.set_model(
         "ns/m",
         split_target(
-            &[("a", *a, "m-00001"), ("b", *b, "m-00001"), ("c", *c, "m-00002")],
+            &[
+                ("a", *a, "m-00001"),
+                ("b", *b, "m-00001"),
+                ("c", *c, "m-00002"),
+            ],
             &[("m-00001", 0), ("m-00002", 100)],
         ),
     );

@@ -508,10 +508,7 @@ fn unranged_document() -> Value {
             "events": {"type": "array", "items": {"type": "object"}},
         }}));
         schemas.insert("ServedModel".into(), serving::served_model_schema());
-        schemas.insert(
-            "ServedModelDetails".into(),
-            serving::served_model_details(),
-        );
+        schemas.insert("ServedModelDetails".into(), serving::served_model_details());
         for (name, schema) in history_schemas() {
             schemas.insert(name.into(), schema);
         }

@@ -306,9 +306,9 @@ pub(crate) fn metrics_text(
     let revisions: Vec<(String, &corral_router::StatsSnapshot)> = stats
         .iter()
         .flat_map(|m| {
-            m.revisions.iter().map(|(r, s)| {
-                (format!("{},revision=\"{r}\"", model_labels(&m.key)), s)
-            })
+            m.revisions
+                .iter()
+                .map(|(r, s)| (format!("{},revision=\"{r}\"", model_labels(&m.key)), s))
         })
         .collect();
     let requests = family("corral_serving_requests_total");
@@ -318,7 +318,10 @@ pub(crate) fn metrics_text(
     );
     for (l, s) in &revisions {
         for (class, n) in STATUS_CLASSES.iter().zip(s.by_class) {
-            let _ = writeln!(out, "corral_serving_requests_total{{{l},code=\"{class}\"}} {n}");
+            let _ = writeln!(
+                out,
+                "corral_serving_requests_total{{{l},code=\"{class}\"}} {n}"
+            );
         }
     }
     out.push_str("# HELP corral_serving_request_duration_seconds Time from a request's arrival to its response head (cold starts included), by revision.\n# TYPE corral_serving_request_duration_seconds histogram\n");

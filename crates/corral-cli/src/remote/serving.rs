@@ -190,13 +190,19 @@ pub fn delete(client: &Client, ns: &str, names: &[String]) -> ExitCode {
 
 /// The revisions part of `describe`: traffic (now and as asked) and replicas of each.
 fn revisions_text(m: &Value) -> String {
-    let text = |p: &str| m.pointer(p).and_then(Value::as_str).unwrap_or("-").to_string();
+    let text = |p: &str| {
+        m.pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or("-")
+            .to_string()
+    };
     let canary = m
         .pointer("/spec/canaryTrafficPercent")
         .and_then(Value::as_u64)
-        .map_or("unset (the latest takes every request once ready)".to_string(), |p| {
-            format!("{p}% to the latest")
-        });
+        .map_or(
+            "unset (the latest takes every request once ready)".to_string(),
+            |p| format!("{p}% to the latest"),
+        );
     let mut s = format!(
         "\nRevisions: latest {}, stable {}; canaryTrafficPercent {canary}\n",
         text("/status/latestRevision"),
@@ -231,7 +237,15 @@ fn revisions_text(m: &Value) -> String {
         s.push_str("  (none yet)\n");
     } else {
         s.push_str(&table(
-            &["REVISION", "TRAFFIC", "TARGET", "READY", "DESIRED", "IN FLIGHT", "HASH"],
+            &[
+                "REVISION",
+                "TRAFFIC",
+                "TARGET",
+                "READY",
+                "DESIRED",
+                "IN FLIGHT",
+                "HASH",
+            ],
             &rows,
         ));
     }
@@ -289,7 +303,13 @@ pub fn run_serve(command: &ServeCommand) -> ExitCode {
             name,
             namespace,
             conn,
-        } => (name, namespace, conn, Some(0), "rolled back to the stable revision"),
+        } => (
+            name,
+            namespace,
+            conn,
+            Some(0),
+            "rolled back to the stable revision",
+        ),
     };
     let client = conn.client();
     let ns = namespace.resolve(&client);

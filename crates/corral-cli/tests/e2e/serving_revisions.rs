@@ -136,7 +136,11 @@ impl Load {
         for t in self.threads {
             let _ = t.join();
         }
-        let failed = self.failed.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let failed = self
+            .failed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         (self.sent.load(Ordering::Relaxed), failed)
     }
 }
@@ -179,9 +183,9 @@ pub(crate) fn revisions_split_roll_out_and_roll_back_without_losing_a_request() 
         format!("{second:?}"),
     )?;
     wait_until(&c, Duration::from_secs(60), "the canary split", |s| {
-        revision(s, "split-00002").is_some_and(|r| {
-            r["trafficPercent"] == 10 && r["readyReplicas"].as_u64() >= Some(2)
-        }) && revision(s, "split-00001").is_some_and(|r| r["trafficPercent"] == 90)
+        revision(s, "split-00002")
+            .is_some_and(|r| r["trafficPercent"] == 10 && r["readyReplicas"].as_u64() >= Some(2))
+            && revision(s, "split-00001").is_some_and(|r| r["trafficPercent"] == 90)
     })?;
     let mut v2 = 0;
     let threads: Vec<_> = (0..4)
@@ -195,7 +199,10 @@ pub(crate) fn revisions_split_roll_out_and_roll_back_without_losing_a_request() 
         .collect();
     for t in threads {
         for (code, version) in t.join().map_err(|_| "a client thread panicked")? {
-            check(code == 200, format!("a canary request answered {code} {version}"))?;
+            check(
+                code == 200,
+                format!("a canary request answered {code} {version}"),
+            )?;
             v2 += u32::from(version == "v2");
         }
     }

@@ -88,7 +88,9 @@ impl Cluster {
         if let Some(l) = latest(&list)
             && l.hash == hash
         {
-            self.store.update_served_model(&ns, &model).map_err(store_err)?;
+            self.store
+                .update_served_model(&ns, &model)
+                .map_err(store_err)?;
             self.served.models.insert(k, model);
             return Ok(Revised::Same(revision_name(&name, l.number)));
         }
@@ -114,7 +116,11 @@ impl Cluster {
             }
             return Err(store_err(e));
         }
-        self.served.revisions.entry(k.clone()).or_default().push(revision);
+        self.served
+            .revisions
+            .entry(k.clone())
+            .or_default()
+            .push(revision);
         self.served.models.insert(k, model);
         Ok(Revised::New(revision_name(&name, number)))
     }

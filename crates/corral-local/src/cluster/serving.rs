@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use corral_api::document::{Document, parse_documents};
 use corral_api::served_model::{
-    RevisionStatus, ServedModel, ServedModelStatus, replica_job, replica_job_name,
-    revision_name, revision_replica_job, serving_replica_of, serving_revision_of,
+    RevisionStatus, ServedModel, ServedModelStatus, replica_job, replica_job_name, revision_name,
+    revision_replica_job, serving_replica_of, serving_revision_of,
 };
 use corral_core::control::Effect;
 use corral_core::control::serving::{
@@ -427,7 +427,11 @@ impl Cluster {
                 }
             }
             for v in &mut views {
-                v.in_flight = seen.in_flight_by_revision.get(&v.name).copied().unwrap_or(0);
+                v.in_flight = seen
+                    .in_flight_by_revision
+                    .get(&v.name)
+                    .copied()
+                    .unwrap_or(0);
             }
             let (latest_name, stable_name) = (
                 revision_name(&name, latest.number),

@@ -30,7 +30,10 @@ pub(super) fn served_model_details() -> Value {
 
 pub(super) fn paths() -> Vec<(&'static str, Value)> {
     let ns = json!({"$ref": "#/components/parameters/namespace"});
-    let model = json_response("The model", json!({"type": "object", "properties": {"model": reference("ServedModel")}}));
+    let model = json_response(
+        "The model",
+        json!({"type": "object", "properties": {"model": reference("ServedModel")}}),
+    );
     let any_method = |id: &str| {
         json!({
             "operationId": id,

@@ -114,7 +114,10 @@ mod tests {
     fn a_replica_being_deleted_is_neither_live_nor_reused() {
         let mut going = view(0, true);
         going.deleting = true;
-        assert_eq!(plan_replicas(1, &[going], &mut BTreeSet::new()), vec![ReplicaAction::Create(1)]);
+        assert_eq!(
+            plan_replicas(1, &[going], &mut BTreeSet::new()),
+            vec![ReplicaAction::Create(1)]
+        );
         assert_eq!(plan_replicas(0, &[going], &mut BTreeSet::new()), vec![]);
     }
 }
