@@ -195,7 +195,7 @@ proptest! {
                 let idle = views.iter().find(|v| v.name == r.name).is_none_or(|v| v.in_flight == 0);
                 if r.share.sized_for == 0 && drained_before.contains(&r.name) && idle {
                     prop_assert_eq!(r.desired, 0);
-                    prop_assert!(w.replicas.get(&r.name[2..].parse::<u32>().unwrap()).is_none());
+                    prop_assert!(!w.replicas.contains_key(&r.name[2..].parse::<u32>().expect("a revision name")));
                 }
             }
             drained_before = plan.revisions.iter().filter(|r| r.share.sized_for == 0).map(|r| r.name.clone()).collect();
@@ -204,7 +204,7 @@ proptest! {
             if in_flight > 0 && routed_ready_before {
                 let kept = plan.revisions.iter().any(|r| {
                     r.share.traffic > 0
-                        && w.replicas.get(&r.name[2..].parse::<u32>().unwrap())
+                        && w.replicas.get(&r.name[2..].parse::<u32>().expect("a revision name"))
                             .is_some_and(|rs| rs.iter().any(|x| x.1))
                 });
                 prop_assert!(kept, "no ready replica gets the requests: {:?}", plan.revisions);
