@@ -54,6 +54,7 @@ fn bad_input_names_every_field_at_once() {
             "  template: {}
   readiness: {path: healthz, periodSeconds: 0}
   maxRequestBytes: 0
+  canaryTrafficPercent: 101
   autoscaling:
     minReplicas: 3
     maxReplicas: 2
@@ -73,6 +74,7 @@ fn bad_input_names_every_field_at_once() {
         "spec.readiness.path:",
         "spec.readiness.periodSeconds:",
         "spec.maxRequestBytes:",
+        "spec.canaryTrafficPercent: 101 is more than 100",
         "spec.autoscaling.maxReplicas: 2 is less than minReplicas 3",
         "spec.autoscaling.targetInFlight:",
         "spec.autoscaling.stableWindowSeconds:",
