@@ -12,6 +12,7 @@ use crate::crd::{fields_at, structural_schema};
 use crate::job_priority_class::{
     JobPriorityClass, JobPriorityClassSpec, LEGACY_KIND, LEGACY_WARNING,
 };
+use crate::kserve;
 use crate::kubeflow;
 use crate::meta::{API_VERSION, Kind};
 use crate::node_pool::{NodePool, NodePoolSpec};
@@ -337,6 +338,17 @@ pub fn decode(index: usize, raw: Value) -> Result<Parsed, DocumentError> {
         return Ok(Parsed {
             index,
             document: Document::TrainingJob(Box::new(job)),
+            converted_from: Some(kind.to_string()),
+            warnings,
+            decode_errors: Vec::new(),
+        });
+    }
+    if kind == kserve::KIND || api_version.starts_with(kserve::GROUP) {
+        let (model, warnings) =
+            kserve::convert_with_warnings(&raw).map_err(|errors| fail(what.clone(), errors.0))?;
+        return Ok(Parsed {
+            index,
+            document: Document::ServedModel(Box::new(model)),
             converted_from: Some(kind.to_string()),
             warnings,
             decode_errors: Vec::new(),

@@ -407,6 +407,50 @@ pub fn convert_with_warnings(
     })
 }
 
+/// A manifest's metadata and the first container of a pod spec at `pod_path` (`name` if
+/// several), converted as a Kubeflow replica's are, for another kind's conversion (KServe's
+/// predictor): errors and warnings carry the manifest's own paths.
+pub(crate) fn convert_pod(
+    meta: Option<&Value>,
+    pod_path: &str,
+    pod_spec: &Value,
+    name: &'static str,
+) -> (
+    ObjectMeta,
+    Option<ReplicaSpec>,
+    ValidationErrors,
+    Vec<FieldError>,
+) {
+    let mut c = Converter {
+        errs: ValidationErrors::default(),
+        warnings: Vec::new(),
+    };
+    let metadata = convert_metadata(&mut c, meta);
+    let map = KindMap {
+        framework: Framework::Generic,
+        api_version: "",
+        specs_key: "",
+        container: Some(name),
+        port_name: None,
+        roles: &[],
+        extra_spec_keys: &[],
+    };
+    const AT: &str = "\u{0}pod";
+    let replica = serde_json::json!({ "template": { "spec": pod_spec } });
+    let spec = convert_replica(&mut c, AT, &replica, &map, &mut None);
+    let place = |p: &str| p.replacen(&format!("{AT}.template.spec"), pod_path, 1);
+    let mut errs = ValidationErrors::default();
+    for e in c.errs.0 {
+        errs.push(place(&e.path), e.message);
+    }
+    let warnings = c
+        .warnings
+        .into_iter()
+        .map(|w| FieldError::new(place(&w.path), w.message))
+        .collect();
+    (metadata, spec, errs, warnings)
+}
+
 fn convert_metadata(c: &mut Converter, v: Option<&Value>) -> ObjectMeta {
     let mut meta = ObjectMeta::default();
     let Some(v) = v else {

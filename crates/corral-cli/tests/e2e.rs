@@ -191,6 +191,10 @@ fn main() -> ExitCode {
             "revisions_split_roll_out_and_roll_back_without_losing_a_request",
             serving_revisions::revisions_split_roll_out_and_roll_back_without_losing_a_request,
         ),
+        Trial::test(
+            "an_inference_service_is_served_and_split",
+            serving_revisions::an_inference_service_is_served_and_split,
+        ),
     ];
     libtest_mimic::run(&args, tests).exit_code()
 }

@@ -312,3 +312,63 @@ pub(crate) fn revisions_split_roll_out_and_roll_back_without_losing_a_request() 
     }
     Ok(())
 }
+
+/// KServe's InferenceService (examples/serving/inferenceservice.yaml) is accepted as it is
+/// and served; a new canaryTrafficPercent and env make a canary of it.
+pub(crate) fn an_inference_service_is_served_and_split() -> TestResult {
+    if !prerequisite(python3_available(), "python3") {
+        return Ok(());
+    }
+    let c = TestCluster::start("")?;
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/serving");
+    let text = std::fs::read_to_string(example.join("inferenceservice.yaml"))?;
+    let first = submit(&c, &text)?;
+    check(
+        first.kind.as_deref() == Some("ServedModel") && first.name == "tiny-kserve",
+        format!("{first:?}"),
+    )?;
+    let url = c.url("/serve/default/tiny-kserve/predict?x=1");
+    let (code, version) = predict(&agent(), &url);
+    check(code == 200 && version == "v1", format!("{code} {version}"))?;
+    // KServe's canary: a new container env and canaryTrafficPercent.
+    let canary = text.replace("value: v1", "value: v2").replace(
+        "    minReplicas: 1",
+        "    canaryTrafficPercent: 50\n    minReplicas: 1",
+    );
+    let second = submit(&c, &canary)?;
+    check(
+        second.revision.as_deref() == Some("tiny-kserve-00002"),
+        format!("{second:?}"),
+    )?;
+    let status = |c: &TestCluster| -> Result<Value, String> {
+        let v = c
+            .client(None)
+            .served_model("default", "tiny-kserve")
+            .map_err(|e| e.to_string())?;
+        Ok(v["model"]["status"].clone())
+    };
+    let start = Instant::now();
+    while !revision(&status(&c)?, "tiny-kserve-00002").is_some_and(|r| r["trafficPercent"] == 50) {
+        check(
+            start.elapsed() < Duration::from_secs(60),
+            format!("no 50% canary: {}", status(&c)?),
+        )?;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let v2 = (0..100)
+        .map(|_| predict(&agent(), &url))
+        .filter(|(code, version)| *code == 200 && version == "v2")
+        .count();
+    check(v2 == 50, format!("v2 answered {v2} of 100 at 50%"))?;
+    c.client(None)
+        .delete_served_model("default", "tiny-kserve")?;
+    let start = Instant::now();
+    while !c.client(None).list(Some("default"))?.is_empty() {
+        check(
+            start.elapsed() < Duration::from_secs(60),
+            "replica jobs still there a minute after the delete",
+        )?;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(())
+}

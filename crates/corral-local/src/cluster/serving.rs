@@ -61,13 +61,18 @@ pub(super) struct ServedModels {
     pub(super) serving: Serving,
 }
 
-/// Whether a submission holds ServedModels (stored by [`Cluster::submit_served_models`],
-/// not queued as jobs). The text test first: a job's submission pays one scan, no parse.
+/// Whether a submission holds ServedModels or KServe InferenceServices (stored by
+/// [`Cluster::submit_served_models`], not queued as jobs). The text test first: a job's
+/// submission pays one scan, no parse.
 pub fn has_served_models(text: &str) -> bool {
-    text.contains("ServedModel")
+    let kinds = ["ServedModel", corral_api::kserve::KIND];
+    kinds.iter().any(|k| text.contains(k))
         && corral_api::document::raw_documents(text).is_ok_and(|docs| {
-            docs.iter()
-                .any(|d| d.get("kind").and_then(|k| k.as_str()) == Some("ServedModel"))
+            docs.iter().any(|d| {
+                d.get("kind")
+                    .and_then(|k| k.as_str())
+                    .is_some_and(|k| kinds.contains(&k))
+            })
         })
 }
 
