@@ -321,7 +321,9 @@ pub(crate) fn an_inference_service_is_served_and_split() -> TestResult {
     }
     let c = TestCluster::start("")?;
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/serving");
-    let text = std::fs::read_to_string(example.join("inferenceservice.yaml"))?;
+    // At one replica at least, so that the canary below gets its own without load.
+    let text = std::fs::read_to_string(example.join("inferenceservice.yaml"))?
+        .replace("minReplicas: 0", "minReplicas: 1");
     let first = submit(&c, &text)?;
     check(
         first.kind.as_deref() == Some("ServedModel") && first.name == "tiny-kserve",
