@@ -287,46 +287,44 @@ pub enum ServeCommand {
 
 /// Runs `corral serve ...`.
 pub fn run_serve(command: &ServeCommand) -> ExitCode {
-    let (name, namespace, conn, percent, did) = match command {
+    let (name, namespace, conn, percent) = match command {
         ServeCommand::Canary {
             name,
             percent,
             namespace,
             conn,
-        } => (name, namespace, conn, Some(*percent), "canary set"),
+        } => (name, namespace, conn, Some(*percent)),
         ServeCommand::Promote {
             name,
             namespace,
             conn,
-        } => (name, namespace, conn, None, "promoting the latest revision"),
+        } => (name, namespace, conn, None),
         ServeCommand::Rollback {
             name,
             namespace,
             conn,
-        } => (
-            name,
-            namespace,
-            conn,
-            Some(0),
-            "rolled back to the stable revision",
-        ),
+        } => (name, namespace, conn, Some(0)),
     };
     let client = conn.client();
     let ns = namespace.resolve(&client);
     match client.set_canary_percent(&ns, name, percent) {
         Ok(v) => {
-            let latest = v
-                .pointer("/model/status/latestRevision")
-                .and_then(Value::as_str)
-                .unwrap_or("-");
-            let stable = v
-                .pointer("/model/status/stableRevision")
-                .and_then(Value::as_str)
-                .unwrap_or("-");
-            let share = percent.map_or("100%, once ready".to_string(), |p| format!("{p}%"));
-            println!(
-                "servedmodel/{name}: {did}: latest {latest} gets {share}, stable {stable} the rest"
-            );
+            let revision = |field: &str| {
+                v.pointer(&format!("/model/status/{field}"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("-")
+                    .to_string()
+            };
+            let (latest, stable) = (revision("latestRevision"), revision("stableRevision"));
+            let said = match percent {
+                _ if latest == stable => format!("{latest} takes every request"),
+                None => format!(
+                    "{latest} takes every request once it has a replica ready; {stable} then drains"
+                ),
+                Some(0) => format!("rolled back: {stable} takes every request; {latest} drains"),
+                Some(p) => format!("{latest} gets {p}% of new requests, {stable} the rest"),
+            };
+            println!("servedmodel/{name}: {said}");
             ExitCode::SUCCESS
         }
         Err(e) => fail(&e),
