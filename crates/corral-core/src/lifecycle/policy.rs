@@ -126,7 +126,7 @@ pub fn elastic_role(spec: &TrainingJobSpec) -> Option<Role> {
 }
 
 /// Elastic bounds of the worker count (after defaults).
-fn elastic_bounds(spec: &TrainingJobSpec) -> (u32, u32) {
+pub fn elastic_bounds(spec: &TrainingJobSpec) -> (u32, u32) {
     let count = spec.replicas.get(&Role::Worker).map_or(0, |r| r.count);
     let e = spec.elastic.as_ref();
     let min = e.and_then(|e| e.min_replicas).unwrap_or(count);
