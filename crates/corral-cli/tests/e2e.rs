@@ -15,6 +15,8 @@ mod api_contract;
 mod cli_commands;
 #[path = "e2e/code_snapshots.rs"]
 mod code_snapshots;
+#[path = "e2e/elastic.rs"]
+mod elastic;
 #[path = "e2e/isolation.rs"]
 mod isolation;
 #[path = "e2e/jobs.rs"]
@@ -74,6 +76,10 @@ fn main() -> ExitCode {
         Trial::test(
             "a_pipeline_runs_caches_reruns_and_fails_with_its_reason",
             pipelines::a_pipeline_runs_caches_reruns_and_fails_with_its_reason,
+        ),
+        Trial::test(
+            "an_elastic_job_grows_shrinks_and_finishes",
+            elastic::an_elastic_job_grows_shrinks_and_finishes,
         ),
         Trial::test(
             "quickstart_job_with_4_replicas_succeeds",
