@@ -118,7 +118,10 @@ fn grows_into_freed_room_once_the_dwell_has_passed() {
     assert_eq!(s.elastic_size("e"), Some(1));
     assert!(s.finish("other"));
     let early = s.cycle(DWELL - 1);
-    assert!(early.resized.is_empty(), "within the dwell of its admission");
+    assert!(
+        early.resized.is_empty(),
+        "within the dwell of its admission"
+    );
     let out = s.cycle(DWELL);
     assert_eq!(out.resized.len(), 1);
     let r = &out.resized[0];
@@ -325,11 +328,18 @@ impl World {
             let size = indices.len() as u32;
             prop_assert_eq!(indices, (0..size).collect::<Vec<_>>());
             if let Some(&(min, max)) = self.ranges.get(job) {
-                prop_assert!(min <= size && size <= max, "{job} at {size}, range {min}..={max}");
+                prop_assert!(
+                    min <= size && size <= max,
+                    "{job} at {size}, range {min}..={max}"
+                );
             }
             for p in &a.placements {
                 for g in &p.gpu_indices {
-                    prop_assert!(used.insert((p.node.clone(), *g)), "GPU {g} of {} twice", p.node);
+                    prop_assert!(
+                        used.insert((p.node.clone(), *g)),
+                        "GPU {g} of {} twice",
+                        p.node
+                    );
                 }
             }
         }

@@ -204,12 +204,10 @@ pub fn describe_text(d: &JobDetails) -> String {
     }
     if let Some(e) = &d.job.spec.elastic {
         // The size the scheduler gave the job now (see docs/elastic.md).
-        let now_size = d.admission.as_ref().map(|a| {
-            a.placements
-                .iter()
-                .filter(|p| p.role == "worker")
-                .count()
-        });
+        let now_size = d
+            .admission
+            .as_ref()
+            .map(|a| a.placements.iter().filter(|p| p.role == "worker").count());
         let range = match (e.min_replicas, e.max_replicas) {
             (Some(min), Some(max)) => format!("{min}..{max}"),
             _ => "fixed".to_string(),

@@ -10,7 +10,9 @@
 
 use super::*;
 
-const CONFIG: &str = "node: {gpus: 3}
+const CONFIG: &str = "apiVersion: corral.dev/v1alpha1
+kind: CorralConfig
+node: {gpus: 3}
 resizeDwellSeconds: 1
 gracePeriodSeconds: 5
 ---
@@ -116,7 +118,11 @@ fn wait_for(
             return Ok(());
         }
         if Instant::now() > deadline {
-            return Err(format!("{name}: not {what} after 60 s:\n{}", remote::describe_text(&d)).into());
+            return Err(format!(
+                "{name}: not {what} after 60 s:\n{}",
+                remote::describe_text(&d)
+            )
+            .into());
         }
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -179,7 +185,10 @@ pub(super) fn an_elastic_job_grows_shrinks_and_finishes() -> TestResult {
     )?;
 
     // A higher-priority job of 2 GPUs: el shrinks to 1; nothing is preempted.
-    client.submit("default", &waiting_job("urgent", "high", 2, &stop("urgent")))?;
+    client.submit(
+        "default",
+        &waiting_job("urgent", "high", 2, &stop("urgent")),
+    )?;
     wait_for_state(&client, "default", "urgent", Duration::from_secs(60), |s| {
         s == JobState::Running
     })?;
@@ -187,12 +196,17 @@ pub(super) fn an_elastic_job_grows_shrinks_and_finishes() -> TestResult {
     let d = client.describe("default", "el")?;
     check(
         resized(&d).get(1).map(String::as_str)
-            == Some("shrank from 3 to 1 worker replicas to make room for default/urgent (priority 100)"),
+            == Some(
+                "shrank from 3 to 1 worker replicas to make room for default/urgent (priority 100)",
+            ),
         format!("the shrink's event:\n{}", remote::describe_text(&d)),
     )?;
     check(
         rendezvous_pid.is_some() && pid0(&d) == rendezvous_pid,
-        format!("worker 0 (the rendezvous) ran on:\n{}", remote::describe_text(&d)),
+        format!(
+            "worker 0 (the rendezvous) ran on:\n{}",
+            remote::describe_text(&d)
+        ),
     )?;
     for job in ["el", "beside", "urgent"] {
         let d = client.describe("default", job)?;
@@ -204,7 +218,9 @@ pub(super) fn an_elastic_job_grows_shrinks_and_finishes() -> TestResult {
 
     // urgent ends; el finishes with its result.
     std::fs::write(stop("urgent"), "")?;
-    wait_for_state(&client, "default", "urgent", Duration::from_secs(60), |s| s.is_finished())?;
+    wait_for_state(&client, "default", "urgent", Duration::from_secs(60), |s| {
+        s.is_finished()
+    })?;
     std::fs::write(dir.path().join("stop"), "")?;
     let state = wait_for_state(&client, "default", "el", Duration::from_secs(60), |s| {
         s.is_finished()

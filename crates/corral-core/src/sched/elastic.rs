@@ -55,10 +55,7 @@ pub(crate) fn at_min(mut req: JobRequest) -> JobRequest {
 }
 
 /// The request of a running job at the size its placements say.
-pub(crate) fn at_placed(
-    mut req: JobRequest,
-    placements: &[super::ReplicaPlacement],
-) -> JobRequest {
+pub(crate) fn at_placed(mut req: JobRequest, placements: &[super::ReplicaPlacement]) -> JobRequest {
     if let Some(ElasticRange { role, .. }) = &req.elastic {
         let placed = placements.iter().filter(|p| p.role == *role).count();
         if let Some(g) = req.groups.iter_mut().find(|g| g.role == *role) {
@@ -189,7 +186,9 @@ impl Scheduler {
         e.groups[g].0 = size;
         e.req.groups[g].count = size;
         for r in 0..3 {
-            e.total[r] = e.total[r].saturating_sub(before[r]).saturating_add(after[r]);
+            e.total[r] = e.total[r]
+                .saturating_sub(before[r])
+                .saturating_add(after[r]);
         }
         let (pods_gpus, slots) = gpu_slots(&e.groups);
         e.pods_gpus = pods_gpus;
@@ -448,9 +447,11 @@ impl Scheduler {
         let mut shrunk: Vec<(u32, u32, Vec<Alloc>)> = Vec::new();
         let mut placed = None;
         'victims: for v in victims {
-            let from = self.entry(v).elastic.as_ref().map_or(0, |s| {
-                self.entry(v).groups[s.group as usize].0
-            });
+            let from = self
+                .entry(v)
+                .elastic
+                .as_ref()
+                .map_or(0, |s| self.entry(v).groups[s.group as usize].0);
             shrunk.push((v, from, Vec::new()));
             while let Some(a) = self.shrink_one(v) {
                 if let Some(last) = shrunk.last_mut() {

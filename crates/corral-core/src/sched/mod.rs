@@ -75,8 +75,8 @@ pub use explain::{
 pub use fit::ClusterFit;
 pub use from_api::{known_gpu_speed, known_gpu_speeds, priority_of};
 pub use model::{
-    ClusterSnapshot, ElasticRange, JobRequest, Millis, Node, NodeAllocation, NodePoolConfig, PoolQuota,
-    QueueConfig, ReplicaGroup, ResourceAmount, RunningJob, SchedError, SchedulerConfig,
+    ClusterSnapshot, ElasticRange, JobRequest, Millis, Node, NodeAllocation, NodePoolConfig,
+    PoolQuota, QueueConfig, ReplicaGroup, ResourceAmount, RunningJob, SchedError, SchedulerConfig,
 };
 pub use outcome::{
     Admission, CycleCounters, CycleOutcome, Decision, PendingJob, Preemption, ReplicaPlacement,

@@ -108,7 +108,9 @@ impl std::fmt::Display for Resize {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let Resize { role, from, to, .. } = self;
         match &self.reason {
-            ResizeReason::Grew => write!(f, "grew from {from} to {to} {role} replicas into free GPUs"),
+            ResizeReason::Grew => {
+                write!(f, "grew from {from} to {to} {role} replicas into free GPUs")
+            }
             ResizeReason::ShrankFor { job, priority } => write!(
                 f,
                 "shrank from {from} to {to} {role} replicas to make room for {job} (priority {priority})"

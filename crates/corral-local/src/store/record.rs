@@ -32,8 +32,8 @@
 use std::collections::BTreeMap;
 
 use corral_core::sched::{
-    ElasticRange, JobRequest, JobTolerations, ReplicaGroup, ReplicaPlacement, RunningJob, Taint, TaintEffect,
-    Toleration, TolerationOperator,
+    ElasticRange, JobRequest, JobTolerations, ReplicaGroup, ReplicaPlacement, RunningJob, Taint,
+    TaintEffect, Toleration, TolerationOperator,
 };
 use serde::{Deserialize, Serialize};
 
