@@ -431,3 +431,11 @@ proptest! {
         w.apply(&out, DWELL)?;
     }
 }
+
+#[test]
+fn an_elastic_job_is_judged_at_its_minimum() {
+    let s = Scheduler::new(&snapshot(vec![node("n0", 2)]), config()).unwrap();
+    // 4 workers could never run on 2 GPUs, but 1 can.
+    assert!(s.never_fits(&job("e", 0, 4, Some((1, 4)))).is_none());
+    assert!(s.never_fits(&job("r", 0, 4, None)).is_some());
+}

@@ -228,7 +228,7 @@ impl Scheduler {
     /// Why `job` could never be admitted on this cluster, even empty (what its reason
     /// would say, Unschedulable), judged as a waiting job is; `None` when it could.
     pub fn never_fits(&self, job: &JobRequest) -> Option<PendingReason> {
-        fit::never_fits(&self.index, &self.quotas, &elastic::at_min(job.clone()))
+        fit::never_fits(&self.index, &self.quotas, job)
     }
 
     /// Sets the service a job has received so far, in GPU-seconds (weighted by the speed
