@@ -108,3 +108,26 @@ fn an_elastic_job_grows_when_room_frees_and_shrinks_for_higher_priority_work() {
     let stopped: Vec<&String> = shell.stops.iter().map(|(j, _)| j).collect();
     assert_eq!(stopped.iter().filter(|j| **j == "team/el").count(), 2);
 }
+
+#[test]
+fn an_elastic_job_succeeds_with_worker_0_and_its_late_workers_stop() {
+    // Worker 0 hosts the rendezvous: once it succeeded, workers that joined after the
+    // group finished could never meet anyone; they are stopped, the job has succeeded.
+    let plane = ControlPlane::new(cluster(3), dwell_config(10)).expect("plane");
+    let mut shell = FakeShell::new(plane);
+    shell
+        .plane
+        .submit(record(elastic_job("el", 1, 3), 1))
+        .expect("submit el");
+    shell.run(1);
+    assert_eq!(workers(&shell, "team/el"), [0, 1, 2]);
+    let (id, inc) = shell
+        .running_replicas("team/el")
+        .into_iter()
+        .find(|(id, _)| id.index == 0)
+        .expect("worker 0");
+    shell.end("team/el", id, inc, ReplicaPhase::Succeeded);
+    shell.run(1);
+    assert_eq!(shell.state("team/el"), JobState::Succeeded);
+    assert!(workers(&shell, "team/el").is_empty());
+}
