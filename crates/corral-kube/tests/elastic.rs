@@ -61,7 +61,9 @@ fn pods_of(fake: &FakeApi, job: &str) -> Vec<String> {
 
 fn run_all(fake: &FakeApi, job: &str) {
     for name in pods_of(fake, job) {
-        fake.update(PODS, "ml", &name, |p| p["status"]["phase"] = json!("Running"));
+        fake.update(PODS, "ml", &name, |p| {
+            p["status"]["phase"] = json!("Running")
+        });
     }
 }
 
@@ -70,7 +72,7 @@ fn events(plan: &Plan, reason: &str) -> Vec<String> {
         .iter()
         .flat_map(|j| j.events.iter())
         .filter(|e| e.reason == reason)
-        .map(|e| e.message.clone())
+        .map(|e| e.note.clone())
         .collect()
 }
 
