@@ -180,7 +180,8 @@ pub(super) fn an_elastic_job_grows_shrinks_and_finishes() -> TestResult {
         format!("one Resized event:\n{}", remote::describe_text(&d)),
     )?;
     check(
-        remote::describe_text(&d).contains("Elastic:     3 workers (range 1..3)"),
+        remote::describe_text(&d).contains("Elastic:     3 workers (range 1..3)")
+            && d.summary.replicas_total == 3,
         remote::describe_text(&d),
     )?;
 
