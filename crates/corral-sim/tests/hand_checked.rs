@@ -17,6 +17,7 @@ fn job(id: usize, arrival: f64, secs: f64) -> SimJob {
         allowed_types: Vec::new(),
         restart_s: None,
         start_s: 0.0,
+        elastic: None,
     }
 }
 

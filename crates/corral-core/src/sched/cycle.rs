@@ -545,6 +545,7 @@ impl Scheduler {
         }
         self.rebalance(now, &mut budget, &mut out);
         self.grow_elastic(now, &mut out);
+        self.settle_resizes(&mut out);
         out.counters.admitted = out.admitted.len() as u64;
         out.counters.preempted = out.preempted.len() as u64;
         out.counters.pending = out.pending.len() as u64;

@@ -397,6 +397,39 @@ impl Scheduler {
         }
     }
 
+    /// End of a cycle: each resize carries the job's admission as the cycle leaves it (a
+    /// job shrunk mid-pass may have moved since, or grown); a job preempted after its
+    /// shrink holds nothing, and its resize is dropped.
+    pub(crate) fn settle_resizes(&self, out: &mut CycleOutcome) {
+        if out.resized.is_empty() {
+            return;
+        }
+        let preempted: std::collections::BTreeSet<&str> = out
+            .preempted
+            .iter()
+            .map(|p| p.job.as_str())
+            .filter(|j| !out.moved.iter().any(|m| m.job == *j))
+            .collect();
+        let mut resized = std::mem::take(&mut out.resized);
+        resized.retain_mut(|r| {
+            if preempted.contains(r.admission.job.as_str()) {
+                return false;
+            }
+            let now = self
+                .by_key
+                .get(&r.admission.job)
+                .and_then(|&slot| self.admission_of(slot));
+            match now {
+                Some(a) => {
+                    r.admission = a;
+                    true
+                }
+                None => false,
+            }
+        });
+        out.resized = resized;
+    }
+
     /// Makes room for pending job `slot` in `pool` by shrinking running elastic jobs of
     /// equal or lower priority toward their minimum, and places it. On success the job's
     /// placement and the resizes; on failure nothing changed.
