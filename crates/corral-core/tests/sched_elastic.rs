@@ -291,6 +291,14 @@ impl World {
             self.running.remove(&p.job);
             self.rendezvous.remove(&p.job);
         }
+        // A moved job holds its new placement (a new start: its rendezvous moves with it).
+        for a in &out.moved {
+            self.running.insert(a.job.clone(), a.clone());
+            if let Some(p) = a.placements.iter().find(|p| p.index == 0) {
+                self.rendezvous
+                    .insert(a.job.clone(), (p.node.clone(), p.gpu_indices.clone()));
+            }
+        }
         for a in &out.admitted {
             self.running.insert(a.job.clone(), a.clone());
             self.last_resize.insert(a.job.clone(), now);
@@ -392,6 +400,66 @@ proptest! {
         }
     }
 
+    /// The same with two GPU types, measured throughputs and moves in place (rebalancing):
+    /// a job shrunk and then moved in one cycle reports the placement it holds at the end.
+    #[test]
+    fn resizes_and_moves_agree_on_where_a_job_runs(
+        gpus in prop::collection::vec((1..5u32, any::<bool>()), 2..5),
+        ops in prop::collection::vec((arb_op(), 0.5..4.0f64), 1..80),
+    ) {
+        let nodes = gpus
+            .iter()
+            .enumerate()
+            .map(|(i, &(g, fast))| {
+                let ty = if fast { "H100" } else { "A100" };
+                Node::new(format!("n{i}"), Some(ty.into()), g, 256_000, 1 << 40)
+            })
+            .collect();
+        let mut snap = snapshot(nodes);
+        let quota = snap.queues[0].quotas["A100"];
+        snap.queues[0].quotas.insert("H100".into(), quota);
+        let cfg = SchedulerConfig {
+            move_in_place: true,
+            rebalance_min_speedup: 1.3,
+            ..config()
+        };
+        let mut s = Scheduler::new(&snap, cfg).unwrap();
+        let mut w = World::default();
+        let mut now = 0u64;
+        for (i, (op, speedup)) in ops.into_iter().enumerate() {
+            match op {
+                Op::Submit { priority, count, elastic } => {
+                    let key = format!("j{i}");
+                    let count = elastic.map_or(count, |(min, _)| min);
+                    let mut j = job(&key, priority, count, elastic);
+                    j.submit_time = now;
+                    j.throughput = BTreeMap::from([
+                        ("A100".to_string(), 1.0),
+                        ("H100".to_string(), speedup),
+                    ]);
+                    s.submit(j).unwrap();
+                    if let Some(r) = elastic {
+                        w.ranges.insert(key, r);
+                    }
+                }
+                Op::Finish(n) => {
+                    if let Some(key) = w.running.keys().nth(n % w.running.len().max(1)).cloned() {
+                        s.finish(&key);
+                        w.running.remove(&key);
+                    }
+                }
+                Op::Wait(ms) => now += ms,
+            }
+            let out = s.cycle(now);
+            for r in &out.resized {
+                if let Some(m) = out.moved.iter().find(|m| m.job == r.admission.job) {
+                    prop_assert_eq!(&r.admission, m);
+                }
+            }
+            w.apply(&out, now)?;
+        }
+    }
+
     /// A job that fits once the elastic jobs of no higher priority shrink to their minimum
     /// is admitted by shrinking them: no whole gang is preempted.
     #[test]
@@ -438,4 +506,46 @@ fn an_elastic_job_is_judged_at_its_minimum() {
     // 4 workers could never run on 2 GPUs, but 1 can.
     assert!(s.never_fits(&job("e", 0, 4, Some((1, 4)))).is_none());
     assert!(s.never_fits(&job("r", 0, 4, None)).is_some());
+}
+
+#[test]
+fn a_job_shrunk_then_moved_in_one_cycle_reports_where_it_runs() {
+    let nodes = vec![
+        Node::new("slow", Some("A100".into()), 2, 256_000, 1 << 40),
+        Node::new("fast", Some("H100".into()), 2, 256_000, 1 << 40),
+    ];
+    let mut snap = snapshot(nodes);
+    let quota = snap.queues[0].quotas["A100"];
+    snap.queues[0].quotas.insert("H100".into(), quota);
+    let cfg = SchedulerConfig {
+        move_in_place: true,
+        ..config()
+    };
+    let mut s = Scheduler::new(&snap, cfg).unwrap();
+    let speeds = BTreeMap::from([("A100".to_string(), 1.0), ("H100".to_string(), 3.0)]);
+    let mut filler = job("filler", 0, 2, None);
+    filler.throughput = speeds.clone();
+    let mut e = elastic("e", 0, 1, 2);
+    e.throughput = speeds;
+    e.submit_time = 1;
+    s.submit(filler).unwrap();
+    s.submit(e).unwrap();
+    let out = s.cycle(0);
+    assert_eq!(admitted(&out, "e").unwrap().pool, "A100");
+    // The fast pool frees up and a job that runs only on the slow one arrives: e shrinks
+    // for it, then moves to the fast pool, both in one cycle.
+    s.finish("filler");
+    let mut slow_only = job("slow-only", 10, 1, None);
+    slow_only.groups[0].allowed_gpu_types = vec!["A100".into()];
+    s.submit(slow_only).unwrap();
+    let out = s.cycle(DWELL);
+    let moved = out.moved.iter().find(|m| m.job == "e").expect("e moved");
+    assert_eq!(moved.pool, "H100");
+    let r = out
+        .resized
+        .iter()
+        .find(|r| r.admission.job == "e")
+        .expect("e resized");
+    assert_eq!((r.from, r.to), (2, 1));
+    assert_eq!(&r.admission, moved, "the resize reports where e runs now");
 }
