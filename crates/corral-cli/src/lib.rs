@@ -10,7 +10,8 @@
 //!   API benchmark.
 //! - [`input`], [`output`]: reading files, printing results; [`document_summary`]: what
 //!   `validate` says it understood of each valid document.
-//! - [`operator_program`]: `corral operator` runs the `corral-operator` program.
+//! - [`programs`]: `corral operator` and `corral up` run the `corral-operator` and
+//!   `corral-server` programs beside `corral` in their own place.
 //! - [`code_archive`]: the code snapshot `submit --code DIR` ships, as a tar archive.
 
 pub mod api_bench;
@@ -19,9 +20,9 @@ pub mod doctor;
 pub mod document_summary;
 pub mod input;
 pub mod manifests;
-pub mod operator_program;
 pub mod output;
 pub mod plan;
+pub mod programs;
 pub mod quickstart;
 pub mod remote;
 pub mod sched_bench;

@@ -6,8 +6,8 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use corral_cli::output::{Format, emit, print_values};
 use corral_cli::{
-    api_bench, doctor, manifests, operator_program, plan, quickstart, remote, sched_bench,
-    serve_bench, sim, up,
+    api_bench, doctor, manifests, plan, programs, quickstart, remote, sched_bench, serve_bench,
+    sim, up,
 };
 use serde_json::Value;
 
@@ -203,7 +203,14 @@ fn main() -> ExitCode {
         namespace: cli.namespace,
     });
     match cli.command {
-        Command::Up(a) => up::run_up(&a),
+        // The server's own program when it is beside (same pid; see `programs`).
+        Command::Up(a) => match programs::find_server() {
+            Some(server) => programs::exec(
+                &server,
+                std::env::args_os().skip(1).skip_while(|arg| arg != "up"),
+            ),
+            None => up::run_up(&a),
+        },
         Command::Doctor(a) => doctor::run(&a),
         Command::Quickstart(a) => quickstart::run_quickstart(&a),
         Command::Submit(a) => remote::run_submit(&a),
@@ -241,7 +248,7 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Operator { args } => operator_program::exec(args),
+        Command::Operator { args } => programs::exec_operator(args),
         Command::Validate(args) => manifests::validate(&args),
         Command::Convert {
             file,
