@@ -233,7 +233,9 @@ pub fn decide(
     if before.phase.is_finished() {
         return d;
     }
-    let spec = &run.spec.pipeline_spec;
+    // Fan-out steps run as their iterations: from here on, a step is an iteration.
+    let expanded = run.spec.pipeline_spec.expanded();
+    let spec = &expanded;
     let Some(order) = spec.topological_order() else {
         // Validation refuses cycles; a stored one fails rather than waits forever.
         finish(
@@ -291,6 +293,14 @@ pub fn decide(
         .find(|s| d.status.steps.get(&s.name).map(|st| st.phase) == Some(StepPhase::Failed))
         .map(|s| s.name.clone());
     let mut in_flight = count(&d.status, StepPhase::Running);
+    let mut fan_out_running: BTreeMap<String, usize> = BTreeMap::new();
+    for step in &spec.steps {
+        if let Some((fan_out, _)) = &step.iteration_of
+            && d.status.steps.get(&step.name).map(|s| s.phase) == Some(StepPhase::Running)
+        {
+            *fan_out_running.entry(fan_out.clone()).or_default() += 1;
+        }
+    }
     // Then the steps that wait, in order: a step decided here is seen by those after it.
     for i in &order {
         let step = &spec.steps[*i];
@@ -379,6 +389,14 @@ pub fn decide(
         }
         if in_flight >= limit {
             continue;
+        }
+        // A fan-out's own bound: its iterations in flight.
+        if let Some((fan_out, bound)) = &step.iteration_of {
+            let running = fan_out_running.entry(fan_out.clone()).or_default();
+            if *running >= bound.map_or(usize::MAX, |b| b as usize) {
+                continue;
+            }
+            *running += 1;
         }
         in_flight += 1;
         let job = step_job(&run.metadata, step);
@@ -609,10 +627,31 @@ fn conditions(
     Ok(None)
 }
 
+/// The jobs a run starts with, as [`decide`] starts them on a cache that holds nothing:
+/// the steps that need no other and whose conditions hold, within the run's and each
+/// fan-out's bound. What `corral plan` places.
+pub fn first_steps(run: &PipelineRun, now: Timestamp) -> Vec<TrainingJob> {
+    let mut facts = Facts::default();
+    // Each round answers what the last one asked; the root steps read no artifact.
+    for _ in 0..4 {
+        let d = decide(run, &BTreeMap::new(), &facts, now);
+        if d.wants.is_empty() {
+            return d.create.into_iter().map(|l| l.job).collect();
+        }
+        for key in d.wants.lookup {
+            facts.cache.insert(key, None);
+        }
+        if !d.wants.hash.is_empty() || !d.wants.read.is_empty() {
+            break;
+        }
+    }
+    Vec::new()
+}
+
 /// Every step's phase in the run's order, with the steps it needs, the exit handler last:
 /// what `describe` draws.
 pub fn listing(run: &PipelineRun) -> Vec<(String, StepPhase, Vec<String>)> {
-    let spec = &run.spec.pipeline_spec;
+    let spec = &run.spec.pipeline_spec.expanded();
     let order = spec
         .topological_order()
         .unwrap_or_else(|| (0..spec.steps.len()).collect());
@@ -641,6 +680,7 @@ pub fn listing(run: &PipelineRun) -> Vec<(String, StepPhase, Vec<String>)> {
 pub fn step_names(run: &PipelineRun) -> BTreeSet<String> {
     run.spec
         .pipeline_spec
+        .expanded()
         .steps
         .iter()
         .map(|s| s.name.clone())

@@ -74,7 +74,7 @@ pub(super) fn generated_name(prefix: &str) -> String {
 /// Rounds of gathering facts for one decision at most: each round answers at least one
 /// step, so a run needs no more than a few per step.
 fn max_rounds(run: &PipelineRun) -> usize {
-    4 * run.spec.pipeline_spec.steps.len() + 4
+    4 * run.spec.pipeline_spec.step_count() + 4
 }
 
 impl Cluster {
@@ -129,7 +129,7 @@ impl Cluster {
                 "Submitted",
                 format!(
                     "pipeline run of {} steps",
-                    run.spec.pipeline_spec.steps.len()
+                    run.spec.pipeline_spec.step_count()
                 ),
             );
             out.push(SubmitResult {
