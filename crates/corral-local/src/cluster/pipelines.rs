@@ -147,27 +147,32 @@ impl Cluster {
     /// Advances every run that has not ended (see the module docs). A run that cannot be
     /// advanced now (its artifacts unreadable, the store busy) is reported and tried again
     /// next pass; it holds up neither the other runs nor the rest of the pass.
-    pub(super) fn advance_pipelines(&mut self, now: Timestamp, report: &mut TickReport) {
+    /// Returns how many step jobs it created.
+    pub(super) fn advance_pipelines(&mut self, now: Timestamp, report: &mut TickReport) -> usize {
         let runs = match self.store.active_runs() {
             Ok(runs) => runs,
             Err(e) => {
                 report.errors.push(format!("reading pipeline runs: {e}"));
-                return;
+                return 0;
             }
         };
+        let mut created = 0;
         for stored in runs {
             let name = format!(
                 "{}/{}",
                 stored.run.metadata.namespace_or_default(),
                 stored.run.metadata.name
             );
-            if let Err(e) = self.advance_run(stored, now) {
-                report.errors.push(format!("pipeline run {name}: {e}"));
+            match self.advance_run(stored, now) {
+                Ok(n) => created += n,
+                Err(e) => report.errors.push(format!("pipeline run {name}: {e}")),
             }
         }
+        created
     }
 
-    fn advance_run(&mut self, stored: StoredRun, now: Timestamp) -> Result<(), ClusterError> {
+    /// Returns how many step jobs it created.
+    fn advance_run(&mut self, stored: StoredRun, now: Timestamp) -> Result<usize, ClusterError> {
         let StoredRun { uid, mut run } = stored;
         let namespace = run.metadata.namespace_or_default().to_string();
         let original = run.status.clone().unwrap_or_default();
@@ -179,7 +184,7 @@ impl Cluster {
         let mut facts = Facts::default();
         let first = self.decision(&run, &jobs, &mut facts, now)?;
         if first.is_empty(&original) {
-            return Ok(());
+            return Ok(0);
         }
         let mut created: Vec<Inserted> = Vec::new();
         let mut records = Vec::new();
@@ -244,10 +249,11 @@ impl Cluster {
             let _ = self.plane.settle(now);
             return Err(e);
         }
+        let count = created.len();
         for inserted in created {
             self.cache_submitted(inserted);
         }
-        Ok(())
+        Ok(count)
     }
 
     /// The run's new status and the results it records for the cache, with lineage.
