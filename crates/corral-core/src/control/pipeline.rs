@@ -167,6 +167,55 @@ pub fn step_env(
     env
 }
 
+/// A step's job as it is created: every replica given [`step_env`] (its artifacts' places
+/// and its inputs' values), and each reference `$(NAME)` to one of those variables in its
+/// command and args replaced by the value, as Kubernetes expands `$(VAR)` from a
+/// container's environment (a component compiled by Kubeflow Pipelines names its artifacts'
+/// paths so: see `corral_api::kfp`). Other `$(...)` are left as written.
+pub fn step_job_with_artifacts(
+    launch: &StepLaunch,
+    output_dirs: &BTreeMap<String, String>,
+) -> TrainingJob {
+    let env = step_env(&launch.inputs, output_dirs);
+    let mut job = launch.job.clone();
+    for replica in job.spec.replicas.values_mut() {
+        let t = &mut replica.template;
+        for word in t.command.iter_mut().chain(t.args.iter_mut()) {
+            *word = expand_references(word, &env);
+        }
+        for (k, v) in &env {
+            t.env.push(corral_api::training_job::EnvVar::literal(k, v));
+        }
+    }
+    job
+}
+
+/// `$(NAME)` replaced by NAME's value where `vars` has it; everything else as written.
+fn expand_references(word: &str, vars: &[(String, String)]) -> String {
+    let mut out = String::with_capacity(word.len());
+    let mut rest = word;
+    while let Some(at) = rest.find("$(") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 2..];
+        let value = after.find(')').and_then(|end| {
+            let name = &after[..end];
+            vars.iter().find(|(k, _)| k == name).map(|(_, v)| (v, end))
+        });
+        match value {
+            Some((v, end)) => {
+                out.push_str(v);
+                rest = &after[end + 1..];
+            }
+            None => {
+                out.push_str("$(");
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 /// A parameter's value as a step reads it: a string as is, anything else as JSON text.
 fn param_text(v: &serde_json::Value) -> String {
     match v {
@@ -705,4 +754,23 @@ pub fn step_jobs(run: &PipelineRun) -> Vec<String> {
         .flat_map(|s| s.steps.values())
         .filter_map(|st| st.job.clone())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn references_to_the_step_variables_expand_and_nothing_else() {
+        let vars = vec![
+            ("CORRAL_OUTPUT_DATA".to_string(), "/a/out".to_string()),
+            ("CORRAL_INPUT_N".to_string(), "3".to_string()),
+        ];
+        let x = |w: &str| super::expand_references(w, &vars);
+        assert_eq!(x("$(CORRAL_OUTPUT_DATA)/data"), "/a/out/data");
+        assert_eq!(x("n=$(CORRAL_INPUT_N),$(CORRAL_INPUT_N)"), "n=3,3");
+        assert_eq!(
+            x("$(dirname \"$1\") $(HOME) $( $$"),
+            "$(dirname \"$1\") $(HOME) $( $$"
+        );
+        assert_eq!(x("$(CORRAL_INPUT_N"), "$(CORRAL_INPUT_N");
+    }
 }

@@ -13,11 +13,10 @@ use std::collections::BTreeMap;
 
 use corral_api::PipelineRun;
 use corral_api::pipeline::{ArtifactRecord, StepPhase};
-use corral_api::training_job::EnvVar;
 use corral_core::control::EventType;
 use corral_core::control::pipeline::{
-    Decision, Facts, Observed, Recorded, StepLaunch, Wants, decide, listing, observe_job, step_env,
-    step_jobs, watched_jobs,
+    Decision, Facts, Observed, Recorded, StepLaunch, Wants, decide, listing, observe_job,
+    step_job_with_artifacts, step_jobs, watched_jobs,
 };
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
@@ -364,13 +363,7 @@ impl Cluster {
             .into_iter()
             .map(|(n, p)| (n, p.to_string_lossy().into_owned()))
             .collect();
-        let env = step_env(&launch.inputs, &dirs);
-        let mut job = launch.job;
-        for replica in job.spec.replicas.values_mut() {
-            for (k, v) in &env {
-                replica.template.env.push(EnvVar::literal(k, v));
-            }
-        }
+        let mut job = step_job_with_artifacts(&launch, &dirs);
         let code_dir = code.as_ref().map(|digest| {
             job.metadata
                 .annotations
