@@ -18,6 +18,8 @@ use common::cluster::TestCluster;
 mod driver;
 #[path = "browser/pages.rs"]
 mod pages;
+#[path = "browser/runs.rs"]
+mod runs;
 
 use std::process::ExitCode;
 
@@ -54,6 +56,10 @@ fn main() -> ExitCode {
         Trial::test(
             "a_namespace_token_sees_only_its_namespace",
             pages::a_namespace_token_sees_only_its_namespace,
+        ),
+        Trial::test(
+            "a_pipeline_run_is_drawn_as_its_dag",
+            runs::a_pipeline_run_is_drawn_as_its_dag,
         ),
         Trial::test(
             "assets_are_typed_cached_and_gzipped",

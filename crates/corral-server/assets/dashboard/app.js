@@ -6,6 +6,7 @@ import htm from "htm";
 import { api, connect, store, token, useStore } from "./live.js";
 import { Jobs, Nodes, Overview, Queues } from "./pages.js";
 import { Job } from "./job.js";
+import { Run, Runs } from "./runs.js";
 
 const html = htm.bind(h);
 
@@ -45,6 +46,7 @@ const NAV = [
   ["queues", "Queues"],
   ["jobs", "Jobs"],
   ["nodes", "Nodes"],
+  ["runs", "Pipelines"],
 ];
 
 function App() {
@@ -69,6 +71,8 @@ function App() {
   else if (r[0] === "jobs" && r.length >= 3) page = html`<${Job} namespace=${r[1]} name=${r[2]} />`;
   else if (r[0] === "jobs") page = html`<${Jobs} />`;
   else if (r[0] === "nodes") page = html`<${Nodes} />`;
+  else if (r[0] === "runs" && r.length >= 3) page = html`<${Run} namespace=${r[1]} name=${r[2]} />`;
+  else if (r[0] === "runs") page = html`<${Runs} />`;
   else page = html`<${Overview} />`;
   const signOut = () => {
     token.clear();
