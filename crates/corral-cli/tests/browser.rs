@@ -20,6 +20,8 @@ mod driver;
 mod pages;
 #[path = "browser/runs.rs"]
 mod runs;
+#[path = "browser/usage.rs"]
+mod usage;
 
 use std::process::ExitCode;
 
@@ -60,6 +62,10 @@ fn main() -> ExitCode {
         Trial::test(
             "a_pipeline_run_is_drawn_as_its_dag",
             runs::a_pipeline_run_is_drawn_as_its_dag,
+        ),
+        Trial::test(
+            "the_usage_page_charts_what_the_ledger_counted",
+            usage::the_usage_page_charts_what_the_ledger_counted,
         ),
         Trial::test(
             "assets_are_typed_cached_and_gzipped",

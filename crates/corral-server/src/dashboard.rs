@@ -46,6 +46,8 @@ static ASSETS: &[Asset] = &[
     asset!("job.js", "text/javascript; charset=utf-8", false),
     asset!("live.js", "text/javascript; charset=utf-8", false),
     asset!("runs.js", "text/javascript; charset=utf-8", false),
+    asset!("usage.js", "text/javascript; charset=utf-8", false),
+    asset!("charts.js", "text/javascript; charset=utf-8", false),
     asset!("style.css", "text/css; charset=utf-8", false),
     asset!(
         "vendor/preact-10.29.8.module.js",
@@ -65,6 +67,16 @@ static ASSETS: &[Asset] = &[
     asset!(
         "vendor/dagre-3.1.3.module.js",
         "text/javascript; charset=utf-8",
+        true
+    ),
+    asset!(
+        "vendor/uplot-1.6.32.module.js",
+        "text/javascript; charset=utf-8",
+        true
+    ),
+    asset!(
+        "vendor/uplot-1.6.32.min.css",
+        "text/css; charset=utf-8",
         true
     ),
 ];
