@@ -66,8 +66,8 @@ fn main() -> ExitCode {
     let args = Arguments::from_args();
     let tests = vec![
         Trial::test(
-            "a_wide_run_never_has_more_steps_in_flight_than_its_parallelism",
-            pipelines::a_wide_run_never_has_more_steps_in_flight_than_its_parallelism,
+            "a_fan_out_and_a_wide_run_keep_to_their_bounds",
+            pipelines::a_fan_out_and_a_wide_run_keep_to_their_bounds,
         ),
         Trial::test(
             "a_pipeline_run_survives_kill_9_of_the_server",

@@ -294,8 +294,13 @@ impl Cluster {
         self.start_gate = None;
         decided?;
         // Pipelines after the plane's step: a step that just ended is seen in this pass, and
-        // the jobs of the steps it starts are admitted in the next.
-        self.advance_pipelines(now, &mut report);
+        // the jobs of the steps it starts are admitted and started in this pass too (one
+        // step of the plane more), not a pass later.
+        if self.advance_pipelines(now, &mut report) > 0 {
+            let decided = self.decide_and_act(now, &mut report);
+            self.start_gate = None;
+            decided?;
+        }
         self.release_idle_ports()?;
         // After the starts: removing ended replicas' cgroups is not on the way from one
         // job's exit to the next one's start.
