@@ -1,6 +1,6 @@
 """The steps of the example pipeline (docs/pipelines.md), standard library only.
 
-    python3 step.py data|train|evaluate
+    python3 step.py data|train|evaluate|report
 
 Each reads its inputs from CORRAL_INPUT_<NAME> (an artifact's directory, or a
 parameter's value) and writes its outputs into the directories CORRAL_OUTPUT_<NAME>.
@@ -31,7 +31,8 @@ def train():
     # A PyTorch-style job: every replica gets RANK and WORLD_SIZE; rank 0 writes the model.
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     rows = pathlib.Path(os.environ["CORRAL_INPUT_DATA"], "data.csv").read_text().split()
-    lr = float(os.environ["CORRAL_INPUT_LR"])
+    # The learning rate: an input, or the item of a sweep's iteration (sweep.yaml).
+    lr = float(os.environ.get("CORRAL_INPUT_LR") or os.environ["CORRAL_ITEM"])
     mine = [int(x) for x in rows[rank::world]]
     print(f"rank {rank}/{world}: {len(mine)} rows, lr {lr}")
     if rank == 0:
@@ -48,10 +49,16 @@ def evaluate():
     log("evaluate")
 
 
+def report():
+    # After a sweep: every iteration has succeeded, or this step would not run.
+    print("every learning rate of the sweep trained")
+    log("report")
+
+
 def fail():
     log("fail")
     print("this step always fails", file=sys.stderr)
     sys.exit(3)
 
 
-{"data": data, "train": train, "evaluate": evaluate, "fail": fail}[sys.argv[1]]()
+{"data": data, "train": train, "evaluate": evaluate, "report": report, "fail": fail}[sys.argv[1]]()

@@ -249,7 +249,7 @@ pub fn parse_documents(text: &str, ctx: &ValidationContext) -> ParseResult {
 
 fn describe(p: &Parsed) -> String {
     match &p.converted_from {
-        Some(k) => format!("{k} {} as TrainingJob", p.document.name()),
+        Some(k) => format!("{k} {} as {}", p.document.name(), p.document.kind()),
         None => format!("{} {}", p.document.kind(), p.document.name()),
     }
 }
@@ -319,6 +319,18 @@ pub fn decode(index: usize, raw: Value) -> Result<Parsed, DocumentError> {
         .unwrap_or("")
         .to_string();
     let what = Some(format!("{kind} {name}").trim().to_string()).filter(|s| !s.is_empty());
+    // Kubeflow Pipelines' compiled YAML has no kind: it is known by its sections.
+    if crate::kfp::is_pipeline_spec(obj) {
+        let run = crate::kfp::convert(&raw)
+            .map_err(|errors| fail(Some(crate::kfp::WHAT.to_string()), errors))?;
+        return Ok(Parsed {
+            index,
+            document: Document::PipelineRun(Box::new(run)),
+            converted_from: Some(crate::kfp::WHAT.to_string()),
+            warnings: Vec::new(),
+            decode_errors: Vec::new(),
+        });
+    }
     if kind.is_empty() {
         return Err(fail(
             what,

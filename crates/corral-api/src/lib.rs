@@ -8,6 +8,7 @@ pub mod crd;
 pub mod document;
 pub mod gpu_type;
 pub mod job_priority_class;
+pub mod kfp;
 pub mod kserve;
 pub mod kubeflow;
 pub mod meta;

@@ -131,6 +131,29 @@ pub struct StepSpec {
     pub job: Option<TrainingJobSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task: Option<TaskSpec>,
+    /// Fan-out: the step runs once per item, as steps `<name>-0`, `<name>-1`, ..., each
+    /// with `CORRAL_ITEM` (the item: a string as is, anything else as JSON text) and
+    /// `CORRAL_ITEM_INDEX` in its environment. A step that needs this one waits for every
+    /// iteration; no step may read a fan-out step's outputs by reference.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub with_items: Vec<serde_json::Value>,
+    /// Iterations of this fan-out step in flight at most (default: the run's bound only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallelism: Option<u32>,
+    /// Set on an iteration of a fan-out step by [`PipelineSpec::expanded`]: the fan-out it
+    /// belongs to and that step's `parallelism`. Never written by users.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub iteration_of: Option<(String, Option<u32>)>,
+}
+
+/// The environment variables an iteration of a fan-out step is given.
+pub const ITEM_ENV: &str = "CORRAL_ITEM";
+pub const ITEM_INDEX_ENV: &str = "CORRAL_ITEM_INDEX";
+
+/// The name of a fan-out step's `index`-th iteration.
+pub fn iteration_name(step: &str, index: usize) -> String {
+    format!("{step}-{index}")
 }
 
 fn is_zero(v: &u32) -> bool {
@@ -254,6 +277,26 @@ impl StepSpec {
 
     pub fn cache_enabled(&self) -> bool {
         self.cache.as_ref().is_none_or(|c| c.enabled)
+    }
+
+    /// Sets `name=value` in the environment of every replica the step runs.
+    fn add_env(&mut self, name: &str, value: &str) {
+        let var = EnvVar {
+            name: name.to_string(),
+            value: Some(value.to_string()),
+            value_from: None,
+        };
+        if let Some(job) = self.job.as_mut() {
+            for r in job.replicas.values_mut() {
+                r.template.env.retain(|e| e.name != name);
+                r.template.env.push(var.clone());
+            }
+        }
+        if self.job.is_none() {
+            let task = self.task.get_or_insert_with(TaskSpec::default);
+            task.env.retain(|e| e.name != name);
+            task.env.push(var);
+        }
     }
 }
 
@@ -434,27 +477,105 @@ pub struct ArtifactRecord {
 }
 
 impl PipelineSpec {
+    /// Steps as they run: a fan-out step counts once per item.
+    pub fn step_count(&self) -> usize {
+        self.steps.iter().map(|s| s.with_items.len().max(1)).sum()
+    }
+
+    /// The pipeline as it runs: each fan-out step (`withItems`) replaced by its iterations
+    /// (see [`StepSpec::with_items`]), and a step that needed it needing every iteration.
+    /// A pipeline without fan-out is returned as it is.
+    pub fn expanded(&self) -> PipelineSpec {
+        let fan_outs: BTreeMap<&str, usize> = self
+            .steps
+            .iter()
+            .filter(|s| !s.with_items.is_empty())
+            .map(|s| (s.name.as_str(), s.with_items.len()))
+            .collect();
+        if fan_outs.is_empty() {
+            return self.clone();
+        }
+        let widen = |names: &[String]| -> Vec<String> {
+            names
+                .iter()
+                .flat_map(|n| match fan_outs.get(n.as_str()) {
+                    Some(&len) => (0..len).map(|i| iteration_name(n, i)).collect(),
+                    None => vec![n.clone()],
+                })
+                .collect()
+        };
+        let mut steps = Vec::new();
+        for step in &self.steps {
+            let mut step = step.clone();
+            step.depends_on = widen(&step.depends_on);
+            if step.with_items.is_empty() {
+                steps.push(step);
+                continue;
+            }
+            let items = std::mem::take(&mut step.with_items);
+            for (i, item) in items.iter().enumerate() {
+                let mut one = step.clone();
+                one.name = iteration_name(&step.name, i);
+                one.iteration_of = Some((step.name.clone(), step.parallelism));
+                one.parallelism = None;
+                let text = match item {
+                    serde_json::Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                one.add_env(ITEM_ENV, &text);
+                one.add_env(ITEM_INDEX_ENV, &i.to_string());
+                steps.push(one);
+            }
+        }
+        let mut on_exit = self.on_exit.clone();
+        if let Some(exit) = on_exit.as_deref_mut() {
+            exit.depends_on = widen(&exit.depends_on);
+        }
+        PipelineSpec {
+            parameters: self.parameters.clone(),
+            steps,
+            parallelism: self.parallelism,
+            on_exit,
+        }
+    }
+
     /// The steps' indices in an order where every step comes after those it needs (ties by
     /// declaration order); `None` when they form a cycle (validation refuses those).
     pub fn topological_order(&self) -> Option<Vec<usize>> {
-        use petgraph::graph::DiGraph;
+        use std::cmp::Reverse;
+        use std::collections::BinaryHeap;
         let index: BTreeMap<&str, usize> = self
             .steps
             .iter()
             .enumerate()
             .map(|(i, s)| (s.name.as_str(), i))
             .collect();
-        let mut graph: DiGraph<usize, ()> = DiGraph::new();
-        let nodes: Vec<_> = (0..self.steps.len()).map(|i| graph.add_node(i)).collect();
+        // Kahn's algorithm taking the earliest declared ready step first (petgraph's
+        // toposort orders ties as its search meets them, not as they were written).
+        let mut needed_by: Vec<Vec<usize>> = vec![Vec::new(); self.steps.len()];
+        let mut waiting: Vec<usize> = vec![0; self.steps.len()];
         for (i, step) in self.steps.iter().enumerate() {
             for need in step.needs() {
                 if let Some(&j) = index.get(need.as_str()) {
-                    graph.add_edge(nodes[j], nodes[i], ());
+                    needed_by[j].push(i);
+                    waiting[i] += 1;
                 }
             }
         }
-        petgraph::algo::toposort(&graph, None)
-            .ok()
-            .map(|order| order.into_iter().map(|n| graph[n]).collect())
+        let mut ready: BinaryHeap<Reverse<usize>> = (0..self.steps.len())
+            .filter(|&i| waiting[i] == 0)
+            .map(Reverse)
+            .collect();
+        let mut order = Vec::with_capacity(self.steps.len());
+        while let Some(Reverse(i)) = ready.pop() {
+            order.push(i);
+            for &j in &needed_by[i] {
+                waiting[j] -= 1;
+                if waiting[j] == 0 {
+                    ready.push(Reverse(j));
+                }
+            }
+        }
+        (order.len() == self.steps.len()).then_some(order)
     }
 }

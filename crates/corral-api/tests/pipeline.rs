@@ -133,3 +133,101 @@ fn a_step_job_that_could_not_run_is_refused_at_the_step() {
         "{e:?}"
     );
 }
+
+const FAN_OUT: &str = r#"
+apiVersion: corral.dev/v1alpha1
+kind: PipelineRun
+metadata: {name: r2}
+spec:
+  pipelineSpec:
+    steps:
+      - name: shard
+        withItems: [a, b, 3]
+        parallelism: 2
+        outputs: [part]
+        task: {command: [sh, -c, "echo $CORRAL_ITEM"]}
+      - name: merge
+        dependsOn: [shard]
+        task: {command: ["true"]}
+"#;
+
+#[test]
+fn a_fan_out_parses_and_expands_into_its_iterations() {
+    let parsed = parse_documents(FAN_OUT, &ValidationContext::default());
+    let Ok(p) = &parsed[0] else {
+        panic!("{parsed:?}");
+    };
+    let Document::PipelineRun(run) = &p.document else {
+        panic!("not a run");
+    };
+    let spec = run.spec.pipeline_spec.expanded();
+    let names: Vec<&str> = spec.steps.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["shard-0", "shard-1", "shard-2", "merge"]);
+    assert_eq!(spec.steps[3].depends_on, ["shard-0", "shard-1", "shard-2"]);
+    let item = |i: usize| {
+        let env = &spec.steps[i].task.as_ref().expect("task").env;
+        env.iter()
+            .find(|e| e.name == "CORRAL_ITEM")
+            .and_then(|e| e.value.clone())
+    };
+    assert_eq!(item(0).as_deref(), Some("a"));
+    assert_eq!(
+        item(2).as_deref(),
+        Some("3"),
+        "a non-string item as JSON text"
+    );
+    assert_eq!(run.spec.pipeline_spec.step_count(), 4);
+}
+
+#[test]
+fn fan_out_mistakes_are_refused_at_their_fields() {
+    let reads = FAN_OUT.replace(
+        "dependsOn: [shard]",
+        "inputs: {p: steps.shard.outputs.part}",
+    );
+    let e = errors(&reads);
+    assert!(
+        e.iter()
+            .any(|m| m.starts_with("spec.pipelineSpec.steps[1].inputs.p: ")
+                && m.contains("fan-out step `shard`")),
+        "{e:?}"
+    );
+    let bound_alone = FAN_OUT.replace(
+        "dependsOn: [shard]",
+        "dependsOn: [shard]\n        parallelism: 2",
+    );
+    let e = errors(&bound_alone);
+    assert!(
+        e.iter().any(
+            |m| m.starts_with("spec.pipelineSpec.steps[1].parallelism: ")
+                && m.contains("withItems")
+        ),
+        "{e:?}"
+    );
+    let taken = FAN_OUT.replace("name: merge", "name: shard-1");
+    let e = errors(&taken);
+    assert!(
+        e.iter()
+            .any(|m| m.starts_with("spec.pipelineSpec.steps[0].name: ") && m.contains("`shard-1`")),
+        "{e:?}"
+    );
+    let zero = FAN_OUT.replace("parallelism: 2", "parallelism: 0");
+    assert!(
+        errors(&zero)
+            .iter()
+            .any(|m| m.starts_with("spec.pipelineSpec.steps[0].parallelism: ")),
+        "{:?}",
+        errors(&zero)
+    );
+    let too_many = FAN_OUT.replace(
+        "withItems: [a, b, 3]",
+        &format!("withItems: [{}]", vec!["x"; 1001].join(", ")),
+    );
+    assert!(
+        errors(&too_many)
+            .iter()
+            .any(|m| m.starts_with("spec.pipelineSpec.steps[0].withItems: ") && m.contains("1000")),
+        "{:?}",
+        errors(&too_many)
+    );
+}

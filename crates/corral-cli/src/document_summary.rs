@@ -122,7 +122,13 @@ pub fn summary(parsed: &Parsed) -> String {
             };
             format!(
                 "PipelineRun {name}: valid. {}{bound}, {}",
-                plural(spec.steps.len() as u64, "step"),
+                match spec.step_count() {
+                    n if n == spec.steps.len() => plural(n as u64, "step"),
+                    n => format!(
+                        "{} ({n} as they run)",
+                        plural(spec.steps.len() as u64, "step")
+                    ),
+                },
                 plural(spec.parameters.len() as u64, "parameter"),
             )
         }

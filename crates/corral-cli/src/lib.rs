@@ -6,11 +6,12 @@
 //! - [`remote`]: commands that talk to a Corral server (submit, list, get, describe, ...).
 //! - [`up`], [`quickstart`]: run the embedded cluster; [`doctor`]: what this machine offers it.
 //! - [`manifests`]: `validate` and `convert` over files; [`plan`]: one scheduling cycle.
-//! - [`sim`], [`sched_bench`], [`api_bench`]: the simulator, the scheduler benchmark and the
-//!   API benchmark.
+//! - [`sim`], [`sched_bench`], [`api_bench`], [`serve_bench`], [`pipeline_bench`]: the
+//!   simulator and the benchmarks of the scheduler, the API, the router and pipelines.
 //! - [`input`], [`output`]: reading files, printing results; [`document_summary`]: what
 //!   `validate` says it understood of each valid document.
-//! - [`operator_program`]: `corral operator` runs the `corral-operator` program.
+//! - [`programs`]: `corral operator` and `corral up` run the `corral-operator` and
+//!   `corral-server` programs beside `corral` in their own place.
 //! - [`code_archive`]: the code snapshot `submit --code DIR` ships, as a tar archive.
 
 pub mod api_bench;
@@ -19,9 +20,10 @@ pub mod doctor;
 pub mod document_summary;
 pub mod input;
 pub mod manifests;
-pub mod operator_program;
 pub mod output;
+pub mod pipeline_bench;
 pub mod plan;
+pub mod programs;
 pub mod quickstart;
 pub mod remote;
 pub mod sched_bench;

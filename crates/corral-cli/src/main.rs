@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use corral_cli::output::{Format, emit, print_values};
 use corral_cli::{
-    api_bench, doctor, manifests, operator_program, plan, quickstart, remote, sched_bench,
+    api_bench, doctor, manifests, pipeline_bench, plan, programs, quickstart, remote, sched_bench,
     serve_bench, sim, up,
 };
 use serde_json::Value;
@@ -165,6 +165,9 @@ enum BenchCommand {
     /// The served models' router: overhead against calling a replica directly, requests/s,
     /// cold start from zero.
     Serve(serve_bench::BenchServeArgs),
+    /// Pipelines: a step's end to its successor's start over a 1,000-step DAG, runs
+    /// accepted per second.
+    Pipeline(pipeline_bench::BenchPipelineArgs),
     /// A full scheduling pass over a generated cluster and workload, then one-job decisions.
     Scheduler {
         #[arg(long, default_value_t = 10_000)]
@@ -209,7 +212,14 @@ fn main() -> ExitCode {
         namespace: cli.namespace,
     });
     match cli.command {
-        Command::Up(a) => up::run_up(&a),
+        // The server's own program when it is beside (same pid; see `programs`).
+        Command::Up(a) => match programs::find_server() {
+            Some(server) => programs::exec(
+                &server,
+                std::env::args_os().skip(1).skip_while(|arg| arg != "up"),
+            ),
+            None => up::run_up(&a),
+        },
         Command::Doctor(a) => doctor::run(&a),
         Command::Quickstart(a) => quickstart::run_quickstart(&a),
         Command::Submit(a) => remote::run_submit(&a),
@@ -241,6 +251,9 @@ fn main() -> ExitCode {
         Command::Bench {
             which: BenchCommand::Serve(a),
         } => serve_bench::run_bench_serve(&a),
+        Command::Bench {
+            which: BenchCommand::Pipeline(a),
+        } => pipeline_bench::run_bench_pipeline(&a),
         Command::Sim(args) => match sim::run(args) {
             Ok(out) => emit(&out),
             Err(e) => {
@@ -248,7 +261,7 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Operator { args } => operator_program::exec(args),
+        Command::Operator { args } => programs::exec_operator(args),
         Command::Validate(args) => manifests::validate(&args),
         Command::Convert {
             file,

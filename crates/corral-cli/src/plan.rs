@@ -81,8 +81,7 @@ fn read_declared(files: &[String], base: &ValidationContext) -> Result<Declared,
                     Document::NodePool(n) => declared.pools.push(n),
                     Document::Queue(q) => declared.queues.push(q),
                     Document::JobPriorityClass(c) => declared.classes.push(c),
-                    // What a run starts with: the steps that need no other, as many as
-                    // its parallelism lets run at once (their own conditions aside).
+                    // What a run starts with, as the core decides it on an empty cache.
                     Document::PipelineRun(r) => {
                         // A run named at submit (generateName) shows `xxxxx` for its suffix.
                         let mut meta = r.metadata.clone();
@@ -93,15 +92,16 @@ fn read_declared(files: &[String], base: &ValidationContext) -> Result<Declared,
                                 "x".repeat(corral_api::pipeline::GENERATED_SUFFIX_LEN)
                             );
                         }
-                        let spec = &r.spec.pipeline_spec;
-                        let at_once = spec.parallelism.map_or(usize::MAX, |p| p as usize);
-                        declared.jobs.extend(
-                            spec.steps
-                                .iter()
-                                .filter(|s| s.needs().is_empty())
-                                .take(at_once)
-                                .map(|s| corral_api::pipeline::step_job(&meta, s)),
-                        );
+                        let run = corral_api::PipelineRun {
+                            metadata: meta,
+                            ..(*r).clone()
+                        };
+                        declared
+                            .jobs
+                            .extend(corral_core::control::pipeline::first_steps(
+                                &run,
+                                jiff::Timestamp::now(),
+                            ));
                     }
                 },
                 Err(e) => problems.push(format!("{f}: {e}")),

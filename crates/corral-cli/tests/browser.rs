@@ -18,6 +18,10 @@ use common::cluster::TestCluster;
 mod driver;
 #[path = "browser/pages.rs"]
 mod pages;
+#[path = "browser/runs.rs"]
+mod runs;
+#[path = "browser/usage.rs"]
+mod usage;
 
 use std::process::ExitCode;
 
@@ -54,6 +58,14 @@ fn main() -> ExitCode {
         Trial::test(
             "a_namespace_token_sees_only_its_namespace",
             pages::a_namespace_token_sees_only_its_namespace,
+        ),
+        Trial::test(
+            "a_pipeline_run_is_drawn_as_its_dag",
+            runs::a_pipeline_run_is_drawn_as_its_dag,
+        ),
+        Trial::test(
+            "the_usage_page_charts_what_the_ledger_counted",
+            usage::the_usage_page_charts_what_the_ledger_counted,
         ),
         Trial::test(
             "assets_are_typed_cached_and_gzipped",

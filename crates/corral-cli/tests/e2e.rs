@@ -15,6 +15,8 @@ mod api_contract;
 mod cli_commands;
 #[path = "e2e/code_snapshots.rs"]
 mod code_snapshots;
+#[path = "e2e/elastic.rs"]
+mod elastic;
 #[path = "e2e/isolation.rs"]
 mod isolation;
 #[path = "e2e/jobs.rs"]
@@ -66,8 +68,8 @@ fn main() -> ExitCode {
     let args = Arguments::from_args();
     let tests = vec![
         Trial::test(
-            "a_wide_run_never_has_more_steps_in_flight_than_its_parallelism",
-            pipelines::a_wide_run_never_has_more_steps_in_flight_than_its_parallelism,
+            "a_fan_out_and_a_wide_run_keep_to_their_bounds",
+            pipelines::a_fan_out_and_a_wide_run_keep_to_their_bounds,
         ),
         Trial::test(
             "a_pipeline_run_survives_kill_9_of_the_server",
@@ -76,6 +78,10 @@ fn main() -> ExitCode {
         Trial::test(
             "a_pipeline_runs_caches_reruns_and_fails_with_its_reason",
             pipelines::a_pipeline_runs_caches_reruns_and_fails_with_its_reason,
+        ),
+        Trial::test(
+            "an_elastic_job_grows_shrinks_and_finishes",
+            elastic::an_elastic_job_grows_shrinks_and_finishes,
         ),
         Trial::test(
             "quickstart_job_with_4_replicas_succeeds",

@@ -326,6 +326,7 @@ fn absurd_requests_are_judged_without_panicking() {
         preemptible: true,
         node_selector: BTreeMap::new(),
         tolerations: Default::default(),
+        elastic: None,
     };
     // No default queue in a bare snapshot: the judgement still names what falls short.
     assert!(fit.never_fits(&req).is_some());
@@ -353,6 +354,7 @@ fn request(count: u32, gpu: u32, cpu: u64, gib: u64) -> JobRequest {
         preemptible: true,
         node_selector: BTreeMap::new(),
         tolerations: Default::default(),
+        elastic: None,
     }
 }
 

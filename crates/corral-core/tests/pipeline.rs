@@ -1,7 +1,7 @@
 //! The pipeline decisions: dependencies, parallelism, conditions, caching, and that a run
 //! ends exactly once, on hand-written runs and on random DAGs run by a fake shell.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use corral_api::pipeline::{
     ArtifactRecord, PipelineRun, PipelineRunSpec, PipelineSpec, RunPhase, StepPhase, StepSpec,
@@ -25,6 +25,9 @@ fn step(name: &str, needs: &[&str]) -> StepSpec {
             command: vec!["true".into()],
             ..TaskSpec::default()
         }),
+        with_items: vec![],
+        parallelism: None,
+        iteration_of: None,
     }
 }
 
@@ -333,5 +336,129 @@ proptest! {
         }
         prop_assert_eq!(ended, 1, "the run ends exactly once");
         prop_assert!(r.status.unwrap().phase.is_finished());
+    }
+}
+
+fn fan_out(name: &str, items: usize, parallelism: Option<u32>) -> StepSpec {
+    StepSpec {
+        with_items: (0..items)
+            .map(|i| serde_json::json!(format!("shard-{i}")))
+            .collect(),
+        parallelism,
+        ..step(name, &["prep"])
+    }
+}
+
+#[test]
+fn a_fan_out_runs_once_per_item_with_the_item_in_its_env_and_its_dependents_wait_for_all() {
+    let mut r = run(
+        vec![
+            step("prep", &[]),
+            fan_out("shard", 3, None),
+            step("merge", &["shard"]),
+        ],
+        None,
+    );
+    let mut jobs = BTreeMap::new();
+    let none = BTreeMap::new();
+    r.status = Some(settle(&r, &jobs, &none).status);
+    jobs.insert("prep".to_string(), Observed::Succeeded);
+    let d = settle(&r, &jobs, &none);
+    let created: Vec<&str> = d.create.iter().map(|l| l.step.as_str()).collect();
+    assert_eq!(created, vec!["shard-0", "shard-1", "shard-2"]);
+    for (i, l) in d.create.iter().enumerate() {
+        assert_eq!(l.job.metadata.name, format!("r-shard-{i}"));
+        let env = &l.job.spec.replicas.values().next().unwrap().template.env;
+        let get = |n: &str| {
+            env.iter()
+                .find(|e| e.name == n)
+                .and_then(|e| e.value.clone())
+        };
+        assert_eq!(
+            get("CORRAL_ITEM").as_deref(),
+            Some(format!("shard-{i}").as_str())
+        );
+        assert_eq!(get("CORRAL_ITEM_INDEX"), Some(i.to_string()));
+    }
+    // Each item has its own cache key (its env is part of its job's spec).
+    let keys: BTreeSet<_> = d
+        .status
+        .steps
+        .values()
+        .filter_map(|s| s.cache_key.clone())
+        .collect();
+    assert_eq!(keys.len(), 4, "prep and three distinct shard keys");
+    r.status = Some(d.status);
+    for name in ["shard-0", "shard-2"] {
+        jobs.insert(name.to_string(), Observed::Succeeded);
+    }
+    jobs.insert("shard-1".to_string(), Observed::Active);
+    let d = settle(&r, &jobs, &none);
+    assert!(d.create.is_empty(), "merge waits for every iteration");
+    r.status = Some(d.status);
+    jobs.insert("shard-1".to_string(), Observed::Succeeded);
+    let d = settle(&r, &jobs, &none);
+    let created: Vec<&str> = d.create.iter().map(|l| l.step.as_str()).collect();
+    assert_eq!(created, vec!["merge"]);
+}
+
+#[test]
+fn first_steps_are_what_a_run_starts_with() {
+    let r = run(
+        vec![StepSpec {
+            depends_on: vec![],
+            ..fan_out("shard", 50, Some(8))
+        }],
+        None,
+    );
+    let jobs = corral_core::control::pipeline::first_steps(&r, now());
+    assert_eq!(jobs.len(), 8, "the fan-out's bound");
+    assert_eq!(jobs[0].metadata.name, "r-shard-0");
+}
+
+proptest! {
+    /// A 50-wide fan-out under its own bound and the run's: never more iterations in flight
+    /// than the fan-out allows, never more steps than the run allows, and every item runs
+    /// once.
+    #[test]
+    fn a_fan_out_never_runs_more_than_its_bound(
+        bound in 1u32..10,
+        run_bound in proptest::option::of(1u32..12),
+        outcomes in proptest::collection::vec(0u8..4, 2000),
+    ) {
+        let mut r = run(
+            vec![step("prep", &[]), fan_out("shard", 50, Some(bound)), step("merge", &["shard"])],
+            run_bound,
+        );
+        let mut jobs: BTreeMap<String, Observed> = BTreeMap::new();
+        let mut started: BTreeMap<String, usize> = BTreeMap::new();
+        let mut outcomes = outcomes.into_iter();
+        for _ in 0..400 {
+            let d = settle(&r, &jobs, &BTreeMap::new());
+            for l in &d.create {
+                *started.entry(l.step.clone()).or_default() += 1;
+                jobs.insert(l.step.clone(), Observed::Active);
+            }
+            let running: Vec<&String> = d.status.steps.iter()
+                .filter(|(_, s)| s.phase == StepPhase::Running)
+                .map(|(n, _)| n)
+                .collect();
+            let shards = running.iter().filter(|n| n.starts_with("shard-")).count();
+            prop_assert!(shards <= bound as usize, "{} shards in flight, bound {}", shards, bound);
+            prop_assert!(running.len() <= run_bound.map_or(usize::MAX, |b| b as usize));
+            let finished = d.finished;
+            r.status = Some(d.status);
+            if finished { break; }
+            for (name, o) in jobs.iter_mut() {
+                if *o == Observed::Active && outcomes.next().unwrap_or(1) >= 2 {
+                    *o = Observed::Succeeded;
+                }
+                let _ = name;
+            }
+        }
+        let status = r.status.unwrap();
+        prop_assert_eq!(status.phase, RunPhase::Succeeded);
+        prop_assert_eq!(started.len(), 52);
+        prop_assert!(started.values().all(|n| *n == 1), "an item ran twice");
     }
 }

@@ -121,6 +121,7 @@ fn job(i: usize, spec: &JobSpec, queues: usize) -> JobRequest {
         preemptible: true,
         node_selector: BTreeMap::new(),
         tolerations: Default::default(),
+        elastic: None,
     }
 }
 

@@ -53,6 +53,7 @@ fn job(key: &str, queue: &str, groups: Vec<ReplicaGroup>) -> JobRequest {
         preemptible: true,
         node_selector: BTreeMap::new(),
         tolerations: Default::default(),
+        elastic: None,
     }
 }
 

@@ -34,6 +34,7 @@ fn job(key: &str, groups: Vec<ReplicaGroup>) -> JobRequest {
         preemptible: true,
         node_selector: Default::default(),
         tolerations: Default::default(),
+        elastic: None,
     }
 }
 

@@ -62,6 +62,7 @@ fn job(key: &str, submit: u64, gpus: u32, tput: &[(&str, f64)]) -> JobRequest {
         preemptible: true,
         node_selector: BTreeMap::new(),
         tolerations: Default::default(),
+        elastic: None,
     }
 }
 

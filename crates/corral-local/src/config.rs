@@ -23,6 +23,8 @@
 //!                                       # template sets no terminationGracePeriodSeconds
 //! preemptionProtectionSeconds: 300      # a job admitted less long ago is not preempted;
 //!                                       # a job waiting for it says until when
+//! resizeDwellSeconds: 60                # an elastic job is resized at most once in this
+//!                                       # long (docs/elastic.md)
 //! passEnv: [HTTPS_PROXY]                # server variables replicas may see; otherwise a
 //!                                       # replica sees only PATH, LANG, HOME and TMPDIR
 //!                                       # (its own), the launch contract and its job's env
@@ -149,6 +151,10 @@ pub struct Settings {
     /// so in its reason.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preemption_protection_seconds: Option<u64>,
+    /// An elastic job is resized at most once in this long (default 60; its admission
+    /// counts as a resize), so that sizes do not oscillate. See docs/elastic.md.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resize_dwell_seconds: Option<u64>,
     /// Variables of the server's environment that replicas may see. Replicas see none of
     /// it otherwise, only PATH, LANG, HOME and TMPDIR (their own), the launch contract's
     /// variables and their job's `env`.

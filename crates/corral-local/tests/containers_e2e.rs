@@ -2,7 +2,9 @@
 //! container of the image (its files, entrypoint and working directory), with the launch
 //! contract's env, host networking and a memory limit; a server killed and reopened
 //! re-adopts a running container; delete leaves no container; without a runtime the
-//! documented policy holds (a Warning event, or a refusal at submit).
+//! documented policy holds (a Warning event, or a refusal at submit). A pipeline that the
+//! `kfp` package compiles (Kubeflow Pipelines v2 IR, two container components passing an
+//! artifact) runs as it is, its steps in containers that see their artifacts.
 //!
 //! Needs podman (with runc) and busybox-static: `apt-get install -y podman runc
 //! busybox-static` (.ci/run does). The test image is made locally (`podman import` of
@@ -10,7 +12,7 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -574,6 +576,109 @@ fn top_shows_the_container_and_its_code_snapshot_is_mounted_read_only() {
     );
 }
 
+/// The `kfp` package (pinned: the committed IR is what this version writes) in a uv
+/// environment of its own, made once and kept in the temporary directory between runs.
+fn kfp_python() -> Option<PathBuf> {
+    const KFP: &str = "kfp==2.17.3";
+    let venv = std::env::temp_dir().join("corral-test-kfp-2.17.3");
+    let python = venv.join("bin/python");
+    let works = |p: &Path| {
+        Command::new(p)
+            .args(["-c", "import kfp"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if works(&python) {
+        return Some(python);
+    }
+    let made = Command::new("uv").args(["venv", "-q"]).arg(&venv).status();
+    let installed = made.is_ok_and(|s| s.success())
+        && Command::new("uv")
+            .args(["pip", "install", "-q", "--python"])
+            .arg(&python)
+            .arg(KFP)
+            .status()
+            .is_ok_and(|s| s.success());
+    (installed && works(&python)).then_some(python)
+}
+
+fn a_pipeline_compiled_by_kfp_runs_as_it_is_in_containers() {
+    if image().is_none() {
+        return;
+    }
+    let Some(python) = kfp_python() else {
+        common::prerequisite(
+            false,
+            "uv and the kfp package from PyPI (uv pip install kfp)",
+        );
+        return;
+    };
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../corral-api/tests/fixtures/kfp");
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let compile = |out: &Path, image: &str| {
+        let status = Command::new(&python)
+            .arg(fixtures.join("two_steps.py"))
+            .arg(out)
+            .env("KFP_TEST_IMAGE", image)
+            .status()
+            .expect("python");
+        assert!(status.success(), "kfp did not compile two_steps.py");
+        std::fs::read_to_string(out).expect("compiled")
+    };
+    // What kfp writes is the committed fixture (the converter's unit tests read it).
+    let without_version = |t: &str| {
+        t.lines()
+            .filter(|l| !l.starts_with("sdkVersion:"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let fresh = compile(&tmp.path().join("fresh.yaml"), "busybox");
+    let committed = std::fs::read_to_string(fixtures.join("two_steps.yaml")).expect("fixture");
+    assert_eq!(
+        without_version(&fresh),
+        without_version(&committed),
+        "kfp compiles two_steps.py differently from the committed two_steps.yaml: run \
+         `python3 two_steps.py` there"
+    );
+    // The same pipeline on the image this machine has, submitted as kfp wrote it.
+    let text = compile(&tmp.path().join("local.yaml"), IMAGE);
+    let (mut h, mut c) = Harness::new(WAITS, 32350, "");
+    c.submit(&text, "default", h.now).expect("submit");
+    let runs = c.pipeline_runs(Some("default")).expect("runs");
+    let name = runs
+        .first()
+        .map(|r| r.metadata.name.clone())
+        .expect("a run");
+    assert!(name.starts_with("two-steps-"), "{name}");
+    h.until(&mut c, "the run ended", |c| {
+        c.pipeline_run("default", &name)
+            .ok()
+            .flatten()
+            .and_then(|r| r.status)
+            .is_some_and(|s| s.phase.is_finished())
+    });
+    let run = c
+        .pipeline_run("default", &name)
+        .expect("read")
+        .expect("the run");
+    let status = run.status.expect("status");
+    let consume = log_of(
+        &c,
+        &format!("{name}-consume"),
+        &format!("{name}-consume-worker-0"),
+    );
+    assert_eq!(
+        status.phase,
+        corral_api::pipeline::RunPhase::Succeeded,
+        "{status:?}\n{consume}"
+    );
+    // consume read what produce wrote (its greeting parameter) and counted its bytes.
+    assert!(consume.contains("hello from produce"), "{consume}");
+    let report = &status.steps["consume"].outputs["report"];
+    let count = std::fs::read_to_string(Path::new(&report.path).join("report")).expect("report");
+    assert_eq!(count.trim(), "19", "{report:?}");
+}
+
 fn main() -> std::process::ExitCode {
     common::main(vec![
         (
@@ -591,6 +696,10 @@ fn main() -> std::process::ExitCode {
         (
             "an_image_that_cannot_be_pulled_backs_off_with_the_runtime_words",
             an_image_that_cannot_be_pulled_backs_off_with_the_runtime_words,
+        ),
+        (
+            "a_pipeline_compiled_by_kfp_runs_as_it_is_in_containers",
+            a_pipeline_compiled_by_kfp_runs_as_it_is_in_containers,
         ),
         (
             "the_memory_limit_kills_the_hog_alone",

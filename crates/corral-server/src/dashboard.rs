@@ -45,6 +45,9 @@ static ASSETS: &[Asset] = &[
     asset!("pages.js", "text/javascript; charset=utf-8", false),
     asset!("job.js", "text/javascript; charset=utf-8", false),
     asset!("live.js", "text/javascript; charset=utf-8", false),
+    asset!("runs.js", "text/javascript; charset=utf-8", false),
+    asset!("usage.js", "text/javascript; charset=utf-8", false),
+    asset!("charts.js", "text/javascript; charset=utf-8", false),
     asset!("style.css", "text/css; charset=utf-8", false),
     asset!(
         "vendor/preact-10.29.8.module.js",
@@ -59,6 +62,21 @@ static ASSETS: &[Asset] = &[
     asset!(
         "vendor/htm-3.1.1.module.js",
         "text/javascript; charset=utf-8",
+        true
+    ),
+    asset!(
+        "vendor/dagre-3.1.3.module.js",
+        "text/javascript; charset=utf-8",
+        true
+    ),
+    asset!(
+        "vendor/uplot-1.6.32.module.js",
+        "text/javascript; charset=utf-8",
+        true
+    ),
+    asset!(
+        "vendor/uplot-1.6.32.min.css",
+        "text/css; charset=utf-8",
         true
     ),
 ];

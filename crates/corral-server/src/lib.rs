@@ -25,6 +25,8 @@ pub mod audit;
 pub mod auth;
 pub mod dashboard;
 pub mod error;
+#[cfg(test)]
+mod grafana_check;
 pub mod history;
 pub mod metrics;
 pub mod openapi;

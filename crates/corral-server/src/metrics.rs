@@ -625,7 +625,7 @@ pub fn render(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use corral_core::sched::ResourceAmount;
     use corral_local::cluster::QueuePoolUsage;
@@ -636,7 +636,7 @@ mod tests {
         assert_eq!(ours, names::JOB_STATES);
     }
 
-    fn sample() -> (MetricsSnapshot, Vec<QueueInfo>, Vec<ReplicaUsageRow>) {
+    pub(crate) fn sample() -> (MetricsSnapshot, Vec<QueueInfo>, Vec<ReplicaUsageRow>) {
         let mut m = MetricsSnapshot::default();
         m.jobs
             .entry("team-a".into())
@@ -676,7 +676,7 @@ mod tests {
     }
 
     /// A reading as NVML gave it on an H100 server: GPU 0 runs replica `j-worker-0`.
-    fn h100(index: u32) -> corral_local::gpu::GpuSample {
+    pub(crate) fn h100(index: u32) -> corral_local::gpu::GpuSample {
         corral_local::gpu::GpuSample {
             index,
             uuid: format!("GPU-{index}"),

@@ -30,7 +30,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use corral_api::TrainingJob;
 use corral_api::training_job::{
-    Framework, ReplicaSpec, ReplicaTemplate, Resources, RestartPolicy, Role, TrainingJobSpec,
+    ElasticPolicy, Framework, ReplicaSpec, ReplicaTemplate, Resources, RestartPolicy, Role,
+    TrainingJobSpec,
 };
 use corral_core::control::{
     Change, ControlConfig, ControlPlane, HeldAdmission, JobRecord, SchedulingHints, Settling, Step,
@@ -87,6 +88,10 @@ pub struct CorralPolicy {
     /// The control plane's settings: the defaults, as a cluster with no configuration runs
     /// (the plane always moves jobs in place).
     pub config: ControlConfig,
+    /// Jobs whose trace gives their speed at other sizes ([`SimJob::elastic`]) are submitted
+    /// as elastic PyTorch jobs (`minReplicas..maxReplicas`) that the scheduler sizes: the
+    /// `corral-elastic` row.
+    pub elastic: bool,
 }
 
 fn job_name(job: usize) -> String {
@@ -117,10 +122,12 @@ fn timestamp(s: f64) -> Timestamp {
         .unwrap_or(Timestamp::MAX)
 }
 
-/// The TrainingJob a trace's job becomes: `gpus` one-GPU workers on the types in `types`.
-fn training_job(job: usize, spec: &SimJob, types: Vec<String>) -> TrainingJob {
+/// The TrainingJob a trace's job becomes: `gpus` one-GPU workers on the types in `types`;
+/// with `elastic`, an elastic PyTorch job of its size range (its count the minimum).
+fn training_job(job: usize, spec: &SimJob, types: Vec<String>, elastic: bool) -> TrainingJob {
+    let range = spec.elastic.as_ref().filter(|_| elastic);
     let worker = ReplicaSpec {
-        count: spec.gpus,
+        count: range.map_or(spec.gpus, |e| e.min),
         resources: Resources {
             gpu: 1,
             gpu_types: types,
@@ -136,13 +143,21 @@ fn training_job(job: usize, spec: &SimJob, types: Vec<String>) -> TrainingJob {
     let mut tj = TrainingJob::new(
         &job_name(job),
         TrainingJobSpec {
-            framework: Framework::Generic,
+            framework: if range.is_some() {
+                Framework::PyTorch
+            } else {
+                Framework::Generic
+            },
             replicas: BTreeMap::from([(Role::Worker, Box::new(worker))]),
             run_policy: Default::default(),
             success_policy: None,
             queue: Some(spec.queue.clone()),
             priority_class: None,
-            elastic: None,
+            elastic: range.map(|e| ElasticPolicy {
+                min_replicas: Some(e.min),
+                max_replicas: Some(e.max),
+                ..ElasticPolicy::default()
+            }),
             nproc_per_node: None,
             mpi: None,
             port: None,
@@ -264,7 +279,11 @@ impl CorralPolicy {
 
 impl Policy for CorralPolicy {
     fn name(&self) -> String {
-        "corral".into()
+        if self.elastic {
+            "corral-elastic".into()
+        } else {
+            "corral".into()
+        }
     }
 
     fn init(
@@ -352,7 +371,7 @@ impl Policy for CorralPolicy {
             .collect();
         let allowed = throughput.keys().cloned().collect();
         let record = JobRecord {
-            job: training_job(job, spec, allowed),
+            job: training_job(job, spec, allowed, self.elastic),
             uid: format!("sim-{job}"),
             submitted: ms(spec.arrival_s),
             hints: SchedulingHints {

@@ -133,7 +133,7 @@ pub fn simulate(
         .enumerate()
         .map(|(i, j)| JobProgress {
             held_s_on: vec![0.0; ntypes],
-            unschedulable: !(0..ntypes).any(|t| tput[i][t] > 0.0 && per_type[t] >= j.gpus),
+            unschedulable: !(0..ntypes).any(|t| tput[i][t] > 0.0 && per_type[t] >= j.min_gpus()),
             ..JobProgress::default()
         })
         .collect();
@@ -234,7 +234,7 @@ pub fn simulate(
             }
             seen[p] = true;
             if let Some(nodes) = &a.placement {
-                let ok = nodes.iter().map(|&(_, g)| g).sum::<u32>() == jobs[a.job].gpus
+                let ok = jobs[a.job].runs_with(nodes.iter().map(|&(_, g)| g).sum::<u32>())
                     && nodes.iter().all(|&(n, g)| {
                         n < free.len() && cluster.nodes[n].gpu_type == a.gpu_type && free[n] >= g
                     });
@@ -293,7 +293,12 @@ pub fn simulate(
             st.contention_sum += nactive;
             st.active_rounds += 1;
             let new = new_place[p].take();
-            let gpus = f64::from(jobs[j].gpus);
+            // An elastic job runs with the GPUs of its placement (a resize is a restart).
+            let size = |pl: &Placement| pl.nodes.iter().map(|&(_, g)| g).sum::<u32>();
+            let speed = |pl: &Placement| {
+                let t = pl.gpu_type;
+                jobs[j].speed_with(&cluster.types[t], size(pl), tput[j][t])
+            };
             if let Some(prev) = &st.current
                 && new.as_ref() != Some(prev)
             {
@@ -301,7 +306,8 @@ pub fn simulate(
                 if cfg.checkpoint_s > 0.0 {
                     let kept = (st.seg_run_s / cfg.checkpoint_s).floor() * cfg.checkpoint_s;
                     let lost_s = st.seg_run_s - kept;
-                    let thr = tput[j][prev.gpu_type];
+                    let thr = speed(prev);
+                    let gpus = f64::from(size(prev));
                     st.done_steps = (st.done_steps - lost_s * thr).max(0.0);
                     result.productive_gpu_s -= lost_s * gpus;
                     productive_round -= lost_s * gpus;
@@ -318,7 +324,8 @@ pub fn simulate(
             st.current = new;
             let Some(pl) = &st.current else { continue };
             let t = pl.gpu_type;
-            let thr = tput[j][t];
+            let thr = speed(pl);
+            let gpus = f64::from(size(pl));
             // A restart costs the job's own restart time where the trace gives one (Sia's
             // per-model checkpoint-restore), else the engine's; a first start costs the
             // job's `start_s` (0 unless the trace models it). Unpaid cost carries over to the
@@ -337,7 +344,7 @@ pub fn simulate(
             let cost = st.cost_left_s.min(cfg.round_s);
             st.cost_left_s -= cost;
             running += 1;
-            allocated += jobs[j].gpus;
+            allocated += size(pl);
             let avail = cfg.round_s - cost;
             let need = (jobs[j].steps - st.done_steps).max(0.0) / thr;
             let (busy, prod) = if st.cost_left_s > 0.0 {

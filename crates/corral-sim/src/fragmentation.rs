@@ -338,6 +338,7 @@ impl CorralPlacer {
             preemptible: false,
             node_selector: BTreeMap::new(),
             tolerations: Default::default(),
+            elastic: None,
         };
         let now = (pod.creation_s * 1000.0).round() as u64;
         match self

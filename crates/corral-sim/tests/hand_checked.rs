@@ -17,6 +17,7 @@ fn job(id: usize, arrival: f64, secs: f64) -> SimJob {
         allowed_types: Vec::new(),
         restart_s: None,
         start_s: 0.0,
+        elastic: None,
     }
 }
 
@@ -355,4 +356,54 @@ fn corral_a_job_no_cluster_could_hold_is_reported_unschedulable_not_refused_midw
     assert!(r.states[1].finished_at.is_none());
     assert!((r.states[0].finished_at.unwrap() - 500.0).abs() < 1e-6);
     assert!(p.rejected.is_empty(), "{:?}", p.rejected);
+}
+
+#[test]
+fn corral_elastic_runs_a_job_smaller_beside_another_and_grows_it_back() {
+    // A: 4 GPUs, 4000 steps at 1 step/s per GPU (elastic 1..4); B: 2 GPUs, 200 s, both at
+    // t=0 on one 4-GPU node. Rigid: A runs first; at 900 s it has 3600 GPU-s, the first
+    // least-attained-service level, and B (none) preempts it: B 900..1100, A restarts
+    // (30 s) and ends at 1230 -> average 1165 s.
+    // Elastic: A is admitted at 1 GPU and grows to the 2 B leaves; B runs 0..200; then A
+    // grows to 4 (a restart: 30 s). A has 400 steps by 200 s, 3600 left at 4/s: ~1130 s.
+    let cluster = ClusterSpec::parse_flag("v100:4", 4)
+        .unwrap()
+        .build()
+        .unwrap();
+    let mut a = job(0, 0.0, 4000.0);
+    a.gpus = 4;
+    a.throughput = Throughput::Uniform(4.0);
+    a.elastic = Some(corral_sim::job::Elastic {
+        min: 1,
+        max: 4,
+        speeds: (1..=4)
+            .map(|g| std::collections::BTreeMap::from([("v100".to_string(), f64::from(g))]))
+            .collect(),
+    });
+    let mut b = job(1, 0.0, 200.0);
+    b.gpus = 2;
+    let jobs = vec![a, b];
+    let cfg = EngineConfig {
+        checkpoint_s: 0.0,
+        ..cfg(10.0)
+    };
+    let run = |kind: PolicyKind| {
+        let mut p = kind.build(0);
+        run_policy(&jobs, &cluster, p.as_mut(), &cfg, &mut |_| {})
+            .unwrap()
+            .1
+    };
+    let rigid = run(PolicyKind::Corral);
+    assert!(
+        (rigid.avg_jct_s - 1165.0).abs() < 1e-6,
+        "{}",
+        rigid.avg_jct_s
+    );
+    let elastic = run(PolicyKind::CorralElastic);
+    assert_eq!(elastic.jobs_completed, 2);
+    assert!(
+        (elastic.avg_jct_s - 665.0).abs() <= 20.0,
+        "B at 200 s, A near 1130 s: {}",
+        elastic.avg_jct_s
+    );
 }

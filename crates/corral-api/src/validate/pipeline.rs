@@ -10,7 +10,7 @@ use petgraph::graph::{DiGraph, NodeIndex};
 use super::names::check_meta;
 use super::{ValidationContext, ValidationErrors, check_dns1035_label, unknown_name};
 use crate::pipeline::{
-    GENERATED_SUFFIX_LEN, PipelineRun, Reference, StepSpec, step_job, step_job_name,
+    GENERATED_SUFFIX_LEN, PipelineRun, Reference, StepSpec, iteration_name, step_job, step_job_name,
 };
 use crate::training_job::TrainingJob;
 use crate::validate::validate_training_job;
@@ -132,10 +132,117 @@ pub fn validate_pipeline_run(
         }
         check_step(run, path, exit, &index, &params, ctx, &mut errs);
     }
+    check_fan_outs(run, &index, &mut errs);
     if errs.is_empty() {
         check_acyclic(&spec.steps, &index, &mut errs);
     }
     errs.into_result()
+}
+
+/// Iterations of one fan-out step at most: each is a job of its own.
+pub const MAX_ITEMS: usize = 1000;
+
+/// `withItems` and a step's `parallelism`: a bounded list, iteration names that are free
+/// and valid, and no reference to a fan-out step's outputs (which iteration's would it be?).
+fn check_fan_outs(run: &PipelineRun, index: &BTreeMap<&str, usize>, errs: &mut ValidationErrors) {
+    let spec = &run.spec.pipeline_spec;
+    for (i, step) in spec.steps.iter().enumerate() {
+        let path = format!("{STEPS}[{i}]");
+        if step.with_items.is_empty() {
+            if step.parallelism.is_some() {
+                errs.push(
+                    format!("{path}.parallelism"),
+                    "only a fan-out step (withItems) takes parallelism; the run's bound is \
+                     spec.pipelineSpec.parallelism",
+                );
+            }
+            continue;
+        }
+        if step.with_items.len() > MAX_ITEMS {
+            errs.push(
+                format!("{path}.withItems"),
+                format!(
+                    "has {} items; at most {MAX_ITEMS} (each item is a job of its own)",
+                    step.with_items.len()
+                ),
+            );
+            continue;
+        }
+        if step.parallelism == Some(0) {
+            errs.push(
+                format!("{path}.parallelism"),
+                "must be at least 1 (leave it out for no bound)",
+            );
+        }
+        for n in 0..step.with_items.len() {
+            let name = iteration_name(&step.name, n);
+            if index.contains_key(name.as_str()) {
+                errs.push(
+                    format!("{path}.name"),
+                    format!("its iteration {n} would be named `{name}`, the name of another step"),
+                );
+            }
+        }
+        let last = iteration_name(&step.name, step.with_items.len() - 1);
+        if !run.metadata.name.is_empty()
+            && let Err(e) = check_dns1035_label(&step_job_name(&run.metadata.name, &last))
+        {
+            errs.push(
+                format!("{path}.name"),
+                format!("the job of its last iteration `<run>-<step>-<index>`: {e}"),
+            );
+        }
+    }
+    if spec
+        .on_exit
+        .as_ref()
+        .is_some_and(|e| !e.with_items.is_empty())
+    {
+        errs.push(
+            "spec.pipelineSpec.onExit.withItems",
+            "the exit handler runs once; remove withItems",
+        );
+    }
+    let fan_out = |name: &str| {
+        index
+            .get(name)
+            .is_some_and(|&j| !spec.steps[j].with_items.is_empty())
+    };
+    let readers = spec
+        .steps
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (format!("{STEPS}[{i}]"), s))
+        .chain(
+            spec.on_exit
+                .as_deref()
+                .map(|s| ("spec.pipelineSpec.onExit".to_string(), s)),
+        );
+    for (path, step) in readers {
+        let refs = step
+            .inputs
+            .iter()
+            .map(|(k, r)| (format!("{path}.inputs.{k}"), r))
+            .chain(
+                step.when
+                    .iter()
+                    .enumerate()
+                    .map(|(w, c)| (format!("{path}.when[{w}].value"), &c.value)),
+            );
+        for (at, r) in refs {
+            if let Ok(Reference::Artifact { step: s, .. }) = Reference::parse(r)
+                && fan_out(&s)
+            {
+                errs.push(
+                    at,
+                    format!(
+                        "`{r}` reads an output of fan-out step `{s}`, which has one per item; \
+                         depend on it (dependsOn) and share files another way, or drop withItems"
+                    ),
+                );
+            }
+        }
+    }
 }
 
 fn check_parameters(run: &PipelineRun, errs: &mut ValidationErrors) {

@@ -202,6 +202,19 @@ pub fn describe_text(d: &JobDetails) -> String {
     if let Some(reason) = &d.pending_reason {
         let _ = writeln!(t, "Waiting:     {reason}");
     }
+    if let Some(e) = &d.job.spec.elastic {
+        // The size the scheduler gave the job now (see docs/elastic.md).
+        let now_size = d
+            .admission
+            .as_ref()
+            .map(|a| a.placements.iter().filter(|p| p.role == "worker").count());
+        let range = match (e.min_replicas, e.max_replicas) {
+            (Some(min), Some(max)) => format!("{min}..{max}"),
+            _ => "fixed".to_string(),
+        };
+        let size = now_size.map_or("not admitted".to_string(), |n| format!("{n} workers"));
+        let _ = writeln!(t, "Elastic:     {size} (range {range})");
+    }
     if let Some(a) = &d.admission {
         let gpu = a.gpu_type.as_deref().unwrap_or("no GPU");
         let _ = writeln!(

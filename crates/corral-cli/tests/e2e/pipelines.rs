@@ -2,6 +2,7 @@
 //! data -> train (2-replica PyTorch-style) -> evaluate run passes artifacts and succeeds;
 //! a rerun with the same inputs is all cache hits; a changed parameter reruns exactly the
 //! steps downstream of it; a failing step is retried, then fails the run with its reason;
+//! a 50-wide fan-out keeps to its bound and its dependent waits for every iteration;
 //! a bad run is refused with the field's path and nothing stored; delete takes the steps'
 //! jobs; and `kill -9` of `corral up` mid-run: the finished steps are not run again.
 
@@ -362,16 +363,27 @@ pub(super) fn a_pipeline_run_survives_kill_9_of_the_server() -> TestResult {
 
 /// A 50-wide run with `parallelism: 8`: never more than 8 of its steps' jobs run at once
 /// (by their recorded start and completion times), and every step runs.
-pub(super) fn a_wide_run_never_has_more_steps_in_flight_than_its_parallelism() -> TestResult {
+pub(super) fn a_fan_out_and_a_wide_run_keep_to_their_bounds() -> TestResult {
     let c = TestCluster::start("")?;
     let client = c.client(None);
+    // Ten plain steps beside a 50-wide fan-out bounded at 6, in a run bounded at 8; each
+    // iteration checks the item it was given; `merge` needs every iteration.
     let mut steps = String::new();
-    for i in 0..50 {
+    for i in 0..10 {
         steps.push_str(&format!(
             "      - {{name: s{i}, cache: {{enabled: false}}, task: {{command: [sleep, '0.2'], \
              resources: {{cpu: 10m, memory: 16Mi}}}}}}\n"
         ));
     }
+    let items: Vec<String> = (0..50).map(|i| format!("item-{i}")).collect();
+    steps.push_str(&format!(
+        "      - name: shard\n        withItems: [{}]\n        parallelism: 6\n        \
+         cache: {{enabled: false}}\n        task: {{command: [sh, -c, 'test \"$CORRAL_ITEM\" = \
+         \"item-$CORRAL_ITEM_INDEX\" && sleep 0.2'], resources: {{cpu: 10m, memory: 16Mi}}}}\n\
+         \x20     - {{name: merge, dependsOn: [shard], cache: {{enabled: false}}, \
+         task: {{command: ['true'], resources: {{cpu: 10m, memory: 16Mi}}}}}}\n",
+        items.join(", ")
+    ));
     let run = format!(
         "apiVersion: corral.dev/v1alpha1\nkind: PipelineRun\nmetadata: {{name: wide}}\n\
          spec:\n  pipelineSpec:\n    parallelism: 8\n    steps:\n{steps}"
@@ -379,30 +391,54 @@ pub(super) fn a_wide_run_never_has_more_steps_in_flight_than_its_parallelism() -
     client.submit("default", &run)?;
     let d = wait_for_run(&client, "default", "wide")?;
     check(
-        d.steps.iter().all(|s| s.phase == StepPhase::Succeeded),
+        d.steps.len() == 61 && d.steps.iter().all(|s| s.phase == StepPhase::Succeeded),
         remote::describe_run_text(&d),
     )?;
-    // Each step's job from its start to its end; the most that overlap at one moment.
+    // Each step's job from its start to its end; the most that overlap at one moment, in
+    // all and of the fan-out's iterations.
     let mut edges = Vec::new();
+    let mut shards_end = None;
+    let mut merge_start = None;
     for s in &d.steps {
         let job = client.describe("default", s.job.as_deref().unwrap_or_default())?;
         let status = job.job.status.unwrap_or_default();
         let (Some(start), Some(end)) = (status.start_time, status.completion_time) else {
             return Err(format!("{} has no start or end", s.name).into());
         };
-        edges.push((start, 1i32));
-        edges.push((end, -1i32));
+        let shard = s.name.starts_with("shard-");
+        if shard {
+            shards_end = shards_end.max(Some(end));
+        }
+        if s.name == "merge" {
+            merge_start = Some(start);
+        }
+        edges.push((start, 1i32, shard));
+        edges.push((end, -1i32, shard));
     }
     // Ends before starts at the same instant: a step that ended frees its place.
     edges.sort();
-    let (mut now, mut most) = (0, 0);
-    for (_, delta) in edges {
+    let (mut now, mut most, mut shards, mut most_shards) = (0, 0, 0, 0);
+    for (_, delta, shard) in edges {
         now += delta;
         most = most.max(now);
+        if shard {
+            shards += delta;
+            most_shards = most_shards.max(shards);
+        }
     }
     check(
         (2..=8).contains(&most),
         format!("{most} steps ran at once with parallelism 8"),
+    )?;
+    check(
+        (2..=6).contains(&most_shards),
+        format!("{most_shards} iterations ran at once with the fan-out's parallelism 6"),
+    )?;
+    check(
+        merge_start >= shards_end,
+        format!(
+            "merge started at {merge_start:?}, before the last iteration ended at {shards_end:?}"
+        ),
     )?;
     Ok(())
 }

@@ -106,6 +106,15 @@ impl ControlConfigBuilder {
         self
     }
 
+    /// How long at least between two resizes of one elastic job, where the shell's
+    /// settings say (`None`: the scheduler's default, 60 s).
+    pub fn resize_dwell_seconds(mut self, seconds: Option<u64>) -> Self {
+        if let Some(s) = seconds {
+            self.config.scheduler.resize_dwell_ms = s.saturating_mul(1000);
+        }
+        self
+    }
+
     pub fn priority_classes(mut self, classes: Vec<JobPriorityClass>) -> Self {
         self.config.priority_classes = classes;
         self

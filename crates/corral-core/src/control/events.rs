@@ -43,6 +43,8 @@ pub mod event_reason {
     pub const UNSCHEDULABLE: &str = "Unschedulable";
     pub const PREEMPTED: &str = "Preempted";
     pub const MOVED: &str = "Moved";
+    /// An elastic job grew or shrank (old and new size, why: `sched::Resize`).
+    pub const RESIZED: &str = "Resized";
     pub const REQUEUED: &str = "Requeued";
     pub const RUNNING: &str = "Running";
     pub const RESTARTING: &str = "Restarting";
@@ -60,13 +62,14 @@ pub mod event_reason {
     pub const WAITING_FOR_ROOM: &str = "WaitingForRoom";
 
     /// Every reason above.
-    pub const ALL: [&str; 15] = [
+    pub const ALL: [&str; 16] = [
         ADMITTED,
         ADMISSION_LOST,
         PENDING,
         UNSCHEDULABLE,
         PREEMPTED,
         MOVED,
+        RESIZED,
         REQUEUED,
         RUNNING,
         RESTARTING,

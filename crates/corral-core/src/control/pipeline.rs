@@ -167,6 +167,55 @@ pub fn step_env(
     env
 }
 
+/// A step's job as it is created: every replica given [`step_env`] (its artifacts' places
+/// and its inputs' values), and each reference `$(NAME)` to one of those variables in its
+/// command and args replaced by the value, as Kubernetes expands `$(VAR)` from a
+/// container's environment (a component compiled by Kubeflow Pipelines names its artifacts'
+/// paths so: see `corral_api::kfp`). Other `$(...)` are left as written.
+pub fn step_job_with_artifacts(
+    launch: &StepLaunch,
+    output_dirs: &BTreeMap<String, String>,
+) -> TrainingJob {
+    let env = step_env(&launch.inputs, output_dirs);
+    let mut job = launch.job.clone();
+    for replica in job.spec.replicas.values_mut() {
+        let t = &mut replica.template;
+        for word in t.command.iter_mut().chain(t.args.iter_mut()) {
+            *word = expand_references(word, &env);
+        }
+        for (k, v) in &env {
+            t.env.push(corral_api::training_job::EnvVar::literal(k, v));
+        }
+    }
+    job
+}
+
+/// `$(NAME)` replaced by NAME's value where `vars` has it; everything else as written.
+fn expand_references(word: &str, vars: &[(String, String)]) -> String {
+    let mut out = String::with_capacity(word.len());
+    let mut rest = word;
+    while let Some(at) = rest.find("$(") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 2..];
+        let value = after.find(')').and_then(|end| {
+            let name = &after[..end];
+            vars.iter().find(|(k, _)| k == name).map(|(_, v)| (v, end))
+        });
+        match value {
+            Some((v, end)) => {
+                out.push_str(v);
+                rest = &after[end + 1..];
+            }
+            None => {
+                out.push_str("$(");
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 /// A parameter's value as a step reads it: a string as is, anything else as JSON text.
 fn param_text(v: &serde_json::Value) -> String {
     match v {
@@ -233,7 +282,9 @@ pub fn decide(
     if before.phase.is_finished() {
         return d;
     }
-    let spec = &run.spec.pipeline_spec;
+    // Fan-out steps run as their iterations: from here on, a step is an iteration.
+    let expanded = run.spec.pipeline_spec.expanded();
+    let spec = &expanded;
     let Some(order) = spec.topological_order() else {
         // Validation refuses cycles; a stored one fails rather than waits forever.
         finish(
@@ -291,6 +342,14 @@ pub fn decide(
         .find(|s| d.status.steps.get(&s.name).map(|st| st.phase) == Some(StepPhase::Failed))
         .map(|s| s.name.clone());
     let mut in_flight = count(&d.status, StepPhase::Running);
+    let mut fan_out_running: BTreeMap<String, usize> = BTreeMap::new();
+    for step in &spec.steps {
+        if let Some((fan_out, _)) = &step.iteration_of
+            && d.status.steps.get(&step.name).map(|s| s.phase) == Some(StepPhase::Running)
+        {
+            *fan_out_running.entry(fan_out.clone()).or_default() += 1;
+        }
+    }
     // Then the steps that wait, in order: a step decided here is seen by those after it.
     for i in &order {
         let step = &spec.steps[*i];
@@ -379,6 +438,14 @@ pub fn decide(
         }
         if in_flight >= limit {
             continue;
+        }
+        // A fan-out's own bound: its iterations in flight.
+        if let Some((fan_out, bound)) = &step.iteration_of {
+            let running = fan_out_running.entry(fan_out.clone()).or_default();
+            if *running >= bound.map_or(usize::MAX, |b| b as usize) {
+                continue;
+            }
+            *running += 1;
         }
         in_flight += 1;
         let job = step_job(&run.metadata, step);
@@ -609,10 +676,31 @@ fn conditions(
     Ok(None)
 }
 
+/// The jobs a run starts with, as [`decide`] starts them on a cache that holds nothing:
+/// the steps that need no other and whose conditions hold, within the run's and each
+/// fan-out's bound. What `corral plan` places.
+pub fn first_steps(run: &PipelineRun, now: Timestamp) -> Vec<TrainingJob> {
+    let mut facts = Facts::default();
+    // Each round answers what the last one asked; the root steps read no artifact.
+    for _ in 0..4 {
+        let d = decide(run, &BTreeMap::new(), &facts, now);
+        if d.wants.is_empty() {
+            return d.create.into_iter().map(|l| l.job).collect();
+        }
+        for key in d.wants.lookup {
+            facts.cache.insert(key, None);
+        }
+        if !d.wants.hash.is_empty() || !d.wants.read.is_empty() {
+            break;
+        }
+    }
+    Vec::new()
+}
+
 /// Every step's phase in the run's order, with the steps it needs, the exit handler last:
 /// what `describe` draws.
 pub fn listing(run: &PipelineRun) -> Vec<(String, StepPhase, Vec<String>)> {
-    let spec = &run.spec.pipeline_spec;
+    let spec = &run.spec.pipeline_spec.expanded();
     let order = spec
         .topological_order()
         .unwrap_or_else(|| (0..spec.steps.len()).collect());
@@ -641,6 +729,7 @@ pub fn listing(run: &PipelineRun) -> Vec<(String, StepPhase, Vec<String>)> {
 pub fn step_names(run: &PipelineRun) -> BTreeSet<String> {
     run.spec
         .pipeline_spec
+        .expanded()
         .steps
         .iter()
         .map(|s| s.name.clone())
@@ -665,4 +754,23 @@ pub fn step_jobs(run: &PipelineRun) -> Vec<String> {
         .flat_map(|s| s.steps.values())
         .filter_map(|st| st.job.clone())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn references_to_the_step_variables_expand_and_nothing_else() {
+        let vars = vec![
+            ("CORRAL_OUTPUT_DATA".to_string(), "/a/out".to_string()),
+            ("CORRAL_INPUT_N".to_string(), "3".to_string()),
+        ];
+        let x = |w: &str| super::expand_references(w, &vars);
+        assert_eq!(x("$(CORRAL_OUTPUT_DATA)/data"), "/a/out/data");
+        assert_eq!(x("n=$(CORRAL_INPUT_N),$(CORRAL_INPUT_N)"), "n=3,3");
+        assert_eq!(
+            x("$(dirname \"$1\") $(HOME) $( $$"),
+            "$(dirname \"$1\") $(HOME) $( $$"
+        );
+        assert_eq!(x("$(CORRAL_INPUT_N"), "$(CORRAL_INPUT_N");
+    }
 }

@@ -124,6 +124,11 @@ pub(super) fn pytorch(ctx: &Ctx<'_>, env: &mut Env) -> Result<(), LaunchError> {
                     .to_string(),
             };
             env.set("PET_NNODES", nnodes);
+            // Corral resizes elastic jobs while they run. torch >= 2.4 shares the rendezvous
+            // store with the workers and keeps the first round's bootstrap address, so that
+            // agents joining a later round wait for a MASTER_ADDR nobody writes (the group
+            // never grows); not sharing it makes every round publish its own.
+            env.set("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1");
             if let Some(r) = e.max_restarts {
                 env.set("PET_MAX_RESTARTS", r.to_string());
             }

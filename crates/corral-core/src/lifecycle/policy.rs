@@ -126,7 +126,7 @@ pub fn elastic_role(spec: &TrainingJobSpec) -> Option<Role> {
 }
 
 /// Elastic bounds of the worker count (after defaults).
-fn elastic_bounds(spec: &TrainingJobSpec) -> (u32, u32) {
+pub fn elastic_bounds(spec: &TrainingJobSpec) -> (u32, u32) {
     let count = spec.replicas.get(&Role::Worker).map_or(0, |r| r.count);
     let e = spec.elastic.as_ref();
     let min = e.and_then(|e| e.min_replicas).unwrap_or(count);
@@ -179,8 +179,9 @@ pub fn desired(
 
 /// Whether the job has succeeded, judged on the current incarnations of the replicas it
 /// runs. Kubeflow's rules: TF chief (or worker 0 without a chief; every worker under
-/// `AllWorkers`); PyTorch and XGBoost master; MPI launcher; JAX and generic: every replica.
-/// Without the deciding role, every replica must succeed.
+/// `AllWorkers`); PyTorch and XGBoost master (elastic PyTorch without one: worker 0, the
+/// rendezvous host); MPI launcher; JAX and generic: every replica. Without the deciding
+/// role, every replica must succeed.
 pub fn succeeded(
     spec: &TrainingJobSpec,
     desired: &BTreeMap<ReplicaId, ReplicaPlacement>,
@@ -207,6 +208,9 @@ pub fn succeeded(
             }
         }
         Framework::PyTorch | Framework::XGBoost if has(Role::Master) => first(Role::Master),
+        // Elastic torchrun: worker 0 hosts the rendezvous; once its agent has finished, the
+        // group is done and a worker that joined later could never meet anyone.
+        Framework::PyTorch if spec.elastic.is_some() => first(Role::Worker),
         Framework::Mpi if has(Role::Launcher) => first(Role::Launcher),
         _ => all(),
     }

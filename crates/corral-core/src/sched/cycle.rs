@@ -5,6 +5,7 @@ use std::collections::{BTreeSet, BinaryHeap, HashMap};
 
 use corral_api::gpu_type;
 
+use super::elastic::{self, ElasticState};
 use super::explain::{Blocker, Needs, PendingReason, TaintBlock};
 use super::fit::{self, Gang, Judgement};
 use super::index::{ClusterIndex, NO_POOL, NodeFilter, PodRequest};
@@ -52,6 +53,8 @@ pub(crate) struct JobEntry {
     pub needs: Needs,
     pub running: Option<RunningState>,
     pub last_preempted_at: Option<Millis>,
+    /// The elastic range and last resize of an elastic job (see [`elastic`]).
+    pub elastic: Option<ElasticState>,
 }
 
 impl JobEntry {
@@ -97,12 +100,17 @@ pub struct Scheduler {
     pub(crate) cycle_no: u64,
     /// Queues over their budget (by queue index), with the blocker their jobs wait on.
     over_budget: HashMap<u32, Blocker>,
+    /// Slots of elastic jobs (pending or running), for growth and shrink.
+    pub(crate) elastic_jobs: BTreeSet<u32>,
 }
 
 /// Per-cycle bookkeeping.
 pub(crate) struct CycleBudget {
     pub preemption_searches_left: u32,
     pub reservations_left: Vec<u32>,
+    /// Whether elastic jobs may be shrunk for pending ones (a full cycle, whose outcome
+    /// carries resizes).
+    pub may_resize: bool,
 }
 
 impl Scheduler {
@@ -128,6 +136,7 @@ impl Scheduler {
             gpu_pools,
             cycle_no: 0,
             over_budget: HashMap::new(),
+            elastic_jobs: BTreeSet::new(),
         };
         for r in &snapshot.running {
             s.add_running(r)?;
@@ -136,7 +145,7 @@ impl Scheduler {
     }
 
     fn add_running(&mut self, r: &RunningJob) -> Result<(), SchedError> {
-        let slot = self.insert_entry(r.request.clone())?;
+        let slot = self.insert_entry(elastic::at_placed(r.request.clone(), &r.placements))?;
         // A job admitted before its queue stopped admitting its namespace still spends the
         // queue's quota while it runs (it is not admitted again once it stops).
         if self.entry(slot).queue.is_none()
@@ -213,7 +222,7 @@ impl Scheduler {
 
     /// Adds a pending job. It is considered from the next cycle (or by [`try_admit`]).
     pub fn submit(&mut self, job: JobRequest) -> Result<(), SchedError> {
-        self.insert_entry(job).map(|_| ())
+        self.insert_entry(elastic::at_min(job)).map(|_| ())
     }
 
     /// Why `job` could never be admitted on this cluster, even empty (what its reason
@@ -313,6 +322,7 @@ impl Scheduler {
                 }
             }
             self.by_key.remove(&e.req.key);
+            self.elastic_jobs.remove(&slot);
             self.free_slots.push(slot);
         }
     }
@@ -334,7 +344,9 @@ impl Scheduler {
                 message: format!("{replicas} in all; at most {MAX_REPLICAS_PER_JOB} per job"),
             });
         }
+        let elastic = elastic::state_of(&req)?;
         let mut entry = self.prepare(req);
+        entry.elastic = elastic;
         if entry.total[0] > 0 && !entry.pools.is_empty() && entry.pools.len() < self.gpu_pools {
             entry.pinned_milli = entry.total[0].saturating_mul(1000) / entry.pools.len() as u64;
             for &(pi, _) in &entry.pools {
@@ -352,6 +364,9 @@ impl Scheduler {
             }
         };
         self.by_key.insert(self.entry(slot).req.key.clone(), slot);
+        if self.entry(slot).elastic.is_some() {
+            self.elastic_jobs.insert(slot);
+        }
         Ok(slot)
     }
 
@@ -374,19 +389,7 @@ impl Scheduler {
             total,
             ..
         } = gang;
-        let mut pods_gpus = Vec::new();
-        for (count, pod) in &groups {
-            for _ in 0..*count {
-                pods_gpus.push(pod.gpu);
-            }
-        }
-        let mut distinct: Vec<u32> = pods_gpus.iter().copied().filter(|&g| g > 0).collect();
-        distinct.sort_unstable();
-        distinct.dedup();
-        let gpu_slots: Vec<(u32, u64)> = distinct
-            .iter()
-            .map(|&g| (g, pods_gpus.iter().map(|&p| u64::from(p / g)).sum()))
-            .collect();
+        let (pods_gpus, gpu_slots) = elastic::gpu_slots(&groups);
         let existing: Vec<&str> = self
             .index
             .pools
@@ -458,6 +461,7 @@ impl Scheduler {
             needs,
             running: None,
             last_preempted_at: None,
+            elastic: None,
         }
     }
 
@@ -471,6 +475,7 @@ impl Scheduler {
         let mut budget = CycleBudget {
             preemption_searches_left: self.config.max_preemption_attempts,
             reservations_left: vec![self.config.reservations_per_pool; self.index.pools.len()],
+            may_resize: true,
         };
         let mut per_queue: Vec<Vec<u32>> = vec![Vec::new(); self.quotas.queues.len()];
         for (slot, e) in self.jobs.iter().enumerate() {
@@ -539,6 +544,8 @@ impl Scheduler {
             }
         }
         self.rebalance(now, &mut budget, &mut out);
+        self.grow_elastic(now, &mut out);
+        self.settle_resizes(&mut out);
         out.counters.admitted = out.admitted.len() as u64;
         out.counters.preempted = out.preempted.len() as u64;
         out.counters.pending = out.pending.len() as u64;
@@ -549,10 +556,11 @@ impl Scheduler {
     /// the reservations of the last cycle (so it cannot delay a blocked gang). It may
     /// preempt, under the same rules as a cycle.
     pub fn try_admit(&mut self, job: JobRequest, now: Millis) -> Result<Decision, SchedError> {
-        let slot = self.insert_entry(job)?;
+        let slot = self.insert_entry(elastic::at_min(job))?;
         let mut budget = CycleBudget {
             preemption_searches_left: 1,
             reservations_left: vec![0; self.index.pools.len()],
+            may_resize: false,
         };
         let mut out = CycleOutcome::default();
         self.attempt(slot, now, &mut budget, &mut out);
@@ -666,6 +674,16 @@ impl Scheduler {
             }
             if let Err(b) = quota {
                 blockers.push(*b);
+            }
+        }
+        // Shrinking elastic jobs comes before preempting any whole gang.
+        for &(pool, _) in &candidates {
+            if let Some((allocs, resizes)) = self.shrink_for(slot, pool, now, budget) {
+                let admission = self.admit(slot, pool, allocs, now);
+                out.counters.pods_placed += admission.placements.len() as u64;
+                out.admitted.push(admission);
+                out.resized.extend(resizes);
+                return;
             }
         }
         if budget.preemption_searches_left > 0 {
@@ -784,6 +802,7 @@ impl Scheduler {
     /// Records a job as running and charges its queue (snapshot jobs and admissions).
     fn mark_running(&mut self, slot: u32, pool: u16, allocs: Vec<Alloc>, now: Millis) {
         let cycle = self.cycle_no;
+        self.mark_resized(slot, now);
         self.reinstate(
             slot,
             RunningState {

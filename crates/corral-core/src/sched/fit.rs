@@ -421,6 +421,14 @@ pub(crate) fn never_fits(
     quotas: &Quotas,
     req: &JobRequest,
 ) -> Option<PendingReason> {
+    // An elastic job is judged at its minimum: the size it is admitted at.
+    let at_min;
+    let req = if req.elastic.is_some() {
+        at_min = super::elastic::at_min(req.clone());
+        &at_min
+    } else {
+        req
+    };
     // The scheduler refuses an empty job on its own terms.
     if req.groups.iter().all(|g| g.count == 0) {
         return None;

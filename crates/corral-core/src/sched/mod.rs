@@ -52,6 +52,7 @@
 //!   are remade every cycle from the highest-ranked blocked gangs.
 
 mod cycle;
+pub mod elastic;
 pub(crate) mod explain;
 mod fit;
 mod from_api;
@@ -74,11 +75,12 @@ pub use explain::{
 pub use fit::ClusterFit;
 pub use from_api::{known_gpu_speed, known_gpu_speeds, priority_of};
 pub use model::{
-    ClusterSnapshot, JobRequest, Millis, Node, NodeAllocation, NodePoolConfig, PoolQuota,
-    QueueConfig, ReplicaGroup, ResourceAmount, RunningJob, SchedError, SchedulerConfig,
+    ClusterSnapshot, ElasticRange, JobRequest, Millis, Node, NodeAllocation, NodePoolConfig,
+    PoolQuota, QueueConfig, ReplicaGroup, ResourceAmount, RunningJob, SchedError, SchedulerConfig,
 };
 pub use outcome::{
     Admission, CycleCounters, CycleOutcome, Decision, PendingJob, Preemption, ReplicaPlacement,
+    Resize, ResizeReason,
 };
 pub use pools::pools_without_nodes;
 pub use taint::{

@@ -243,6 +243,21 @@ pub struct JobRequest {
     /// nothing); the scheduler uses what every role with replicas tolerates.
     #[serde(default)]
     pub tolerations: JobTolerations,
+    /// The group whose replica count the scheduler may move (elastic PyTorch workers); the
+    /// group's `count` is then ignored on submit: the job is admitted at `min` and grows
+    /// (see [`super::elastic`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub elastic: Option<ElasticRange>,
+}
+
+/// The replicas of one group an elastic job may run with: `min..=max` (torchrun's
+/// `--nnodes=min:max`). Replica 0 of the group hosts the rendezvous and is never removed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ElasticRange {
+    pub role: String,
+    pub min: u32,
+    pub max: u32,
 }
 
 /// A job admitted earlier and where its replicas run.
@@ -288,6 +303,9 @@ pub struct SchedulerConfig {
     /// and listed in [`CycleOutcome::moved`](super::CycleOutcome::moved). Otherwise it goes
     /// back to pending like any preempted job and is placed again by a later cycle.
     pub move_in_place: bool,
+    /// An elastic job is resized at most once in this long (its admission counts as a
+    /// resize): sizes cannot oscillate faster than this (see [`super::elastic`]).
+    pub resize_dwell_ms: Millis,
 }
 
 impl Default for SchedulerConfig {
@@ -302,6 +320,7 @@ impl Default for SchedulerConfig {
             service_level_ratio: 4.0,
             rebalance_min_speedup: 1.3,
             move_in_place: false,
+            resize_dwell_ms: 60_000,
         }
     }
 }
@@ -450,10 +469,11 @@ impl JobRequest {
             preemptible: true,
             node_selector: BTreeMap::new(),
             tolerations: JobTolerations::new(),
+            elastic: elastic_range(job),
         })
     }
 
-    /// GPUs the whole gang needs.
+    /// GPUs the whole gang needs (an elastic job at the size its groups say).
     pub fn total_gpus(&self) -> u64 {
         self.groups
             .iter()
@@ -465,4 +485,16 @@ impl JobRequest {
     pub fn total_replicas(&self) -> u64 {
         self.groups.iter().map(|g| u64::from(g.count)).sum()
     }
+}
+
+/// The elastic range of a TrainingJob, by the lifecycle's rules (the worker role of an
+/// elastic PyTorch job; bounds default to the worker count).
+fn elastic_range(job: &corral_api::TrainingJob) -> Option<ElasticRange> {
+    let role = crate::lifecycle::policy::elastic_role(&job.spec)?;
+    let (min, max) = crate::lifecycle::policy::elastic_bounds(&job.spec);
+    Some(ElasticRange {
+        role: role.as_str().to_string(),
+        min,
+        max,
+    })
 }

@@ -75,6 +75,48 @@ pub struct CycleOutcome {
     /// the preemption as usual and forgets the job (`finish`), which frees this placement.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub moved: Vec<Admission>,
+    /// Running elastic jobs whose size changed (see [`super::elastic`]): each stays
+    /// admitted at its new placement, whose replicas of the elastic group are `0..to`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resized: Vec<Resize>,
+}
+
+/// A running elastic job changes size: the replicas of its elastic group are now `0..to`
+/// (the others keep their placements; replica 0 never moves).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Resize {
+    /// The job's whole admission at its new size.
+    pub admission: Admission,
+    pub role: String,
+    pub from: u32,
+    pub to: u32,
+    pub reason: ResizeReason,
+}
+
+/// Why an elastic job changed size.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "kind")]
+pub enum ResizeReason {
+    /// Free capacity no pending job could use.
+    Grew,
+    /// A pending job of equal or higher priority needed the room (`job`, its key).
+    ShrankFor { job: String, priority: i32 },
+}
+
+impl std::fmt::Display for Resize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Resize { role, from, to, .. } = self;
+        match &self.reason {
+            ResizeReason::Grew => {
+                write!(f, "grew from {from} to {to} {role} replicas into free GPUs")
+            }
+            ResizeReason::ShrankFor { job, priority } => write!(
+                f,
+                "shrank from {from} to {to} {role} replicas to make room for {job} (priority {priority})"
+            ),
+        }
+    }
 }
 
 /// The decision for one job on the single-job fast path.

@@ -223,6 +223,7 @@ pub fn job(rng: &mut Rng, i: usize, spec: &WorkloadSpec) -> JobRequest {
         preemptible: true,
         node_selector: BTreeMap::new(),
         tolerations: Default::default(),
+        elastic: None,
     }
 }
 

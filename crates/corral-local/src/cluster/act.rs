@@ -513,6 +513,12 @@ impl Cluster {
         let Some(mut process) = process else {
             return Ok(None);
         };
+        // In a container, the namespace's pipeline artifacts are where its environment
+        // says (a step's inputs and outputs are directories under it).
+        let artifacts = crate::artifacts::root(&self.config.data_dir).join(&stored.namespace);
+        if process.container.is_some() && artifacts.is_dir() {
+            process.mounts.push(artifacts);
+        }
         match self.tenancy.identity(&self.store, &stored.namespace) {
             Ok(who) => process.run_as = who.map(Into::into),
             Err(e) => {
@@ -847,5 +853,6 @@ fn process_spec(
             }),
         python: rspec.template.python.clone(),
         run_as: None,
+        mounts: Vec::new(),
     })
 }

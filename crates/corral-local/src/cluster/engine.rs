@@ -80,11 +80,25 @@ pub(super) fn summary(j: &StoredJob) -> JobSummary {
         queue: spec.queue_name().to_string(),
         state: state_of(j),
         replicas_ready: status.map_or(0, ready_replicas),
-        replicas_total: u32::try_from(spec.total_replicas()).unwrap_or(u32::MAX),
+        replicas_total: u32::try_from(replicas_total(spec)).unwrap_or(u32::MAX),
         gpus: spec.total_gpus(),
         created: timestamp(j.submitted_ms),
         restarts: status.map_or(0, |s| s.restart_count),
         preemptions: status.map_or(0, |s| s.preemption_count),
+    }
+}
+
+/// Replicas the job may run at once: an elastic job counts its role at its maximum, so that
+/// `list` reads "1/3" for one worker of up to three.
+fn replicas_total(spec: &corral_api::TrainingJobSpec) -> u64 {
+    let total = spec.total_replicas();
+    match lifecycle::policy::elastic_role(spec) {
+        Some(role) => {
+            let count = spec.replicas.get(&role).map_or(0, |r| r.count);
+            let (_, max) = lifecycle::policy::elastic_bounds(spec);
+            total - u64::from(count) + u64::from(max)
+        }
+        None => total,
     }
 }
 
@@ -280,8 +294,13 @@ impl Cluster {
         self.start_gate = None;
         decided?;
         // Pipelines after the plane's step: a step that just ended is seen in this pass, and
-        // the jobs of the steps it starts are admitted in the next.
-        self.advance_pipelines(now, &mut report);
+        // the jobs of the steps it starts are admitted and started in this pass too (one
+        // step of the plane more), not a pass later.
+        if self.advance_pipelines(now, &mut report) > 0 {
+            let decided = self.decide_and_act(now, &mut report);
+            self.start_gate = None;
+            decided?;
+        }
         self.release_idle_ports()?;
         // After the starts: removing ended replicas' cgroups is not on the way from one
         // job's exit to the next one's start.

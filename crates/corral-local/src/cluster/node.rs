@@ -46,6 +46,7 @@ pub fn control_config(file: &ClusterFileConfig, node: &Node) -> ControlConfig {
     ControlConfig::builder(Platform::Processes)
         .gpu_types(node.gpu_type.iter().map(String::as_str))
         .preemption_protection_seconds(settings.preemption_protection_seconds)
+        .resize_dwell_seconds(settings.resize_dwell_seconds)
         .grace_period(settings.grace_period_seconds.map(Duration::from_secs))
         .priority_classes(file.priority_classes.clone())
         .queues(&file.queues)

@@ -13,11 +13,10 @@ use std::collections::BTreeMap;
 
 use corral_api::PipelineRun;
 use corral_api::pipeline::{ArtifactRecord, StepPhase};
-use corral_api::training_job::EnvVar;
 use corral_core::control::EventType;
 use corral_core::control::pipeline::{
-    Decision, Facts, Observed, Recorded, StepLaunch, Wants, decide, listing, observe_job, step_env,
-    step_jobs, watched_jobs,
+    Decision, Facts, Observed, Recorded, StepLaunch, Wants, decide, listing, observe_job,
+    step_job_with_artifacts, step_jobs, watched_jobs,
 };
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
@@ -74,7 +73,7 @@ pub(super) fn generated_name(prefix: &str) -> String {
 /// Rounds of gathering facts for one decision at most: each round answers at least one
 /// step, so a run needs no more than a few per step.
 fn max_rounds(run: &PipelineRun) -> usize {
-    4 * run.spec.pipeline_spec.steps.len() + 4
+    4 * run.spec.pipeline_spec.step_count() + 4
 }
 
 impl Cluster {
@@ -129,7 +128,7 @@ impl Cluster {
                 "Submitted",
                 format!(
                     "pipeline run of {} steps",
-                    run.spec.pipeline_spec.steps.len()
+                    run.spec.pipeline_spec.step_count()
                 ),
             );
             out.push(SubmitResult {
@@ -149,27 +148,32 @@ impl Cluster {
     /// Advances every run that has not ended (see the module docs). A run that cannot be
     /// advanced now (its artifacts unreadable, the store busy) is reported and tried again
     /// next pass; it holds up neither the other runs nor the rest of the pass.
-    pub(super) fn advance_pipelines(&mut self, now: Timestamp, report: &mut TickReport) {
+    /// Returns how many step jobs it created.
+    pub(super) fn advance_pipelines(&mut self, now: Timestamp, report: &mut TickReport) -> usize {
         let runs = match self.store.active_runs() {
             Ok(runs) => runs,
             Err(e) => {
                 report.errors.push(format!("reading pipeline runs: {e}"));
-                return;
+                return 0;
             }
         };
+        let mut created = 0;
         for stored in runs {
             let name = format!(
                 "{}/{}",
                 stored.run.metadata.namespace_or_default(),
                 stored.run.metadata.name
             );
-            if let Err(e) = self.advance_run(stored, now) {
-                report.errors.push(format!("pipeline run {name}: {e}"));
+            match self.advance_run(stored, now) {
+                Ok(n) => created += n,
+                Err(e) => report.errors.push(format!("pipeline run {name}: {e}")),
             }
         }
+        created
     }
 
-    fn advance_run(&mut self, stored: StoredRun, now: Timestamp) -> Result<(), ClusterError> {
+    /// Returns how many step jobs it created.
+    fn advance_run(&mut self, stored: StoredRun, now: Timestamp) -> Result<usize, ClusterError> {
         let StoredRun { uid, mut run } = stored;
         let namespace = run.metadata.namespace_or_default().to_string();
         let original = run.status.clone().unwrap_or_default();
@@ -181,7 +185,7 @@ impl Cluster {
         let mut facts = Facts::default();
         let first = self.decision(&run, &jobs, &mut facts, now)?;
         if first.is_empty(&original) {
-            return Ok(());
+            return Ok(0);
         }
         let mut created: Vec<Inserted> = Vec::new();
         let mut records = Vec::new();
@@ -246,10 +250,11 @@ impl Cluster {
             let _ = self.plane.settle(now);
             return Err(e);
         }
+        let count = created.len();
         for inserted in created {
             self.cache_submitted(inserted);
         }
-        Ok(())
+        Ok(count)
     }
 
     /// The run's new status and the results it records for the cache, with lineage.
@@ -360,13 +365,7 @@ impl Cluster {
             .into_iter()
             .map(|(n, p)| (n, p.to_string_lossy().into_owned()))
             .collect();
-        let env = step_env(&launch.inputs, &dirs);
-        let mut job = launch.job;
-        for replica in job.spec.replicas.values_mut() {
-            for (k, v) in &env {
-                replica.template.env.push(EnvVar::literal(k, v));
-            }
-        }
+        let mut job = step_job_with_artifacts(&launch, &dirs);
         let code_dir = code.as_ref().map(|digest| {
             job.metadata
                 .annotations

@@ -223,6 +223,8 @@ pub struct RunOptions<'a> {
     /// The tenant's uid and gid: the container's processes run as them (`--user`), as a
     /// host replica of the namespace does.
     pub run_as: Option<super::RunAs>,
+    /// More host directories, each mounted read-write at the same path.
+    pub mounts: &'a [PathBuf],
 }
 
 /// The whole command line of `<runtime> run` for one replica.
@@ -259,6 +261,10 @@ pub fn run_args(
     a.push("--volume".into());
     let dir = opts.replica_dir.display();
     a.push(format!("{dir}:{dir}"));
+    for m in opts.mounts {
+        a.push("--volume".into());
+        a.push(format!("{}:{}", m.display(), m.display()));
+    }
     if let Some(parent) = &opts.cgroup_parent {
         a.push("--cgroup-parent".into());
         a.push(parent.clone());
@@ -603,6 +609,7 @@ mod tests {
             memory_bytes: Some(64 << 20),
             gpu_indices: gpus,
             run_as: None,
+            mounts: &[],
         }
     }
 

@@ -43,6 +43,9 @@ pub struct ReplicaProcessSpec {
     /// The uid and gid its namespace's replicas run under (see [`crate::tenancy`]); `None`:
     /// the server's own.
     pub run_as: Option<RunAs>,
+    /// Host directories a container sees at the same path, read-write (its namespace's
+    /// pipeline artifacts, whose paths its environment names). Unused outside a container.
+    pub mounts: Vec<PathBuf>,
 }
 
 /// A tenant's identity, as the shim applies it.

@@ -346,6 +346,7 @@ impl LocalExecutor {
                         multiline_env,
                         working_dir: spec.working_dir.as_deref(),
                         code: spec.code.as_deref(),
+                        mounts: &spec.mounts,
                         cgroup_parent: cgroup.as_ref().and_then(CgroupRef::hierarchy_path),
                         cpu_milli: spec.cpu_milli,
                         memory_bytes: spec.memory_bytes,

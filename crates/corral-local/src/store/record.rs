@@ -32,8 +32,8 @@
 use std::collections::BTreeMap;
 
 use corral_core::sched::{
-    JobRequest, JobTolerations, ReplicaGroup, ReplicaPlacement, RunningJob, Taint, TaintEffect,
-    Toleration, TolerationOperator,
+    ElasticRange, JobRequest, JobTolerations, ReplicaGroup, ReplicaPlacement, RunningJob, Taint,
+    TaintEffect, Toleration, TolerationOperator,
 };
 use serde::{Deserialize, Serialize};
 
@@ -87,6 +87,18 @@ pub(super) struct RequestRecord {
     /// (which expects a list) still reads every record without them.
     #[serde(default, skip_serializing_if = "TolerationsRecord::is_empty")]
     pub tolerations: TolerationsRecord,
+    /// An elastic job's range; written only for elastic jobs (older readers ignore it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub elastic: Option<ElasticRecord>,
+}
+
+/// An elastic job's range as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct ElasticRecord {
+    pub role: String,
+    pub min: u32,
+    pub max: u32,
 }
 
 /// A job's tolerations as stored.
@@ -335,6 +347,7 @@ impl From<&JobRequest> for RequestRecord {
             preemptible,
             node_selector,
             tolerations,
+            elastic,
         } = r;
         RequestRecord {
             key: key.clone(),
@@ -356,6 +369,11 @@ impl From<&JobRequest> for RequestRecord {
                     })
                     .collect(),
             ),
+            elastic: elastic.as_ref().map(|e| ElasticRecord {
+                role: e.role.clone(),
+                min: e.min,
+                max: e.max,
+            }),
         }
     }
 }
@@ -373,6 +391,11 @@ impl From<RequestRecord> for JobRequest {
             preemptible: r.preemptible,
             node_selector: r.node_selector,
             tolerations,
+            elastic: r.elastic.map(|e| ElasticRange {
+                role: e.role,
+                min: e.min,
+                max: e.max,
+            }),
         }
     }
 }
@@ -476,6 +499,7 @@ mod tests {
                         ],
                     )]
                     .into(),
+                    elastic: None,
                 },
                 placements: vec![
                     ReplicaPlacement {

@@ -6,6 +6,8 @@ import htm from "htm";
 import { api, connect, store, token, useStore } from "./live.js";
 import { Jobs, Nodes, Overview, Queues } from "./pages.js";
 import { Job } from "./job.js";
+import { Run, Runs } from "./runs.js";
+import { Usage } from "./usage.js";
 
 const html = htm.bind(h);
 
@@ -45,6 +47,8 @@ const NAV = [
   ["queues", "Queues"],
   ["jobs", "Jobs"],
   ["nodes", "Nodes"],
+  ["runs", "Pipelines"],
+  ["usage", "Usage"],
 ];
 
 function App() {
@@ -69,6 +73,9 @@ function App() {
   else if (r[0] === "jobs" && r.length >= 3) page = html`<${Job} namespace=${r[1]} name=${r[2]} />`;
   else if (r[0] === "jobs") page = html`<${Jobs} />`;
   else if (r[0] === "nodes") page = html`<${Nodes} />`;
+  else if (r[0] === "runs" && r.length >= 3) page = html`<${Run} namespace=${r[1]} name=${r[2]} />`;
+  else if (r[0] === "runs") page = html`<${Runs} />`;
+  else if (r[0] === "usage") page = html`<${Usage} />`;
   else page = html`<${Overview} />`;
   const signOut = () => {
     token.clear();

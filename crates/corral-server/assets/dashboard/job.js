@@ -5,6 +5,7 @@ import { useEffect, useRef, useState } from "preact/hooks";
 import htm from "htm";
 import { api, token, useLive } from "./live.js";
 import { ErrorLine, Events, State, age } from "./pages.js";
+import { Chart, aligned, cores, lastHour, mib, percent, spanOf, useEvery } from "./charts.js";
 
 const html = htm.bind(h);
 
@@ -101,6 +102,27 @@ function duration(secs) {
   return `${Math.floor(secs / 86400)}d`;
 }
 
+// Each replica's CPU, memory and GPU over the last hour, from the server's history (one
+// reading a minute); looked at again every 30 s.
+function ReplicaCharts({ namespace, name }) {
+  const beat = useEvery(30000);
+  const path = `/api/v1/series?kind=replica&namespace=${encodeURIComponent(namespace)}&job=${encodeURIComponent(name)}&from=${lastHour()}`;
+  const { data, error } = useLive(path, beat);
+  const list = (data && data.series) || [];
+  const label = (s) => s.key.split("/").pop();
+  const cpu = aligned(list, "cpuCores", label);
+  const mem = aligned(list, "memoryBytes", label);
+  const gpu = aligned(list, "gpuUtilizationPercent", label);
+  const anyGpu = gpu.series.some((s) => s.values.some((v) => v !== null));
+  return html`<section id="replica-charts"><h2>Replicas over the last hour <span class="muted">one reading a minute</span></h2>
+    <${ErrorLine} error=${error} />
+    <div class="cards">
+      <div class="card"><${Chart} id="chart-cpu" title="CPU (cores)" times=${cpu.times} series=${cpu.series} span=${spanOf(data)} format=${cores} /></div>
+      <div class="card"><${Chart} id="chart-memory" title="Memory" times=${mem.times} series=${mem.series} span=${spanOf(data)} format=${mib} /></div>
+      ${anyGpu ? html`<div class="card"><${Chart} id="chart-gpu" title="GPU utilisation" times=${gpu.times} series=${gpu.series} span=${spanOf(data)} format=${percent} /></div>` : ""}
+    </div></section>`;
+}
+
 export function Job({ namespace, name }) {
   const base = `/api/v1/namespaces/${encodeURIComponent(namespace)}/trainingjobs/${encodeURIComponent(name)}`;
   // The watch stream says when a job's row changes; what its replicas report (progress)
@@ -164,5 +186,6 @@ export function Job({ namespace, name }) {
       ${replicas.length === 0 ? html`<p class="muted">No replica has started.</p>` : ""}
     </section>
     ${shownReplica ? html`<${LogTail} namespace=${namespace} name=${name} replica=${shownReplica} />` : ""}
+    <${ReplicaCharts} namespace=${namespace} name=${name} />
     <section><h2>Events</h2><${Events} events=${[...events].reverse()} withJob=${false} /></section>`;
 }

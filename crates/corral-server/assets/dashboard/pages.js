@@ -3,6 +3,7 @@ import { h } from "preact";
 import { useEffect, useMemo, useState } from "preact/hooks";
 import htm from "htm";
 import { jobKey, useLive, useStore } from "./live.js";
+import { Chart, aligned, lastHour, spanOf, useEvery } from "./charts.js";
 
 const html = htm.bind(h);
 
@@ -58,6 +59,15 @@ function countBy(items, f) {
   return [...m.entries()].sort();
 }
 
+// GPUs in use by type over the last hour (the server's history, a reading a minute).
+function GpuHistory() {
+  const beat = useEvery(30000);
+  const { data, error } = useLive(`/api/v1/series?kind=gpus&from=${lastHour()}`, beat);
+  const used = aligned((data && data.series) || [], "used", (x) => (x.key === "-" ? "no type" : x.key));
+  return html`<section class="card"><h2>GPUs in use, last hour</h2><${ErrorLine} error=${error} />
+    <${Chart} id="chart-gpus" title="" times=${used.times} series=${used.series} span=${spanOf(data)} format=${(v) => `${v}`} /></section>`;
+}
+
 export function Overview() {
   const s = useStore();
   const nodes = useLive("/api/v1/nodes");
@@ -77,6 +87,7 @@ export function Overview() {
           )}
         </table>
       </section>
+      <${GpuHistory} />
       <section class="card">
         <h2>Jobs by state</h2>
         <table id="job-states">

@@ -16,6 +16,9 @@ pub enum PolicyKind {
     /// Corral's production control plane (corral-core `ControlPlane`: scheduler, lifecycle,
     /// ledger), driven by a simulated executor.
     Corral,
+    /// The same, with the jobs whose trace gives their speed at other sizes (Sia's
+    /// profiles) submitted as elastic jobs that the scheduler sizes (not in `all`).
+    CorralElastic,
     /// Gavel's FIFO: arrival order, random GPU type, never preempts.
     Fifo,
     /// Shortest job first (oracle durations), non-preemptive, fastest free type, backfill.
@@ -58,6 +61,7 @@ impl PolicyKind {
     pub fn name(self) -> &'static str {
         match self {
             PolicyKind::Corral => "corral",
+            PolicyKind::CorralElastic => "corral-elastic",
             PolicyKind::Fifo => "fifo",
             PolicyKind::Sjf => "sjf",
             PolicyKind::Las => "las",
@@ -77,6 +81,7 @@ impl PolicyKind {
             match p {
                 "all" => out.extend(Self::ALL),
                 "corral" => out.push(PolicyKind::Corral),
+                "corral-elastic" => out.push(PolicyKind::CorralElastic),
                 "fifo" => out.push(PolicyKind::Fifo),
                 "sjf" => out.push(PolicyKind::Sjf),
                 "las" | "tiresias" => out.push(PolicyKind::Las),
@@ -90,7 +95,7 @@ impl PolicyKind {
                 }
                 _ => {
                     return Err(format!(
-                        "unknown policy `{p}`: expected all, corral, fifo, sjf, las, gandiva, gandiva_nodes, max_min_fairness, max_min_fairness_perf (gavel), max_sum_throughput_perf or fifo_gavel"
+                        "unknown policy `{p}`: expected all, corral, corral-elastic, fifo, sjf, las, gandiva, gandiva_nodes, max_min_fairness, max_min_fairness_perf (gavel), max_sum_throughput_perf or fifo_gavel"
                     ));
                 }
             }
@@ -126,6 +131,11 @@ impl PolicyKind {
         }
         match self {
             PolicyKind::Corral => Box::new(crate::corral_policy::CorralPolicy::default()),
+            PolicyKind::CorralElastic => {
+                let mut p = crate::corral_policy::CorralPolicy::default();
+                p.elastic = true;
+                Box::new(p)
+            }
             PolicyKind::Fifo => Box::new(fifo),
             PolicyKind::Sjf => Box::new(sjf::Sjf),
             PolicyKind::Las => Box::new(las::Las::new(seed)),

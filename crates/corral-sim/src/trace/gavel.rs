@@ -170,6 +170,7 @@ pub fn parse_trace(text: &str, file: &str, tput: &Throughputs) -> Result<Vec<Sim
             allowed_types: Vec::new(),
             restart_s: None,
             start_s: 0.0,
+            elastic: None,
         });
     }
     Ok(finish(jobs))

@@ -115,6 +115,7 @@ pub fn parse(text: &str, file: &str, limit: Option<usize>) -> Result<Vec<SimJob>
             allowed_types: Vec::new(),
             restart_s: None,
             start_s: 0.0,
+            elastic: None,
         })
         .collect();
     Ok(finish(jobs))

@@ -131,6 +131,9 @@ impl ControlPlane {
             self.sync_holding(&key);
             self.unsettled.insert(key);
         }
+        for r in outcome.resized {
+            self.apply_resize(r, now_ms, step);
+        }
         for p in outcome.pending {
             if let Some(e) = self.jobs.get_mut(&p.job)
                 && e.pending.as_ref() != Some(&p.reason)
@@ -139,5 +142,33 @@ impl ControlPlane {
                 self.unsettled.insert(p.job);
             }
         }
+    }
+
+    /// An elastic job's new size: it holds the new admission (charged from now), and the
+    /// lifecycle starts or stops the replicas that differ. One event says old, new and why.
+    fn apply_resize(&mut self, r: crate::sched::Resize, now_ms: Millis, step: &mut Step) {
+        let key = r.admission.job.clone();
+        let Some(e) = self.jobs.get_mut(&key) else {
+            return;
+        };
+        let held = match &mut e.standing {
+            Standing::Admitted(h) | Standing::Moving { to: h, .. } => h,
+            // The scheduler resizes only jobs it holds as running; the plane holds those
+            // as admitted or moving.
+            _ => return,
+        };
+        held.admission = r.admission.clone();
+        held.admitted_at = now_ms;
+        step.changes.push(Change::Admission {
+            job: key.clone(),
+            admission: Some(held.clone()),
+        });
+        step.event(
+            &key,
+            EventType::Normal,
+            event_reason::RESIZED,
+            r.to_string(),
+        );
+        self.unsettled.insert(key);
     }
 }

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::job::{SimJob, Throughput};
+use crate::job::{Elastic, SimJob, Throughput};
 use crate::trace::alibaba::num;
 use crate::trace::{at, fields, finish};
 
@@ -195,41 +195,54 @@ pub fn build_jobs(
             }
             1.0
         });
-        let mut per_type = BTreeMap::new();
-        for (t, m) in gpu_types.iter().zip(&machines) {
-            let Some(mp) = model.machines.get(m.name) else {
-                continue;
-            };
-            let Some((secs, effective, source)) = mp.iteration_s(
-                r.num_replicas,
-                r.batch_size,
-                m.gpus_per_node,
-                init_batch,
-                max_batch,
-            ) else {
-                continue;
-            };
-            let Some(work) = v.iterations_at(effective) else {
-                continue;
-            };
-            let note = match source {
-                Source::Placement(_) => None,
-                Source::Scalability(n, g) => Some(format!(
-                    "{} on {t} ({}): {} GPUs from the scalability profile ({n} nodes, {g} GPUs)",
-                    r.application, m.name, r.num_replicas
-                )),
-                Source::Nearest { wanted, used } => Some(format!(
-                    "{} on {t} ({}): no profile for {} nodes x {} GPUs; used the nearest, {} nodes x {} GPUs",
-                    r.application, m.name, wanted.0, wanted.1, used.0, used.1
-                )),
-            };
-            if let Some(n) = note
-                && !notes.contains(&n)
-            {
-                notes.push(n);
+        // Speed per GPU type with `gpus` GPUs; notes only for the requested size.
+        let speed_at = |gpus: u32, notes: &mut Vec<String>| {
+            let mut per_type = BTreeMap::new();
+            for (t, m) in gpu_types.iter().zip(&machines) {
+                let Some(mp) = model.machines.get(m.name) else {
+                    continue;
+                };
+                let Some((secs, effective, source)) =
+                    mp.iteration_s(gpus, r.batch_size, m.gpus_per_node, init_batch, max_batch)
+                else {
+                    continue;
+                };
+                let Some(work) = v.iterations_at(effective) else {
+                    continue;
+                };
+                let note = match source {
+                    _ if gpus != r.num_replicas => None,
+                    Source::Placement(_) => None,
+                    Source::Scalability(n, g) => Some(format!(
+                        "{} on {t} ({}): {} GPUs from the scalability profile ({n} nodes, {g} GPUs)",
+                        r.application, m.name, r.num_replicas
+                    )),
+                    Source::Nearest { wanted, used } => Some(format!(
+                        "{} on {t} ({}): no profile for {} nodes x {} GPUs; used the nearest, {} nodes x {} GPUs",
+                        r.application, m.name, wanted.0, wanted.1, used.0, used.1
+                    )),
+                };
+                if let Some(n) = note
+                    && !notes.contains(&n)
+                {
+                    notes.push(n);
+                }
+                per_type.insert(t.clone(), steps / work / (secs * slow));
             }
-            per_type.insert(t.clone(), steps / work / (secs * slow));
-        }
+            per_type
+        };
+        let per_type = speed_at(r.num_replicas, &mut notes);
+        // A job may also run with fewer GPUs than it asks (never more: the workload says
+        // how many it wants), at the speed the profiles give that size.
+        let speeds: Vec<BTreeMap<String, f64>> = (1..=r.num_replicas)
+            .map(|g| {
+                if g == r.num_replicas {
+                    per_type.clone()
+                } else {
+                    speed_at(g, &mut Vec::new())
+                }
+            })
+            .collect();
         jobs.push(SimJob {
             id: 0,
             name: if r.name.is_empty() {
@@ -246,6 +259,11 @@ pub fn build_jobs(
             allowed_types: Vec::new(),
             restart_s: Some(restart_s(&r.application)),
             start_s: restart_s(&r.application),
+            elastic: Some(Elastic {
+                min: 1,
+                max: r.num_replicas,
+                speeds,
+            }),
         });
     }
     Ok((finish(jobs), notes))

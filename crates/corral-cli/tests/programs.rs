@@ -1,5 +1,6 @@
-//! `corral operator` runs the `corral-operator` program in its place, and an operator that
-//! cannot have its listen port stops at once, saying which port and which flag.
+//! `corral operator` and `corral up` run the `corral-operator` and `corral-server` programs in
+//! their place, and an operator that cannot have its listen port stops at once, saying which
+//! port and which flag.
 
 use std::net::TcpListener;
 use std::process::Command;
@@ -74,5 +75,50 @@ fn corral_operator_runs_the_operator_program_with_its_arguments() {
     assert!(
         text.contains("--lease-namespace") && text.contains("--webhook-cert-dir"),
         "{text}"
+    );
+}
+
+#[test]
+fn corral_up_runs_the_server_program_in_its_place() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_corral"))
+        .args(["up", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("corral up");
+    // Same pid, another program: what a supervisor signals is the server itself.
+    let exe = std::path::PathBuf::from(format!("/proc/{}/exe", child.id()));
+    let server = std::fs::canonicalize(env!("CARGO_BIN_EXE_corral-server")).expect("server");
+    let started = Instant::now();
+    let mut seen = None;
+    while started.elapsed() < Duration::from_secs(20) {
+        seen = std::fs::read_link(&exe).ok();
+        if seen.as_deref() == Some(server.as_path()) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let served = std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        || (0..250).any(|_| {
+            std::thread::sleep(Duration::from_millis(40));
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(
+        seen.as_deref(),
+        Some(server.as_path()),
+        "corral up ran {seen:?}"
+    );
+    assert!(
+        served,
+        "the server program did not listen on the port `corral up` was given"
     );
 }

@@ -1,0 +1,133 @@
+//! An elastic PyTorch job through the control plane and a fake shell: admitted at the size
+//! that fits, grown when another job ends, shrunk for a higher-priority job (replica 0, the
+//! rendezvous host, kept), each resize one `Resized` event, and it still succeeds.
+
+use corral_api::training_job::Role;
+use corral_core::control::{ControlConfig, ControlPlane};
+use corral_core::lifecycle::{JobState, ReplicaPhase};
+use plane_world::shell::FakeShell;
+use plane_world::{cluster, config, job, record};
+
+mod plane_world;
+
+fn elastic_job(name: &str, min: u32, max: u32) -> corral_api::TrainingJob {
+    let mut j = job(name, min, 1, Some("low"));
+    j.spec.elastic = Some(corral_api::training_job::ElasticPolicy {
+        min_replicas: Some(min),
+        max_replicas: Some(max),
+        ..Default::default()
+    });
+    j
+}
+
+fn dwell_config(seconds: u64) -> ControlConfig {
+    let mut c = config();
+    c.scheduler.resize_dwell_ms = seconds * 1000;
+    c
+}
+
+fn resized_messages(shell: &FakeShell, key: &str) -> Vec<String> {
+    shell
+        .log
+        .iter()
+        .flat_map(|s| &s.events)
+        .filter(|e| e.job == key && e.reason == "Resized")
+        .map(|e| e.message.clone())
+        .collect()
+}
+
+fn workers(shell: &FakeShell, key: &str) -> Vec<u32> {
+    let mut v: Vec<u32> = shell
+        .running_replicas(key)
+        .into_iter()
+        .filter(|(id, _)| id.role == Role::Worker)
+        .map(|(id, _)| id.index)
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+#[test]
+fn an_elastic_job_grows_when_room_frees_and_shrinks_for_higher_priority_work() {
+    let plane = ControlPlane::new(cluster(3), dwell_config(10)).expect("plane");
+    let mut shell = FakeShell::new(plane);
+    shell
+        .plane
+        .submit(record(job("other", 2, 1, Some("low")), 1))
+        .expect("submit other");
+    shell.run(1);
+    shell
+        .plane
+        .submit(record(elastic_job("el", 1, 3), 2))
+        .expect("submit el");
+    shell.run(1);
+    assert_eq!(shell.state("team/el"), JobState::Running);
+    assert_eq!(workers(&shell, "team/el"), [0], "1 GPU was left");
+    let rendezvous = shell.gpus_of("team/el", 0);
+
+    // other ends: el grows into its 2 GPUs once its dwell has passed, one event.
+    for (id, inc) in shell.running_replicas("team/other") {
+        shell.end("team/other", id, inc, ReplicaPhase::Succeeded);
+    }
+    shell.run(1);
+    assert_eq!(workers(&shell, "team/el"), [0], "within the dwell");
+    shell.run(10);
+    assert_eq!(workers(&shell, "team/el"), [0, 1, 2]);
+    assert_eq!(
+        resized_messages(&shell, "team/el"),
+        ["grew from 1 to 3 worker replicas into free GPUs"]
+    );
+    assert!(!shell.shared_a_gpu);
+
+    // A high-priority job of 2 GPUs: el shrinks to 1 (replica 0 stays); nothing preempted.
+    shell.run(10);
+    shell
+        .plane
+        .submit(record(job("urgent", 2, 1, Some("high")), 30))
+        .expect("submit urgent");
+    shell.run(1);
+    assert_eq!(shell.state("team/urgent"), JobState::Running);
+    assert_eq!(workers(&shell, "team/el"), [0]);
+    assert_eq!(shell.gpus_of("team/el", 0), rendezvous);
+    assert_eq!(
+        resized_messages(&shell, "team/el")[1],
+        "shrank from 3 to 1 worker replicas to make room for team/urgent (priority 100)"
+    );
+    assert!(!shell.events("team/el").contains(&"Preempted"));
+    assert_eq!(shell.state("team/el"), JobState::Running);
+    assert!(!shell.shared_a_gpu);
+
+    // el finishes at its size: its worker 0 succeeds (no master: every worker decides).
+    let replicas = shell.running_replicas("team/el");
+    for (id, inc) in replicas {
+        shell.end("team/el", id, inc, ReplicaPhase::Succeeded);
+    }
+    shell.run(1);
+    assert_eq!(shell.state("team/el"), JobState::Succeeded);
+    // Only the shrink stopped replicas of el: workers 2 and 1, never 0.
+    let stopped: Vec<&String> = shell.stops.iter().map(|(j, _)| j).collect();
+    assert_eq!(stopped.iter().filter(|j| **j == "team/el").count(), 2);
+}
+
+#[test]
+fn an_elastic_job_succeeds_with_worker_0_and_its_late_workers_stop() {
+    // Worker 0 hosts the rendezvous: once it succeeded, workers that joined after the
+    // group finished could never meet anyone; they are stopped, the job has succeeded.
+    let plane = ControlPlane::new(cluster(3), dwell_config(10)).expect("plane");
+    let mut shell = FakeShell::new(plane);
+    shell
+        .plane
+        .submit(record(elastic_job("el", 1, 3), 1))
+        .expect("submit el");
+    shell.run(1);
+    assert_eq!(workers(&shell, "team/el"), [0, 1, 2]);
+    let (id, inc) = shell
+        .running_replicas("team/el")
+        .into_iter()
+        .find(|(id, _)| id.index == 0)
+        .expect("worker 0");
+    shell.end("team/el", id, inc, ReplicaPhase::Succeeded);
+    shell.run(1);
+    assert_eq!(shell.state("team/el"), JobState::Succeeded);
+    assert!(workers(&shell, "team/el").is_empty());
+}
