@@ -120,9 +120,17 @@ impl PortAllocator {
     }
 }
 
-/// Whether a TCP listener can bind the port on all interfaces now.
+/// Whether a TCP listener can bind the port on all interfaces now, as a server that does
+/// not set SO_REUSEADDR binds it (XGBoost's tracker, among others): such a bind also fails
+/// while connections of the port's last listener linger in TIME_WAIT, which a check with
+/// SO_REUSEADDR (what std's `TcpListener` sets) passes, handing out a port the replica then
+/// cannot bind for up to a minute.
 pub fn bindable(port: u16) -> bool {
-    TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)).is_ok()
+    use rustix::net::{AddressFamily, SocketAddrV4, SocketType, bind, socket};
+    let Ok(fd) = socket(AddressFamily::INET, SocketType::STREAM, None) else {
+        return false;
+    };
+    bind(&fd, &SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port)).is_ok()
 }
 
 #[cfg(test)]
@@ -143,5 +151,27 @@ mod tests {
         let got = ports.allocate("a", 1).expect("free");
         assert_eq!(ports.reserve("b", &got), got);
         assert!(ports.reserve("a", &got).is_empty());
+    }
+
+    #[test]
+    fn a_port_in_time_wait_or_listened_on_is_not_bindable() {
+        use std::io::Read;
+        use std::net::{TcpListener, TcpStream};
+        let listener = TcpListener::bind((Ipv4Addr::UNSPECIFIED, 0)).expect("listen");
+        let port = listener.local_addr().expect("addr").port();
+        assert!(!bindable(port), "a port listened on");
+        let client = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).expect("connect");
+        let (served, _) = listener.accept().expect("accept");
+        // The server's side closes first: its connection on `port` lingers in TIME_WAIT.
+        drop(served);
+        let mut buf = [0u8; 1];
+        let _ = (&client).read(&mut buf);
+        drop(client);
+        drop(listener);
+        assert!(
+            TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)).is_ok(),
+            "with SO_REUSEADDR (std) it binds"
+        );
+        assert!(!bindable(port), "without SO_REUSEADDR it does not, yet");
     }
 }
