@@ -7,7 +7,7 @@
 //! re-adopted replicas are restored with [`PortAllocator::reserve`].
 
 use std::collections::BTreeMap;
-use std::net::{Ipv4Addr, TcpListener};
+use std::net::Ipv4Addr;
 use std::ops::Range;
 
 /// Not enough free ports.
