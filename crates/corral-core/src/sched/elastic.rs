@@ -28,7 +28,7 @@ use super::cycle::{CycleBudget, Scheduler};
 use super::index::{NO_POOL, PodRequest};
 use super::model::{ElasticRange, JobRequest, Millis, SchedError};
 use super::outcome::{Admission, CycleOutcome, ReplicaPlacement, Resize, ResizeReason};
-use super::placement::{Alloc, enough_slots, place_gang};
+use super::placement::Alloc;
 use super::quota::Amount;
 
 /// What the scheduler keeps of an elastic job.
@@ -490,18 +490,7 @@ impl Scheduler {
                 if let Some(last) = shrunk.last_mut() {
                     last.2.push(a);
                 }
-                let e = self.entry(slot);
-                if self
-                    .quotas
-                    .check(q, pool, total, &self.index.pools)
-                    .is_err()
-                    || !enough_slots(&self.index, pool, &e.shape())
-                {
-                    continue;
-                }
-                let scan = self.config.node_scan_limit as usize;
-                let e = self.jobs[slot as usize].as_ref()?;
-                if let Some(allocs) = place_gang(&mut self.index, pool, &e.shape(), scan) {
+                if let Some(allocs) = self.place_waiting(slot, q, pool, total) {
                     placed = Some(allocs);
                     break 'victims;
                 }

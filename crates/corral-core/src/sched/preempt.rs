@@ -157,18 +157,7 @@ impl Scheduler {
             if let Some(r) = self.release(v) {
                 released.push((class, v, r));
             }
-            let e = self.entry(slot);
-            if self
-                .quotas
-                .check(q, pool, total, &self.index.pools)
-                .is_err()
-                || !enough_slots(&self.index, pool, &e.shape())
-            {
-                continue;
-            }
-            let scan = self.config.node_scan_limit as usize;
-            let e = self.jobs[slot as usize].as_ref()?;
-            if let Some(allocs) = place_gang(&mut self.index, pool, &e.shape(), scan) {
+            if let Some(allocs) = self.place_waiting(slot, q, pool, total) {
                 placed = Some(allocs);
                 break;
             }
@@ -217,6 +206,29 @@ impl Scheduler {
     }
 
     /// Puts a released job back exactly where it was (nothing else changed meanwhile).
+    /// The waiting job's gang placed now, if its queue's quota and the pool's room allow it
+    /// (after victims were released or shrunk); `None` while it does not fit.
+    pub(crate) fn place_waiting(
+        &mut self,
+        slot: u32,
+        q: u32,
+        pool: u16,
+        total: [u64; 3],
+    ) -> Option<Vec<Alloc>> {
+        let e = self.entry(slot);
+        if self
+            .quotas
+            .check(q, pool, total, &self.index.pools)
+            .is_err()
+            || !enough_slots(&self.index, pool, &e.shape())
+        {
+            return None;
+        }
+        let scan = self.config.node_scan_limit as usize;
+        let e = self.jobs[slot as usize].as_ref()?;
+        place_gang(&mut self.index, pool, &e.shape(), scan)
+    }
+
     pub(crate) fn restore(&mut self, slot: u32, r: super::cycle::RunningState) {
         for a in &r.allocs {
             let pod = self.entry(slot).groups[a.group as usize].1.clone();
