@@ -79,6 +79,9 @@ pub struct OperatorArgs {
     /// Writes allowed at once above the rate (a token bucket, as client-go's).
     #[arg(long, default_value_t = 600)]
     pub api_burst: u32,
+    /// Jobs whose writes a pass issues at once (each job's own writes keep their order).
+    #[arg(long, default_value_t = crate::apply::DEFAULT_APPLY_WINDOW)]
+    pub apply_window: usize,
     /// Appended to replica host names (Kubeflow's CUSTOM_CLUSTER_DOMAIN).
     #[arg(long, env = "CUSTOM_CLUSTER_DOMAIN")]
     pub cluster_domain: Option<String>,
@@ -763,7 +766,8 @@ async fn lead(
         Some(Recorder::new(client.clone(), reporter)),
         RateLimiter::new(args.api_qps, args.api_burst),
     )
-    .with_fence(fence.clone());
+    .with_fence(fence.clone())
+    .with_window(args.apply_window);
     let cfg = PlanConfig {
         build: BuildOptions {
             cluster_domain: args.cluster_domain.clone(),

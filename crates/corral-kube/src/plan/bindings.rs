@@ -2,7 +2,8 @@
 //! them itself, to the nodes of the job's admission: only once every replica of the gang
 //! exists (or is being created in this pass), and only if all of them fit on their nodes now
 //! next to every pod already bound there, whoever's (pods still terminating included). All
-//! of a gang, or none of it.
+//! of a gang, or none of it. A pod created in the same pass gets its node in `spec.nodeName`
+//! instead of a Binding (one write instead of two).
 
 use std::collections::BTreeMap;
 
@@ -117,9 +118,15 @@ fn plan_bindings(
         return;
     }
     for (id, node, _) in unbound {
-        jp.bind.push(PodBinding {
-            pod: id.name(&job.metadata.name),
-            node,
-        });
+        let pod = id.name(&job.metadata.name);
+        // A pod made in this pass is made on its node: one write, not a create and a Binding.
+        match jp
+            .create
+            .iter_mut()
+            .find(|p| p.metadata.name.as_deref() == Some(pod.as_str()))
+        {
+            Some(p) => p.spec.get_or_insert_with(Default::default).node_name = Some(node),
+            None => jp.bind.push(PodBinding { pod, node }),
+        }
     }
 }

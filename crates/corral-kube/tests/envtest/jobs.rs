@@ -41,7 +41,7 @@ pub(crate) async fn pytorch_gang(env: &Env, op: &Operator) {
     for p in &ps {
         let spec = p.spec.as_ref().expect("spec");
         assert_eq!(spec.scheduler_name.as_deref(), Some("corral"));
-        nodes.push(spec.node_name.clone().expect("bound through pods/binding"));
+        nodes.push(spec.node_name.clone().expect("placed on its node"));
         assert_eq!(env_of(p, "WORLD_SIZE").as_deref(), Some("2"));
         let master = env_of(p, "MASTER_ADDR").expect("MASTER_ADDR");
         assert!(master.starts_with("ddp-master-0.ddp.ml.svc"), "{master}");
