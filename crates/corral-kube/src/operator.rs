@@ -352,6 +352,7 @@ fn reflect<K>(
     api: Api<K>,
     cfg: watcher::Config,
     dyntype: K::DynamicType,
+    slim: fn(&mut K),
     notify: Arc<Notify>,
     tasks: &mut Vec<tokio::task::JoinHandle<()>>,
 ) -> Store<K>
@@ -367,7 +368,10 @@ where
 {
     let writer = reflector::store::Writer::<K>::new(dyntype);
     let reader = writer.as_reader();
-    let stream = watcher(api, cfg).default_backoff().reflect(writer);
+    let stream = watcher(api, cfg)
+        .default_backoff()
+        .modify(slim)
+        .reflect(writer);
     tasks.push(tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         while let Some(ev) = stream.next().await {
@@ -701,6 +705,7 @@ async fn lead(
             ar(dynamic_objects::legacy_priority_classes()),
             wc(),
             dynamic_objects::legacy_priority_classes(),
+            crate::slim::object,
             notify.clone(),
             &mut tasks.0,
         )
@@ -710,6 +715,7 @@ async fn lead(
             ar(dynamic_objects::training_jobs()),
             wc(),
             dynamic_objects::training_jobs(),
+            crate::slim::object,
             notify.clone(),
             &mut tasks.0,
         ),
@@ -717,6 +723,7 @@ async fn lead(
             ar(dynamic_objects::queues()),
             wc(),
             dynamic_objects::queues(),
+            crate::slim::object,
             notify.clone(),
             &mut tasks.0,
         ),
@@ -724,6 +731,7 @@ async fn lead(
             ar(dynamic_objects::node_pools()),
             wc(),
             dynamic_objects::node_pools(),
+            crate::slim::object,
             notify.clone(),
             &mut tasks.0,
         ),
@@ -731,6 +739,7 @@ async fn lead(
             ar(dynamic_objects::job_priority_classes()),
             wc(),
             dynamic_objects::job_priority_classes(),
+            crate::slim::object,
             notify.clone(),
             &mut tasks.0,
         ),
@@ -739,6 +748,7 @@ async fn lead(
             Api::all(client.clone()),
             wc(),
             (),
+            crate::slim::pod,
             notify.clone(),
             &mut tasks.0,
         ),
@@ -746,6 +756,7 @@ async fn lead(
             Api::all(client.clone()),
             wc(),
             (),
+            crate::slim::node,
             notify.clone(),
             &mut tasks.0,
         ),
@@ -753,6 +764,7 @@ async fn lead(
             Api::all(client.clone()),
             wc().labels(JOB_NAME_LABEL),
             (),
+            crate::slim::object,
             notify.clone(),
             &mut tasks.0,
         ),
