@@ -68,8 +68,10 @@ pub struct OperatorArgs {
     /// Run a full pass at least this often even if nothing changes.
     #[arg(long, default_value_t = 30)]
     pub resync_secs: u64,
-    /// Wait this long after a change to gather more before a pass.
-    #[arg(long, default_value_t = 200)]
+    /// Wait this long after a change to gather more before a pass. Short: a pass with
+    /// 2,000 finished jobs stored takes ~50 ms here, and under a burst the passes
+    /// themselves gather the changes that arrive meanwhile.
+    #[arg(long, default_value_t = 25)]
     pub debounce_ms: u64,
     /// Writes per second to the API server (0: unlimited); reads are watches. Sized for
     /// 20 jobs/s of a typical mix (2.6 pods a job, ~5.5 writes a pod: ~290 writes/s), so
