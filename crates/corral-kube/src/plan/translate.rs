@@ -146,7 +146,9 @@ pub(super) fn translate(
             s.metadata.name.as_deref() == Some(o.job.metadata.name.as_str())
                 && s.metadata.namespace.as_deref() == Some(jp.namespace.as_str())
         });
-        if !has_service || !jp.create.is_empty() {
+        // Written once: re-applying it with every pod creation cost a write per restart
+        // and per leader handover.
+        if !has_service {
             match build::build_service(o.job) {
                 Ok(s) => jp.service = Some(s),
                 Err(e) => {
