@@ -145,21 +145,9 @@ pub fn options(args: &UpArgs) -> Result<ServerOptions, String> {
     Ok(options)
 }
 
-/// At most two malloc arenas for the server's threads. glibc gives threads that allocate
-/// at the same time arenas of their own (up to 8 per core) and gives little of their freed
-/// memory back: after 20,000 jobs had run, `corral bench api` measured the server at
-/// 50-65 MB with the default and 44-48 MB with two, at the same submission rate.
-fn limit_malloc_arenas() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: sets one of the allocator's tunables; called before the server's threads.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 2);
-    }
-}
-
 /// `corral up`
 pub fn run_up(args: &UpArgs) -> ExitCode {
-    limit_malloc_arenas();
+    crate::programs::limit_malloc_arenas();
     let options = match options(args) {
         Ok(o) => o,
         Err(e) => {

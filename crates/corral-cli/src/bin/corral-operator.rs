@@ -27,6 +27,8 @@ fn main() -> ExitCode {
         .filter(|(i, a)| !(*i == 1 && a == "operator"))
         .map(|(_, a)| a);
     let cli = Cli::parse_from(args);
+    // Before the runtime's threads: each pass allocates its world and plane anew.
+    corral_cli::programs::limit_malloc_arenas();
     match corral_kube::run_operator(cli.operator) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
