@@ -42,6 +42,7 @@ pub mod observe;
 pub mod operator;
 pub mod plan;
 pub mod record;
+pub mod testenv;
 pub mod webhook;
 
 pub use observe::World;
