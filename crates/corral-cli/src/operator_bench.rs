@@ -76,6 +76,20 @@ pub struct BenchOperatorArgs {
 
 /// GPUs of every fake node.
 const GPUS_PER_NODE: u32 = 8;
+/// The mix (pods, GPUs a pod), interleaved so that a few jobs already mix:
+/// 60% 1 x 1, 30% 4 x 2, 10% 8 x 8.
+const MIX: [(u32, u32); 10] = [
+    (1, 1),
+    (4, 2),
+    (1, 1),
+    (1, 1),
+    (4, 2),
+    (1, 1),
+    (8, 8),
+    (1, 1),
+    (4, 2),
+    (1, 1),
+];
 /// Label on the bench's jobs: which phase created them.
 const PHASE_LABEL: &str = "bench.corral.dev/phase";
 
@@ -169,7 +183,7 @@ async fn run(args: &BenchOperatorArgs, env: &Env, operator_bin: &Path) -> Result
     create(admin, &done).await?;
     let finished_left = wait_succeeded(admin, &namespaces, "done", done.len(), timeout).await?;
     let finished = json!({"jobs": done.len(), "pods": pods_of(&done),
-        "secs": secs(t.elapsed()), "not_succeeded": finished_left});
+        "secs": round(secs(t.elapsed()), 2), "not_succeeded": finished_left});
 
     let probe = probes(args, admin, &namespaces[0], &kubelet, opid, timeout).await?;
 
@@ -225,7 +239,7 @@ async fn run(args: &BenchOperatorArgs, env: &Env, operator_bin: &Path) -> Result
             "jobs": burst.len(),
             "pods": expected,
             "namespaces": namespaces.len(),
-            "all_bound_secs": all_bound_secs,
+            "all_bound_secs": all_bound_secs.map(|s| round(s, 2)),
             "jobs_per_sec": rate(burst.len()),
             "pods_per_sec": rate(expected),
             "create_to_bound_p50_secs": quantile(&latencies, 0.5).map(|s| round(s, 3)),
@@ -236,7 +250,7 @@ async fn run(args: &BenchOperatorArgs, env: &Env, operator_bin: &Path) -> Result
                 "per_pod": per_pod(write_total as f64),
                 "by_verb_resource": writes,
             },
-            "apiserver_requests": after.requests - before.requests,
+            "apiserver_requests": (after.requests - before.requests) as u64,
             "apiserver_requests_per_pod": per_pod(after.requests - before.requests),
             "operator_cpu_secs": round(after.operator_cpu - before.operator_cpu, 2),
             "apiserver_cpu_secs": round(after.apiserver_cpu - before.apiserver_cpu, 2),
@@ -341,11 +355,7 @@ impl BenchJob {
 fn jobs(namespaces: &[String], phase: &'static str, n: usize) -> Vec<BenchJob> {
     (0..n)
         .map(|i| {
-            let (pods, gpus) = match i % 10 {
-                0..=5 => (1, 1),
-                6..=8 => (4, 2),
-                _ => (8, 8),
-            };
+            let (pods, gpus) = MIX[i % MIX.len()];
             BenchJob {
                 ns: namespaces[i % namespaces.len()].clone(),
                 name: format!("{phase}-{i}"),

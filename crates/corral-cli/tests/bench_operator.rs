@@ -38,7 +38,11 @@ fn bench_operator_tiny_loses_nothing() {
     assert_eq!(checks["ok"], true, "{report:#}");
     assert_eq!(checks["pods_lost"], 0, "{report:#}");
     assert_eq!(checks["pods_duplicated"], 0, "{report:#}");
-    assert_eq!(checks["jobs_not_succeeded"], serde_json::json!([]), "{report:#}");
+    assert_eq!(
+        checks["jobs_not_succeeded"],
+        serde_json::json!([]),
+        "{report:#}"
+    );
 
     // 6 jobs of the mix: 4 x (1 pod), 2 x (4 pods).
     let burst = &report["burst"];
@@ -65,7 +69,13 @@ fn bench_operator_tiny_loses_nothing() {
     assert_eq!(report["finished"]["not_succeeded"], serde_json::json!([]));
     let probe = &report["probe"];
     assert_eq!(probe["jobs"], 2);
-    assert!(probe["create_to_bound_p50_ms"].as_f64() > Some(0.0), "{probe:#}");
+    assert!(
+        probe["create_to_bound_p50_ms"].as_f64() > Some(0.0),
+        "{probe:#}"
+    );
     assert!(probe["operator_rss_mb"].as_f64() > Some(1.0), "{probe:#}");
-    assert!(report["operator_peak_rss_mb"].as_f64() > Some(1.0), "{report:#}");
+    assert!(
+        report["operator_peak_rss_mb"].as_f64() > Some(1.0),
+        "{report:#}"
+    );
 }
