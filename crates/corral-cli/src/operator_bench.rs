@@ -399,12 +399,7 @@ async fn create(admin: &Client, jobs: &[BenchJob]) -> Result<BTreeMap<String, In
 
 /// The pods the kubelet saw bound for these jobs: (job, when).
 fn bound_of(kubelet: &FakeKubelet, jobs: &BTreeMap<String, Instant>) -> Vec<(String, Instant)> {
-    kubelet
-        .bound()
-        .into_iter()
-        .filter(|b| jobs.contains_key(&b.job))
-        .map(|b| (b.job, b.at))
-        .collect()
+    kubelet.bound_for(jobs.keys())
 }
 
 /// Waits until the `n` jobs of `phase` have succeeded or `timeout` passed; those that have
@@ -525,8 +520,9 @@ async fn checks(
     not_succeeded: Vec<String>,
 ) -> Result<Value, String> {
     let mut bound: BTreeMap<String, usize> = BTreeMap::new();
-    for b in kubelet.bound() {
-        *bound.entry(b.job).or_insert(0) += 1;
+    let keys: Vec<String> = burst.iter().map(BenchJob::key).collect();
+    for (job, _) in kubelet.bound_for(&keys) {
+        *bound.entry(job).or_insert(0) += 1;
     }
     let mut stored: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for ns in namespaces {

@@ -20,18 +20,12 @@ use tokio::sync::Semaphore;
 /// one stands in for all of them and must not flood the API server beside the operator).
 const WRITES_IN_FLIGHT: usize = 32;
 
-/// A pod as the kubelet first saw it bound.
-#[derive(Clone, Debug)]
-pub struct Bound {
-    /// `namespace/job`.
-    pub job: String,
-    pub at: Instant,
-}
-
 #[derive(Default)]
 struct Seen {
-    /// By pod uid: a pod created again under the same name is another pod.
-    bound: BTreeMap<String, Bound>,
+    /// Pods seen bound, by uid: a pod created again under the same name is another pod.
+    bound: BTreeSet<String>,
+    /// When each job's pods were first seen bound, by `namespace/job`.
+    by_job: BTreeMap<String, Vec<Instant>>,
     deleting: BTreeSet<String>,
     errors: Vec<String>,
 }
@@ -91,15 +85,9 @@ impl FakeKubelet {
                     .unwrap_or_default();
                 let first = {
                     let mut s = lock(&seen);
-                    let first = !s.bound.contains_key(uid);
+                    let first = s.bound.insert(uid.clone());
                     if first {
-                        s.bound.insert(
-                            uid.clone(),
-                            Bound {
-                                job: format!("{ns}/{job}"),
-                                at: now,
-                            },
-                        );
+                        s.by_job.entry(format!("{ns}/{job}")).or_default().push(now);
                     }
                     first
                 };
@@ -123,9 +111,18 @@ impl FakeKubelet {
         kubelet
     }
 
-    /// Every pod seen bound so far.
-    pub fn bound(&self) -> Vec<Bound> {
-        lock(&self.seen).bound.values().cloned().collect()
+    /// The pods of these jobs (`namespace/job`) seen bound so far: (job, when).
+    pub fn bound_for<'a>(
+        &self,
+        jobs: impl IntoIterator<Item = &'a String>,
+    ) -> Vec<(String, Instant)> {
+        let seen = lock(&self.seen);
+        jobs.into_iter()
+            .flat_map(|job| {
+                let at = seen.by_job.get(job).map(Vec::as_slice).unwrap_or_default();
+                at.iter().map(move |at| (job.clone(), *at))
+            })
+            .collect()
     }
 
     /// Status writes the API server refused, and watch errors.
