@@ -110,12 +110,19 @@ pub fn log_tail(path: &Path, lines: usize) -> String {
 
 /// A running etcd + kube-apiserver (+ garbage collector); stopped and removed on drop.
 pub struct Env {
+    /// Its files: certificates, tokens, the logs (`kube-apiserver.log`, `etcd.log`,
+    /// `audit.log`); removed on drop unless `ENVTEST_KEEP` is set.
     pub dir: PathBuf,
+    /// etcd, kube-apiserver, then kube-controller-manager when it runs.
     children: Vec<Child>,
     pub url: String,
+    /// `system:masters`.
     pub admin: Client,
+    /// The operator's ServiceAccount (`OPERATOR_USER`), as deploy/rbac.yaml binds it.
     pub operator: Client,
+    /// Authenticated, no rights.
     pub nobody: Client,
+    /// Whether kube-controller-manager's garbage collector runs.
     pub gc: bool,
 }
 
