@@ -6,8 +6,9 @@
 //! - [`remote`]: commands that talk to a Corral server (submit, list, get, describe, ...).
 //! - [`up`], [`quickstart`]: run the embedded cluster; [`doctor`]: what this machine offers it.
 //! - [`manifests`]: `validate` and `convert` over files; [`plan`]: one scheduling cycle.
-//! - [`sim`], [`sched_bench`], [`api_bench`], [`serve_bench`], [`pipeline_bench`]: the
-//!   simulator and the benchmarks of the scheduler, the API, the router and pipelines.
+//! - [`sim`], [`sched_bench`], [`api_bench`], [`serve_bench`], [`pipeline_bench`],
+//!   [`operator_bench`]: the simulator and the benchmarks of the scheduler, the API, the
+//!   router, pipelines and the Kubernetes operator (on a real API server).
 //! - [`input`], [`output`]: reading files, printing results; [`document_summary`]: what
 //!   `validate` says it understood of each valid document.
 //! - [`programs`]: `corral operator` and `corral up` run the `corral-operator` and
@@ -20,6 +21,7 @@ pub mod doctor;
 pub mod document_summary;
 pub mod input;
 pub mod manifests;
+pub mod operator_bench;
 pub mod output;
 pub mod pipeline_bench;
 pub mod plan;

@@ -6,8 +6,8 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use corral_cli::output::{Format, emit, print_values};
 use corral_cli::{
-    api_bench, doctor, manifests, pipeline_bench, plan, programs, quickstart, remote, sched_bench,
-    serve_bench, sim, up,
+    api_bench, doctor, manifests, operator_bench, pipeline_bench, plan, programs, quickstart,
+    remote, sched_bench, serve_bench, sim, up,
 };
 use serde_json::Value;
 
@@ -168,6 +168,9 @@ enum BenchCommand {
     /// Pipelines: a step's end to its successor's start over a 1,000-step DAG, runs
     /// accepted per second.
     Pipeline(pipeline_bench::BenchPipelineArgs),
+    /// The Kubernetes operator at scale on a real kube-apiserver (KUBEBUILDER_ASSETS): fake
+    /// GPU nodes and kubelet, a burst of jobs; jobs/s, create->bound, writes per pod, CPU, RSS.
+    Operator(operator_bench::BenchOperatorArgs),
     /// A full scheduling pass over a generated cluster and workload, then one-job decisions.
     Scheduler {
         #[arg(long, default_value_t = 10_000)]
@@ -254,6 +257,9 @@ fn main() -> ExitCode {
         Command::Bench {
             which: BenchCommand::Pipeline(a),
         } => pipeline_bench::run_bench_pipeline(&a),
+        Command::Bench {
+            which: BenchCommand::Operator(a),
+        } => operator_bench::run_bench_operator(&a),
         Command::Sim(args) => match sim::run(args) {
             Ok(out) => emit(&out),
             Err(e) => {

@@ -42,7 +42,11 @@ pub mod observe;
 pub mod operator;
 pub mod plan;
 pub mod record;
+<<<<<<< HEAD
 pub mod slim;
+=======
+pub mod testenv;
+>>>>>>> bench-operator
 pub mod webhook;
 
 pub use observe::World;

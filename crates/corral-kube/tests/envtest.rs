@@ -80,7 +80,7 @@ async fn envtest() {
         "no kube-controller-manager binary: put it in KUBEBUILDER_ASSETS or set \
          TEST_ASSET_KUBE_CONTROLLER_MANAGER; required under CI=true or CORRAL_REQUIRE_ENVTEST=1"
     );
-    let env = match Env::start(&assets).await {
+    let env = match Env::start(&assets, "corral-envtest").await {
         Ok(e) => e,
         Err(why) => panic!("envtest could not start its API server: {why}"),
     };
