@@ -42,11 +42,8 @@ pub mod observe;
 pub mod operator;
 pub mod plan;
 pub mod record;
-<<<<<<< HEAD
 pub mod slim;
-=======
 pub mod testenv;
->>>>>>> bench-operator
 pub mod webhook;
 
 pub use observe::World;
