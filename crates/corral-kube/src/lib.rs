@@ -6,7 +6,8 @@
 //! 1. **observe** ([`observe`]): TrainingJobs, Pods of every scheduler, Nodes, Queues,
 //!    NodePools and JobPriorityClasses become a [`World`], read by pure functions (a node's
 //!    allocatable and what is in use on it, replica states from pods, a job's node selector
-//!    and tolerations; GPU type from `nvidia.com/gpu.product`).
+//!    and tolerations; GPU type from `nvidia.com/gpu.product`). The watch caches keep only
+//!    the fields the passes read ([`slim`]).
 //! 2. **plan** ([`plan::plan`], pure): the core's control plane
 //!    (`corral_core::control::ControlPlane`, the same as embedded) is restored from the
 //!    world and stepped once; its step becomes a [`plan::JobPlan`] per job (admission to
@@ -16,9 +17,10 @@
 //!    Service and Pods (k8s-openapi types), golden-tested from YAML fixtures.
 //! 4. **apply** ([`apply`]): admission annotation, status (server-side apply with field
 //!    manager `corral` and a resourceVersion precondition), Service (server-side apply),
-//!    Pods (create: a name held by another incarnation is never taken over), Bindings
-//!    (`pods/{name}/binding`, a gang all together or not at all), deletions with the grace
-//!    period and a UID precondition, Events.
+//!    Pods (create: a name held by another incarnation is never taken over; on their node
+//!    when the whole gang fits now), Bindings (`pods/{name}/binding`, for pods made in an
+//!    earlier pass, a gang all together or not at all), deletions with the grace period and
+//!    a UID precondition, Events; up to `--apply-window` jobs at once.
 //!
 //! Durable state lives in the API server only: the admission (with its placements) in the
 //! job's `corral.dev/admission` annotation (the operator's versioned record, [`record`]),
