@@ -361,6 +361,48 @@ async fn a_finished_job_is_cleaned_up_and_deleted_after_its_ttl() {
     );
 }
 
+/// A job finished for good (no TTL), its admission released and its pods ended, is handed
+/// to the plane by name only: later passes plan nothing for it, still count it, and its
+/// name stays taken.
+#[tokio::test]
+async fn a_job_finished_for_good_is_restored_by_name_and_still_counted() {
+    let fake = cluster(&["n1"]);
+    fake.insert(JOBS, job("old", 1, 1, json!({})));
+    pass(&fake, t(0)).await;
+    set_phase(&fake, "old-master-0", "Succeeded", Some(0));
+    set_phase(&fake, "old-worker-0", "Succeeded", Some(0));
+    pass(&fake, t(10)).await;
+    assert_eq!(
+        condition(&fake, "old", "Succeeded").as_deref(),
+        Some("True")
+    );
+    assert!(
+        fake.get(JOBS, "ml", "old").expect("job")["metadata"]["annotations"]
+            ["corral.dev/admission"]
+            .is_null(),
+        "released"
+    );
+    let status_before = job_status(&fake, "old");
+    for at in [20, 30] {
+        let (plan, report) = pass(&fake, t(at)).await;
+        assert!(
+            plan.jobs.iter().all(|jp| jp.is_empty()),
+            "nothing to do for a retired job: {:?}",
+            plan.jobs
+        );
+        assert_eq!(report, ApplyReport::default(), "no write");
+        assert_eq!(
+            plan.jobs_by_state["default"]["Succeeded"], 1,
+            "still counted"
+        );
+    }
+    assert_eq!(
+        job_status(&fake, "old"),
+        status_before,
+        "its status is kept"
+    );
+}
+
 #[tokio::test]
 async fn an_operator_restart_in_the_middle_of_a_gang_creates_no_duplicates_and_loses_nothing() {
     let fake = cluster(&["n1", "n2", "n3", "n4"]);

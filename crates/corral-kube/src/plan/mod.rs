@@ -42,6 +42,7 @@ use corral_api::TrainingJobStatus;
 use corral_api::training_job::TrainingJob;
 use corral_core::control::{
     ControlConfig, ControlPlane, LaunchRejection, RestoredJob, StartFailure, Step,
+    restorable_by_name,
 };
 use corral_core::lifecycle::{Incarnation, ReplicaId};
 use corral_core::sched::{ClusterSnapshot, CycleCounters, SchedError, SchedulerConfig};
@@ -228,6 +229,8 @@ impl Plan {
 /// and pods whose program the kubelet cannot start.
 #[derive(Default)]
 struct PlatformReports {
+    /// Jobs restored by name only ([`restorable_by_name`]).
+    retired: Vec<String>,
     rejections: Vec<(String, LaunchRejection)>,
     start_failures: Vec<(String, StartFailure)>,
 }
@@ -242,6 +245,7 @@ fn control_step(
     now: Timestamp,
 ) -> Result<(ControlPlane, Step), SchedError> {
     let (mut plane, mut step) = ControlPlane::restore(cluster, config, jobs, now)?;
+    plane.restore_retired(reports.retired);
     // Launches the API server refused for good (recorded by an earlier pass): the plane
     // decides what they mean (it ignores one of an older incarnation or a finished job).
     for (key, r) in reports.rejections {
@@ -275,12 +279,18 @@ pub fn plan(world: &World, cfg: &PlanConfig, now: Timestamp) -> Plan {
     let observed = observe_jobs::observe_jobs(world);
     let mut plans: BTreeMap<String, JobPlan> = BTreeMap::new();
     let mut restored = Vec::new();
+    let mut retired = Vec::new();
     for o in &observed {
         let mut jp = JobPlan::new(o.job);
         for (reason, note) in &o.problems {
             jp.event(true, reason, note.clone());
         }
-        if let Some(r) = o.restored(now) {
+        // A job finished for good with nothing of it left is handed over by name (the
+        // core's rule, as embedded): a long history costs the pass neither time nor memory.
+        let live_pod = o.pods.iter().any(|p| !observe::is_terminal(p));
+        if restorable_by_name(o.job, o.deleting, o.stored.is_some(), live_pod) {
+            retired.push(o.key.clone());
+        } else if let Some(r) = o.restored(now) {
             restored.push(r);
         }
         plans.insert(o.key.clone(), jp);
@@ -293,6 +303,7 @@ pub fn plan(world: &World, cfg: &PlanConfig, now: Timestamp) -> Plan {
 
     // 3. The control plane decides.
     let reports = PlatformReports {
+        retired,
         rejections: observed
             .iter()
             .filter_map(|o| o.rejection.clone().map(|r| (o.key.clone(), r)))
