@@ -89,6 +89,19 @@ pub fn exec(program: &Path, args: impl IntoIterator<Item = OsString>) -> ExitCod
     ExitCode::FAILURE
 }
 
+/// At most two malloc arenas for a long-running program's threads (the server, the
+/// operator). glibc gives threads that allocate
+/// at the same time arenas of their own (up to 8 per core) and gives little of their freed
+/// memory back: after 20,000 jobs had run, `corral bench api` measured the server at
+/// 50-65 MB with the default and 44-48 MB with two, at the same submission rate.
+pub fn limit_malloc_arenas() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: sets one of the allocator's tunables; called before the server's threads.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -116,18 +129,5 @@ mod tests {
             !older_than(&old, &new, SAME_BUILD),
             "linked in the same build"
         );
-    }
-}
-
-/// At most two malloc arenas for a long-running program's threads (the server, the
-/// operator). glibc gives threads that allocate
-/// at the same time arenas of their own (up to 8 per core) and gives little of their freed
-/// memory back: after 20,000 jobs had run, `corral bench api` measured the server at
-/// 50-65 MB with the default and 44-48 MB with two, at the same submission rate.
-pub fn limit_malloc_arenas() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: sets one of the allocator's tunables; called before the server's threads.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 2);
     }
 }

@@ -4,6 +4,7 @@
 //! node selector and tolerations in the scheduler's terms.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod, Service, Taint, Toleration};
 
@@ -23,11 +24,12 @@ pub struct World {
     /// Jobs (`namespace/name`) with a deletionTimestamp: deleted, waiting on a finalizer
     /// (foreground deletion) while their pods stop.
     pub deleting_jobs: BTreeSet<String>,
-    /// Every pod of the cluster (all schedulers): their requests occupy nodes.
-    pub pods: Vec<Pod>,
-    pub nodes: Vec<Node>,
+    /// Every pod of the cluster (all schedulers): their requests occupy nodes. Shared with
+    /// the watch caches (`Arc`): a pass copies none of them.
+    pub pods: Vec<Arc<Pod>>,
+    pub nodes: Vec<Arc<Node>>,
     /// Services Corral made (label `corral.dev/job-name`).
-    pub services: Vec<Service>,
+    pub services: Vec<Arc<Service>>,
     pub queues: Vec<Queue>,
     pub pools: Vec<NodePool>,
     pub classes: Vec<JobPriorityClass>,
@@ -499,7 +501,7 @@ pub fn sched_node(
 
 /// What is in use on each node right now by every non-terminal pod bound there (the
 /// kubelet's view; used to decide whether a Binding can succeed now).
-pub fn node_usage(pods: &[Pod]) -> BTreeMap<String, Amounts> {
+pub fn node_usage<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> BTreeMap<String, Amounts> {
     let mut out: BTreeMap<String, Amounts> = BTreeMap::new();
     for p in pods {
         if is_terminal(p) {
@@ -515,7 +517,7 @@ pub fn node_usage(pods: &[Pod]) -> BTreeMap<String, Amounts> {
 /// Free room on every node now: allocatable minus the requests of every non-terminal pod
 /// bound to it (terminating ones included: their resources are not free yet).
 pub fn free_now(world: &World) -> BTreeMap<String, Amounts> {
-    let used = node_usage(&world.pods);
+    let used = node_usage(world.pods.iter().map(|p| &**p));
     world
         .nodes
         .iter()

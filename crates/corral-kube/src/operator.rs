@@ -211,13 +211,20 @@ pub async fn observe_api(client: &Client) -> Result<World, Error> {
         &items(classes),
         &legacy,
     );
-    world.pods = Api::<Pod>::all(client.clone()).list(&lp).await?.items;
-    world.nodes = Api::<Node>::all(client.clone()).list(&lp).await?.items;
-    world.services = Api::<Service>::all(client.clone())
-        .list(&ListParams::default().labels(JOB_NAME_LABEL))
-        .await?
-        .items;
+    world.pods = shared_items(Api::<Pod>::all(client.clone()).list(&lp).await?.items);
+    world.nodes = shared_items(Api::<Node>::all(client.clone()).list(&lp).await?.items);
+    world.services = shared_items(
+        Api::<Service>::all(client.clone())
+            .list(&ListParams::default().labels(JOB_NAME_LABEL))
+            .await?
+            .items,
+    );
     Ok(world)
+}
+
+/// Listed objects as the watch caches hold them.
+fn shared_items<T>(items: Vec<T>) -> Vec<Arc<T>> {
+    items.into_iter().map(Arc::new).collect()
 }
 
 fn decode_all<T: serde::de::DeserializeOwned>(
@@ -327,14 +334,9 @@ impl Stores {
                 .map(|s| s.state())
                 .unwrap_or_default(),
         );
-        world.pods = self.pods.state().iter().map(|p| (**p).clone()).collect();
-        world.nodes = self.nodes.state().iter().map(|p| (**p).clone()).collect();
-        world.services = self
-            .services
-            .state()
-            .iter()
-            .map(|p| (**p).clone())
-            .collect();
+        world.pods = self.pods.state();
+        world.nodes = self.nodes.state();
+        world.services = self.services.state();
         world
     }
 

@@ -30,8 +30,8 @@ fn render(dir: &Path) -> String {
     let world = World {
         jobs: vec![f.job],
         queues: f.queues,
-        nodes: f.nodes,
-        pods: f.pods,
+        nodes: f.nodes.into_iter().map(Into::into).collect(),
+        pods: f.pods.into_iter().map(Into::into).collect(),
         ..World::default()
     };
     let p = plan(&world, &PlanConfig::default(), now());

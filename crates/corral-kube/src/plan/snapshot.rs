@@ -65,7 +65,7 @@ pub(super) fn cluster(
         })
         .cloned()
         .collect();
-    let usage = observe::node_usage(&foreign);
+    let usage = observe::node_usage(foreign.iter().map(|p| &**p));
     let mut reserved: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
     for a in corral.iter().filter_map(|o| o.stored.as_ref()) {
         for p in &a.admission.placements {
