@@ -30,7 +30,7 @@ use corral_api::{JobPriorityClass, NodePool, Queue, TrainingJob};
 use crate::apply::{Applier, ApplyReport, RateLimiter};
 use crate::build::BuildOptions;
 use crate::consts::JOB_NAME_LABEL;
-use crate::dynamic_objects;
+use crate::dynamic_objects::{self, Decoded};
 use crate::fence::{Fence, FenceLayer, Leadership, Timings};
 use crate::leader::{Election, spawn_election};
 use crate::metrics::Metrics;
@@ -205,6 +205,7 @@ pub async fn observe_api(client: &Client) -> Result<World, Error> {
     };
     decode_into(
         &mut world,
+        None,
         &items(jobs),
         &items(queues),
         &items(pools),
@@ -244,6 +245,7 @@ fn decode_all<T: serde::de::DeserializeOwned>(
 
 fn decode_into(
     world: &mut World,
+    cache: Option<&Decoded<TrainingJob>>,
     jobs: &[Arc<DynamicObject>],
     queues: &[Arc<DynamicObject>],
     pools: &[Arc<DynamicObject>],
@@ -251,7 +253,10 @@ fn decode_into(
     legacy_classes: &[Arc<DynamicObject>],
 ) {
     let mut w = Vec::new();
-    world.jobs = decode_all::<TrainingJob>(jobs, &mut w);
+    world.jobs = match cache {
+        Some(c) => c.decode_all(jobs, &mut w),
+        None => decode_all::<TrainingJob>(jobs, &mut w),
+    };
     // corral-api's ObjectMeta has no deletionTimestamp: read it from the object as served.
     world.deleting_jobs = jobs
         .iter()
@@ -317,6 +322,8 @@ struct Stores {
     pods: Store<Pod>,
     nodes: Store<Node>,
     services: Store<Service>,
+    /// The jobs as the passes read them, decoded once per version.
+    decoded_jobs: Decoded<TrainingJob>,
 }
 
 impl Stores {
@@ -324,6 +331,7 @@ impl Stores {
         let mut world = World::default();
         decode_into(
             &mut world,
+            Some(&self.decoded_jobs),
             &self.jobs.state(),
             &self.queues.state(),
             &self.pools.state(),
@@ -772,6 +780,7 @@ async fn lead(
             notify.clone(),
             &mut tasks.0,
         ),
+        decoded_jobs: Decoded::default(),
     };
     let reporter = Reporter {
         controller: "corral".into(),
