@@ -692,6 +692,17 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// Returns to the system what the pass freed. A pass builds its world and plane anew and
+/// drops them; glibc keeps freed pages inside its heap (`corral bench operator` with 2,000
+/// finished jobs: 170 MB resident against 180 MB without).
+fn give_back_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases free memory of the allocator's own heaps.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// Acts while holding the lease, with `client` fenced to the term: returns on shutdown;
 /// the caller drops it when the term ends.
 async fn lead(
@@ -828,6 +839,8 @@ async fn lead(
         for e in &kf.errors {
             tracing::warn!("kubeflow: {e}");
         }
+        drop(world);
+        give_back_freed_memory();
         let next_after = plan
             .requeue_after()
             .into_iter()
