@@ -4,97 +4,13 @@
 
 mod common;
 
+use common::passes::*;
 use common::{FakeApi, h100_node};
 use corral_kube::apply::{Applier, ApplyReport, RateLimiter};
 use corral_kube::operator::reconcile_once;
 use corral_kube::plan::{Plan, PlanConfig};
 use jiff::Timestamp;
 use serde_json::{Value, json};
-
-const PODS: &str = "api/v1/pods";
-const JOBS: &str = "apis/corral.dev/v1alpha1/trainingjobs";
-const H100: &str = "NVIDIA-H100-80GB-HBM3";
-
-fn t(secs: i64) -> Timestamp {
-    Timestamp::from_second(1_735_689_600 + secs).expect("valid time")
-}
-
-fn job(name: &str, workers: u32, gpus: u32, extra: Value) -> Value {
-    let res = json!({"cpu": "8", "memory": "32Gi", "gpu": gpus});
-    let tpl = json!({"image": "pytorch/pytorch:2.5.1", "command": ["torchrun", "train.py"]});
-    let mut j = json!({
-        "metadata": {"name": name, "namespace": "ml"},
-        "spec": {
-            "framework": "pytorch",
-            "replicas": {
-                "master": {"count": 1, "resources": res, "template": tpl},
-                "worker": {"count": workers, "resources": res, "template": tpl},
-            },
-        },
-    });
-    if let (Some(spec), Value::Object(extra)) = (j["spec"].as_object_mut(), extra) {
-        spec.extend(extra);
-    }
-    j
-}
-
-fn cluster(nodes: &[&str]) -> FakeApi {
-    let fake = FakeApi::new();
-    for n in nodes {
-        fake.insert("api/v1/nodes", h100_node(n));
-    }
-    fake.insert(
-        "apis/corral.dev/v1alpha1/queues",
-        json!({"metadata": {"name": "default"}, "spec": {"quotas": [{"nodePool": H100, "gpu": 64}]}}),
-    );
-    fake
-}
-
-async fn pass(fake: &FakeApi, now: Timestamp) -> (Plan, ApplyReport) {
-    let applier = Applier::new(fake.client(), None, RateLimiter::unlimited());
-    let out = reconcile_once(&applier, &PlanConfig::default(), now)
-        .await
-        .expect("observe");
-    assert!(out.1.errors.is_empty(), "apply errors: {:?}", out.1.errors);
-    out
-}
-
-fn pods_of(fake: &FakeApi, job: &str) -> Vec<Value> {
-    fake.list(PODS)
-        .into_iter()
-        .filter(|p| p["metadata"]["labels"]["corral.dev/job-name"] == json!(job))
-        .collect()
-}
-
-fn set_phase(fake: &FakeApi, name: &str, phase: &str, exit: Option<i32>) {
-    fake.update(PODS, "ml", name, |p| {
-        p["status"]["phase"] = json!(phase);
-        if let Some(code) = exit {
-            p["status"]["containerStatuses"] = json!([{
-                "name": "pytorch", "ready": false, "restartCount": 0, "image": "x", "imageID": "",
-                "state": {"terminated": {"exitCode": code, "reason": "Error"}},
-            }]);
-        }
-    });
-}
-
-fn job_status(fake: &FakeApi, name: &str) -> Value {
-    fake.get(JOBS, "ml", name).expect("job")["status"].clone()
-}
-
-fn condition(fake: &FakeApi, name: &str, ty: &str) -> Option<String> {
-    job_status(fake, name)["conditions"]
-        .as_array()
-        .and_then(|cs| cs.iter().find(|c| c["type"] == json!(ty)))
-        .and_then(|c| c["status"].as_str().map(str::to_string))
-}
-
-fn event_reasons(plan: &Plan) -> Vec<String> {
-    plan.jobs
-        .iter()
-        .flat_map(|j| j.events.iter().map(|e| e.reason.clone()))
-        .collect()
-}
 
 #[tokio::test]
 async fn create_admits_creates_service_and_pods_and_binds_the_gang() {
@@ -319,87 +235,6 @@ async fn preemption_deletes_victims_with_grace_then_binds_the_preemptor() {
     assert!(
         low["status"]["restartCount"].is_null(),
         "preemption is not a failure"
-    );
-}
-
-#[tokio::test]
-async fn a_finished_job_is_cleaned_up_and_deleted_after_its_ttl() {
-    let fake = cluster(&["n1"]);
-    fake.insert(
-        JOBS,
-        job(
-            "done",
-            1,
-            1,
-            json!({"runPolicy": {"cleanPodPolicy": "All", "ttlSecondsAfterFinished": 60}}),
-        ),
-    );
-    pass(&fake, t(0)).await;
-    set_phase(&fake, "done-master-0", "Succeeded", Some(0));
-    set_phase(&fake, "done-worker-0", "Succeeded", Some(0));
-    let (plan, _) = pass(&fake, t(10)).await;
-    assert!(event_reasons(&plan).contains(&"Succeeded".to_string()));
-    assert_eq!(
-        condition(&fake, "done", "Succeeded").as_deref(),
-        Some("True")
-    );
-    assert!(pods_of(&fake, "done").is_empty(), "cleanPodPolicy All");
-    pass(&fake, t(20)).await;
-    let job = fake.get(JOBS, "ml", "done").expect("kept until the ttl");
-    assert!(
-        job["metadata"]["annotations"]["corral.dev/admission"].is_null(),
-        "released"
-    );
-    pass(&fake, t(80)).await;
-    assert!(
-        fake.get(JOBS, "ml", "done").is_none(),
-        "deleted after the ttl"
-    );
-    assert!(
-        fake.get("api/v1/services", "ml", "done").is_none(),
-        "owned objects go with it"
-    );
-}
-
-/// A job finished for good (no TTL), its admission released and its pods ended, is handed
-/// to the plane by name only: later passes plan nothing for it, still count it, and its
-/// name stays taken.
-#[tokio::test]
-async fn a_job_finished_for_good_is_restored_by_name_and_still_counted() {
-    let fake = cluster(&["n1"]);
-    fake.insert(JOBS, job("old", 1, 1, json!({})));
-    pass(&fake, t(0)).await;
-    set_phase(&fake, "old-master-0", "Succeeded", Some(0));
-    set_phase(&fake, "old-worker-0", "Succeeded", Some(0));
-    pass(&fake, t(10)).await;
-    assert_eq!(
-        condition(&fake, "old", "Succeeded").as_deref(),
-        Some("True")
-    );
-    assert!(
-        fake.get(JOBS, "ml", "old").expect("job")["metadata"]["annotations"]
-            ["corral.dev/admission"]
-            .is_null(),
-        "released"
-    );
-    let status_before = job_status(&fake, "old");
-    for at in [20, 30] {
-        let (plan, report) = pass(&fake, t(at)).await;
-        assert!(
-            plan.jobs.iter().all(|jp| jp.is_empty()),
-            "nothing to do for a retired job: {:?}",
-            plan.jobs
-        );
-        assert_eq!(report, ApplyReport::default(), "no write");
-        assert_eq!(
-            plan.jobs_by_state["default"]["Succeeded"], 1,
-            "still counted"
-        );
-    }
-    assert_eq!(
-        job_status(&fake, "old"),
-        status_before,
-        "its status is kept"
     );
 }
 

@@ -6,6 +6,8 @@
 
 #![allow(dead_code)]
 
+pub mod passes;
+
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
