@@ -458,6 +458,13 @@ pub const H100: &str = "NVIDIA-H100-80GB-HBM3";
 /// without the not-ready taint that the TaintNodesByCondition admission plugin puts on every
 /// new node (the node lifecycle controller, not run here, would lift it).
 pub async fn gpu_node(client: &Client, name: &str, gpus: u32) -> Result<(), String> {
+    ready_gpu_node(client, name, gpus).await?;
+    lift_not_ready_taint(client, name).await
+}
+
+/// A fake node reporting Ready with `gpus` GPUs, still carrying the admission plugin's
+/// not-ready taint ([`lift_not_ready_taint`] lifts it).
+pub async fn ready_gpu_node(client: &Client, name: &str, gpus: u32) -> Result<(), String> {
     let nodes: Api<Node> = Api::all(client.clone());
     let node: Node = serde_json::from_value(json!({
         "metadata": {"name": name, "labels": {
@@ -481,6 +488,12 @@ pub async fn gpu_node(client: &Client, name: &str, gpus: u32) -> Result<(), Stri
         )
         .await
         .map_err(|e| fail("status", e))?;
+    Ok(())
+}
+
+/// Lifts the node lifecycle controller's part: the not-ready taint of a Ready node.
+pub async fn lift_not_ready_taint(client: &Client, name: &str) -> Result<(), String> {
+    let nodes: Api<Node> = Api::all(client.clone());
     nodes
         .patch(
             name,
@@ -488,6 +501,6 @@ pub async fn gpu_node(client: &Client, name: &str, gpus: u32) -> Result<(), Stri
             &Patch::Merge(json!({"spec": {"taints": null}})),
         )
         .await
-        .map_err(|e| fail("lift the not-ready taint", e))?;
+        .map_err(|e| format!("node {name}: lift the not-ready taint: {e}"))?;
     Ok(())
 }

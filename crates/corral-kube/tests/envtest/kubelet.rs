@@ -3,39 +3,20 @@
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
+
+use corral_kube::testenv;
 
 use crate::harness::Env;
 
-pub(crate) const H100: &str = "NVIDIA-H100-80GB-HBM3";
-
 pub(crate) async fn gpu_node(env: &Env, name: &str) {
-    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(env.admin.clone());
-    nodes
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "metadata": {"name": name, "labels": {
-                    "nvidia.com/gpu.product": H100, "kubernetes.io/hostname": name}},
-            }))
-            .expect("node"),
-        )
+    testenv::ready_gpu_node(&env.admin, name, 8)
         .await
-        .expect("create node");
-    let cap = json!({"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": "8"});
-    nodes
-        .patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"capacity": cap, "allocatable": cap,
-                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                                "message": "envtest"}]}})),
-        )
-        .await
-        .expect("node status");
+        .expect("node");
     // The TaintNodesByCondition admission plugin taints a new node not-ready; the node
     // lifecycle controller (not run here) lifts it once the node reports Ready.
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(env.admin.clone());
     let node = nodes.get(name).await.expect("node");
     let taints = node.spec.and_then(|s| s.taints).unwrap_or_default();
     assert!(
@@ -44,12 +25,7 @@ pub(crate) async fn gpu_node(env: &Env, name: &str) {
             .any(|t| t.key == "node.kubernetes.io/not-ready"),
         "{taints:?}"
     );
-    nodes
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"taints": null}})),
-        )
+    testenv::lift_not_ready_taint(&env.admin, name)
         .await
         .expect("lift the not-ready taint");
 }
