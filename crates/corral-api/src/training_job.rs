@@ -519,6 +519,37 @@ pub struct TrainingJobStatus {
     /// The newest checkpoint a replica reported saved (see [`crate::progress`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_checkpoint: Option<Box<crate::progress::Checkpoint>>,
+    /// The admission the job holds: its pool and GPU type, and each replica's node and GPU
+    /// indices; absent while it waits and once it finished. Written by the Kubernetes
+    /// operator, for which the TrainingJob is the job's only record: the admission becomes
+    /// durable in the same write as the status that announces it. (Embedded, the store keeps
+    /// it and the API shows it as the job's `admission`.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admission: Option<Box<AdmissionRecord>>,
+}
+
+/// Where an admission placed a job (see [`TrainingJobStatus::admission`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AdmissionRecord {
+    /// When the job was admitted: recently admitted jobs are protected from preemption.
+    pub admitted_at: Timestamp,
+    pub pool: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub placements: Vec<PlacementRecord>,
+}
+
+/// Where one replica of an admitted job runs.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacementRecord {
+    pub role: String,
+    pub index: u32,
+    pub node: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_indices: Vec<u32>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

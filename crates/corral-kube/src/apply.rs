@@ -1,9 +1,9 @@
 //! Apply: carries out a [`Plan`] against the API server, job by job, in an order that
 //! survives a crash between any two calls:
-//! 1. the admission annotation (the durable decision, with a resourceVersion precondition);
-//! 2. the status (server-side apply, field manager `corral`, resourceVersion precondition:
-//!    a status computed from a stale view is rejected, and nothing else is done for the
-//!    job until the next pass);
+//! 1. the status with the admission in it (the durable decision; server-side apply, field
+//!    manager `corral`, resourceVersion precondition: a status computed from a stale view is
+//!    rejected, and nothing else is done for the job until the next pass);
+//! 2. the admission annotation earlier operators wrote, removed once the status has it;
 //! 3. the launch ConfigMap and the headless Service (server-side apply);
 //! 4. the pods (create: a name still held by another incarnation is never taken over; a pod
 //!    whose gang fits now is created on its node);
@@ -448,29 +448,8 @@ impl Applier {
         );
         let mut rv = jp.resource_version.clone();
 
-        // 1. The admission: the decision is durable before anything acts on it.
-        let annotation = match &jp.admission {
-            AdmissionChange::Keep => None,
-            AdmissionChange::Set(a) => Some(Value::String(a.to_text().map_err(Error::SerdeError)?)),
-            AdmissionChange::Clear => Some(Value::Null),
-        };
-        if let Some(value) = annotation {
-            let mut meta = json!({"annotations": {ADMISSION_ANNOTATION: value}});
-            if let Some(rv) = &rv {
-                meta["resourceVersion"] = json!(rv);
-            }
-            self.limiter.acquire().await;
-            let patched = jobs
-                .patch(
-                    &jp.name,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"metadata": meta})),
-                )
-                .await?;
-            rv = patched.metadata.resource_version.clone();
-        }
-
-        // 2. The status, on top of exactly what was observed.
+        // 1. The status, on top of exactly what was observed, with the admission in it: the
+        // decision is durable before anything acts on it.
         if let Some(status) = &jp.status {
             let mut meta = json!({"name": jp.name, "namespace": jp.namespace});
             if let Some(rv) = &rv {
@@ -483,13 +462,31 @@ impl Applier {
                 "status": status,
             });
             self.limiter.acquire().await;
-            jobs.patch_status(
+            let applied = jobs
+                .patch_status(
+                    &jp.name,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(body),
+                )
+                .await?;
+            rv = applied.metadata.resource_version.clone();
+            report.status_updates += 1;
+        }
+
+        // 2. The annotation earlier operators kept the admission in, now that the status
+        // records it.
+        if jp.admission == AdmissionChange::Clear {
+            let mut meta = json!({"annotations": {ADMISSION_ANNOTATION: Value::Null}});
+            if let Some(rv) = &rv {
+                meta["resourceVersion"] = json!(rv);
+            }
+            self.limiter.acquire().await;
+            jobs.patch(
                 &jp.name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(body),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": meta})),
             )
             .await?;
-            report.status_updates += 1;
         }
 
         // 3. Launch files, the ssh keys of an MPI job and the headless Service.

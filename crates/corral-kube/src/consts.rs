@@ -9,9 +9,9 @@ pub const INDEX_LABEL: &str = "corral.dev/index";
 /// The replica's incarnation, `<attempt>.<retry>` (see `corral_core::lifecycle::Incarnation`).
 pub const INCARNATION_LABEL: &str = "corral.dev/incarnation";
 /// On a TrainingJob: the admission it holds (pool, GPU type, placement of every replica) as
-/// JSON, in the operator's versioned format ([`crate::record::AdmissionAnnotation`]).
-/// Written before any pod is created; removed when the job returns to its queue or
-/// finishes. It is what survives a restart of the operator in the middle of a gang.
+/// JSON ([`crate::record::AdmissionAnnotation`]), as operators before `status.admission`
+/// kept it. Still read (a job admitted by such an operator keeps its gang), and removed
+/// with the job's next status write, which records the admission in the status instead.
 pub const ADMISSION_ANNOTATION: &str = "corral.dev/admission";
 /// On a TrainingJob: a replica launch the API server refused for good (400, 403, 422, or a
 /// name held by a pod the job does not own), as JSON

@@ -15,7 +15,7 @@
 //!    its stages.
 //! 3. **build** ([`build`], pure): TrainingJob + placement + launch contract -> headless
 //!    Service and Pods (k8s-openapi types), golden-tested from YAML fixtures.
-//! 4. **apply** ([`apply`]): admission annotation, status (server-side apply with field
+//! 4. **apply** ([`apply`]): status with the admission in it (server-side apply with field
 //!    manager `corral` and a resourceVersion precondition), Service (server-side apply),
 //!    Pods (create: a name held by another incarnation is never taken over; on their node
 //!    when the whole gang fits now), Bindings (`pods/{name}/binding`, for pods made in an
@@ -23,7 +23,8 @@
 //!    a UID precondition, Events; up to `--apply-window` jobs at once.
 //!
 //! Durable state lives in the API server only: the admission (with its placements) in the
-//! job's `corral.dev/admission` annotation (the operator's versioned record, [`record`]),
+//! job's `status.admission` (written with the status that announces it; the
+//! `corral.dev/admission` annotation of earlier operators is still read, [`record`]),
 //! counts and conditions in its status, and the incarnation of every replica in its pod's
 //! labels. An operator that restarts anywhere in
 //! the pipeline re-reads them and repeats only idempotent steps.

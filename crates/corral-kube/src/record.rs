@@ -1,4 +1,5 @@
-//! What the operator stores on a TrainingJob: the `corral.dev/admission` annotation.
+//! What the operator stores on a TrainingJob: the admission it holds (`status.admission`,
+//! and the `corral.dev/admission` annotation that earlier operators wrote).
 //!
 //! The annotation is the operator's own versioned record ([`AdmissionAnnotation`]), converted
 //! explicitly to and from the core's [`HeldAdmission`], so that the scheduler's types can
@@ -12,10 +13,15 @@
 //! of the older format (which requires `job` and refuses unknown placement fields) still
 //! reads what this one writes.
 
+use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
+
+use corral_api::training_job::{AdmissionRecord, PlacementRecord, TrainingJob};
 
 use corral_core::control::HeldAdmission;
 use corral_core::sched::{Admission, ReplicaPlacement};
+
+use crate::consts::ADMISSION_ANNOTATION;
 
 /// The version this operator writes.
 pub const ADMISSION_ANNOTATION_VERSION: u32 = 1;
@@ -108,9 +114,86 @@ impl AdmissionAnnotation {
     }
 }
 
+/// The admission as the operator writes it now: in the job's status, in the same write as
+/// the status that announces it (`status.admission`). The annotation is still read, for jobs
+/// admitted by an operator that wrote it, and removed at the job's next admission change.
+pub fn admission_record(held: &HeldAdmission) -> AdmissionRecord {
+    let a = &held.admission;
+    AdmissionRecord {
+        admitted_at: i64::try_from(held.admitted_at)
+            .ok()
+            .and_then(|ms| Timestamp::from_millisecond(ms).ok())
+            .unwrap_or(Timestamp::UNIX_EPOCH),
+        pool: a.pool.clone(),
+        gpu_type: a.gpu_type.clone(),
+        placements: a
+            .placements
+            .iter()
+            .map(|p| PlacementRecord {
+                role: p.role.clone(),
+                index: p.index,
+                node: p.node.clone(),
+                gpu_indices: p.gpu_indices.clone(),
+            })
+            .collect(),
+    }
+}
+
+/// The admission recorded on the job `key`: `status.admission`, else the annotation that
+/// earlier operators wrote; an annotation that does not read is an error in words.
+pub fn recorded_admission(job: &TrainingJob, key: &str) -> Result<Option<HeldAdmission>, String> {
+    if let Some(record) = job.status.as_ref().and_then(|s| s.admission.as_deref()) {
+        return Ok(Some(held_admission(record, key)));
+    }
+    match job.metadata.annotations.get(ADMISSION_ANNOTATION) {
+        None => Ok(None),
+        Some(text) => AdmissionAnnotation::parse(text)
+            .map(|r| Some(r.to_held(key)))
+            .map_err(|e| format!("annotation {ADMISSION_ANNOTATION}: {e}")),
+    }
+}
+
+/// The admission for the plane from `status.admission` of the job `key`.
+pub fn held_admission(record: &AdmissionRecord, key: &str) -> HeldAdmission {
+    HeldAdmission {
+        admitted_at: u64::try_from(record.admitted_at.as_millisecond()).unwrap_or(0),
+        admission: Admission {
+            job: key.to_string(),
+            pool: record.pool.clone(),
+            gpu_type: record.gpu_type.clone(),
+            placements: record
+                .placements
+                .iter()
+                .map(|p| ReplicaPlacement {
+                    role: p.role.clone(),
+                    index: p.index,
+                    node: p.node.clone(),
+                    gpu_indices: p.gpu_indices.clone(),
+                })
+                .collect(),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_status_record_round_trips_to_the_millisecond() {
+        let held = AdmissionAnnotation::parse(UNVERSIONED)
+            .expect("parses")
+            .to_held("ml/llm");
+        let mut held = held;
+        held.admitted_at += 123;
+        let record = admission_record(&held);
+        assert_eq!(record.admitted_at.to_string(), "2025-01-01T00:00:00.123Z");
+        assert_eq!(held_admission(&record, "ml/llm"), held);
+        // As the API server stores it and gives it back.
+        let text = serde_json::to_string(&record).expect("writes");
+        let back: AdmissionRecord = serde_json::from_str(&text).expect("reads");
+        assert_eq!(held_admission(&back, "ml/llm"), held);
+    }
 
     /// The annotation as operators before the versioned record wrote it
     /// (`StoredAdmission { admitted_at, #[serde(flatten)] admission: Admission }`).

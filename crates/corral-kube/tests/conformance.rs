@@ -13,7 +13,7 @@ use common::FakeApi;
 use corral_core::control::conformance::{self, JobOutcome, ScenarioStep};
 use corral_core::lifecycle::job_state;
 use corral_kube::apply::{Applier, ApplyReport, RateLimiter};
-use corral_kube::consts::{ADMISSION_ANNOTATION, GPU_PRODUCT_LABEL, GPU_RESOURCE};
+use corral_kube::consts::{GPU_PRODUCT_LABEL, GPU_RESOURCE};
 use corral_kube::operator::reconcile_once;
 use corral_kube::plan::{Plan, PlanConfig};
 use jiff::Timestamp;
@@ -292,7 +292,7 @@ async fn the_conformance_story_through_the_operator() {
                         serde_json::from_value(v.clone()).expect("a TrainingJob");
                     (
                         Some(job_state(&job.spec, job.status.as_ref())),
-                        !v["metadata"]["annotations"][ADMISSION_ANNOTATION].is_null(),
+                        !v["status"]["admission"].is_null(),
                     )
                 }
                 None => (None, false),

@@ -115,12 +115,7 @@ async fn an_elastic_job_grows_and_shrinks_as_pods() {
         ["el-worker-0", "el-worker-1", "el-worker-2"]
     );
     let el = fake.get(JOBS, "ml", "el").expect("el");
-    let admission: Value = serde_json::from_str(
-        el["metadata"]["annotations"]["corral.dev/admission"]
-            .as_str()
-            .expect("admission recorded"),
-    )
-    .expect("admission json");
+    let admission: Value = el["status"]["admission"].clone();
     assert_eq!(admission["placements"].as_array().map(Vec::len), Some(3));
     run_all(&fake, "el");
     pass(&fake, t(71)).await;

@@ -32,10 +32,7 @@ async fn a_finished_job_is_cleaned_up_and_deleted_after_its_ttl() {
     assert!(pods_of(&fake, "done").is_empty(), "cleanPodPolicy All");
     pass(&fake, t(20)).await;
     let job = fake.get(JOBS, "ml", "done").expect("kept until the ttl");
-    assert!(
-        job["metadata"]["annotations"]["corral.dev/admission"].is_null(),
-        "released"
-    );
+    assert!(job["status"]["admission"].is_null(), "released");
     pass(&fake, t(80)).await;
     assert!(
         fake.get(JOBS, "ml", "done").is_none(),
@@ -63,9 +60,7 @@ async fn a_job_finished_for_good_is_restored_by_name_and_still_counted() {
         Some("True")
     );
     assert!(
-        fake.get(JOBS, "ml", "old").expect("job")["metadata"]["annotations"]
-            ["corral.dev/admission"]
-            .is_null(),
+        fake.get(JOBS, "ml", "old").expect("job")["status"]["admission"].is_null(),
         "released"
     );
     let status_before = job_status(&fake, "old");

@@ -294,12 +294,7 @@ fn status_keys_replica_types_as_the_manifest_spells_them() {
 
 fn placements(fake: &FakeApi, name: &str) -> Value {
     let tj = fake.get(JOBS, "ml", name).expect("workload");
-    serde_json::from_str(
-        tj["metadata"]["annotations"]["corral.dev/admission"]
-            .as_str()
-            .expect("admitted"),
-    )
-    .expect("admission json")
+    tj["status"]["admission"].clone()
 }
 
 #[tokio::test]
@@ -418,10 +413,7 @@ async fn alongside_counts_kubeflow_pods_once() {
         "the first admission holds"
     );
     let b = fake.get(JOBS, "ml", "b").expect("workload b");
-    assert!(
-        b["metadata"]["annotations"]["corral.dev/admission"].is_null(),
-        "b waits"
-    );
+    assert!(b["status"]["admission"].is_null(), "b waits");
     kubeflow_pass(&fake, Mode::Alongside, t(6)).await;
     assert_eq!(
         fake.get(PYTORCHJOBS, "ml", "b").expect("b")["spec"]["runPolicy"]["suspend"],

@@ -23,12 +23,7 @@ async fn create_admits_creates_service_and_pods_and_binds_the_gang() {
     assert!(event_reasons(&plan).contains(&"Admitted".to_string()));
 
     let job = fake.get(JOBS, "ml", "llm").expect("job");
-    let admission: Value = serde_json::from_str(
-        job["metadata"]["annotations"]["corral.dev/admission"]
-            .as_str()
-            .expect("admission recorded"),
-    )
-    .expect("admission json");
+    let admission: Value = job["status"]["admission"].clone();
     assert_eq!(admission["placements"].as_array().map(Vec::len), Some(2));
     assert_eq!(condition(&fake, "llm", "Admitted").as_deref(), Some("True"));
 
@@ -168,10 +163,7 @@ async fn a_pod_whose_image_cannot_be_pulled_backs_off_and_frees_its_gpus() {
     pass(&fake, t(2)).await;
     let (plan, report) = pass(&fake, t(3)).await;
     let job = fake.get(JOBS, "ml", "bad").expect("job");
-    assert!(
-        job["metadata"]["annotations"]["corral.dev/admission"].is_null(),
-        "admission released"
-    );
+    assert!(job["status"]["admission"].is_null(), "admission released");
     assert_eq!(pods_of(&fake, "next").len(), 2, "{report:?}");
     assert!(
         !event_reasons(&plan).contains(&"StartBackOff".to_string()),
@@ -226,10 +218,7 @@ async fn preemption_deletes_victims_with_grace_then_binds_the_preemptor() {
     let (_, report) = pass(&fake, t(640)).await;
     assert_eq!(report.pods_bound, 2);
     let low = fake.get(JOBS, "ml", "low").expect("low");
-    assert!(
-        low["metadata"]["annotations"]["corral.dev/admission"].is_null(),
-        "back in the queue"
-    );
+    assert!(low["status"]["admission"].is_null(), "back in the queue");
     assert_eq!(low["status"]["preemptionCount"], json!(1));
     assert_eq!(condition(&fake, "low", "Queued").as_deref(), Some("True"));
     assert!(
@@ -251,11 +240,10 @@ async fn an_operator_restart_in_the_middle_of_a_gang_creates_no_duplicates_and_l
     assert_eq!(report.errors.len(), 1, "{:?}", report.errors);
     // Made on their nodes: the whole gang's room was checked before the first creation.
     assert_eq!(report.pods_bound, 2, "the pods made are on their nodes");
-    let admission_before = fake.get(JOBS, "ml", "gang").expect("job")["metadata"]["annotations"]
-        ["corral.dev/admission"]
-        .clone();
+    let admission_before =
+        fake.get(JOBS, "ml", "gang").expect("job")["status"]["admission"].clone();
     assert!(
-        admission_before.is_string(),
+        admission_before.is_object(),
         "the decision was recorded first"
     );
     assert_eq!(pods_of(&fake, "gang").len(), 2);
@@ -267,8 +255,7 @@ async fn an_operator_restart_in_the_middle_of_a_gang_creates_no_duplicates_and_l
     assert_eq!(report.pods_bound, 2, "the rest of the gang, on its nodes");
     let pods = pods_of(&fake, "gang");
     assert_eq!(pods.len(), 4);
-    let admission: Value =
-        serde_json::from_str(admission_before.as_str().expect("string")).expect("json");
+    let admission = &admission_before;
     for p in &pods {
         let role = p["metadata"]["labels"]["corral.dev/role"]
             .as_str()
@@ -290,7 +277,7 @@ async fn an_operator_restart_in_the_middle_of_a_gang_creates_no_duplicates_and_l
         );
     }
     assert_eq!(
-        fake.get(JOBS, "ml", "gang").expect("job")["metadata"]["annotations"]["corral.dev/admission"],
+        fake.get(JOBS, "ml", "gang").expect("job")["status"]["admission"],
         admission_before,
         "the admission survived unchanged"
     );
@@ -371,7 +358,7 @@ async fn the_configured_grace_period_reaches_the_pod_deletions_of_a_suspend() {
     fake.finish_terminating();
     pass_with(&fake, &cfg, t(10)).await;
     let s = fake.get(JOBS, "ml", "s").expect("job");
-    assert!(s["metadata"]["annotations"]["corral.dev/admission"].is_null());
+    assert!(s["status"]["admission"].is_null());
 }
 
 #[tokio::test]
@@ -497,10 +484,7 @@ async fn a_pod_the_api_server_rejects_fails_the_job_with_its_message_and_frees_t
     assert_eq!(report.pods_created, 0);
     assert!(!event_reasons(&plan).contains(&"Failed".to_string()));
     let job = fake.get(JOBS, "ml", "bad").expect("job");
-    assert!(
-        job["metadata"]["annotations"]["corral.dev/admission"].is_null(),
-        "admission released"
-    );
+    assert!(job["status"]["admission"].is_null(), "admission released");
     // The GPUs serve the next job.
     fake.insert(JOBS, self::job("next", 1, 4, json!({})));
     let (_, report) = pass(&fake, t(3)).await;
@@ -576,7 +560,7 @@ async fn a_forbidden_create_fails_the_job_and_a_server_error_backs_off() {
     assert!(report.errors.is_empty());
     assert_ne!(condition(&fake, "flaky", "Failed").as_deref(), Some("True"));
     let job = fake.get(JOBS, "ml", "flaky").expect("job");
-    assert!(job["metadata"]["annotations"]["corral.dev/admission"].is_string());
+    assert!(job["status"]["admission"].is_object());
 }
 
 // Issue 19 #4: a job without `template.image` is never admitted on Kubernetes, says why in
@@ -627,7 +611,7 @@ async fn a_job_without_an_image_is_never_admitted_and_says_so_once() {
         assert_eq!(report.pods_created, 0);
     }
     let job = fake.get(JOBS, "ml", "noimage").expect("job");
-    assert!(job["metadata"]["annotations"]["corral.dev/admission"].is_null());
+    assert!(job["status"]["admission"].is_null());
     // Its quota is free: a valid job of the same size runs.
     fake.insert(JOBS, self::job("valid", 1, 4, json!({})));
     let (_, report) = pass(&fake, t(200)).await;
@@ -826,10 +810,7 @@ async fn a_launch_the_operator_cannot_build_fails_the_job_and_frees_the_gpus() {
     fake.finish_terminating();
     pass(&fake, t(2)).await;
     let job = fake.get(JOBS, "ml", &long).expect("job");
-    assert!(
-        job["metadata"]["annotations"]["corral.dev/admission"].is_null(),
-        "admission released"
-    );
+    assert!(job["status"]["admission"].is_null(), "admission released");
     fake.insert(JOBS, self::job("next", 1, 4, json!({})));
     let (_, report) = pass(&fake, t(3)).await;
     assert_eq!(report.pods_created, 2, "the GPUs serve the next job");

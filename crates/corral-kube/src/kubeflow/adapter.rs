@@ -18,7 +18,7 @@ use corral_api::training_job::{Role, RunPolicy, TrainingJob};
 use super::serve::{convert_manifest, training_job_body};
 use super::{KubeflowJob, KubeflowKind, QUEUE_LABEL, RUNNER_ANNOTATION};
 use crate::consts::JOB_NAME_LABEL;
-use crate::record::AdmissionAnnotation;
+use corral_core::control::HeldAdmission;
 
 /// The node label kube-scheduler matches a node's name by.
 const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
@@ -51,7 +51,7 @@ pub trait GenericJob {
     /// The patch that keeps it from running (its operator then deletes its pods).
     fn suspend_patch(&self) -> Value;
     /// The patch that lets it run on `admission`'s placement.
-    fn run_patch(&self, admission: &AdmissionAnnotation) -> Value;
+    fn run_patch(&self, admission: &HeldAdmission) -> Value;
     /// Why it cannot be queued, as last told on it ([`INVALID_ANNOTATION`]).
     fn said_invalid(&self) -> Option<&str>;
     /// The patch that keeps it suspended and tells it why it cannot be queued.
@@ -120,7 +120,7 @@ impl GenericJob for KubeflowJob {
     /// Each replica template gets a required node affinity to the nodes placed for its role
     /// and the label `corral.dev/job-name`; `suspend: false`; one patch, with a
     /// resourceVersion precondition.
-    fn run_patch(&self, admission: &AdmissionAnnotation) -> Value {
+    fn run_patch(&self, admission: &HeldAdmission) -> Value {
         let specs_key = self.kind.specs_key;
         let mut specs = serde_json::Map::new();
         let templates = self
@@ -134,6 +134,7 @@ impl GenericJob for KubeflowJob {
                 continue;
             };
             let nodes: Vec<String> = admission
+                .admission
                 .placements
                 .iter()
                 .filter(|p| p.role == role.as_str())

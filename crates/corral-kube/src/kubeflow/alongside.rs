@@ -24,9 +24,10 @@ use corral_core::lifecycle::Gate;
 
 pub use super::adapter::{GenericJob, INVALID_ANNOTATION};
 use super::{KF_JOB_NAME_LABEL, KubeflowAction, KubeflowJob, RUNNER_ANNOTATION};
-use crate::consts::{ADMISSION_ANNOTATION, JOB_NAME_LABEL};
+use crate::consts::JOB_NAME_LABEL;
 use crate::observe::World;
-use crate::record::AdmissionAnnotation;
+use crate::record;
+use corral_core::control::HeldAdmission;
 
 /// Whether a TrainingJob's replicas are run by another operator (a workload).
 pub fn runs_elsewhere(tj: &TrainingJob) -> bool {
@@ -141,12 +142,19 @@ pub fn reconcile<J: GenericJob>(
 }
 
 /// The admission the workload holds, as the operator recorded it on the workload.
-fn admission_of(tj: &TrainingJob) -> Option<AdmissionAnnotation> {
-    AdmissionAnnotation::parse(tj.metadata.annotations.get(ADMISSION_ANNOTATION)?).ok()
+fn admission_of(tj: &TrainingJob) -> Option<HeldAdmission> {
+    record::recorded_admission(tj, &crate::observe::job_key(tj))
+        .ok()
+        .flatten()
 }
 
-fn placed_nodes(a: &AdmissionAnnotation) -> String {
-    let nodes: BTreeSet<&str> = a.placements.iter().map(|p| p.node.as_str()).collect();
+fn placed_nodes(a: &HeldAdmission) -> String {
+    let nodes: BTreeSet<&str> = a
+        .admission
+        .placements
+        .iter()
+        .map(|p| p.node.as_str())
+        .collect();
     nodes.into_iter().collect::<Vec<_>>().join(", ")
 }
 

@@ -50,7 +50,7 @@ use corral_core::sched::{ClusterSnapshot, CycleCounters, SchedError, SchedulerCo
 use crate::build::BuildOptions;
 use crate::kubeflow::alongside::runs_elsewhere;
 use crate::observe::{self, World};
-use crate::record::{AdmissionAnnotation, LaunchRejectionAnnotation};
+use crate::record::LaunchRejectionAnnotation;
 
 /// Settings of the plan.
 #[derive(Clone, Debug, Default)]
@@ -64,10 +64,11 @@ pub struct PlanConfig {
     pub grace_period: Option<Duration>,
 }
 
-#[derive(Clone, Debug, PartialEq)]
+/// The `corral.dev/admission` annotation that earlier operators wrote: kept, or removed
+/// once the status records the admission.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AdmissionChange {
     Keep,
-    Set(AdmissionAnnotation),
     Clear,
 }
 
@@ -105,7 +106,8 @@ pub struct JobPlan {
     /// The job's resourceVersion as observed: the status is applied only on top of it.
     pub resource_version: Option<String>,
     pub admission: AdmissionChange,
-    /// The new status, when it changed.
+    /// The new status, when it or the admission changed, with the admission the plane
+    /// holds in `admission`.
     pub status: Option<TrainingJobStatus>,
     pub config_map: Option<ConfigMap>,
     pub service: Option<Service>,

@@ -1,6 +1,6 @@
 //! Stage 1: every TrainingJob as the control plane restores it: the job with its uid and
-//! creation time, the pods it owns (observed as replica incarnations), the admission stored
-//! in its annotation, its node selector and tolerations, and whether it is being deleted.
+//! creation time, the pods it owns (observed as replica incarnations), the admission recorded
+//! in its status, its node selector and tolerations, and whether it is being deleted.
 
 use std::collections::BTreeMap;
 
@@ -14,7 +14,7 @@ use corral_core::control::{
 
 use crate::consts::{ADMISSION_ANNOTATION, LAUNCH_REJECTED_ANNOTATION};
 use crate::observe::{self, World};
-use crate::record::{AdmissionAnnotation, LaunchRejectionAnnotation};
+use crate::record::{self, LaunchRejectionAnnotation};
 
 /// One TrainingJob as observed this pass.
 pub(super) struct ObservedJob<'a> {
@@ -23,9 +23,10 @@ pub(super) struct ObservedJob<'a> {
     pub key: String,
     /// The pods this job owns (its controller is this job, by uid), of any incarnation.
     pub pods: Vec<&'a Pod>,
-    /// Whether the job carries the admission annotation (readable or not).
+    /// Whether the job carries the admission annotation of earlier operators (readable or
+    /// not): removed with the next status write, which records the admission instead.
     pub annotated: bool,
-    /// The admission stored in the annotation, when it reads.
+    /// The admission recorded on the job (`status.admission`, or the annotation).
     pub stored: Option<HeldAdmission>,
     /// Node selector and tolerations of its pod templates, or why they do not read.
     pub hints: Result<SchedulingHints, String>,
@@ -44,9 +45,15 @@ impl ObservedJob<'_> {
     pub fn restored(&self, now: Timestamp) -> Option<RestoredJob> {
         let hints = self.hints.as_ref().ok()?.clone();
         let submitted = self.job.metadata.creation_timestamp.unwrap_or(now);
+        // The plane holds the admission as `admission` below; its statuses never carry the
+        // record (the operator adds the plane's admission to each status it writes).
+        let mut job = self.job.clone();
+        if let Some(status) = &mut job.status {
+            status.admission = None;
+        }
         Some(RestoredJob {
             record: JobRecord {
-                job: self.job.clone(),
+                job,
                 uid: self.job.metadata.uid.clone().unwrap_or_default(),
                 submitted: u64::try_from(submitted.as_millisecond()).unwrap_or(0),
                 hints,
@@ -94,15 +101,10 @@ pub(super) fn observe_jobs(world: &World) -> Vec<ObservedJob<'_>> {
         .map(|job| {
             let key = observe::job_key(job);
             let mut problems = Vec::new();
-            let text = job.metadata.annotations.get(ADMISSION_ANNOTATION);
-            let stored = match text.map(|t| AdmissionAnnotation::parse(t)) {
-                None => None,
-                Some(Ok(r)) => Some(r.to_held(&key)),
-                Some(Err(e)) => {
-                    problems.push((
-                        "InvalidAdmission",
-                        format!("annotation {ADMISSION_ANNOTATION}: {e}"),
-                    ));
+            let stored = match record::recorded_admission(job, &key) {
+                Ok(held) => held,
+                Err(e) => {
+                    problems.push(("InvalidAdmission", e));
                     None
                 }
             };
@@ -140,7 +142,7 @@ pub(super) fn observe_jobs(world: &World) -> Vec<ObservedJob<'_>> {
                 job,
                 key,
                 pods,
-                annotated: text.is_some(),
+                annotated: job.metadata.annotations.contains_key(ADMISSION_ANNOTATION),
                 stored,
                 hints,
                 problems,

@@ -1,6 +1,7 @@
 //! Stage 4: the control plane's [`Step`] as Kubernetes work, one [`JobPlan`] per job:
-//! - `Change::Status` -> the status to apply (the last one of the step);
-//! - `Change::Admission` -> the `corral.dev/admission` annotation to set or remove;
+//! - `Change::Status` -> the status to apply (the last one of the step), with the admission
+//!   the plane holds in `status.admission`;
+//! - `Change::Admission` -> the status to apply, for its `admission`;
 //! - `Change::Deleting` -> delete the TrainingJob (its TTL after finishing passed);
 //!   `Change::Removed` -> nothing (every replica has stopped; the job is going);
 //!   `Change::Retired` -> nothing (the job finished; its object stays as it is);
@@ -10,14 +11,14 @@
 
 use std::collections::BTreeMap;
 
-use corral_core::control::{Change, ControlPlane, EventType, HeldAdmission, Step};
+use corral_core::control::{Change, ControlPlane, EventType, Step};
 use corral_core::lifecycle::{Action, ReplicaId, conditions};
 
 use super::observe_jobs::ObservedJob;
 use super::{AdmissionChange, JobPlan, PlannedEvent, PodDeletion};
 use crate::build::{self, BuildOptions};
 use crate::observe::{self, Amounts, World};
-use crate::record::AdmissionAnnotation;
+use crate::record;
 
 /// The pods a job's plan creates, by replica, with what each requests (for the bindings).
 #[derive(Default)]
@@ -37,8 +38,8 @@ pub(super) fn translate(
     let by_key: BTreeMap<&str, &ObservedJob<'_>> =
         jobs.iter().map(|o| (o.key.as_str(), o)).collect();
 
-    // Changes: the last status and the last admission of each job win.
-    let mut admissions: BTreeMap<&str, Option<&HeldAdmission>> = BTreeMap::new();
+    // Changes: the last status of each job wins; a job whose admission changed gets its
+    // status written too, since the admission is recorded in it.
     for change in &step.changes {
         match change {
             Change::Status { job, status } => {
@@ -46,8 +47,12 @@ pub(super) fn translate(
                     jp.status = Some(status.clone());
                 }
             }
-            Change::Admission { job, admission } => {
-                admissions.insert(job, admission.as_ref());
+            Change::Admission { job, .. } => {
+                if let (Some(jp), Some(j)) = (plans.get_mut(job), plane.job(job))
+                    && jp.status.is_none()
+                {
+                    jp.status = Some(j.status.clone().unwrap_or_default());
+                }
             }
             Change::Deleting { job } => {
                 if let Some(jp) = plans.get_mut(job) {
@@ -58,15 +63,19 @@ pub(super) fn translate(
             Change::Removed { .. } | Change::Retired { .. } => {}
         }
     }
-    for (key, admission) in admissions {
-        let (Some(jp), Some(o)) = (plans.get_mut(key), by_key.get(key)) else {
+    // Each status written carries the admission the plane holds after the step (none once
+    // the job lost it or finished): one write makes both durable. The annotation earlier
+    // operators wrote goes with the first such write.
+    for (key, jp) in plans.iter_mut() {
+        let Some(status) = &mut jp.status else {
             continue;
         };
-        jp.admission = match admission {
-            Some(held) => AdmissionChange::Set(AdmissionAnnotation::from_held(held)),
-            None if o.annotated => AdmissionChange::Clear,
-            None => AdmissionChange::Keep,
-        };
+        status.admission = plane
+            .admission(key)
+            .map(|held| Box::new(record::admission_record(held)));
+        if by_key.get(key.as_str()).is_some_and(|o| o.annotated) {
+            jp.admission = AdmissionChange::Clear;
+        }
     }
 
     // Actions: pods to create and to delete (the plane asks for each once per step).

@@ -74,10 +74,7 @@ pub(crate) async fn defects_on_the_real_server(env: &Env, op: &Operator) {
         "{status}"
     );
     assert!(
-        j["metadata"]["annotations"]
-            .get("corral.dev/admission")
-            .is_none()
-            || pods(env, ns).await.is_empty(),
+        j["status"].get("admission").is_none() || pods(env, ns).await.is_empty(),
         "the failed job still holds its admission: {j}"
     );
 

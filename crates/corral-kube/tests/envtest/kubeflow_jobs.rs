@@ -164,12 +164,7 @@ pub(crate) async fn kubeflow_alongside(env: &Env, op: &Operator) {
         "Corral makes no pods of a Kubeflow-run job"
     );
     let w = job(env, ns, "big").await.expect("workload");
-    let admission: Value = serde_json::from_str(
-        w["metadata"]["annotations"]["corral.dev/admission"]
-            .as_str()
-            .unwrap_or_else(|| panic!("not admitted: {}", w["status"])),
-    )
-    .expect("json");
+    let admission: Value = w["status"]["admission"].clone();
     kubeflow_pass(op, Mode::Alongside, now + SignedDuration::from_secs(2)).await;
     let kf = serde_json::to_value(api.get("big").await.expect("job")).expect("json");
     assert_eq!(
