@@ -2,6 +2,8 @@
 //! without duplicating the spec types: Corral's CRDs are read as `DynamicObject`s and decoded
 //! one by one, so that one undecodable object never hides the others.
 
+use std::sync::Arc;
+
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use serde::de::DeserializeOwned;
 
@@ -54,10 +56,11 @@ fn serde_path_to_json<T: DeserializeOwned>(value: serde_json::Value) -> Result<T
     serde_json::from_value(value).map_err(|e| e.to_string())
 }
 
-/// Objects of one kind decoded once per resourceVersion (by uid): a pass reads every stored
-/// object, and decoding each again (to JSON and back) was most of an idle pass's time with
-/// 2,000 finished jobs stored. An object that does not decode is decoded again next time.
-pub struct Decoded<T>(std::sync::Mutex<std::collections::HashMap<String, (String, T)>>);
+/// Objects of one kind decoded once per resourceVersion (by uid), and shared with the passes
+/// (`Arc`): a pass reads every stored object, and decoding each again (to JSON and back) was
+/// most of an idle pass's time with 2,000 finished jobs stored, copying each most of the
+/// rest. An object that does not decode is decoded again next time.
+pub struct Decoded<T>(std::sync::Mutex<std::collections::HashMap<String, (String, Arc<T>)>>);
 
 impl<T> Default for Decoded<T> {
     fn default() -> Self {
@@ -65,14 +68,14 @@ impl<T> Default for Decoded<T> {
     }
 }
 
-impl<T: DeserializeOwned + Clone> Decoded<T> {
+impl<T: DeserializeOwned> Decoded<T> {
     /// Every object decoded (from the cache where its version is unchanged); the errors of
     /// those that do not decode go to `warnings`. Objects gone are forgotten.
     pub fn decode_all(
         &self,
-        objs: &[std::sync::Arc<DynamicObject>],
+        objs: &[Arc<DynamicObject>],
         warnings: &mut Vec<String>,
-    ) -> Vec<T> {
+    ) -> Vec<Arc<T>> {
         let mut fresh = std::collections::HashMap::with_capacity(objs.len());
         let mut out = Vec::with_capacity(objs.len());
         let mut cache = self
@@ -87,7 +90,7 @@ impl<T: DeserializeOwned + Clone> Decoded<T> {
             let value = match (cached, &version) {
                 (Some((v, value)), Some(now)) if &v == now => value,
                 _ => match decode::<T>(o) {
-                    Ok(value) => value,
+                    Ok(value) => Arc::new(value),
                     Err(e) => {
                         warnings.push(e);
                         continue;
@@ -109,7 +112,6 @@ impl<T: DeserializeOwned + Clone> Decoded<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
 
     fn job(uid: &str, version: &str, image: &str) -> Arc<DynamicObject> {
         Arc::new(

@@ -20,7 +20,8 @@ use crate::consts::*;
 /// Everything the operator reads, as of one moment.
 #[derive(Clone, Debug, Default)]
 pub struct World {
-    pub jobs: Vec<TrainingJob>,
+    /// Shared with the operator's decode cache (`Arc`): a pass copies none of them.
+    pub jobs: Vec<Arc<TrainingJob>>,
     /// Jobs (`namespace/name`) with a deletionTimestamp: deleted, waiting on a finalizer
     /// (foreground deletion) while their pods stop.
     pub deleting_jobs: BTreeSet<String>,

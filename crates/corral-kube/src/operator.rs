@@ -255,7 +255,10 @@ fn decode_into(
     let mut w = Vec::new();
     world.jobs = match cache {
         Some(c) => c.decode_all(jobs, &mut w),
-        None => decode_all::<TrainingJob>(jobs, &mut w),
+        None => decode_all::<TrainingJob>(jobs, &mut w)
+            .into_iter()
+            .map(Arc::new)
+            .collect(),
     };
     // corral-api's ObjectMeta has no deletionTimestamp: read it from the object as served.
     world.deleting_jobs = jobs

@@ -28,7 +28,7 @@ fn render(dir: &Path) -> String {
     let text = std::fs::read_to_string(dir.join("input.yaml")).expect("input.yaml");
     let f: Fixture = serde_saphyr::from_str(&text).expect("fixture parses");
     let world = World {
-        jobs: vec![f.job],
+        jobs: vec![f.job.into()],
         queues: f.queues,
         nodes: f.nodes.into_iter().map(Into::into).collect(),
         pods: f.pods.into_iter().map(Into::into).collect(),

@@ -10,6 +10,7 @@
 //! the converter's own table).
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use serde_json::{Value, json};
 
@@ -41,7 +42,7 @@ pub trait GenericJob {
     /// Its workload among `training_jobs`: `Err` when a TrainingJob of its name is not its.
     fn find_workload<'a>(
         &self,
-        training_jobs: &'a [TrainingJob],
+        training_jobs: &'a [Arc<TrainingJob>],
     ) -> Result<Option<&'a TrainingJob>, String>;
     /// The workload it mirrors to: a TrainingJob the control plane admits and places, whose
     /// replicas Corral never creates; `Err`: why it cannot be queued, in words.
@@ -85,7 +86,7 @@ impl GenericJob for KubeflowJob {
     }
     fn find_workload<'a>(
         &self,
-        training_jobs: &'a [TrainingJob],
+        training_jobs: &'a [Arc<TrainingJob>],
     ) -> Result<Option<&'a TrainingJob>, String> {
         super::owned_training_job(self, training_jobs)
     }

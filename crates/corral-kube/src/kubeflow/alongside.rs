@@ -18,6 +18,7 @@
 //!   before Corral first sees them.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use corral_api::training_job::TrainingJob;
 use corral_core::lifecycle::Gate;
@@ -60,7 +61,7 @@ pub fn runner_pods<'a>(
 }
 
 /// The plan of one pass: [`reconcile`] of every Kubeflow job.
-pub fn plan(jobs: &[KubeflowJob], training_jobs: &[TrainingJob]) -> Vec<KubeflowAction> {
+pub fn plan(jobs: &[KubeflowJob], training_jobs: &[Arc<TrainingJob>]) -> Vec<KubeflowAction> {
     let mut out = Vec::new();
     for job in jobs {
         reconcile(job, training_jobs, &mut out);
@@ -73,7 +74,7 @@ pub fn plan(jobs: &[KubeflowJob], training_jobs: &[TrainingJob]) -> Vec<Kubeflow
 /// are their operator's alone.
 pub fn reconcile<J: GenericJob>(
     job: &J,
-    training_jobs: &[TrainingJob],
+    training_jobs: &[Arc<TrainingJob>],
     out: &mut Vec<KubeflowAction>,
 ) {
     if job.queue().is_none() || job.is_deleting() {

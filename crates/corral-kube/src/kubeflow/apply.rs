@@ -213,12 +213,13 @@ pub async fn reconcile_once(
     let (jobs, _missing) = list_jobs(client).await?;
     let tjs: Api<DynamicObject> =
         Api::all_with(client.clone(), &crate::dynamic_objects::training_jobs());
-    let training_jobs: Vec<TrainingJob> = tjs
+    let training_jobs: Vec<std::sync::Arc<TrainingJob>> = tjs
         .list(&ListParams::default())
         .await?
         .items
         .iter()
         .filter_map(|o| crate::dynamic_objects::decode(o).ok())
+        .map(std::sync::Arc::new)
         .collect();
     let actions = super::plan(mode, &jobs, &training_jobs, now);
     let report = apply(client, recorder, &RateLimiter::unlimited(), &actions).await;

@@ -31,6 +31,7 @@ pub mod watch;
 
 use kube::api::{ApiResource, GroupVersionKind};
 use serde_json::{Map, Value, json};
+use std::sync::Arc;
 
 use corral_api::training_job::{Role, TrainingJob};
 
@@ -290,7 +291,7 @@ fn capitalized(s: &str) -> String {
 /// its source annotation naming this very job).
 pub fn owned_training_job<'a>(
     job: &KubeflowJob,
-    jobs: &'a [TrainingJob],
+    jobs: &'a [Arc<TrainingJob>],
 ) -> Result<Option<&'a TrainingJob>, String> {
     let Some(tj) = jobs.iter().find(|t| {
         t.metadata.name == job.name() && t.metadata.namespace_or_default() == job.namespace()
@@ -378,7 +379,7 @@ impl KubeflowAction {
 pub fn plan(
     mode: Mode,
     jobs: &[KubeflowJob],
-    training_jobs: &[TrainingJob],
+    training_jobs: &[Arc<TrainingJob>],
     now: jiff::Timestamp,
 ) -> Vec<KubeflowAction> {
     match mode {

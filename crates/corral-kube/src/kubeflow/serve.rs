@@ -3,6 +3,7 @@
 
 use jiff::Timestamp;
 use serde_json::{Value, json};
+use std::sync::Arc;
 
 use corral_api::training_job::{TrainingJob, TrainingJobSpec};
 
@@ -79,7 +80,7 @@ pub fn same_spec(a: &TrainingJobSpec, b: &TrainingJobSpec) -> bool {
 
 pub fn plan(
     jobs: &[KubeflowJob],
-    training_jobs: &[TrainingJob],
+    training_jobs: &[Arc<TrainingJob>],
     now: Timestamp,
 ) -> Vec<KubeflowAction> {
     let mut out = Vec::new();

@@ -42,7 +42,6 @@ use corral_api::TrainingJobStatus;
 use corral_api::training_job::TrainingJob;
 use corral_core::control::{
     ControlConfig, ControlPlane, LaunchRejection, RestoredJob, StartFailure, Step,
-    restorable_by_name,
 };
 use corral_core::lifecycle::{Incarnation, ReplicaId};
 use corral_core::sched::{ClusterSnapshot, CycleCounters, SchedError, SchedulerConfig};
@@ -283,17 +282,18 @@ pub fn plan(world: &World, cfg: &PlanConfig, now: Timestamp) -> Plan {
     let mut restored = Vec::new();
     let mut retired = Vec::new();
     for o in &observed {
+        if o.retired {
+            retired.push(o.key.clone());
+            // Nothing is planned for it (the plane retires it as it is).
+            if o.problems.is_empty() {
+                continue;
+            }
+        } else if let Some(r) = o.restored(now) {
+            restored.push(r);
+        }
         let mut jp = JobPlan::new(o.job);
         for (reason, note) in &o.problems {
             jp.event(true, reason, note.clone());
-        }
-        // A job finished for good with nothing of it left is handed over by name (the
-        // core's rule, as embedded): a long history costs the pass neither time nor memory.
-        let live_pod = o.pods.iter().any(|p| !observe::is_terminal(p));
-        if restorable_by_name(o.job, o.deleting, o.stored.is_some(), live_pod) {
-            retired.push(o.key.clone());
-        } else if let Some(r) = o.restored(now) {
-            restored.push(r);
         }
         plans.insert(o.key.clone(), jp);
     }

@@ -2,17 +2,17 @@
 //! creation time, the pods it owns (observed as replica incarnations), the admission recorded
 //! in its status, its node selector and tolerations, and whether it is being deleted.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 
 use corral_api::training_job::TrainingJob;
 use corral_core::control::{
-    HeldAdmission, JobRecord, LaunchRejection, RestoredJob, SchedulingHints,
+    HeldAdmission, JobRecord, LaunchRejection, RestoredJob, SchedulingHints, restorable_by_name,
 };
 
-use crate::consts::{ADMISSION_ANNOTATION, LAUNCH_REJECTED_ANNOTATION};
+use crate::consts::{ADMISSION_ANNOTATION, JOB_NAME_LABEL, LAUNCH_REJECTED_ANNOTATION};
 use crate::observe::{self, World};
 use crate::record::{self, LaunchRejectionAnnotation};
 
@@ -32,6 +32,9 @@ pub(super) struct ObservedJob<'a> {
     pub hints: Result<SchedulingHints, String>,
     /// Whether the job has a deletionTimestamp.
     pub deleting: bool,
+    /// Finished for good, holding nothing ([`restorable_by_name`]): handed to the plane by
+    /// name; its templates are not read (`hints` is empty).
+    pub retired: bool,
     /// What the operator could not read, as Warning events: (reason, note).
     pub problems: Vec<(&'static str, String)>,
     /// A launch the API server refused for good, as recorded on the job.
@@ -89,10 +92,12 @@ fn owned_by(pod: &Pod, job: &TrainingJob) -> bool {
 
 /// Every TrainingJob of the world, in key order.
 pub(super) fn observe_jobs(world: &World) -> Vec<ObservedJob<'_>> {
-    let mut pods_by_job: BTreeMap<String, Vec<&Pod>> = BTreeMap::new();
+    // By (namespace, job name), borrowed: every pass groups every pod of the cluster.
+    let mut pods_by_job: HashMap<(&str, &str), Vec<&Pod>> = HashMap::new();
     for p in &world.pods {
-        if let Some(k) = observe::pod_job_key(p) {
-            pods_by_job.entry(k).or_default().push(p);
+        if let Some(job) = observe::label(&p.metadata, JOB_NAME_LABEL) {
+            let ns = p.metadata.namespace.as_deref().unwrap_or("default");
+            pods_by_job.entry((ns, job)).or_default().push(p);
         }
     }
     let mut out: Vec<ObservedJob<'_>> = world
@@ -108,12 +113,28 @@ pub(super) fn observe_jobs(world: &World) -> Vec<ObservedJob<'_>> {
                     None
                 }
             };
-            let hints =
+            let pods: Vec<&Pod> = pods_by_job
+                .get(&(
+                    job.metadata.namespace_or_default(),
+                    job.metadata.name.as_str(),
+                ))
+                .map(|ps| ps.iter().copied().filter(|p| owned_by(p, job)).collect())
+                .unwrap_or_default();
+            let deleting = world.deleting_jobs.contains(&key);
+            // A job finished for good with nothing of it left is handed over by name (the
+            // core's rule, as embedded): a long history costs the pass neither time nor
+            // memory, so nothing more of it is read.
+            let live_pod = pods.iter().any(|p| !observe::is_terminal(p));
+            let retired = restorable_by_name(job, deleting, stored.is_some(), live_pod);
+            let hints = if retired {
+                Ok(SchedulingHints::default())
+            } else {
                 observe::job_constraints(job).map(|(node_selector, tolerations)| SchedulingHints {
                     node_selector,
                     tolerations,
                     ..SchedulingHints::default()
-                });
+                })
+            };
             if let Err(e) = &hints {
                 problems.push(("Invalid", e.clone()));
             }
@@ -133,12 +154,9 @@ pub(super) fn observe_jobs(world: &World) -> Vec<ObservedJob<'_>> {
                         }
                     }
                 });
-            let pods = pods_by_job
-                .get(&key)
-                .map(|ps| ps.iter().copied().filter(|p| owned_by(p, job)).collect())
-                .unwrap_or_default();
             ObservedJob {
-                deleting: world.deleting_jobs.contains(&key),
+                deleting,
+                retired,
                 job,
                 key,
                 pods,
