@@ -192,6 +192,9 @@ pub struct Applier {
     fence: Option<Fence>,
     /// Jobs applied at once (`--apply-window`).
     window: usize,
+    /// Publish the events that the status written with them keeps as conditions
+    /// (`--condition-events`).
+    condition_events: bool,
 }
 
 /// Jobs applied at once unless told otherwise: enough to keep the API server's
@@ -211,7 +214,15 @@ impl Applier {
             published: Default::default(),
             fence: None,
             window: DEFAULT_APPLY_WINDOW,
+            condition_events: false,
         }
+    }
+
+    /// Also publishes the events that the status written with them keeps as conditions
+    /// ([`crate::plan::PlannedEvent::kept_in_status`]).
+    pub fn with_condition_events(mut self, publish: bool) -> Self {
+        self.condition_events = publish;
+        self
     }
 
     /// Applies up to `window` jobs at once (at least one).
@@ -680,6 +691,10 @@ impl Applier {
                 tracing::warn!(event = %e.reason, "{}", e.note);
             } else {
                 tracing::info!(event = %e.reason, "{}", e.note);
+            }
+            // Kept by the status this job's apply wrote: its condition says the same.
+            if e.kept_in_status && !self.condition_events {
+                continue;
             }
             let Some(recorder) = &self.recorder else {
                 continue;

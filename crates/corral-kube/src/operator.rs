@@ -84,6 +84,12 @@ pub struct OperatorArgs {
     /// Jobs whose writes a pass issues at once (each job's own writes keep their order).
     #[arg(long, default_value_t = crate::apply::DEFAULT_APPLY_WINDOW)]
     pub apply_window: usize,
+    /// Also publish, as Events, a job's Admitted, Running, Suspended and Succeeded, which its
+    /// status conditions (and `status.admission`) already keep with their time and words.
+    /// Off: Events carry what no condition keeps (warnings, preemptions, restarts, why a job
+    /// waits), one write per job transition less.
+    #[arg(long)]
+    pub condition_events: bool,
     /// Appended to replica host names (Kubeflow's CUSTOM_CLUSTER_DOMAIN).
     #[arg(long, env = "CUSTOM_CLUSTER_DOMAIN")]
     pub cluster_domain: Option<String>,
@@ -806,7 +812,8 @@ async fn lead(
         RateLimiter::new(args.api_qps, args.api_burst),
     )
     .with_fence(fence.clone())
-    .with_window(args.apply_window);
+    .with_window(args.apply_window)
+    .with_condition_events(args.condition_events);
     let cfg = PlanConfig {
         build: BuildOptions {
             cluster_domain: args.cluster_domain.clone(),

@@ -46,7 +46,9 @@ fn config() -> PlanConfig {
     cfg
 }
 
-/// One operator pass at `now`, with a recorder so that its events reach the API server.
+/// One operator pass at `now`, with a recorder so that its events reach the API server,
+/// every event of the plane among them (`--condition-events`): the story compares the
+/// plane's decisions, whatever the operator leaves to the job's conditions.
 async fn pass(fake: &FakeApi, cfg: &PlanConfig, now: Timestamp) -> (Plan, ApplyReport) {
     let client = fake.client();
     let reporter = Reporter {
@@ -57,7 +59,8 @@ async fn pass(fake: &FakeApi, cfg: &PlanConfig, now: Timestamp) -> (Plan, ApplyR
         client.clone(),
         Some(Recorder::new(client, reporter)),
         RateLimiter::unlimited(),
-    );
+    )
+    .with_condition_events(true);
     let out = reconcile_once(&applier, cfg, now).await.expect("observe");
     assert!(out.1.errors.is_empty(), "apply errors: {:?}", out.1.errors);
     out

@@ -82,6 +82,22 @@ pub mod event_reason {
     ];
 }
 
+/// The condition an event announces becoming true, when it announces one (Admitted,
+/// Running, Suspended, Succeeded): the status of the same step keeps that condition with its
+/// time and words (and, on Kubernetes, the admission's placements in `status.admission`),
+/// so a shell whose job object carries its conditions may leave the announcement to them.
+/// Warnings and what no condition keeps (preemptions, moves, resizes, restarts, back-offs,
+/// why a job waits) always stay events.
+pub fn announced_condition(reason: &str) -> Option<ConditionType> {
+    match reason {
+        event_reason::ADMITTED => Some(ConditionType::Admitted),
+        event_reason::RUNNING => Some(ConditionType::Running),
+        event_reason::SUSPENDED => Some(ConditionType::Suspended),
+        event_reason::SUCCEEDED => Some(ConditionType::Succeeded),
+        _ => None,
+    }
+}
+
 /// Events for what the lifecycle changed in a job's status: conditions that became true
 /// (Running, Suspended, Succeeded, Failed), a restart or a start failure counted, a resume.
 /// Admission and preemption have events of their own, emitted where the scheduler decides
@@ -155,6 +171,65 @@ pub(crate) fn status_events(
             EventType::Normal,
             event_reason::SUCCEEDED,
             message(ConditionType::Succeeded),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use corral_api::training_job::ConditionStatus;
+    use jiff::Timestamp;
+
+    /// What a shell may leave to the status is exactly what the status keeps: each
+    /// announcing event comes with its condition true in the same step's status; Failed,
+    /// restarts, back-offs and everything about waiting or moving stay events.
+    #[test]
+    fn only_conditions_that_became_true_are_left_to_the_status() {
+        let announced: Vec<&str> = event_reason::ALL
+            .iter()
+            .copied()
+            .filter(|r| announced_condition(r).is_some())
+            .collect();
+        assert_eq!(announced, ["Admitted", "Running", "Suspended", "Succeeded"]);
+        let old = TrainingJobStatus::default();
+        for (ty, reason) in [
+            (ConditionType::Running, event_reason::RUNNING),
+            (ConditionType::Suspended, event_reason::SUSPENDED),
+            (ConditionType::Succeeded, event_reason::SUCCEEDED),
+        ] {
+            let mut new = TrainingJobStatus::default();
+            conditions::set(
+                &mut new,
+                ty,
+                ConditionStatus::True,
+                "Why",
+                "words".into(),
+                Timestamp::UNIX_EPOCH,
+            );
+            let mut out = Vec::new();
+            status_events("ml/a", &old, &new, &mut out);
+            assert_eq!(out.len(), 1, "{ty:?}: {out:?}");
+            assert_eq!(out[0].reason, reason);
+            assert_eq!(announced_condition(out[0].reason), Some(ty));
+            assert!(conditions::is_true(&new, ty));
+        }
+        let mut failed = TrainingJobStatus::default();
+        conditions::set(
+            &mut failed,
+            ConditionType::Failed,
+            ConditionStatus::True,
+            "Why",
+            "words".into(),
+            Timestamp::UNIX_EPOCH,
+        );
+        let mut out = Vec::new();
+        status_events("ml/a", &old, &failed, &mut out);
+        assert_eq!(out[0].reason, event_reason::FAILED);
+        assert_eq!(
+            announced_condition(out[0].reason),
+            None,
+            "a failure stays a Warning"
         );
     }
 }

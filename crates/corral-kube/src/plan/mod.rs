@@ -94,6 +94,10 @@ pub struct PlannedEvent {
     /// build, an annotation it cannot read): published once, not every pass. The control
     /// plane's events are announced once by the plane.
     pub recurring: bool,
+    /// It announces a condition that the status written with it keeps true, with its time
+    /// and words (`corral_core::control::announced_condition`): published only with
+    /// `--condition-events`.
+    pub kept_in_status: bool,
 }
 
 /// Everything to do for one job, in the order [`crate::apply`] does it.
@@ -185,6 +189,7 @@ impl JobPlan {
             reason: reason.to_string(),
             note,
             recurring: true,
+            kept_in_status: false,
         });
     }
 

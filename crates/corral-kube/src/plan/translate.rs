@@ -7,11 +7,12 @@
 //!   `Change::Retired` -> nothing (the job finished; its object stays as it is);
 //! - `Action::Start` -> a pod (and the job's headless Service and launch ConfigMap);
 //! - `Action::Stop` -> a pod deletion with the plane's grace period and a UID precondition;
-//! - events -> Kubernetes Events, as the plane words them.
+//! - events -> Kubernetes Events, as the plane words them; one that announces a condition
+//!   the status written with it keeps is marked `kept_in_status`.
 
 use std::collections::BTreeMap;
 
-use corral_core::control::{Change, ControlPlane, EventType, Step};
+use corral_core::control::{Change, ControlPlane, EventType, Step, announced_condition};
 use corral_core::lifecycle::{Action, ReplicaId, conditions};
 
 use super::observe_jobs::ObservedJob;
@@ -198,11 +199,17 @@ pub(super) fn translate(
     // Events, as the plane words them.
     for e in &step.events {
         if let Some(jp) = plans.get_mut(&e.job) {
+            let kept_in_status = announced_condition(e.reason).is_some_and(|c| {
+                jp.status
+                    .as_ref()
+                    .is_some_and(|s| conditions::is_true(s, c))
+            });
             jp.events.push(PlannedEvent {
                 warning: e.type_ == EventType::Warning,
                 reason: e.reason.to_string(),
                 note: e.message.clone(),
                 recurring: false,
+                kept_in_status,
             });
         }
     }
