@@ -101,6 +101,9 @@ pub struct ApplyReport {
     pub retry_in: Option<Duration>,
     /// Jobs not applied because the leadership term ended during the pass.
     pub abandoned: u64,
+    /// Jobs not applied because the pass ran out of its budget (`--pass-budget-ms`): the
+    /// next pass plans them again.
+    pub deferred: u64,
 }
 
 impl ApplyReport {
@@ -119,6 +122,7 @@ impl ApplyReport {
             (a, b) => a.or(b),
         };
         self.abandoned += other.abandoned;
+        self.deferred += other.deferred;
     }
 }
 
@@ -195,6 +199,8 @@ pub struct Applier {
     /// Publish the events that the status written with them keeps as conditions
     /// (`--condition-events`).
     condition_events: bool,
+    /// No job's writes start after this long into the apply (`--pass-budget-ms`).
+    budget: Option<Duration>,
 }
 
 /// Jobs applied at once unless told otherwise: enough to keep the API server's
@@ -215,7 +221,16 @@ impl Applier {
             fence: None,
             window: DEFAULT_APPLY_WINDOW,
             condition_events: false,
+            budget: None,
         }
+    }
+
+    /// Starts no job's writes after `budget` (`None`: every job of the plan is applied).
+    /// A job is applied whole or not at all; those left go to the next pass, which plans
+    /// them again from what it observes.
+    pub fn with_budget(mut self, budget: Option<Duration>) -> Self {
+        self.budget = budget;
+        self
     }
 
     /// Also publishes the events that the status written with them keeps as conditions
@@ -261,6 +276,10 @@ impl Applier {
                     report.abandoned = 1;
                     return report;
                 }
+                if self.budget.is_some_and(|b| now.elapsed() >= b) {
+                    report.deferred = 1;
+                    return report;
+                }
                 // Every line about the job carries its namespace and name.
                 let span = tracing::info_span!("job", namespace = %jp.namespace, job = %jp.name);
                 self.apply_one(jp, now, &mut report).instrument(span).await;
@@ -272,6 +291,9 @@ impl Applier {
         let mut report = ApplyReport::default();
         for r in reports {
             report.merge(r);
+        }
+        if report.deferred > 0 {
+            tracing::debug!(jobs_left = report.deferred, "pass budget spent");
         }
         if report.abandoned > 0 {
             let term = self.fence.as_ref().map_or(0, |f| f.term);
