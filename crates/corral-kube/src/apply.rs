@@ -31,6 +31,7 @@ use tracing::Instrument;
 use crate::consts::*;
 use crate::dynamic_objects;
 use crate::fence::Fence;
+use crate::own_writes::Written;
 use crate::plan::{AdmissionChange, JobPlan, Plan, PodBinding};
 use crate::record::LaunchRejectionAnnotation;
 
@@ -101,9 +102,8 @@ pub struct ApplyReport {
     pub retry_in: Option<Duration>,
     /// Jobs not applied because the leadership term ended during the pass.
     pub abandoned: u64,
-    /// Jobs not applied because the pass ran out of its budget (`--pass-budget-ms`): the
-    /// next pass plans them again.
-    pub deferred: u64,
+    /// What this pass wrote, for the next pass to wait for in its watch caches.
+    pub written: Written,
 }
 
 impl ApplyReport {
@@ -122,7 +122,8 @@ impl ApplyReport {
             (a, b) => a.or(b),
         };
         self.abandoned += other.abandoned;
-        self.deferred += other.deferred;
+        self.written.jobs.extend(other.written.jobs);
+        self.written.pods.extend(other.written.pods);
     }
 }
 
@@ -199,8 +200,6 @@ pub struct Applier {
     /// Publish the events that the status written with them keeps as conditions
     /// (`--condition-events`).
     condition_events: bool,
-    /// No job's writes start after this long into the apply (`--pass-budget-ms`).
-    budget: Option<Duration>,
 }
 
 /// Jobs applied at once unless told otherwise: enough to keep the API server's
@@ -221,16 +220,7 @@ impl Applier {
             fence: None,
             window: DEFAULT_APPLY_WINDOW,
             condition_events: false,
-            budget: None,
         }
-    }
-
-    /// Starts no job's writes after `budget` (`None`: every job of the plan is applied).
-    /// A job is applied whole or not at all; those left go to the next pass, which plans
-    /// them again from what it observes.
-    pub fn with_budget(mut self, budget: Option<Duration>) -> Self {
-        self.budget = budget;
-        self
     }
 
     /// Also publishes the events that the status written with them keeps as conditions
@@ -276,10 +266,6 @@ impl Applier {
                     report.abandoned = 1;
                     return report;
                 }
-                if self.budget.is_some_and(|b| now.elapsed() >= b) {
-                    report.deferred = 1;
-                    return report;
-                }
                 // Every line about the job carries its namespace and name.
                 let span = tracing::info_span!("job", namespace = %jp.namespace, job = %jp.name);
                 self.apply_one(jp, now, &mut report).instrument(span).await;
@@ -291,9 +277,6 @@ impl Applier {
         let mut report = ApplyReport::default();
         for r in reports {
             report.merge(r);
-        }
-        if report.deferred > 0 {
-            tracing::debug!(jobs_left = report.deferred, "pass budget spent");
         }
         if report.abandoned > 0 {
             let term = self.fence.as_ref().map_or(0, |f| f.term);
@@ -504,6 +487,12 @@ impl Applier {
                 .await?;
             rv = applied.metadata.resource_version.clone();
             report.status_updates += 1;
+            if let Some(v) = &rv {
+                report
+                    .written
+                    .jobs
+                    .push((jp.namespace.clone(), jp.name.clone(), v.clone()));
+            }
         }
 
         // 2. The annotation earlier operators kept the admission in, now that the status
@@ -559,6 +548,10 @@ impl Applier {
         for (c, pod) in created.into_iter().zip(&jp.create) {
             if c? {
                 report.pods_created += 1;
+                report.written.pods.push((
+                    jp.namespace.clone(),
+                    pod.metadata.name.clone().unwrap_or_default(),
+                ));
                 // Made on its node (the plan's binding at creation).
                 if pod.spec.as_ref().is_some_and(|s| s.node_name.is_some()) {
                     report.pods_bound += 1;

@@ -43,6 +43,7 @@ pub mod leader;
 pub mod metrics;
 pub mod observe;
 pub mod operator;
+pub mod own_writes;
 pub mod plan;
 pub mod record;
 pub mod slim;

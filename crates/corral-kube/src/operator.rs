@@ -20,7 +20,7 @@ use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use kube::client::ClientBuilder;
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Error};
 use tokio::sync::{Notify, oneshot, watch};
@@ -35,6 +35,7 @@ use crate::fence::{Fence, FenceLayer, Leadership, Timings};
 use crate::leader::{Election, spawn_election};
 use crate::metrics::Metrics;
 use crate::observe::World;
+use crate::own_writes::{CATCH_UP_LIMIT, Written, version_at_least};
 use crate::plan::{self, Plan, PlanConfig};
 
 /// `corral operator`: run Corral as a Kubernetes operator.
@@ -90,11 +91,6 @@ pub struct OperatorArgs {
     /// waits), one write per job transition less.
     #[arg(long)]
     pub condition_events: bool,
-    /// A pass starts no job's writes after this long (ms; 0: no limit): the jobs left are
-    /// planned again by the next pass, which starts at once from fresher watch caches, so
-    /// that under a burst finished pods free their GPUs within about this long.
-    #[arg(long, default_value_t = 2000)]
-    pub pass_budget_ms: u64,
     /// Appended to replica host names (Kubeflow's CUSTOM_CLUSTER_DOMAIN).
     #[arg(long, env = "CUSTOM_CLUSTER_DOMAIN")]
     pub cluster_domain: Option<String>,
@@ -360,6 +356,47 @@ impl Stores {
         world.nodes = self.nodes.state();
         world.services = self.services.state();
         world
+    }
+
+    /// Whether the caches show what a pass wrote: each job at the version the write left it
+    /// or later (or gone), each created pod.
+    fn show(&self, written: &Written) -> bool {
+        let jobs = crate::dynamic_objects::training_jobs();
+        let job_seen = |(ns, name, rv): &(String, String, String)| {
+            let at = ObjectRef::new_with(name, jobs.clone()).within(ns);
+            self.jobs.get(&at).is_none_or(|o| {
+                o.metadata
+                    .resource_version
+                    .as_deref()
+                    .is_some_and(|have| version_at_least(have, rv))
+            })
+        };
+        let pod_seen = |(ns, name): &(String, String)| {
+            self.pods
+                .get(&ObjectRef::<Pod>::new(name).within(ns))
+                .is_some()
+        };
+        written.jobs.iter().all(job_seen) && written.pods.iter().all(pod_seen)
+    }
+
+    /// Waits until the caches show what the last pass wrote, at most `limit`: the next
+    /// pass then never plans from a view older than its own writes (resourceVersion and
+    /// UID preconditions keep a stale plan from doing harm, but it costs refused writes,
+    /// and pods deleted as a stale plan's strays). `false` when the limit ran out.
+    async fn catch_up(&self, written: &Written, notify: &Notify, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        loop {
+            if self.show(written) {
+                return true;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            // Any watch event may be the one awaited.
+            let _ =
+                tokio::time::timeout(left.min(Duration::from_millis(20)), notify.notified()).await;
+        }
     }
 
     async fn ready(&self) -> bool {
@@ -818,8 +855,7 @@ async fn lead(
     )
     .with_fence(fence.clone())
     .with_window(args.apply_window)
-    .with_condition_events(args.condition_events)
-    .with_budget((args.pass_budget_ms > 0).then(|| Duration::from_millis(args.pass_budget_ms)));
+    .with_condition_events(args.condition_events);
     let cfg = PlanConfig {
         build: BuildOptions {
             cluster_domain: args.cluster_domain.clone(),
@@ -836,7 +872,11 @@ async fn lead(
     }
     health.set_synced();
     tracing::info!("watch caches synced");
+    let mut written = Written::default();
     loop {
+        if !written.is_empty() && !stores.catch_up(&written, &notify, CATCH_UP_LIMIT).await {
+            tracing::debug!("the watch caches did not show the last pass's writes in time");
+        }
         let world = stores.world();
         for w in &world.warnings {
             tracing::warn!("{w}");
@@ -851,6 +891,7 @@ async fn lead(
             seconds = started.elapsed().as_secs_f64(),
             "pass"
         );
+        written = report.written.clone();
         let kf = kubeflow.pass(&world, &applier, Timestamp::now()).await;
         for e in &kf.errors {
             tracing::warn!("kubeflow: {e}");
@@ -861,8 +902,6 @@ async fn lead(
             .requeue_after()
             .into_iter()
             .chain(report.retry_in)
-            // Jobs the budget left: the next pass takes them at once.
-            .chain((report.deferred > 0).then_some(Duration::ZERO))
             .min()
             .unwrap_or(Duration::from_secs(args.resync_secs.max(1)))
             .min(Duration::from_secs(args.resync_secs.max(1)))
