@@ -132,3 +132,67 @@ fn nodes(placements: &Value) -> Vec<Value> {
     ps.sort_by_key(|p| (p["role"] != json!("master"), p["index"].as_u64()));
     ps.iter().map(|p| p["node"].clone()).collect()
 }
+
+/// Room freed and taken in one pass: the job taking it is written only once the status that
+/// frees it has landed. Here the finished job's status write is throttled (429): the new
+/// job is held back, not placed beside an admission the API server still records.
+#[tokio::test]
+async fn an_admission_waits_for_the_release_of_the_room_it_takes() {
+    let fake = cluster(&["n1"]);
+    fake.insert(JOBS, job("old", 1, 4, json!({})));
+    pass(&fake, t(0)).await;
+    set_phase(&fake, "old-master-0", "Running", None);
+    set_phase(&fake, "old-worker-0", "Running", None);
+    pass(&fake, t(1)).await;
+    fake.insert(JOBS, job("new", 1, 4, json!({})));
+    pass(&fake, t(2)).await;
+    assert!(pods_of(&fake, "new").is_empty(), "the node is full");
+
+    set_phase(&fake, "old-master-0", "Succeeded", Some(0));
+    set_phase(&fake, "old-worker-0", "Succeeded", Some(0));
+    fake.state
+        .lock()
+        .expect("lock")
+        .throttled_status
+        .push("old".into());
+    let applier = corral_kube::apply::Applier::new(
+        fake.client(),
+        None,
+        corral_kube::apply::RateLimiter::unlimited(),
+    );
+    let (plan, report) = corral_kube::operator::reconcile_once(
+        &applier,
+        &corral_kube::plan::PlanConfig::default(),
+        t(3),
+    )
+    .await
+    .expect("observe");
+    assert!(
+        event_reasons(&plan).iter().any(|r| r == "Admitted"),
+        "the plane placed the new job where the old one was: {:?}",
+        event_reasons(&plan)
+    );
+    assert_eq!(report.held_back, 1, "{report:?}");
+    assert!(pods_of(&fake, "new").is_empty(), "nothing made for it");
+    assert!(job_status(&fake, "new")["admission"].is_null());
+    assert!(
+        job_status(&fake, "old")["admission"].is_object(),
+        "still recorded"
+    );
+
+    // The release lands; then the room is taken, and nobody loses an admission.
+    fake.state.lock().expect("lock").throttled_status.clear();
+    let (plan, _) = pass(&fake, t(4)).await;
+    assert!(
+        !event_reasons(&plan).iter().any(|r| r == "AdmissionLost"),
+        "{:?}",
+        event_reasons(&plan)
+    );
+    assert_eq!(
+        condition(&fake, "old", "Succeeded").as_deref(),
+        Some("True")
+    );
+    assert!(job_status(&fake, "old")["admission"].is_null());
+    assert_eq!(pods_of(&fake, "new").len(), 2);
+    assert!(job_status(&fake, "new")["admission"].is_object());
+}

@@ -112,6 +112,13 @@ pub struct JobPlan {
     /// The new status, when it or the admission changed, with the admission the plane
     /// holds in `admission`.
     pub status: Option<TrainingJobStatus>,
+    /// Nodes of an admission the status records that the job did not hold as observed
+    /// (new, moved or resized): room that other jobs' writes of the same pass may free, so
+    /// [`crate::apply`] writes it only once those have landed.
+    pub takes_on: Vec<String>,
+    /// Nodes of the admission the job held as observed, when its status drops or changes
+    /// it: room this write frees.
+    pub releases_on: Vec<String>,
     pub config_map: Option<ConfigMap>,
     pub service: Option<Service>,
     /// An MPI job's ssh key Secret to create before its pods, without its keys: the key
@@ -139,6 +146,8 @@ impl JobPlan {
             resource_version: job.metadata.resource_version.clone(),
             admission: AdmissionChange::Keep,
             status: None,
+            takes_on: Vec::new(),
+            releases_on: Vec::new(),
             config_map: None,
             service: None,
             ssh_secret: None,

@@ -10,9 +10,11 @@
 //! - events -> Kubernetes Events, as the plane words them; one that announces a condition
 //!   the status written with it keeps is marked `kept_in_status`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use corral_core::control::{Change, ControlPlane, EventType, Step, announced_condition};
+use corral_core::control::{
+    Change, ControlPlane, EventType, HeldAdmission, Step, announced_condition,
+};
 use corral_core::lifecycle::{Action, ReplicaId, conditions};
 
 use super::observe_jobs::ObservedJob;
@@ -71,10 +73,27 @@ pub(super) fn translate(
         let Some(status) = &mut jp.status else {
             continue;
         };
-        status.admission = plane
-            .admission(key)
-            .map(|held| Box::new(record::admission_record(held)));
-        if by_key.get(key.as_str()).is_some_and(|o| o.annotated) {
+        let held = plane.admission(key);
+        status.admission = held.map(|h| Box::new(record::admission_record(h)));
+        let observed = by_key.get(key.as_str());
+        let stored = observed.and_then(|o| o.stored.as_ref());
+        if stored != held {
+            let nodes = |h: Option<&HeldAdmission>| -> Vec<String> {
+                h.map(|h| {
+                    h.admission
+                        .placements
+                        .iter()
+                        .map(|p| p.node.clone())
+                        .collect::<BTreeSet<_>>()
+                        .into_iter()
+                        .collect()
+                })
+                .unwrap_or_default()
+            };
+            jp.takes_on = nodes(held);
+            jp.releases_on = nodes(stored);
+        }
+        if observed.is_some_and(|o| o.annotated) {
             jp.admission = AdmissionChange::Clear;
         }
     }
