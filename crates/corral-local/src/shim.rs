@@ -339,13 +339,41 @@ fn supervise(dir: &Path) -> Result<i32, String> {
                      (template.workingDir; a relative one is relative to the server's)",
                     wd.display()
                 ),
-                Some(wd) if launch.run_as.is_some() && code == 126 => format!(
-                    "cannot run {program:?} as the job's user (uid {}): {e} (the program, or \
-                     the working directory {}, is not open to it)",
-                    launch.run_as.map_or(0, |w| w.uid),
-                    wd.display()
-                ),
+                Some(wd) if launch.run_as.is_some() && code == 126 => {
+                    format!(
+                        "cannot run {program:?} as the job's user (uid {}): {e} (the program, \
+                         or the working directory {}, is not open to it)",
+                        launch.run_as.map_or(0, |w| w.uid),
+                        wd.display()
+                    )
+                }
                 _ => format!("cannot run {program:?}: {e}"),
+            };
+            // A tenant gets the file or directory in its way, and what would open it.
+            let message = match launch.run_as.filter(|_| matches!(code, 126 | 127)) {
+                Some(who) => {
+                    let tenant_path = env
+                        .iter()
+                        .find(|(k, _)| k == "PATH")
+                        .map_or("", |(_, v)| v.as_str());
+                    let server_path = std::env::var("PATH").unwrap_or_default();
+                    match crate::tenancy::closed_to_tenant(
+                        program,
+                        launch.working_dir.as_deref(),
+                        tenant_path,
+                        &server_path,
+                        who.uid,
+                        who.gid,
+                    ) {
+                        Some(why) => format!(
+                            "cannot run {program:?} as its namespace's user (uid {}, gid {}): \
+                             {why}",
+                            who.uid, who.gid
+                        ),
+                        None => message,
+                    }
+                }
+                None => message,
             };
             let _ = log.write(format!("corral: {message}\n").as_bytes());
             signal_handle.close();

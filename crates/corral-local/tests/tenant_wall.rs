@@ -243,6 +243,46 @@ fn a_team_a_replica_cannot_reach_the_server_or_team_b() {
     assert!(!b_shm.exists(), "{} is left", b_shm.display());
 }
 
+/// A program that exists but that the namespace's uid may not reach backs off with the
+/// directory in its way and the command that opens it, not a bare "permission denied".
+fn a_program_out_of_the_tenants_reach_says_what_is_in_the_way() {
+    if !common::prerequisite(common::is_root(), "root (replicas run under tenant uids)") {
+        return;
+    }
+    let (mut h, mut c) = Harness::new(waits(), 32350, "");
+    // root's own tools: a directory only root may pass.
+    let closed = h.path("root-only");
+    std::fs::create_dir_all(&closed).expect("mkdir");
+    let program = closed.join("train.sh");
+    std::fs::write(&program, "#!/bin/sh\necho trained\n").expect("write");
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let text = job("unreachable", 1, "x", &[])
+        .replace("[/bin/sh, -c, 'x']", &format!("[{}]", program.display()));
+    c.submit(&text, "team-a", h.now).expect("submit");
+    h.until(&mut c, "the job to back off", |c| {
+        state_in(c, "team-a", "unreachable") == Some(JobState::BackOff)
+    });
+    let d = c
+        .describe("team-a", "unreachable")
+        .expect("describe")
+        .expect("job");
+    let queued = d
+        .job
+        .status
+        .expect("status")
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == corral_api::training_job::ConditionType::Queued)
+        .expect("Queued");
+    let fix = format!("chmod o+x {}", closed.display());
+    assert!(
+        queued.message.contains("its namespace's user") && queued.message.contains(&fix),
+        "{}",
+        queued.message
+    );
+}
+
 /// The directory in `parent` whose name starts with `prefix`, if any.
 fn job_dir(parent: &std::path::Path, prefix: &str) -> Option<std::path::PathBuf> {
     std::fs::read_dir(parent)
@@ -261,8 +301,14 @@ fn main() -> std::process::ExitCode {
         // SAFETY: as above.
         unsafe { std::env::set_var("TMPDIR", env!("CARGO_TARGET_TMPDIR")) };
     }
-    common::main(vec![(
-        "a_team_a_replica_cannot_reach_the_server_or_team_b",
-        a_team_a_replica_cannot_reach_the_server_or_team_b,
-    )])
+    common::main(vec![
+        (
+            "a_team_a_replica_cannot_reach_the_server_or_team_b",
+            a_team_a_replica_cannot_reach_the_server_or_team_b,
+        ),
+        (
+            "a_program_out_of_the_tenants_reach_says_what_is_in_the_way",
+            a_program_out_of_the_tenants_reach_says_what_is_in_the_way,
+        ),
+    ])
 }
