@@ -19,6 +19,7 @@
 use std::ffi::CString;
 use std::fs;
 use std::io;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -90,6 +91,16 @@ pub fn make(scratch: &Scratch, run_as: Option<RunAs>) -> io::Result<()> {
     for dir in dirs {
         if let Some(parent) = dir.parent() {
             make_dir(parent, 0o711)?;
+            // `/dev/shm` is open to all: a name made there by someone else (a link to
+            // elsewhere, a directory of another user) is never taken for the server's own.
+            let meta = fs::symlink_metadata(parent)?;
+            if !meta.is_dir() || meta.uid() != rustix::process::geteuid().as_raw() {
+                return Err(io::Error::other(format!(
+                    "{} is not a directory of the server's own (made by another user?): \
+                     remove it",
+                    parent.display()
+                )));
+            }
             if run_as.is_some() {
                 crate::tenancy::set_owner_mode(parent, 0, 0, 0o711)?;
             }
@@ -264,6 +275,38 @@ mod tests {
                 .join(job_dir_name("team-a/train", "1a2b3c4d-")),
             a.tmp
         );
+    }
+
+    /// A name in `/dev/shm` made by someone else before the server (a link to elsewhere)
+    /// is refused, not followed.
+    #[test]
+    fn a_scratch_parent_that_is_not_the_servers_own_directory_is_refused() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let elsewhere = tmp.path().join("elsewhere");
+        fs::create_dir(&elsewhere).expect("mkdir");
+        let squatted = tmp.path().join("corral-0");
+        std::os::unix::fs::symlink(&elsewhere, &squatted).expect("symlink");
+        let scratch = Scratch {
+            tmp: tmp.path().join("own").join("j.1"),
+            shm: Some(squatted.join("j.1")),
+            private_mounts: true,
+        };
+        let e = make(&scratch, None).expect_err("refused");
+        assert!(
+            e.to_string()
+                .contains("not a directory of the server's own"),
+            "{e}"
+        );
+        assert!(!elsewhere.join("j.1").exists(), "followed the link");
+        // Its own directories are made.
+        let own = Scratch {
+            shm: Some(tmp.path().join("shm").join("j.1")),
+            ..scratch
+        };
+        make(&own, None).expect("made");
+        for d in [&own.tmp, own.shm.as_ref().expect("shm")] {
+            assert_eq!(fs::metadata(d).expect("dir").mode() & 0o777, 0o700);
+        }
     }
 
     #[test]
