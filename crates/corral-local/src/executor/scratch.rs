@@ -11,9 +11,10 @@
 //!   `/dev/shm` is): the replicas of one job share it (NCCL's and gloo's shared memory
 //!   between ranks on one machine), other jobs do not see it.
 //!
-//! A mount is left out, with a `corral:` line in the replica's log, when the replica's own
-//! directory, working directory or program lies under it (a data directory under `/tmp`,
-//! as in tests): hiding them would fail the start. The directories go when the job is
+//! A mount is left out when the replica's own directory, working directory or program lies
+//! under it (a data directory under `/tmp`, as in tests): hiding them would fail the start.
+//! A working directory or program there gets a `corral:` line in the replica's log; a data
+//! directory there is said once, by `corral doctor`. The directories go when the job is
 //! deleted ([`discard`]).
 
 use std::ffi::CString;
@@ -171,6 +172,31 @@ impl PrivateMounts {
     }
 }
 
+/// The machine's directory that the replicas of a server with data directory `data_dir`
+/// keep instead of their job's own (the data directory is under it), if any.
+pub fn shared_because_of(data_dir: &Path) -> Option<&'static str> {
+    let data = fs::canonicalize(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());
+    ["/tmp", DEV_SHM].into_iter().find(|d| data.starts_with(d))
+}
+
+/// Whether this process may give a child a mount namespace of its own (what the shim does
+/// for a tenant's command): a child that tries, then exits.
+pub fn mount_namespaces_work() -> io::Result<()> {
+    use std::os::unix::process::CommandExt;
+    let mut probe = std::process::Command::new("/bin/true");
+    // SAFETY: one system call between fork and exec.
+    unsafe {
+        probe.pre_exec(|| {
+            rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWNS)
+                .map_err(io::Error::from)
+        });
+    }
+    probe
+        .stdin(std::process::Stdio::null())
+        .status()
+        .map(|_| ())
+}
+
 /// Writes to the command's stderr (the replica's log) between fork and exec.
 fn say(bytes: &[u8]) {
     // SAFETY: fd 2 is open for the whole call (the child's stderr, set before pre_exec).
@@ -191,12 +217,14 @@ pub fn private_mounts(
     if !scratch.private_mounts {
         return (out, notes);
     }
-    let needed: Vec<(&str, PathBuf)> = [
-        Some(("its directory", replica_dir.to_path_buf())),
-        working_dir.map(|w| ("its working directory", w.to_path_buf())),
+    // The replica's own directory is under the data directory: `corral doctor` says once
+    // where the data directory keeps replicas on the machine's /tmp, not every replica's log.
+    let needed: Vec<(Option<&str>, PathBuf)> = [
+        Some((None, replica_dir.to_path_buf())),
+        working_dir.map(|w| (Some("its working directory"), w.to_path_buf())),
         Some(program)
             .filter(|p| p.starts_with('/'))
-            .map(|p| ("its program", PathBuf::from(p))),
+            .map(|p| (Some("its program"), PathBuf::from(p))),
     ]
     .into_iter()
     .flatten()
@@ -208,6 +236,7 @@ pub fn private_mounts(
     for (source, target) in wanted {
         let Some(source) = source else { continue };
         if let Some((what, path)) = needed.iter().find(|(_, p)| p.starts_with(target)) {
+            let Some(what) = what else { continue };
             notes.push(format!(
                 "this replica shares the machine's {} with other jobs: {what} ({}) is there \
                  (its TMPDIR is its job's own all the same)",
@@ -327,7 +356,7 @@ mod tests {
             "/bin/sh",
         );
         assert_eq!(mounts.binds.len(), 1, "only /dev/shm");
-        assert!(notes[0].contains("its directory (/tmp/t/data"), "{notes:?}");
+        assert!(notes.is_empty(), "doctor says that, once: {notes:?}");
         let (mounts, notes) = private_mounts(
             &scratch,
             Path::new("/data/replicas/r/1"),
