@@ -118,9 +118,11 @@ impl Shared {
         options.listen = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
         options.tick_interval = Duration::from_millis(100);
         let server = Server::start(options).map_err(|e| e.to_string())?;
-        let scratch = tempfile::tempdir().map_err(|e| e.to_string())?;
-        // As root, replicas run as their namespace's uid: they write their markers here as
-        // in /tmp (sticky and open to all).
+        // Beside the data directory, not under /tmp: as root each job has a /tmp of its own,
+        // where the test would not see the markers. Replicas run as their namespace's uid
+        // there: they write their markers here as in /tmp (sticky and open to all).
+        let scratch =
+            tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).map_err(|e| e.to_string())?;
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(scratch.path(), std::fs::Permissions::from_mode(0o1777))
             .map_err(|e| e.to_string())?;

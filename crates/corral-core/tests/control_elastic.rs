@@ -131,3 +131,36 @@ fn an_elastic_job_succeeds_with_worker_0_and_its_late_workers_stop() {
     assert_eq!(shell.state("team/el"), JobState::Succeeded);
     assert!(workers(&shell, "team/el").is_empty());
 }
+
+/// Tenants are walled off in what a job reads too: an elastic job shrunk for a job of
+/// another namespace is told that much, never that job's name (the operator makes it an
+/// Event in the job's namespace; the embedded API shows it to the job's token).
+#[test]
+fn an_elastic_job_shrunk_for_another_namespace_does_not_learn_its_name() {
+    let plane = ControlPlane::new(cluster(3), dwell_config(0)).expect("plane");
+    let mut shell = FakeShell::new(plane);
+    shell
+        .plane
+        .submit(record(elastic_job("el", 1, 3), 1))
+        .expect("submit el");
+    shell.run(1);
+    assert_eq!(workers(&shell, "team/el"), [0, 1, 2]);
+    let mut rival = job("secret-launch", 2, 1, Some("high"));
+    rival.metadata.namespace = Some("rivals".into());
+    shell
+        .plane
+        .submit(record(rival, 2))
+        .expect("submit the rival");
+    shell.run(1);
+    assert_eq!(shell.state("rivals/secret-launch"), JobState::Running);
+    assert_eq!(workers(&shell, "team/el"), [0]);
+    let messages = resized_messages(&shell, "team/el");
+    assert_eq!(
+        messages.last().map(String::as_str),
+        Some(
+            "shrank from 3 to 1 worker replicas to make room for a job of another namespace \
+             (priority 100)"
+        ),
+        "{messages:?}"
+    );
+}

@@ -156,8 +156,8 @@ pub struct Settings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resize_dwell_seconds: Option<u64>,
     /// Variables of the server's environment that replicas may see. Replicas see none of
-    /// it otherwise, only PATH, LANG, HOME and TMPDIR (their own), the launch contract's
-    /// variables and their job's `env`.
+    /// it otherwise, only PATH, LANG, HOME and TMPDIR (TMP, TEMP; their own), the launch
+    /// contract's variables and their job's `env`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pass_env: Vec<String>,
     /// How replicas with an image run.

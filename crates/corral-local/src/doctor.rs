@@ -430,6 +430,34 @@ pub fn examine(data_dir: &Path, settings: &Settings) -> Report {
             crate::tenancy::HOW_TO_ISOLATE,
         ),
     });
+    if matches!(isolation, corral_core::tenancy::Isolation::PerNamespace(_)) {
+        findings.push(match crate::executor::scratch::mount_namespaces_work() {
+            Ok(()) => match crate::executor::scratch::shared_because_of(data_dir) {
+                None => ok(
+                    "scratch",
+                    "each job has its own /tmp and /dev/shm (a mount namespace per replica)".into(),
+                ),
+                // Said, not warned: tests and trials keep their data there.
+                Some(dir) => ok(
+                    "scratch",
+                    format!(
+                        "each job has its own /tmp and /dev/shm, except {dir}: the data \
+                         directory {} is under it, so replicas keep the machine's (use one \
+                         elsewhere, e.g. --data-dir /var/lib/corral)",
+                        data_dir.display()
+                    ),
+                ),
+            },
+            Err(e) => warn(
+                "scratch",
+                format!(
+                    "this machine refuses mount namespaces ({e}): replicas share the machine's \
+                     /tmp and /dev/shm with other namespaces (TMPDIR is still each job's own)"
+                ),
+                "run corral with CAP_SYS_ADMIN (as root on the host, not in a default container)",
+            ),
+        });
+    }
     let all_ok = findings.iter().all(|f| f.level == Level::Ok);
     Report {
         findings,
@@ -782,6 +810,10 @@ mod tests {
                 .all(|f| (f.level == Level::Warn) == f.fix.is_some())
         );
         assert_eq!(r.all_ok, r.findings.iter().all(|f| f.level == Level::Ok));
+        // As root (tenants isolated) it says whether each job gets its own /tmp and /dev/shm.
+        if rustix::process::geteuid().is_root() {
+            assert!(r.findings.iter().any(|f| f.area == "scratch"), "{r:?}");
+        }
         let line = r.one_line();
         assert!(
             line.starts_with("machine: ") && !line.contains('\n'),

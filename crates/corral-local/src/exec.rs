@@ -147,6 +147,10 @@ pub struct ExecContext {
     pub process_group: u32,
     pub uid: u32,
     pub gid: u32,
+    /// The command's mount namespace (`/proc/<pid>/ns/mnt`) when it is not the server's:
+    /// a tenant's replica has its job's own `/tmp` and `/dev/shm` there (see
+    /// [`crate::executor::scratch`]), and what is exec'd sees the same.
+    pub mount_namespace: Option<PathBuf>,
 }
 
 /// The context of the replica's running command, the shim's child whose pid the shim wrote
@@ -185,7 +189,16 @@ pub fn context_of(record: &ProcessRecord) -> Option<ExecContext> {
             .parse()
             .ok()
     };
+    use std::os::unix::fs::MetadataExt;
+    let namespace_of = |p: &Path| {
+        fs::metadata(p.join("ns/mnt"))
+            .ok()
+            .map(|m| (m.dev(), m.ino()))
+    };
+    let mount_namespace = (namespace_of(&proc_dir) != namespace_of(Path::new("/proc/self")))
+        .then(|| proc_dir.join("ns/mnt"));
     Some(ExecContext {
+        mount_namespace,
         env,
         working_dir,
         cgroup: record.cgroup.clone(),
@@ -210,19 +223,35 @@ impl ExecContext {
         cmd.args(args)
             .env_clear()
             .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .current_dir(&self.working_dir)
             .stdin(if stdin { Stdio::piped() } else { Stdio::null() })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         // The replica's user, where the server may take it on (it runs as root, or as
         // that user already).
-        // std drops root's supplementary groups with it; as for the replica's own command
-        // (see the shim), no setuid program gives privileges back.
+        // As for the replica's own command (see the shim): root's supplementary groups go,
+        // and no setuid program gives privileges back.
         let me = rustix::process::geteuid().as_raw();
         let tenant = me == 0 && self.uid != 0;
-        if me == 0 || me == self.uid {
-            cmd.uid(self.uid).gid(self.gid);
-        }
+        let identity = (me == 0 || me == self.uid).then_some((self.uid, self.gid, me == 0));
+        // Into the replica's mount namespace (its job's /tmp and /dev/shm) while still
+        // root; entering one moves to its root directory, so the working directory is
+        // entered after, as the replica's user.
+        let mount_namespace = match &self.mount_namespace {
+            Some(ns) if me == 0 => Some(fs::File::open(ns).map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("opening the replica's mount namespace: {e}"),
+                )
+            })?),
+            _ => None,
+        };
+        let working_dir = std::ffi::CString::new(self.working_dir.as_os_str().as_encoded_bytes())
+            .map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a working directory with a NUL",
+            )
+        })?;
         // Open before the fork: between fork and exec only write(2) may run.
         let joins: Vec<fs::File> = match &self.cgroup {
             Some(cg) => cg
@@ -236,10 +265,12 @@ impl ExecContext {
             None => Vec::new(),
         };
         let group = rustix::process::Pid::from_raw(self.process_group as i32);
-        // SAFETY: the closure only calls setpgid(2), prctl(2) and write(2) on descriptors opened
-        // before the fork; it allocates nothing and takes no lock.
+        // SAFETY: the closure only makes system calls (setpgid, write, setns, setgroups,
+        // setgid, setuid, prctl, chdir) on descriptors and strings made before the fork; it
+        // allocates nothing and takes no lock.
         unsafe {
             cmd.pre_exec(move || {
+                use rustix::process::{Gid, Uid};
                 // The replica's group, so that its stop signals the command too. A server
                 // that re-adopted the replica runs in another session, where the kernel
                 // refuses it; the cgroup still holds the command then.
@@ -247,9 +278,23 @@ impl ExecContext {
                 for f in &joins {
                     rustix::io::write(f, b"0").map_err(io::Error::from)?;
                 }
+                if let Some(ns) = &mount_namespace {
+                    rustix::thread::move_into_link_name_space(
+                        std::os::fd::AsFd::as_fd(ns),
+                        Some(rustix::thread::LinkNameSpaceType::Mount),
+                    )?;
+                }
+                if let Some((uid, gid, drop_groups)) = identity {
+                    if drop_groups {
+                        rustix::thread::set_thread_groups(&[])?;
+                    }
+                    rustix::thread::set_thread_gid(Gid::from_raw(gid))?;
+                    rustix::thread::set_thread_uid(Uid::from_raw(uid))?;
+                }
                 if tenant {
                     rustix::thread::set_no_new_privs(true)?;
                 }
+                rustix::process::chdir(working_dir.as_c_str())?;
                 Ok(())
             });
         }

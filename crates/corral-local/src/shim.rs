@@ -140,6 +140,12 @@ fn supervise(dir: &Path) -> Result<i32, String> {
     // places in its directory it may write.
     let tmp = dir.join(crate::executor::TMP_DIR);
     std::fs::create_dir_all(&tmp).map_err(|e| format!("creating {}: {e}", tmp.display()))?;
+    // Its job's scratch (TMPDIR; a tenant's private /tmp and /dev/shm), shared by the
+    // job's replicas: whichever shim comes first makes it.
+    if let Some(scratch) = &launch.scratch {
+        crate::executor::scratch::make(scratch, launch.run_as)
+            .map_err(|e| format!("making the job's scratch {}: {e}", scratch.tmp.display()))?;
+    }
     if let Some(who) = launch.run_as {
         let home = dir.join(crate::executor::HOME_DIR);
         std::fs::create_dir_all(&home).map_err(|e| format!("creating {}: {e}", home.display()))?;
@@ -289,7 +295,22 @@ fn supervise(dir: &Path) -> Result<i32, String> {
         }
         _ => None,
     };
-    join_in_child(&mut cmd, cgroup_procs, launch.run_as, tenant_wd);
+    let mounts = match &launch.scratch {
+        Some(scratch) => {
+            let (mounts, notes) = crate::executor::scratch::private_mounts(
+                scratch,
+                dir,
+                launch.working_dir.as_deref(),
+                program,
+            );
+            for note in notes {
+                let _ = log.write(format!("corral: {note}\n").as_bytes());
+            }
+            mounts
+        }
+        None => Default::default(),
+    };
+    join_in_child(&mut cmd, cgroup_procs, mounts, launch.run_as, tenant_wd);
     let spawned = cmd.spawn();
     drop(cmd); // closes our copies of the pipe's write end
 
@@ -318,13 +339,41 @@ fn supervise(dir: &Path) -> Result<i32, String> {
                      (template.workingDir; a relative one is relative to the server's)",
                     wd.display()
                 ),
-                Some(wd) if launch.run_as.is_some() && code == 126 => format!(
-                    "cannot run {program:?} as the job's user (uid {}): {e} (the program, or \
-                     the working directory {}, is not open to it)",
-                    launch.run_as.map_or(0, |w| w.uid),
-                    wd.display()
-                ),
+                Some(wd) if launch.run_as.is_some() && code == 126 => {
+                    format!(
+                        "cannot run {program:?} as the job's user (uid {}): {e} (the program, \
+                         or the working directory {}, is not open to it)",
+                        launch.run_as.map_or(0, |w| w.uid),
+                        wd.display()
+                    )
+                }
                 _ => format!("cannot run {program:?}: {e}"),
+            };
+            // A tenant gets the file or directory in its way, and what would open it.
+            let message = match launch.run_as.filter(|_| matches!(code, 126 | 127)) {
+                Some(who) => {
+                    let tenant_path = env
+                        .iter()
+                        .find(|(k, _)| k == "PATH")
+                        .map_or("", |(_, v)| v.as_str());
+                    let server_path = std::env::var("PATH").unwrap_or_default();
+                    match crate::tenancy::closed_to_tenant(
+                        program,
+                        launch.working_dir.as_deref(),
+                        tenant_path,
+                        &server_path,
+                        who.uid,
+                        who.gid,
+                    ) {
+                        Some(why) => format!(
+                            "cannot run {program:?} as its namespace's user (uid {}, gid {}): \
+                             {why}",
+                            who.uid, who.gid
+                        ),
+                        None => message,
+                    }
+                }
+                None => message,
             };
             let _ = log.write(format!("corral: {message}\n").as_bytes());
             signal_handle.close();
@@ -380,7 +429,9 @@ fn supervise(dir: &Path) -> Result<i32, String> {
 
 /// Makes the command's process move itself into the replica's cgroups before it execs:
 /// writing "0" to `tasks` (v1) or `cgroup.procs` (v2) moves the writer (see
-/// `CgroupRef::self_join_files`). Then, for a tenant, it becomes the tenant for good: no
+/// `CgroupRef::self_join_files`). It enters a mount namespace of its own with its job's
+/// `/tmp` and `/dev/shm` (see [`crate::executor::scratch`]), while it is still root. Then,
+/// for a tenant, it becomes the tenant for good: no
 /// supplementary groups, its gid, its uid (real, effective and saved: root's capabilities
 /// go), no new privileges through setuid programs, and it enters its working directory as
 /// the tenant. The cgroup is joined first, while the process may still write there.
@@ -390,12 +441,13 @@ fn supervise(dir: &Path) -> Result<i32, String> {
 fn join_in_child(
     cmd: &mut Command,
     cgroup_procs: Vec<std::fs::File>,
+    mounts: crate::executor::scratch::PrivateMounts,
     run_as: Option<crate::executor::RunAs>,
     working_dir: Option<std::ffi::CString>,
 ) {
     use rustix::process::{Gid, Uid};
     use std::os::unix::process::CommandExt;
-    if cgroup_procs.is_empty() && run_as.is_none() {
+    if cgroup_procs.is_empty() && mounts.is_empty() && run_as.is_none() {
         return;
     }
     // SAFETY: the closure only makes system calls on descriptors and strings made before
@@ -405,6 +457,7 @@ fn join_in_child(
             for f in &cgroup_procs {
                 rustix::io::write(f, b"0").map_err(std::io::Error::from)?;
             }
+            mounts.enter();
             if let Some(who) = run_as {
                 rustix::thread::set_thread_groups(&[])?;
                 rustix::thread::set_thread_gid(Gid::from_raw(who.gid))?;
@@ -574,6 +627,7 @@ mod tests {
             python: None,
             start_gate: None,
             run_as: None,
+            scratch: None,
         };
         files::write_json(&dir.join(LAUNCH_FILE), &launch).expect("launch file");
         assert_eq!(run([dir.as_os_str()]), 125);

@@ -184,9 +184,23 @@ pub fn set_owner_mode(path: &Path, uid: u32, gid: u32, mode: u32) -> io::Result<
 /// The first of `path` and the directories above it that a process of another uid and group
 /// `gid` (a tenant's) may not pass or run, if any.
 pub fn closed_to_group(path: &Path, gid: u32) -> Option<PathBuf> {
+    closed_to(path, None, gid)
+}
+
+/// The first of `path` and the directories above it that a process of `uid` (when known)
+/// and group `gid` may not pass or run, if any.
+fn closed_to(path: &Path, uid: Option<u32>, gid: u32) -> Option<PathBuf> {
     path.ancestors().find_map(|p| {
-        let open = fs::metadata(p)
-            .is_ok_and(|m| m.mode() & 0o001 != 0 || (m.gid() == gid && m.mode() & 0o010 != 0));
+        let open = fs::metadata(p).is_ok_and(|m| {
+            let mode = m.mode();
+            if Some(m.uid()) == uid {
+                mode & 0o100 != 0
+            } else if m.gid() == gid {
+                mode & 0o010 != 0
+            } else {
+                mode & 0o001 != 0
+            }
+        });
         (!open).then(|| p.to_path_buf())
     })
 }
@@ -200,6 +214,62 @@ pub fn search_path_for_group(path: &str, gid: u32) -> String {
         .filter(|d| d.starts_with('/') && closed_to_group(Path::new(d), gid).is_none())
         .collect::<Vec<_>>()
         .join(":")
+}
+
+/// Why a tenant (`uid`, `gid`) cannot run `program` (as the job names it) in
+/// `working_dir`, when a file or directory closed to it is the cause: which one, its mode,
+/// and what to do. `tenant_path` is its `PATH`, `server_path` the server's, in which a
+/// program the tenant's `PATH` left out is found. `None` when nothing closed is in the way
+/// (a program that exists nowhere, for one).
+pub fn closed_to_tenant(
+    program: &str,
+    working_dir: Option<&Path>,
+    tenant_path: &str,
+    server_path: &str,
+    uid: u32,
+    gid: u32,
+) -> Option<String> {
+    let mode = |p: &Path| fs::metadata(p).map_or(0, |m| m.mode() & 0o7777);
+    if let Some(wd) = working_dir
+        && let Some(closed) = closed_to(wd, Some(uid), gid)
+    {
+        return Some(format!(
+            "its working directory {} is out of its reach: {} (mode {:o}) is closed to other \
+             users. Run `chmod o+x {}`, or choose a working directory every user may enter",
+            wd.display(),
+            closed.display(),
+            mode(&closed),
+            closed.display()
+        ));
+    }
+    let in_path = |path: &str| {
+        path.split(':')
+            .filter(|d| d.starts_with('/'))
+            .map(|d| Path::new(d).join(program))
+            .find(|p| p.is_file())
+    };
+    let path = if program.contains('/') {
+        let p = Path::new(program);
+        match working_dir {
+            Some(wd) if p.is_relative() => wd.join(p),
+            _ => p.to_path_buf(),
+        }
+    } else {
+        in_path(tenant_path).or_else(|| in_path(server_path))?
+    };
+    let closed = closed_to(&path, Some(uid), gid)?;
+    let fix = if closed == path {
+        format!("`chmod o+rx {}`", path.display())
+    } else {
+        format!("`chmod o+x {}`", closed.display())
+    };
+    Some(format!(
+        "{} is out of its reach: {} (mode {:o}) is closed to other users. Run {fix}, or \
+         install the program where every user may run it (e.g. /usr/local/bin)",
+        path.display(),
+        closed.display(),
+        mode(&closed)
+    ))
 }
 
 /// Subdirectories of the data directory that replicas pass through to reach their own.
@@ -409,6 +479,68 @@ mod tests {
         let notes = protect_data_dir(dir.path(), true).expect("tightened");
         assert_eq!(mode(&history), 0o600);
         assert!(notes.iter().any(|n| n.contains("history.db")), "{notes:?}");
+    }
+
+    /// A program a tenant cannot reach gets the directory in its way and the command that
+    /// opens it, whether it was named by path, found on the tenant's PATH, or left out of
+    /// it; a working directory the same.
+    #[test]
+    fn a_program_out_of_a_tenants_reach_is_named_with_the_fix() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mode = |p: &Path, m: u32| {
+            fs::set_permissions(p, fs::Permissions::from_mode(m)).expect("chmod");
+        };
+        let closed = dir.path().join("closed");
+        let open = dir.path().join("open");
+        for d in [&closed, &open] {
+            fs::create_dir_all(d).expect("mkdir");
+        }
+        let prog = closed.join("train");
+        let private = open.join("private");
+        for p in [&prog, &private] {
+            fs::write(p, "#!/bin/sh\n").expect("write");
+        }
+        mode(dir.path(), 0o711);
+        mode(&closed, 0o700);
+        mode(&open, 0o755);
+        mode(&prog, 0o755);
+        mode(&private, 0o700);
+        let (uid, gid) = (4242, 4242);
+        let path = prog.display().to_string();
+        let why = closed_to_tenant(&path, None, "/usr/bin", "", uid, gid).expect("closed");
+        assert!(
+            why.contains(&format!("`chmod o+x {}`", closed.display())),
+            "{why}"
+        );
+        assert!(why.contains("mode 700"), "{why}");
+        // Found only on the server's PATH, left out of the tenant's.
+        let server_path = closed.display().to_string();
+        let why =
+            closed_to_tenant("train", None, "/usr/bin", &server_path, uid, gid).expect("closed");
+        assert!(why.contains(&path), "{why}");
+        // The program itself closed.
+        let why = closed_to_tenant("private", None, &open.display().to_string(), "", uid, gid)
+            .expect("closed");
+        assert!(
+            why.contains(&format!("`chmod o+rx {}`", private.display())),
+            "{why}"
+        );
+        // A working directory it may not enter.
+        let why = closed_to_tenant("sh", Some(&closed), "/bin", "", uid, gid).expect("closed");
+        assert!(why.contains("its working directory"), "{why}");
+        // Nothing in the way: nothing to say.
+        assert_eq!(
+            closed_to_tenant("no-such-program", None, "/bin", "/usr/bin", uid, gid),
+            None
+        );
+        // Its own directory, closed to everyone else, is open to it.
+        if rustix::process::geteuid().is_root() {
+            std::os::unix::fs::chown(&closed, Some(uid), Some(gid)).expect("chown");
+            assert_eq!(
+                closed_to_tenant(&path, Some(&closed), "", "", uid, gid),
+                None
+            );
+        }
     }
 
     #[test]

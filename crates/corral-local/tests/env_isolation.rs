@@ -1,5 +1,6 @@
 //! Tenants are walled off from the server's environment: a replica sees the launch
-//! contract's variables, its job's `env`, PATH, LANG, HOME and TMPDIR (its own; as root also
+//! contract's variables, its job's `env`, PATH, LANG, HOME and TMPDIR (its own; TMP and TEMP
+//! the same, its job's scratch; as root also
 //! USER and LOGNAME, its namespace's name), and what `passEnv` allows; nothing else of the
 //! server's environment, such as a token or a key.
 //! The variables are set at the start of `main`, before any thread exists.
@@ -70,9 +71,17 @@ spec:
         "{out}"
     );
     assert!(out.contains("tmpdir-exists"), "{out}");
-    for v in ["PATH", "HOME", "LANG", "TMPDIR"] {
+    for v in ["PATH", "HOME", "LANG", "TMPDIR", "TMP", "TEMP"] {
         assert!(vars.contains(&v), "{v} missing:\n{out}");
     }
+    // Programs read one or the other: all three name the job's scratch.
+    let value = |name: &str| {
+        out.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}=")))
+            .map(str::to_string)
+    };
+    assert_eq!(value("TMP"), value("TMPDIR"), "{out}");
+    assert_eq!(value("TEMP"), value("TMPDIR"), "{out}");
     // A tenant (the server runs as root) is told who it is, its namespace's name: never the
     // server's own USER.
     for line in out.lines() {
@@ -91,6 +100,8 @@ spec:
         "LANG",
         "HOME",
         "TMPDIR",
+        "TMP",
+        "TEMP",
         "OWN",
         ALLOWED,
         "MASTER_",

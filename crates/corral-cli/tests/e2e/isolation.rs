@@ -362,5 +362,39 @@ tokens:
         !text.contains("token-a") && !text.contains("token-b"),
         format!("a token is in the audit trail: {text}"),
     )?;
+
+    // Every write the API offers, as its OpenAPI document lists them (a new one included),
+    // is recorded with its outcome, refused or not. Queues, quotas and tokens are no
+    // writes here: they come from corral.yaml, read at start.
+    let (_, body) = raw("GET", &c.url("/openapi.json"), Some("token-admin"), None)?;
+    let doc: serde_json::Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
+    let mut writes = Vec::new();
+    for (path, ops) in doc["paths"].as_object().into_iter().flatten() {
+        for method in ops.as_object().into_iter().flatten().map(|(m, _)| m) {
+            if method != "get" && path.starts_with("/api/") {
+                let path = path
+                    .replace("{namespace}", "team-b")
+                    .replace("{name}", "nothing")
+                    .replace("{replica}", "worker-0");
+                writes.push((method.to_uppercase(), path));
+            }
+        }
+    }
+    check(
+        writes.len() >= 10,
+        format!("the OpenAPI document lists fewer writes than the API has: {writes:?}"),
+    )?;
+    for (method, path) in &writes {
+        raw(method, &c.url(path), Some("token-b"), Some(b"{}"))?;
+    }
+    let after = c.client(Some("token-admin")).audit(100)?;
+    for (method, path) in &writes {
+        check(
+            after.iter().any(|e| {
+                e.action == *method && e.target == *path && e.scope == "team-b" && e.status > 0
+            }),
+            format!("{method} {path} is not in the audit trail: {after:#?}"),
+        )?;
+    }
     Ok(())
 }

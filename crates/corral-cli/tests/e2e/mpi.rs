@@ -167,6 +167,48 @@ pub(super) fn exec_runs_in_the_replica_and_only_within_its_own_job() -> TestResu
             format!("exec runs as the server's user: {out:?}"),
         )?;
     }
+    if me == 0 {
+        // As root each job has its own /dev/shm, and exec enters it: a file made there by
+        // an exec into one replica is seen by the job's other replica, not by another
+        // job's, nor on the machine.
+        let probe = format!("exec-probe-{}", std::process::id());
+        let (code, _, err) = exec(
+            &client,
+            "mine",
+            "worker-0",
+            &["touch", &format!("/dev/shm/{probe}")],
+            None,
+        )?;
+        check(code == 0, format!("touch in /dev/shm: {code} {err}"))?;
+        // A job is Running once its shims are spawned: its command may still be coming.
+        let seen_by = |job: &str, replica: &str| -> Result<bool, Failed> {
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            loop {
+                match exec(&client, job, replica, &["ls", "/dev/shm"], None) {
+                    Ok((_, out, _)) => return Ok(out.lines().any(|l| l == probe)),
+                    Err(e)
+                        if e.to_string().contains("still preparing")
+                            && std::time::Instant::now() < deadline =>
+                    {
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                    Err(e) => return Err(format!("ls /dev/shm in {job} {replica}: {e}").into()),
+                }
+            }
+        };
+        check(
+            seen_by("mine", "launcher-0")?,
+            "the job's other replica does not share its /dev/shm",
+        )?;
+        check(
+            !seen_by("theirs", "worker-0")?,
+            "another job sees this job's /dev/shm",
+        )?;
+        check(
+            !std::path::Path::new("/dev/shm").join(&probe).exists(),
+            "the job's /dev/shm is the machine's",
+        )?;
+    }
     let (code, _, err) = exec(&client, "mine", "worker-0", &["no-such-program"], None)?;
     check(
         code == 127 && err.contains("no-such-program"),

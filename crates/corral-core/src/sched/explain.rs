@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 // Why a running job was stopped, apart from why a job waits.
 mod preemption;
-pub use preemption::PreemptionReason;
+pub use preemption::{PreemptionReason, job_as_seen_by};
 
 /// [`ResourceShort::resource`] of GPUs.
 pub const GPU: &str = "gpu";

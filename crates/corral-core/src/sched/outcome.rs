@@ -104,6 +104,18 @@ pub enum ResizeReason {
     ShrankFor { job: String, priority: i32 },
 }
 
+impl Resize {
+    /// The resize as its own job may read it: a job of another namespace it shrank for is
+    /// not named (see [`super::explain::job_as_seen_by`]).
+    pub fn as_seen_by_its_job(&self) -> Resize {
+        let mut seen = self.clone();
+        if let ResizeReason::ShrankFor { job, .. } = &mut seen.reason {
+            *job = super::explain::job_as_seen_by(&self.admission.job, job);
+        }
+        seen
+    }
+}
+
 impl std::fmt::Display for Resize {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let Resize { role, from, to, .. } = self;

@@ -227,6 +227,12 @@ impl Cluster {
                         report.errors.push(format!("{name}: {e}"));
                     }
                 }
+                if let Err(e) = self
+                    .executor
+                    .discard_scratch(&job, &incarnation_prefix(&uid))
+                {
+                    report.errors.push(format!("{job}: {e}"));
+                }
                 self.executor.ports_mut().release(&uid);
                 self.ports_to_release.remove(&uid);
                 self.store.remove_job(&uid)?;

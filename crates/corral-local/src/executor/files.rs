@@ -56,6 +56,10 @@ pub struct LaunchFile {
     /// container as it, `--user`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_as: Option<super::RunAs>,
+    /// The job's scratch directories (its TMPDIR, and for a tenant its private `/tmp` and
+    /// `/dev/shm`), which the shim makes; none in a container (the image has its own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scratch: Option<super::scratch::Scratch>,
 }
 
 /// The parts of a [`super::ProcessRecord`] known before the shim runs.

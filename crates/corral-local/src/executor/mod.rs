@@ -15,6 +15,7 @@
 //!   .log_path(name) / read_log_tail(name, bytes)
 //!   .ports_mut() -> &mut PortAllocator                ports from config.port_range
 //!   .discard_files(name, label_prefix)                a deleted job's directories, to the trash
+//!   .discard_scratch(job, label_prefix)               its scratch (TMPDIR, /tmp, /dev/shm)
 //! discover(run_dir) -> Vec<ProcessRecord>             every record.json under run_dir
 //! ```
 //!
@@ -38,7 +39,7 @@
 //! When the command exits the shim kills whatever it left behind, so nothing outlives a
 //! replica.
 //!
-//! Environment: [`base_env`] (PATH, HOME, LANG, TMPDIR in the replica's directory, and
+//! Environment: [`base_env`] (PATH, HOME, LANG, TMPDIR (TMP, TEMP) its job's [`scratch`], and
 //! what `passEnv` allows; nothing else of the server's), then the spec's `env` on top.
 //! Unless the spec sets `CUDA_VISIBLE_DEVICES` itself, it is set to the replica's
 //! `gpu_indices` (empty: no GPU). The working directory defaults to the replica directory.
@@ -59,6 +60,7 @@ pub mod log_times;
 pub mod procfs;
 pub mod python;
 mod replica;
+pub mod scratch;
 pub mod standby;
 mod start;
 mod start_gate;
@@ -293,6 +295,13 @@ impl LocalExecutor {
                 .map_err(io_err(format!("removing {}", path.display())))?;
         }
         Ok(())
+    }
+
+    /// Removes a deleted job's scratch directories (see [`scratch`]): `job` is its
+    /// `namespace/name`, `label_prefix` how its incarnations begin.
+    pub fn discard_scratch(&mut self, job: &str, label_prefix: &str) -> Result<(), ExecutorError> {
+        scratch::discard(&self.config.run_dir, job, label_prefix, &mut self.trash)
+            .map_err(io_err(format!("removing the scratch of {job}")))
     }
 
     /// The last observed state of a replica.

@@ -11,7 +11,7 @@ use rustix::process::Signal;
 use super::files::{self, EXIT_FILE, LAUNCH_FILE, LOG_FILE, LaunchFile, RECORD_FILE};
 use super::{
     ExecutorError, LocalExecutor, ProcessRecord, ProcessState, ReplicaProcessSpec, StartGate,
-    Tracked, base_env, container, io_err, path_component, procfs, python,
+    Tracked, base_env, container, io_err, path_component, procfs, python, scratch,
 };
 use crate::cgroup::{CgroupLimits, CgroupRef};
 use crate::tenancy::set_owner_mode;
@@ -293,7 +293,13 @@ impl LocalExecutor {
             CgroupLimits::default()
         };
 
-        let mut env = base_env(&dir, &self.config.pass_env);
+        let scratch = scratch::for_replica(
+            &self.config.run_dir,
+            &spec.job,
+            &spec.incarnation,
+            spec.run_as,
+        );
+        let mut env = base_env(&dir, &scratch.tmp, &self.config.pass_env);
         // A tenant writes only in directories of its own (the shim makes them): HOME is
         // `home/`, also the default working directory.
         // Its PATH keeps only the directories it may search (the server's PATH may name
@@ -407,6 +413,7 @@ impl LocalExecutor {
             python,
             start_gate: self.start_gate.clone(),
             run_as: spec.run_as.filter(|_| handle.is_none()),
+            scratch: Some(scratch).filter(|_| handle.is_none()),
         };
         // Written in place: no shim reads it before it is whole (the shim is spawned after),
         // and a directory without a record is not a replica to a restart.

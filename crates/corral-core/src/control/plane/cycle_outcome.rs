@@ -167,7 +167,7 @@ impl ControlPlane {
             &key,
             EventType::Normal,
             event_reason::RESIZED,
-            r.to_string(),
+            r.as_seen_by_its_job().to_string(),
         );
         self.unsettled.insert(key);
     }

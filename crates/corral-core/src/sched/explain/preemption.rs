@@ -44,18 +44,23 @@ pub enum PreemptionReason {
 /// off; a job's name can say what a team works on).
 const ELSEWHERE: &str = "a job of another namespace";
 
+/// `other` (a job key, `namespace/name`) as `viewer` (another job's key) may read it: by
+/// name within its own namespace, else as [`ELSEWHERE`]. Every message about one job that
+/// names another goes through it.
+pub fn job_as_seen_by(viewer: &str, other: &str) -> String {
+    let namespace = |job: &str| job.split_once('/').map(|(ns, _)| ns.to_string());
+    if namespace(other) == namespace(viewer) {
+        other.to_string()
+    } else {
+        ELSEWHERE.to_string()
+    }
+}
+
 impl PreemptionReason {
     /// The reason as `victim` (a job key, `namespace/name`) may read it: a job of another
     /// namespace is not named.
     pub fn as_seen_by(&self, victim: &str) -> PreemptionReason {
-        let namespace = |job: &str| job.split_once('/').map(|(ns, _)| ns.to_string());
-        let shown = |other: &str| {
-            if namespace(other) == namespace(victim) {
-                other.to_string()
-            } else {
-                ELSEWHERE.to_string()
-            }
-        };
+        let shown = |other: &str| job_as_seen_by(victim, other);
         let mut seen = self.clone();
         match &mut seen {
             PreemptionReason::LowerPriority { preemptor, .. }
