@@ -206,7 +206,14 @@ pub struct Applier {
     /// Publish the events that the status written with them keeps as conditions
     /// (`--condition-events`).
     condition_events: bool,
+    /// When each job's status was last written: a waiting job's status that changed in
+    /// words only is refreshed at most every [`WAITING_WORDS_EVERY`].
+    status_written: std::sync::Mutex<HashMap<String, Instant>>,
 }
+
+/// How often a waiting job's status is rewritten when only its words changed (which GPUs
+/// are free now): a queue of 1,000 jobs would otherwise cost 1,000 writes a pass.
+pub const WAITING_WORDS_EVERY: Duration = Duration::from_secs(10);
 
 /// Jobs applied at once unless told otherwise: enough to keep the API server's
 /// 2-4 ms writes overlapping, few enough that a pass does not flood it.
@@ -226,6 +233,7 @@ impl Applier {
             fence: None,
             window: DEFAULT_APPLY_WINDOW,
             condition_events: false,
+            status_written: Default::default(),
         }
     }
 
@@ -261,6 +269,9 @@ impl Applier {
         let now = Instant::now();
         if let Ok(mut p) = self.published.lock() {
             p.retain(|_, at| now.duration_since(*at) < EVENT_DEDUP);
+        }
+        if let Ok(mut w) = self.status_written.lock() {
+            w.retain(|_, at| now.duration_since(*at) < WAITING_WORDS_EVERY);
         }
         // Jobs taking room are written after those freeing it: a new admission may stand
         // where a finished or preempted job's did, and if that job's status did not land
@@ -504,8 +515,14 @@ impl Applier {
         let mut rv = jp.resource_version.clone();
 
         // 1. The status, on top of exactly what was observed, with the admission in it: the
-        // decision is durable before anything acts on it.
-        if let Some(status) = &jp.status {
+        // decision is durable before anything acts on it. A waiting job's new words wait.
+        let key = format!("{}/{}", jp.namespace, jp.name);
+        let fresh = jp.status_words_only
+            && self
+                .status_written
+                .lock()
+                .is_ok_and(|w| w.contains_key(&key));
+        if let Some(status) = jp.status.as_ref().filter(|_| !fresh) {
             let mut meta = json!({"name": jp.name, "namespace": jp.namespace});
             if let Some(rv) = &rv {
                 meta["resourceVersion"] = json!(rv);
@@ -526,6 +543,9 @@ impl Applier {
                 .await?;
             rv = applied.metadata.resource_version.clone();
             report.status_updates += 1;
+            if let Ok(mut w) = self.status_written.lock() {
+                w.insert(key.clone(), Instant::now());
+            }
             if let Some(v) = &rv {
                 report
                     .written

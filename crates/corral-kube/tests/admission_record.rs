@@ -196,3 +196,51 @@ async fn an_admission_waits_for_the_release_of_the_room_it_takes() {
     assert_eq!(pods_of(&fake, "new").len(), 2);
     assert!(job_status(&fake, "new")["admission"].is_object());
 }
+
+fn foreign_pod(name: &str, node: &str, gpus: u32) -> Value {
+    json!({
+        "metadata": {"name": name, "namespace": "other"},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x",
+                 "resources": {"requests": {"nvidia.com/gpu": gpus.to_string()}}}]},
+        "status": {"phase": "Running"},
+    })
+}
+
+/// A waiting job's status that changes in words only (how many GPUs are free now) is not
+/// rewritten every pass; a change that matters (its admission) is written at once.
+#[tokio::test]
+async fn a_waiting_jobs_new_words_are_not_written_every_pass() {
+    let fake = cluster(&["n1", "n2"]);
+    fake.insert(PODS, foreign_pod("f1", "n2", 2));
+    fake.insert(JOBS, job("big", 1, 8, json!({})));
+    let applier = corral_kube::apply::Applier::new(
+        fake.client(),
+        None,
+        corral_kube::apply::RateLimiter::unlimited(),
+    );
+    let cfg = corral_kube::plan::PlanConfig::default();
+    let once = |at| corral_kube::operator::reconcile_once(&applier, &cfg, at);
+    once(t(0)).await.expect("observe");
+    let first = job_status(&fake, "big");
+    assert_eq!(first["phase"], json!("Queued"), "{first}");
+
+    // Other GPUs taken: the same wait, other numbers.
+    fake.remove(PODS, "other", "f1");
+    fake.insert(PODS, foreign_pod("f2", "n2", 4));
+    fake.clear_log();
+    let (plan, _) = once(t(1)).await.expect("observe");
+    let jp = plan.jobs.iter().find(|j| j.name == "big").expect("planned");
+    assert!(
+        jp.status.is_some() && jp.status_words_only,
+        "{:?}",
+        jp.status
+    );
+    assert_eq!(job_writes(&fake.log(), "big"), (0, 0), "{:?}", fake.log());
+    assert_eq!(job_status(&fake, "big"), first, "kept as written");
+
+    // Room: admitted, written at once.
+    fake.remove(PODS, "other", "f2");
+    once(t(2)).await.expect("observe");
+    assert_eq!(condition(&fake, "big", "Admitted").as_deref(), Some("True"));
+    assert!(job_status(&fake, "big")["admission"].is_object());
+}

@@ -83,3 +83,79 @@ pub fn clear(
         set(status, type_, ConditionStatus::False, reason, message, now);
     }
 }
+
+/// Whether `new` says the same as `old` of a job that waits in its queue, in other words
+/// only: the same state, counts, blocking kinds and conditions, the Queued condition's
+/// message aside (which GPUs are free right now, how many jobs are ahead). A shell that
+/// pays a write per status (Kubernetes) may refresh such words less often than it passes.
+pub fn only_waiting_words_differ(old: &TrainingJobStatus, new: &TrainingJobStatus) -> bool {
+    let waiting = |s: &TrainingJobStatus| {
+        s.phase == Some(corral_api::training_job::JobState::Queued)
+            && is_true(s, ConditionType::Queued)
+    };
+    if !waiting(old) || !waiting(new) || old == new {
+        return false;
+    }
+    let without_words = |s: &TrainingJobStatus| {
+        let mut s = s.clone();
+        for c in &mut s.conditions {
+            if c.type_ == ConditionType::Queued {
+                c.message.clear();
+            }
+        }
+        s
+    };
+    without_words(old) == without_words(new)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use corral_api::training_job::JobState;
+
+    fn queued(message: &str, blocked_by: &[&str]) -> TrainingJobStatus {
+        let mut s = TrainingJobStatus {
+            phase: Some(JobState::Queued),
+            blocked_by: blocked_by.iter().map(|b| b.to_string()).collect(),
+            ..Default::default()
+        };
+        set(
+            &mut s,
+            ConditionType::Queued,
+            ConditionStatus::True,
+            "Capacity",
+            message.into(),
+            Timestamp::UNIX_EPOCH,
+        );
+        s
+    }
+
+    #[test]
+    fn only_the_waiting_message_is_words() {
+        let a = queued("needs 8 GPUs; 6 are free", &["Capacity"]);
+        let b = queued("needs 8 GPUs; no GPUs are free", &["Capacity"]);
+        assert!(only_waiting_words_differ(&a, &b));
+        assert!(!only_waiting_words_differ(&a, &a), "no difference at all");
+        let quota = queued("needs 8 GPUs; the queue's quota is spent", &["Quota"]);
+        assert!(
+            !only_waiting_words_differ(&a, &quota),
+            "another blocking kind"
+        );
+        let mut admitted = b.clone();
+        admitted.phase = Some(JobState::Admitted);
+        assert!(
+            !only_waiting_words_differ(&a, &admitted),
+            "no longer waiting"
+        );
+        let mut reason = b.clone();
+        set(
+            &mut reason,
+            ConditionType::Queued,
+            ConditionStatus::True,
+            "Quota",
+            "x".into(),
+            Timestamp::UNIX_EPOCH,
+        );
+        assert!(!only_waiting_words_differ(&a, &reason), "another reason");
+    }
+}

@@ -112,6 +112,10 @@ pub struct JobPlan {
     /// The new status, when it or the admission changed, with the admission the plane
     /// holds in `admission`.
     pub status: Option<TrainingJobStatus>,
+    /// The status says what the stored one says of a job still waiting, in other words only
+    /// (`corral_core::lifecycle::conditions::only_waiting_words_differ`): written at most
+    /// every few seconds, not every pass.
+    pub status_words_only: bool,
     /// Nodes of an admission the status records that the job did not hold as observed
     /// (new, moved or resized): room that other jobs' writes of the same pass may free, so
     /// [`crate::apply`] writes it only once those have landed.
@@ -146,6 +150,7 @@ impl JobPlan {
             resource_version: job.metadata.resource_version.clone(),
             admission: AdmissionChange::Keep,
             status: None,
+            status_words_only: false,
             takes_on: Vec::new(),
             releases_on: Vec::new(),
             config_map: None,

@@ -76,6 +76,15 @@ pub(super) fn translate(
         let held = plane.admission(key);
         status.admission = held.map(|h| Box::new(record::admission_record(h)));
         let observed = by_key.get(key.as_str());
+        jp.status_words_only = observed
+            .and_then(|o| o.job.status.as_ref())
+            .is_some_and(|old| {
+                let mut old = old.clone();
+                old.admission = None;
+                let mut new = status.clone();
+                new.admission = None;
+                conditions::only_waiting_words_differ(&old, &new)
+            });
         let stored = observed.and_then(|o| o.stored.as_ref());
         if stored != held {
             let nodes = |h: Option<&HeldAdmission>| -> Vec<String> {
