@@ -98,6 +98,12 @@ pub fn announced_condition(reason: &str) -> Option<ConditionType> {
     }
 }
 
+/// Whether `status` keeps what the event of `reason` announces: the condition it announces
+/// is true in it (see [`announced_condition`]).
+pub fn kept_in_status(reason: &str, status: &TrainingJobStatus) -> bool {
+    announced_condition(reason).is_some_and(|c| conditions::is_true(status, c))
+}
+
 /// Events for what the lifecycle changed in a job's status: conditions that became true
 /// (Running, Suspended, Succeeded, Failed), a restart or a start failure counted, a resume.
 /// Admission and preemption have events of their own, emitted where the scheduler decides
@@ -212,7 +218,8 @@ mod tests {
             assert_eq!(out.len(), 1, "{ty:?}: {out:?}");
             assert_eq!(out[0].reason, reason);
             assert_eq!(announced_condition(out[0].reason), Some(ty));
-            assert!(conditions::is_true(&new, ty));
+            assert!(kept_in_status(out[0].reason, &new));
+            assert!(!kept_in_status(out[0].reason, &old));
         }
         let mut failed = TrainingJobStatus::default();
         conditions::set(

@@ -53,7 +53,7 @@ pub mod serving;
 mod submit;
 
 pub use config::{ControlConfig, ControlConfigBuilder, Platform, SETTLE_ROUNDS, Settling};
-pub use events::{EventType, JobEvent, announced_condition, event_reason};
+pub use events::{EventType, JobEvent, announced_condition, event_reason, kept_in_status};
 pub use exec::{
     ExecCaller, ExecRefusal, ExecTarget, decide_exec, parse_replica, refuse_missing_job,
 };

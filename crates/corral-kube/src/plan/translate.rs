@@ -12,9 +12,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use corral_core::control::{
-    Change, ControlPlane, EventType, HeldAdmission, Step, announced_condition,
-};
+use corral_core::control::{Change, ControlPlane, EventType, HeldAdmission, Step, kept_in_status};
 use corral_core::lifecycle::{Action, ReplicaId, conditions};
 
 use super::observe_jobs::ObservedJob;
@@ -227,11 +225,10 @@ pub(super) fn translate(
     // Events, as the plane words them.
     for e in &step.events {
         if let Some(jp) = plans.get_mut(&e.job) {
-            let kept_in_status = announced_condition(e.reason).is_some_and(|c| {
-                jp.status
-                    .as_ref()
-                    .is_some_and(|s| conditions::is_true(s, c))
-            });
+            let kept_in_status = jp
+                .status
+                .as_ref()
+                .is_some_and(|s| kept_in_status(e.reason, s));
             jp.events.push(PlannedEvent {
                 warning: e.type_ == EventType::Warning,
                 reason: e.reason.to_string(),
