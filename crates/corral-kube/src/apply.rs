@@ -13,10 +13,8 @@
 //!
 //! Up to `--apply-window` jobs are applied at once, and a job's pods and Bindings are
 //! written at once: each call costs the API server 2-4 ms, and serial calls left it idle.
-//! Jobs that take room (a new, moved or resized admission) go after the others, and not
-//! onto a node whose release by another job's status did not land this pass.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -104,9 +102,6 @@ pub struct ApplyReport {
     pub retry_in: Option<Duration>,
     /// Jobs not applied because the leadership term ended during the pass.
     pub abandoned: u64,
-    /// Jobs whose new admission was not written because another job's write that frees
-    /// room on the same nodes did not land this pass: the next pass plans them again.
-    pub held_back: u64,
     /// What this pass wrote, for the next pass to wait for in its watch caches.
     pub written: Written,
 }
@@ -127,7 +122,6 @@ impl ApplyReport {
             (a, b) => a.or(b),
         };
         self.abandoned += other.abandoned;
-        self.held_back += other.held_back;
         self.written.jobs.extend(other.written.jobs);
         self.written.pods.extend(other.written.pods);
     }
@@ -273,35 +267,10 @@ impl Applier {
         if let Ok(mut w) = self.status_written.lock() {
             w.retain(|_, at| now.duration_since(*at) < WAITING_WORDS_EVERY);
         }
-        // Jobs taking room are written after those freeing it: a new admission may stand
-        // where a finished or preempted job's did, and if that job's status did not land
-        // (throttled, failing, backed off) the next pass would find both admissions and
-        // requeue one, its pods made for nothing.
-        let (takers, first): (Vec<&JobPlan>, Vec<&JobPlan>) = plan
-            .jobs
-            .iter()
-            .filter(|jp| !jp.is_empty())
-            .partition(|jp| !jp.takes_on.is_empty());
+        let work: Vec<&JobPlan> = plan.jobs.iter().filter(|jp| !jp.is_empty()).collect();
         let mut report = ApplyReport::default();
-        let mut still_held: BTreeSet<&str> = BTreeSet::new();
-        for (jp, r) in self.apply_jobs(first, now).await {
-            if !jp.releases_on.is_empty() && r.status_updates == 0 {
-                still_held.extend(jp.releases_on.iter().map(String::as_str));
-            }
+        for (_, r) in self.apply_jobs(work, now).await {
             report.merge(r);
-        }
-        let (takers, held_back): (Vec<&JobPlan>, Vec<&JobPlan>) = takers
-            .into_iter()
-            .partition(|jp| !jp.takes_on.iter().any(|n| still_held.contains(n.as_str())));
-        report.held_back = held_back.len() as u64;
-        for (_, r) in self.apply_jobs(takers, now).await {
-            report.merge(r);
-        }
-        if report.held_back > 0 {
-            tracing::info!(
-                jobs = report.held_back,
-                "admissions held back until the room they take is released"
-            );
         }
         if report.abandoned > 0 {
             let term = self.fence.as_ref().map_or(0, |f| f.term);

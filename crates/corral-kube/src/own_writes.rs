@@ -35,7 +35,7 @@ pub fn version_at_least(have: &str, want: &str) -> bool {
 
 /// How long a pass waits for the watch caches to show the previous pass's writes; past it,
 /// it plans anyway (the preconditions still hold).
-pub const CATCH_UP_LIMIT: Duration = Duration::from_secs(2);
+pub const CATCH_UP_LIMIT: Duration = Duration::from_millis(500);
 
 #[cfg(test)]
 mod tests {

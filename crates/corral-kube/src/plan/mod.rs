@@ -116,13 +116,6 @@ pub struct JobPlan {
     /// (`corral_core::lifecycle::conditions::only_waiting_words_differ`): written at most
     /// every few seconds, not every pass.
     pub status_words_only: bool,
-    /// Nodes of an admission the status records that the job did not hold as observed
-    /// (new, moved or resized): room that other jobs' writes of the same pass may free, so
-    /// [`crate::apply`] writes it only once those have landed.
-    pub takes_on: Vec<String>,
-    /// Nodes of the admission the job held as observed, when its status drops or changes
-    /// it: room this write frees.
-    pub releases_on: Vec<String>,
     pub config_map: Option<ConfigMap>,
     pub service: Option<Service>,
     /// An MPI job's ssh key Secret to create before its pods, without its keys: the key
@@ -151,8 +144,6 @@ impl JobPlan {
             admission: AdmissionChange::Keep,
             status: None,
             status_words_only: false,
-            takes_on: Vec::new(),
-            releases_on: Vec::new(),
             config_map: None,
             service: None,
             ssh_secret: None,

@@ -10,9 +10,9 @@
 //! - events -> Kubernetes Events, as the plane words them; one that announces a condition
 //!   the status written with it keeps is marked `kept_in_status`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
-use corral_core::control::{Change, ControlPlane, EventType, HeldAdmission, Step, kept_in_status};
+use corral_core::control::{Change, ControlPlane, EventType, Step, kept_in_status};
 use corral_core::lifecycle::{Action, ReplicaId, conditions};
 
 use super::observe_jobs::ObservedJob;
@@ -83,23 +83,6 @@ pub(super) fn translate(
                 new.admission = None;
                 conditions::only_waiting_words_differ(&old, &new)
             });
-        let stored = observed.and_then(|o| o.stored.as_ref());
-        if stored != held {
-            let nodes = |h: Option<&HeldAdmission>| -> Vec<String> {
-                h.map(|h| {
-                    h.admission
-                        .placements
-                        .iter()
-                        .map(|p| p.node.clone())
-                        .collect::<BTreeSet<_>>()
-                        .into_iter()
-                        .collect()
-                })
-                .unwrap_or_default()
-            };
-            jp.takes_on = nodes(held);
-            jp.releases_on = nodes(stored);
-        }
         if observed.is_some_and(|o| o.annotated) {
             jp.admission = AdmissionChange::Clear;
         }

@@ -36,9 +36,6 @@ pub struct State {
     pub unauthorized: bool,
     /// Collections the server does not serve (a CRD not installed): 404.
     pub unserved: Vec<String>,
-    /// TrainingJobs (by name) whose status writes are answered 429 (API Priority and
-    /// Fairness throttling them).
-    pub throttled_status: Vec<String>,
 }
 
 #[derive(Clone, Default)]
@@ -392,9 +389,6 @@ impl FakeApi {
             (Method::PATCH, Some(name), sub) => {
                 if collection == "apis/events.k8s.io/v1/events" {
                     return (200, body);
-                }
-                if sub == Some("status") && s.throttled_status.contains(&name) {
-                    return (429, status(429, "TooManyRequests", "throttled"));
                 }
                 let rv = s.rv + 1;
                 let exists = s.objects.contains_key(&key);
