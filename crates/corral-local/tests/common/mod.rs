@@ -54,10 +54,20 @@ pub fn prerequisite(present: bool, what: &str) -> bool {
 /// A temporary directory tenants' replicas may pass through (`0711`): as root, each
 /// namespace's replicas run as a uid of their own and must reach their directories below
 /// it (a plain temporary directory is `0700`, and the cluster refuses to open below one).
+/// As root it is made under /var/tmp, not /tmp: a data directory under /tmp keeps replicas
+/// on the machine's /tmp (no private /tmp per job), which the tenant tests assert.
 #[allow(dead_code)]
 pub fn reachable_tempdir() -> tempfile::TempDir {
     use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::tempdir().expect("tempdir");
+    let var_tmp = std::path::Path::new("/var/tmp");
+    let dir = if is_root() && var_tmp.is_dir() {
+        tempfile::Builder::new()
+            .prefix("corral-test")
+            .tempdir_in(var_tmp)
+            .expect("tempdir in /var/tmp")
+    } else {
+        tempfile::tempdir().expect("tempdir")
+    };
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))
         .expect("chmod the tempdir");
     dir
