@@ -6,6 +6,7 @@
 //! directory (read from the running command's `/proc` entry, so a Python environment the
 //! shim activated is included), its cgroup (limits, and the shim's kill of everything in it
 //! when the replica ends) and its process group (the executor's stop signals it), its user.
+//! A replica in a container is entered by its runtime (`podman exec`), which gives the same.
 //!
 //! Replica credentials: an MPI launcher is given `CORRAL_TOKEN`, a token naming its own job
 //! (`cj1.<namespace>.<job>.<mac>`), the MAC an HMAC-SHA256 of namespace, job and uid under a
@@ -24,6 +25,7 @@ use sha2::Sha256;
 
 use crate::cgroup::CgroupRef;
 use crate::executor::ProcessRecord;
+use crate::executor::container::ContainerHandle;
 use crate::executor::procfs;
 
 /// The prefix of a replica's token.
@@ -137,9 +139,36 @@ impl JobToken {
     }
 }
 
-/// What a command exec'd into a replica runs with.
+/// Where a command exec'd into a replica runs.
 #[derive(Clone, Debug)]
-pub struct ExecContext {
+pub enum ExecContext {
+    /// A replica the shim runs as a process: its context, entered by hand.
+    Process(ProcessContext),
+    /// A replica in a container: the runtime's own `exec` enters it (its namespaces,
+    /// cgroup, user and environment), as `kubectl exec` does on Kubernetes.
+    Container(ContainerHandle),
+}
+
+impl ExecContext {
+    /// The command `argv`, ready to spawn inside the replica; stdout and stderr piped,
+    /// stdin piped when `stdin` (else /dev/null).
+    pub fn command(&self, argv: &[String], stdin: bool) -> io::Result<Command> {
+        if argv.first().is_none_or(|p| p.is_empty()) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "command: empty; give the program and its arguments",
+            ));
+        }
+        match self {
+            ExecContext::Process(p) => p.command(argv, stdin),
+            ExecContext::Container(c) => Ok(c.exec_command(argv, stdin)),
+        }
+    }
+}
+
+/// What a command exec'd into a process replica runs with.
+#[derive(Clone, Debug)]
+pub struct ProcessContext {
     pub env: Vec<(String, String)>,
     pub working_dir: PathBuf,
     pub cgroup: Option<CgroupRef>,
@@ -160,6 +189,11 @@ pub struct ExecContext {
 pub fn context_of(record: &ProcessRecord) -> Option<ExecContext> {
     if !procfs::is_same_alive(record.pid, record.start_time) {
         return None;
+    }
+    if let Some(container) = &record.container {
+        // The shim is alive, so is its runtime client; the runtime says if the container
+        // itself is not running (it may still be pulling its image).
+        return Some(ExecContext::Container(container.clone()));
     }
     let pid: u32 = fs::read_to_string(record.dir.join(crate::executor::files::COMMAND_PID_FILE))
         .ok()?
@@ -197,7 +231,7 @@ pub fn context_of(record: &ProcessRecord) -> Option<ExecContext> {
     };
     let mount_namespace = (namespace_of(&proc_dir) != namespace_of(Path::new("/proc/self")))
         .then(|| proc_dir.join("ns/mnt"));
-    Some(ExecContext {
+    Some(ExecContext::Process(ProcessContext {
         mount_namespace,
         env,
         working_dir,
@@ -205,13 +239,11 @@ pub fn context_of(record: &ProcessRecord) -> Option<ExecContext> {
         process_group: record.pid,
         uid: id_of("Uid:")?,
         gid: id_of("Gid:")?,
-    })
+    }))
 }
 
-impl ExecContext {
-    /// The command `argv`, ready to spawn inside the replica; stdout and stderr piped,
-    /// stdin piped when `stdin` (else /dev/null).
-    pub fn command(&self, argv: &[String], stdin: bool) -> io::Result<Command> {
+impl ProcessContext {
+    fn command(&self, argv: &[String], stdin: bool) -> io::Result<Command> {
         use std::os::unix::process::CommandExt;
         let Some((program, args)) = argv.split_first() else {
             return Err(io::Error::new(

@@ -1,7 +1,8 @@
 //! Replicas with an `image` on the embedded cluster, end to end with podman: they run in a
 //! container of the image (its files, entrypoint and working directory), with the launch
 //! contract's env, host networking and a memory limit; a server killed and reopened
-//! re-adopts a running container; delete leaves no container; without a runtime the
+//! re-adopts a running container; `exec` enters a container replica; delete leaves no
+//! container; without a runtime the
 //! documented policy holds (a Warning event, or a refusal at submit). A pipeline that the
 //! `kfp` package compiles (Kubeflow Pipelines v2 IR, two container components passing an
 //! artifact) runs as it is, its steps in containers that see their artifacts.
@@ -679,6 +680,86 @@ fn a_pipeline_compiled_by_kfp_runs_as_it_is_in_containers() {
     assert_eq!(count.trim(), "19", "{report:?}");
 }
 
+/// `corral exec` (and the MPI launcher's rsh agent) into a replica that runs in a container:
+/// the runtime's `exec` enters it, so the command sees the image's files, the replica's
+/// working directory, contract env and user, and its input.
+fn exec_enters_a_container_replica() {
+    if image().is_none() {
+        return;
+    }
+    let (mut h, mut c) = Harness::new(WAITS, 32700, "");
+    c.submit(
+        &image_job("entered", "", "        command: [sleep, '300']\n"),
+        "default",
+        h.now,
+    )
+    .expect("submit");
+    h.until(&mut c, "running", |c| {
+        state(c, "entered") == Some(JobState::Running)
+    });
+    let auth = corral_local::cluster::ExecAuth::Anyone;
+    let run = |c: &corral_local::Cluster, argv: &[&str], stdin: Option<&str>| {
+        let context = c
+            .exec_context(&auth, "default", "entered", "worker-1")
+            .expect("the running container replica is entered");
+        let argv: Vec<String> = argv.iter().map(|a| a.to_string()).collect();
+        let mut child = context
+            .command(&argv, stdin.is_some())
+            .expect("command")
+            .spawn()
+            .expect("spawn");
+        if let Some(text) = stdin {
+            use std::io::Write;
+            let mut input = child.stdin.take().expect("stdin");
+            input.write_all(text.as_bytes()).expect("write stdin");
+        }
+        let out = child.wait_with_output().expect("wait");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    // The container may still be starting right after the job runs: the runtime says so.
+    let deadline = Instant::now() + WAITS.deadline;
+    let (code, out, err) = loop {
+        let r = run(
+            &c,
+            &["sh", "-c", "cat marker; echo cwd=$(pwd) rank=$RANK"],
+            None,
+        );
+        if r.0 == Some(0) || Instant::now() > deadline {
+            break r;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(code, Some(0), "exec: {out}{err}");
+    assert!(out.contains(MARKER), "the image's files: {out}");
+    assert!(
+        out.contains("cwd=/app rank=1"),
+        "its working directory and env: {out}"
+    );
+    let (code, out, _) = run(&c, &["cat"], Some("to the replica\n"));
+    assert_eq!(
+        (code, out.as_str()),
+        (Some(0), "to the replica\n"),
+        "stdin passes"
+    );
+    let (code, _, _) = run(&c, &["sh", "-c", "exit 7"], None);
+    assert_eq!(code, Some(7), "the command's exit code comes back");
+    // Runtime options after the command are the command's, not the runtime's.
+    let (code, out, _) = run(&c, &["echo", "--help"], None);
+    assert_eq!((code, out.trim()), (Some(0), "--help"));
+
+    c.delete("default", "entered", h.now).expect("delete");
+    h.until(&mut c, "deleted", |c| state(c, "entered").is_none());
+    assert!(
+        c.exec_context(&auth, "default", "entered", "worker-1")
+            .is_err(),
+        "a deleted job's replica is not entered"
+    );
+}
+
 fn main() -> std::process::ExitCode {
     common::main(vec![
         (
@@ -708,6 +789,10 @@ fn main() -> std::process::ExitCode {
         (
             "a_killed_server_readopts_the_running_container_and_delete_removes_it",
             a_killed_server_readopts_the_running_container_and_delete_removes_it,
+        ),
+        (
+            "exec_enters_a_container_replica",
+            exec_enters_a_container_replica,
         ),
         (
             "without_a_runtime_the_image_is_not_used_and_an_event_says_so_or_it_is_refused",

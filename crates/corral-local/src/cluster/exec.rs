@@ -106,14 +106,6 @@ impl Cluster {
                 "replica {replica} has no process record"
             )));
         };
-        if let Some(c) = &record.container {
-            return Err(ExecError::Unsupported(format!(
-                "replica {replica} runs in a container ({}); exec into container replicas \
-                 is not supported by the embedded cluster yet: run `podman exec` (or docker) \
-                 on that container",
-                c.name
-            )));
-        }
         crate::exec::context_of(record).ok_or_else(|| {
             ExecError::Unsupported(format!(
                 "replica {replica} is still preparing its command (its Python environment) \

@@ -164,6 +164,27 @@ impl ContainerHandle {
     }
 
     /// Whether the kernel killed the container for exceeding its memory limit.
+    /// `argv` run inside the running container by the runtime's `exec`: the container's
+    /// namespaces, cgroup, user, working directory and environment. stdout and stderr piped,
+    /// stdin piped when `stdin`.
+    pub fn exec_command(&self, argv: &[String], stdin: bool) -> Command {
+        let mut cmd = Command::new(&self.program);
+        cmd.env_clear()
+            .envs(client_env())
+            .args(&self.global_args)
+            .arg("exec");
+        if stdin {
+            cmd.arg("--interactive");
+        }
+        // What follows the container's name is the command, never the runtime's options.
+        cmd.arg(&self.name)
+            .args(argv)
+            .stdin(if stdin { Stdio::piped() } else { Stdio::null() })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        cmd
+    }
+
     pub fn oom_killed(&self) -> bool {
         let mut cmd = self.command();
         cmd.args(["container", "inspect", "--format", "{{.State.OOMKilled}}"])
