@@ -369,11 +369,11 @@ spec:
         spec:
           containers:
             - name: pytorch
-              command: ["$PY", -m, torch.distributed.run, ddp_train.py]
+              command: ["$PY", -m, torch.distributed.run, train.py]
               resources:
                 limits: {cpu: "2", memory: 8Gi, nvidia.com/gpu: 1}
 EOF
-"$BIN" submit --code examples/quickstart "$work/pytorchjob.yaml"
+"$BIN" submit --code examples/pytorch "$work/pytorchjob.yaml"
 check "a Kubeflow PyTorchJob (torchrun) succeeds with 1 GPU" wait_state kubeflow-ddp Succeeded 120
 "$BIN" logs kubeflow-ddp 2>&1 | grep -E 'world size|^RESULT'
 check "it trained on cuda:0 (NCCL) and fit the model" sh -c \
