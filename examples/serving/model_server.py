@@ -13,7 +13,9 @@ It listens on $PORT (Corral gives each replica its own), answers the readiness c
        &gate=PATH               -> before chunk i > 0, waits until PATH.i exists
 
 $MODEL_VERSION (default v1) names the weights: v2 adds 1 to the bias (a new revision of the
-served model when its template's env changes; see canary.yaml).
+served model when its template's env changes; see canary.yaml). A model served from a
+training job's output (from-training.yaml) reads its weights from $CORRAL_MODEL_PATH instead
+(the JSON train.py writes), and its version is the trained file's.
 """
 
 import json
@@ -27,6 +29,11 @@ from urllib.parse import parse_qs, urlparse
 WEIGHTS = [2.0, -1.0, 0.5, 0.25]
 VERSION = os.environ.get("MODEL_VERSION", "v1")
 BIAS = 2.0 if VERSION == "v2" else 1.0
+if os.environ.get("CORRAL_MODEL_PATH"):
+    with open(os.environ["CORRAL_MODEL_PATH"]) as f:
+        trained = json.load(f)
+    WEIGHTS, BIAS = trained["weights"], trained["bias"]
+    VERSION = "trained-" + os.environ.get("CORRAL_MODEL_PATH").split("/")[-2]
 REPLICA = os.environ.get("CORRAL_REPLICA", "local")
 
 

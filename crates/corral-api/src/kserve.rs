@@ -206,6 +206,7 @@ pub fn convert_with_warnings(
             priority_class: None,
             max_request_bytes: None,
             canary_traffic_percent,
+            model: None,
         },
     );
     metadata.name = name;

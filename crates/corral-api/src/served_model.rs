@@ -62,6 +62,55 @@ pub struct ServedModelSpec {
     /// revision takes every request once it is ready (a rollout). 0 rolls back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub canary_traffic_percent: Option<u32>,
+    /// The model to serve, from a TrainingJob's output: its replicas get the path in
+    /// `$CORRAL_MODEL_PATH` (read-only to them in a container, as every artifact).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelSource>,
+}
+
+/// A model that a TrainingJob wrote into its output directory (`$CORRAL_OUTPUT_DIR`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelSource {
+    /// A TrainingJob of the model's namespace that has succeeded.
+    pub training_job: String,
+    /// A file or directory in that job's output, relative (e.g. `model.json`); left out,
+    /// the whole output directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+}
+
+/// The environment variable a serving replica finds its model's path in.
+pub const MODEL_PATH_ENV: &str = "CORRAL_MODEL_PATH";
+/// The environment variable a TrainingJob's replicas find the job's output directory in:
+/// what the job writes there outlives it, for a ServedModel to serve.
+pub const OUTPUT_DIR_ENV: &str = "CORRAL_OUTPUT_DIR";
+/// Annotation on a served model (and each of its revisions and replica jobs): the
+/// [`ModelOrigin`] its `spec.model` was resolved to when it was submitted, as JSON. Part
+/// of the revision: a model retrained under the same job name is a new revision.
+pub const MODEL_ORIGIN_ANNOTATION: &str = "corral.dev/model-origin";
+
+/// Where a served model's model came from: the run that trained it (lineage).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelOrigin {
+    pub training_job: String,
+    /// The job's uid: the run, not a later job of the same name.
+    pub uid: String,
+    /// When it succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Timestamp>,
+    /// The model's path on the cluster (what `$CORRAL_MODEL_PATH` holds).
+    pub path: String,
+    /// `sha256:...` of the model's content when it was resolved.
+    pub sha256: String,
+}
+
+impl ModelOrigin {
+    /// The origin a model (or a replica job) carries, if it carries one.
+    pub fn of(annotations: &BTreeMap<String, String>) -> Option<ModelOrigin> {
+        serde_json::from_str(annotations.get(MODEL_ORIGIN_ANNOTATION)?).ok()
+    }
 }
 
 impl Kind for ServedModelSpec {
@@ -206,6 +255,9 @@ pub struct ServedModelStatus {
     /// The revisions that carry traffic or still have replicas, oldest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub revisions: Vec<RevisionStatus>,
+    /// The run that trained the latest revision's model (`spec.model`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelOrigin>,
 }
 
 /// One revision of a served model: an immutable snapshot of what its replicas run.
@@ -254,7 +306,14 @@ pub fn replica_job(model: &ServedModel, index: u32) -> TrainingJob {
     labels.insert(SERVING_REPLICA_LABEL.to_string(), index.to_string());
     let mut template = model.spec.template.clone();
     // `$PORT` is the contract's; a user's own value would point the router elsewhere.
-    template.env.retain(|v: &EnvVar| v.name != PORT_ENV);
+    template
+        .env
+        .retain(|v: &EnvVar| v.name != PORT_ENV && v.name != MODEL_PATH_ENV);
+    if let Some(origin) = ModelOrigin::of(&model.metadata.annotations) {
+        template
+            .env
+            .push(EnvVar::literal(MODEL_PATH_ENV, &origin.path));
+    }
     let replica = ReplicaSpec {
         count: 1,
         resources: model.spec.resources.clone(),

@@ -20,6 +20,8 @@ mod driver;
 mod pages;
 #[path = "browser/runs.rs"]
 mod runs;
+#[path = "browser/serving.rs"]
+mod serving;
 #[path = "browser/usage.rs"]
 mod usage;
 
@@ -62,6 +64,10 @@ fn main() -> ExitCode {
         Trial::test(
             "a_pipeline_run_is_drawn_as_its_dag",
             runs::a_pipeline_run_is_drawn_as_its_dag,
+        ),
+        Trial::test(
+            "a_served_model_shows_its_training_run_revisions_and_replicas",
+            serving::a_served_model_shows_its_training_run_revisions_and_replicas,
         ),
         Trial::test(
             "the_usage_page_charts_what_the_ledger_counted",

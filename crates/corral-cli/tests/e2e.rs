@@ -33,6 +33,8 @@ mod mpi;
 mod pipelines;
 #[path = "e2e/serving.rs"]
 mod serving;
+#[path = "e2e/serving_from_training.rs"]
+mod serving_from_training;
 #[path = "e2e/serving_revisions.rs"]
 mod serving_revisions;
 #[path = "e2e/tls.rs"]
@@ -196,6 +198,10 @@ fn main() -> ExitCode {
         Trial::test(
             "revisions_split_roll_out_and_roll_back_without_losing_a_request",
             serving_revisions::revisions_split_roll_out_and_roll_back_without_losing_a_request,
+        ),
+        Trial::test(
+            "a_model_trained_by_a_job_is_served_from_its_output",
+            serving_from_training::a_model_trained_by_a_job_is_served_from_its_output,
         ),
         Trial::test(
             "an_inference_service_is_served_and_split",

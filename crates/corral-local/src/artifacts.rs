@@ -1,5 +1,9 @@
-//! Where pipeline artifacts live embedded: `<data>/artifacts/<namespace>/<run>/<step>/<output>`,
-//! one directory per output, and how their content is hashed (SHA-256) and read.
+//! Where artifacts live embedded: a pipeline step's in
+//! `<data>/artifacts/<namespace>/<run>/<step>/<output>`, one directory per output; every
+//! TrainingJob's output (`$CORRAL_OUTPUT_DIR`) in
+//! `<data>/artifacts/<namespace>/.jobs/<job>.<uid prefix>` (a run is never named `.jobs`).
+//! Both outlive their job (a served model may serve them). How their content is hashed
+//! (SHA-256) and read.
 //!
 //! The wall between tenants (see [`crate::tenancy`]): when replicas run under their
 //! namespace's uid, `artifacts/` is `0711` (passable, not listable), a namespace's tree
@@ -36,6 +40,48 @@ pub fn output_dir(
         .join(run)
         .join(step)
         .join(output)
+}
+
+/// The output directory of TrainingJob `job` (uid `uid`) of `namespace`: a job re-created
+/// under the same name gets another.
+pub fn job_output_dir(data_dir: &Path, namespace: &str, job: &str, uid: &str) -> PathBuf {
+    let short: String = uid.chars().filter(|c| *c != '-').take(8).collect();
+    root(data_dir)
+        .join(namespace)
+        .join(JOBS_DIR)
+        .join(format!("{job}.{short}"))
+}
+
+const JOBS_DIR: &str = ".jobs";
+
+/// Makes a job's output directory, once (a restarted replica finds what the last one
+/// wrote), with the modes of the module docs.
+pub fn prepare_job_output(
+    data_dir: &Path,
+    namespace: &str,
+    dir: &Path,
+    who: Option<TenantIdentity>,
+) -> io::Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    let top = root(data_dir);
+    let jobs = top.join(namespace).join(JOBS_DIR);
+    fs::create_dir_all(&jobs)?;
+    match who {
+        Some(id) => {
+            set_owner_mode(&top, 0, 0, 0o711)?;
+            for d in [top.join(namespace), jobs] {
+                set_owner_mode(&d, 0, id.gid, 0o750)?;
+            }
+            fs::create_dir(dir)?;
+            set_owner_mode(dir, id.uid, id.gid, 0o750)
+        }
+        None => {
+            fs::set_permissions(&top, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+            fs::create_dir(dir)
+        }
+    }
 }
 
 /// Makes a step's output directories, empty, with the modes of the module docs.

@@ -46,6 +46,7 @@ static ASSETS: &[Asset] = &[
     asset!("job.js", "text/javascript; charset=utf-8", false),
     asset!("live.js", "text/javascript; charset=utf-8", false),
     asset!("runs.js", "text/javascript; charset=utf-8", false),
+    asset!("serving.js", "text/javascript; charset=utf-8", false),
     asset!("usage.js", "text/javascript; charset=utf-8", false),
     asset!("charts.js", "text/javascript; charset=utf-8", false),
     asset!("style.css", "text/css; charset=utf-8", false),

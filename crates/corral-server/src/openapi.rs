@@ -50,6 +50,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ),
     ("get", "/api/v1/pipelineruns"),
     ("get", "/api/v1/namespaces/{namespace}/servedmodels"),
+    ("get", "/api/v1/servedmodels"),
     ("get", "/api/v1/namespaces/{namespace}/servedmodels/{name}"),
     (
         "delete",

@@ -152,6 +152,21 @@ pub(crate) async fn list(
     Ok(Json(json!({ "items": models })).into_response())
 }
 
+/// `GET /api/v1/servedmodels`: every namespace's the caller may see (the dashboard's list).
+pub(crate) async fn list_all(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> Result<Response, ApiError> {
+    let only = caller.namespace().map(str::to_string);
+    let mut models = state
+        .with_cluster(move |c| c.served_models(only.as_deref()))
+        .await?;
+    for m in &mut models {
+        in_rotation_now(&state.router, m);
+    }
+    Ok(Json(json!({ "items": models })).into_response())
+}
+
 /// `GET /api/v1/namespaces/{namespace}/servedmodels/{name}`: the model with its status and
 /// its replicas (job, state, in rotation).
 pub(crate) async fn get(

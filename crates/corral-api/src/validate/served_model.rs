@@ -128,6 +128,20 @@ pub fn validate_served_model(
         );
     }
 
+    if let Some(source) = &spec.model {
+        if let Err(e) = check_dns1035_label(&source.training_job) {
+            errs.push(
+                "spec.model.trainingJob",
+                format!("`{}` is not a TrainingJob name: {e}", source.training_job),
+            );
+        }
+        if let Some(path) = &source.path
+            && let Err(e) = check_output_path(path)
+        {
+            errs.push("spec.model.path", e);
+        }
+    }
+
     // Replica hostnames are `<model>-serving-<index>-worker-0`: they must fit one DNS label.
     let name = &model.metadata.name;
     let name_ok = !name.is_empty() && check_dns1035_label(name).is_ok();
@@ -166,4 +180,23 @@ pub fn validate_served_model(
         }
     }
     errs.into_result()
+}
+
+/// A path inside a job's output directory: relative, and never out of it.
+fn check_output_path(path: &str) -> Result<(), String> {
+    let p = std::path::Path::new(path);
+    if path.is_empty() || p.is_absolute() {
+        return Err(format!(
+            "`{path}` must be a path relative to the job's output directory, e.g. `model.json`"
+        ));
+    }
+    if p.components()
+        .any(|c| !matches!(c, std::path::Component::Normal(_)))
+        || path.contains('\0')
+    {
+        return Err(format!(
+            "`{path}` must stay inside the job's output directory: no `..` or `.` parts"
+        ));
+    }
+    Ok(())
 }

@@ -125,6 +125,7 @@ pub fn describe(client: &Client, ns: &str, names: &[String], output: Output) -> 
         }
         let m = v.get("model").cloned().unwrap_or(Value::Null);
         let mut text = table(&HEADER, &[row(&m)]);
+        text.push_str(&origin_text(&m));
         let panic = m
             .pointer("/status/panic")
             .and_then(Value::as_bool)
@@ -186,6 +187,22 @@ pub fn delete(client: &Client, ns: &str, names: &[String]) -> ExitCode {
         }
     }
     code
+}
+
+/// Where the model came from (`spec.model`): the training run, as pinned at submit.
+fn origin_text(m: &Value) -> String {
+    let Some(o) = m.pointer("/status/model") else {
+        return String::new();
+    };
+    let field = |f: &str| o.get(f).and_then(Value::as_str).unwrap_or("-");
+    format!(
+        "\nModel: from trainingjob/{} (uid {}, succeeded {})\n  path {}\n  content {}\n",
+        field("trainingJob"),
+        field("uid"),
+        field("completionTime"),
+        field("path"),
+        field("sha256"),
+    )
 }
 
 /// The revisions part of `describe`: traffic (now and as asked) and replicas of each.

@@ -259,6 +259,28 @@ pub(super) fn a_namespace_token_sees_only_its_namespace() -> TestResult {
     let a = c.client(Some("token-a"));
     let bee = c.client(Some("token-b"));
     bee.submit("team-b", &printing_job("secret-job", 1, 1))?;
+    // team-b's pipeline run and served model, for the runs and serving pages.
+    bee.submit(
+        "team-b",
+        "apiVersion: corral.dev/v1alpha1
+kind: PipelineRun
+metadata: {name: secret-run}
+spec:
+  pipelineSpec:
+    steps:
+      - {name: only, task: {command: ['true'], resources: {cpu: 10m, memory: 16Mi}}}
+",
+    )?;
+    bee.submit(
+        "team-b",
+        "apiVersion: corral.dev/v1alpha1
+kind: ServedModel
+metadata: {name: secret-model}
+spec:
+  template: {command: [sleep, '300']}
+  resources: {cpu: 10m, memory: 16Mi}
+",
+    )?;
     a.submit("team-a", &printing_job("mine", 1, 1))?;
     wait_state(&c, "team-b", "secret-job", Some("token-b"), |s| {
         s == JobState::Running
@@ -282,7 +304,15 @@ pub(super) fn a_namespace_token_sees_only_its_namespace() -> TestResult {
     // A team-b job submitted while the page is open is not pushed to it either.
     bee.submit("team-b", &printing_job("later-secret", 1, 1))?;
     std::thread::sleep(Duration::from_secs(3));
-    for page in ["/#/jobs", "/#/", "/#/queues", "/#/nodes"] {
+    for page in [
+        "/#/jobs",
+        "/#/",
+        "/#/queues",
+        "/#/nodes",
+        "/#/runs",
+        "/#/serving",
+        "/#/usage",
+    ] {
         b.goto(&c.url(page))?;
         b.wait(
             &format!("{page} rendered"),

@@ -478,6 +478,17 @@ impl Cluster {
                 .display()
                 .to_string(),
         ));
+        // The job's output: what it writes there outlives it (a ServedModel serves it).
+        let output = crate::artifacts::job_output_dir(
+            &self.config.data_dir,
+            &stored.namespace,
+            &stored.name,
+            &stored.uid,
+        );
+        env.push((
+            corral_api::served_model::OUTPUT_DIR_ENV.into(),
+            output.display().to_string(),
+        ));
         if launch.exec_credentials {
             // What the MPI launcher's rsh agent (`corral rsh`) calls the API with: a token
             // that may exec into this job's replicas and nothing else.
@@ -519,14 +530,30 @@ impl Cluster {
         let Some(mut process) = process else {
             return Ok(None);
         };
-        // In a container, the namespace's pipeline artifacts are where its environment
-        // says (a step's inputs and outputs are directories under it).
-        let artifacts = crate::artifacts::root(&self.config.data_dir).join(&stored.namespace);
-        if process.container.is_some() && artifacts.is_dir() {
-            process.mounts.push(artifacts);
-        }
         match self.tenancy.identity(&self.store, &stored.namespace) {
-            Ok(who) => process.run_as = who.map(Into::into),
+            Ok(who) => {
+                process.run_as = who.map(Into::into);
+                if let Err(e) = crate::artifacts::prepare_job_output(
+                    &self.config.data_dir,
+                    &stored.namespace,
+                    &output,
+                    who,
+                ) {
+                    self.plane.start_failed(
+                        &key,
+                        StartFailure {
+                            replica: id,
+                            incarnation: inc,
+                            exit_code: 0,
+                            message: format!(
+                                "making the job's output directory {}: {e}",
+                                output.display()
+                            ),
+                        },
+                    );
+                    return Ok(None);
+                }
+            }
             Err(e) => {
                 // No uid is free for a new namespace: its replicas must not run as root.
                 self.plane.start_failed(
@@ -540,6 +567,12 @@ impl Cluster {
                 );
                 return Ok(None);
             }
+        }
+        // In a container, the namespace's artifacts (pipeline steps' and jobs' outputs) are
+        // where its environment says.
+        let artifacts = crate::artifacts::root(&self.config.data_dir).join(&stored.namespace);
+        if process.container.is_some() && artifacts.is_dir() {
+            process.mounts.push(artifacts);
         }
         if let Some(why) = process.missing_program() {
             self.plane.start_failed(

@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use corral_api::document::{Document, parse_documents};
@@ -164,6 +164,26 @@ impl Cluster {
                             .annotations
                             .insert(crate::code::ANNOTATION.to_string(), digest.to_string());
                     }
+                    // Only the cluster says where a model came from.
+                    m.metadata
+                        .annotations
+                        .remove(corral_api::served_model::MODEL_ORIGIN_ANNOTATION);
+                    if errors.is_empty()
+                        && let Some(source) = &m.spec.model
+                    {
+                        match self.model_origin(source, namespace) {
+                            Ok(origin) => {
+                                m.metadata.annotations.insert(
+                                    corral_api::served_model::MODEL_ORIGIN_ANNOTATION.to_string(),
+                                    origin,
+                                );
+                            }
+                            Err(p) => errors.push(FieldProblem {
+                                path: p.path.into(),
+                                message: p.message,
+                            }),
+                        }
+                    }
                     if errors.is_empty()
                         && let Err(r) = ctx.fit.check(&replica_job(&m, 0))
                     {
@@ -265,6 +285,45 @@ impl Cluster {
             out.push(submitted(&m, &ns, Some(revised?)));
         }
         Ok(out)
+    }
+
+    /// `spec.model` resolved (the core's `resolve_model`) to the origin it is served from,
+    /// as the annotation's JSON.
+    fn model_origin(
+        &self,
+        source: &corral_api::served_model::ModelSource,
+        namespace: &str,
+    ) -> Result<String, corral_core::control::serving::ModelSourceProblem> {
+        let stored = self
+            .store
+            .job(namespace, &source.training_job)
+            .ok()
+            .flatten();
+        let job = stored.as_ref().map(|s| {
+            let mut job = s.job.clone();
+            job.metadata.uid = Some(s.uid.clone());
+            job
+        });
+        let output = stored.as_ref().map_or_else(PathBuf::new, |s| {
+            crate::artifacts::job_output_dir(&self.config.data_dir, namespace, &s.name, &s.uid)
+        });
+        // Content where there is some: an empty directory holds no model.
+        let mut hash = |path: &str| {
+            let p = Path::new(path);
+            let meta = std::fs::symlink_metadata(p).ok()?;
+            if meta.is_dir() && std::fs::read_dir(p).ok()?.next().is_none() {
+                return None;
+            }
+            crate::artifacts::hash(p).ok()
+        };
+        let origin = corral_core::control::serving::resolve_model(
+            source,
+            namespace,
+            job.as_ref(),
+            &output.to_string_lossy(),
+            &mut hash,
+        )?;
+        Ok(serde_json::to_string(&origin).unwrap_or_default())
     }
 
     /// Submits replica `index` of revision `number` (`revision`: the model as it was then),
@@ -527,7 +586,9 @@ impl Cluster {
                 .filter(|r| !plan.retired.contains(&r.name))
                 .collect();
             if let Some(m) = self.served.models.get_mut(&k) {
+                let model = corral_api::served_model::ModelOrigin::of(&m.metadata.annotations);
                 m.status = Some(ServedModelStatus {
+                    model,
                     desired_replicas: plan.desired,
                     replicas: plan.current,
                     ready_replicas: plan.ready,

@@ -7,6 +7,7 @@ import { api, connect, store, token, useStore } from "./live.js";
 import { Jobs, Nodes, Overview, Queues } from "./pages.js";
 import { Job } from "./job.js";
 import { Run, Runs } from "./runs.js";
+import { Model, Models } from "./serving.js";
 import { Usage } from "./usage.js";
 
 const html = htm.bind(h);
@@ -48,6 +49,7 @@ const NAV = [
   ["jobs", "Jobs"],
   ["nodes", "Nodes"],
   ["runs", "Pipelines"],
+  ["serving", "Serving"],
   ["usage", "Usage"],
 ];
 
@@ -75,6 +77,8 @@ function App() {
   else if (r[0] === "nodes") page = html`<${Nodes} />`;
   else if (r[0] === "runs" && r.length >= 3) page = html`<${Run} namespace=${r[1]} name=${r[2]} />`;
   else if (r[0] === "runs") page = html`<${Runs} />`;
+  else if (r[0] === "serving" && r.length >= 3) page = html`<${Model} namespace=${r[1]} name=${r[2]} />`;
+  else if (r[0] === "serving") page = html`<${Models} />`;
   else if (r[0] === "usage") page = html`<${Usage} />`;
   else page = html`<${Overview} />`;
   const signOut = () => {

@@ -194,3 +194,16 @@ export function useLive(path, beat = 0) {
   useEffect(() => () => clearTimeout(last.current.timer), []);
   return state;
 }
+
+// What changes without a job row changing (a pipeline step cached, a served model's
+// traffic): a beat every few seconds, to look again as well as on the watch stream's changes.
+const REFRESH_MS = 3000;
+
+export function useBeat() {
+  const [beat, set] = useState(0);
+  useEffect(() => {
+    const t = setInterval(() => set((b) => b + 1), REFRESH_MS);
+    return () => clearInterval(t);
+  }, []);
+  return beat;
+}

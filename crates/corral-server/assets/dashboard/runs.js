@@ -1,28 +1,18 @@
 // Pipeline runs: the list, and a run's page with its DAG drawn (laid out by dagre), its
 // steps, artifacts and events. It shows what the control plane decided; it decides nothing.
 import { h } from "preact";
-import { useEffect, useMemo, useState } from "preact/hooks";
+import { useMemo } from "preact/hooks";
 import htm from "htm";
 import dagre from "dagre";
-import { useLive } from "./live.js";
+// A run's steps change without a job row changing (a step cached, skipped, a run ending):
+// useBeat looks again every few seconds as well as on the watch stream's changes.
+import { useBeat, useLive } from "./live.js";
 import { ErrorLine, Events, age, jobHref } from "./pages.js";
 
 const html = htm.bind(h);
 
 export const runHref = (ns, name) => `#/runs/${encodeURIComponent(ns)}/${encodeURIComponent(name)}`;
 
-// A run's steps change without a job row changing (a step cached, skipped, a run ending):
-// look again every few seconds as well as on the watch stream's changes.
-const REFRESH_MS = 3000;
-
-function useBeat() {
-  const [beat, set] = useState(0);
-  useEffect(() => {
-    const t = setInterval(() => set((b) => b + 1), REFRESH_MS);
-    return () => clearInterval(t);
-  }, []);
-  return beat;
-}
 
 const Phase = ({ phase }) => html`<span class=${`state p-${phase}`}>${phase}</span>`;
 

@@ -59,6 +59,14 @@ pub(super) fn paths() -> Vec<(&'static str, Value)> {
             }}),
         ),
         (
+            "/api/v1/servedmodels",
+            json!({"get": {
+                "operationId": "listAllServedModels",
+                "summary": "Served models of every namespace the token may see, with their status",
+                "responses": responses(("200", json_response("Served models", list_of("ServedModel"))), &[401]),
+            }}),
+        ),
+        (
             "/api/v1/namespaces/{namespace}/servedmodels/{name}",
             json!({
                 "get": job_op("getServedModel", "The model with its status and each replica job (revision, state, in rotation, outstanding requests)", json_response("The model", reference("ServedModelDetails")), &[]),

@@ -89,6 +89,7 @@ pub fn router(state: AppState) -> Router {
             get(pipelines::describe_run),
         )
         .route("/api/v1/pipelineruns", get(pipelines::list_all))
+        .route("/api/v1/servedmodels", get(crate::serving::list_all))
         .route("/api/v1/queues", get(queues))
         .route("/api/v1/nodes", get(nodes))
         .route("/api/v1/top", get(top))

@@ -4,6 +4,7 @@
 //! - `autoscale`: the Knative-style decision (stable and panic windows, scale-down delay,
 //!   scale to zero after an idle period, a held request at zero asks for one replica).
 //! - `replicas`: desired count + the replica jobs that exist -> create / remove.
+//! - `model`: the TrainingJob output a model serves (`spec.model`), resolved at submit.
 //! - `traffic`: what makes a revision, and the split between the latest and the stable
 //!   revision (canary, rollout, rollback; promotion; drains).
 //!
@@ -13,6 +14,7 @@
 //! grace and GPU placement are training's, in every shell.
 
 mod autoscale;
+mod model;
 mod replicas;
 mod traffic;
 
@@ -22,6 +24,7 @@ use corral_api::served_model::ServedModelSpec;
 use jiff::Timestamp;
 
 pub use autoscale::{Autoscaler, LoadSample, ScaleDecision};
+pub use model::{ModelSourceProblem, resolve_model};
 pub use replicas::{ReplicaAction, ReplicaView, plan_replicas};
 pub use traffic::{Share, promotes, revision_hash, split};
 

@@ -1,0 +1,116 @@
+//! From training to serving, end to end through the real server: examples/serving's
+//! `train.yaml` writes its model into the job's output directory (`$CORRAL_OUTPUT_DIR`), and
+//! `from-training.yaml` serves it (`spec.model`): refused at its field before the job has
+//! succeeded, then pinned to that run (uid, content hash) in the model's status, and its
+//! replicas answer with the trained weights through the router.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::common::{prerequisite, python3_available};
+use super::{TestCluster, TestResult, check, wait_for_state};
+use corral_local::cluster::JobState;
+
+pub(crate) fn a_model_trained_by_a_job_is_served_from_its_output() -> TestResult {
+    if !prerequisite(python3_available(), "python3") {
+        return Ok(());
+    }
+    let c = TestCluster::start("")?;
+    let client = c.client(None);
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/serving");
+    let train = std::fs::read_to_string(example.join("train.yaml"))?;
+    // Only the cluster says where a model came from: a spoofed origin is replaced.
+    let serve = std::fs::read_to_string(example.join("from-training.yaml"))?.replace(
+        "  name: tiny-trained\n",
+        "  name: tiny-trained\n  annotations:\n    corral.dev/model-origin: \
+         '{\"trainingJob\":\"x\",\"uid\":\"x\",\"path\":\"/etc/shadow\",\"sha256\":\"x\"}'\n",
+    );
+
+    let early = client.submit("default", &serve);
+    check(
+        early.as_ref().is_err_and(|e| {
+            let t = e.to_string();
+            t.contains("spec.model.trainingJob") && t.contains("no TrainingJob `train-tiny`")
+        }),
+        format!("a model of a job that does not exist: {early:?}"),
+    )?;
+    check(
+        client.served_models("default")?.is_empty(),
+        "a refused model was stored",
+    )?;
+
+    let up = corral_cli::code_archive::upload(&train, &example)?;
+    client.submit_with_code("default", &up.boundary, &up.body)?;
+    let state = wait_for_state(
+        &client,
+        "default",
+        "train-tiny",
+        Duration::from_secs(120),
+        JobState::is_finished,
+    )?;
+    check(state == JobState::Succeeded, format!("train-tiny {state}"))?;
+    let job_uid = client
+        .describe("default", "train-tiny")?
+        .job
+        .metadata
+        .uid
+        .clone()
+        .unwrap_or_default();
+
+    let up = corral_cli::code_archive::upload(&serve, &example)?;
+    client.submit_with_code("default", &up.boundary, &up.body)?;
+    let url = c.url("/serve/default/tiny-trained/predict?x=1,2,3");
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(120)))
+        .build()
+        .into();
+    let mut r = agent.get(url).call()?;
+    let body = r.body_mut().read_to_string()?;
+    check(r.status().as_u16() == 200, format!("predict: {body}"))?;
+    let answer: Value = serde_json::from_str(&body)?;
+    // The trained weights (~[2, -1, 0.5, 0.25], bias ~1): 2 - 2 + 1.5 + 1 = 2.5.
+    let y = answer["y"].as_f64().unwrap_or(f64::NAN);
+    check(
+        (y - 2.5).abs() < 0.1,
+        format!("the trained model answers: {body}"),
+    )?;
+    check(
+        answer["version"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("trained-train-tiny.")),
+        format!("the weights came from train-tiny's output: {body}"),
+    )?;
+
+    let model = client.served_model("default", "tiny-trained")?;
+    let origin = &model["model"]["status"]["model"];
+    check(
+        origin["trainingJob"] == "train-tiny"
+            && origin["uid"] == Value::String(job_uid.clone())
+            && origin["path"]
+                .as_str()
+                .is_some_and(|p| p.ends_with("/model.json") && p.contains("/artifacts/default/"))
+            && origin["sha256"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("sha256:") && s.len() == 71),
+        format!("the run it came from (uid {job_uid}): {origin}"),
+    )?;
+    // The job is gone, its output is not: the model still serves.
+    client.delete("default", "train-tiny")?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while client.describe("default", "train-tiny").is_ok() {
+        check(Instant::now() < deadline, "train-tiny was not deleted")?;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut r = agent
+        .get(c.url("/serve/default/tiny-trained/predict?x=1,2,3"))
+        .call()?;
+    let body = r.body_mut().read_to_string()?;
+    check(
+        r.status().as_u16() == 200,
+        format!("served after its job was deleted: {body}"),
+    )?;
+    Ok(())
+}

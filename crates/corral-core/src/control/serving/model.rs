@@ -1,0 +1,174 @@
+//! A served model's `spec.model`: the TrainingJob output it serves. Resolved once, when the
+//! model is submitted: the job must be of the model's namespace and have succeeded, and the
+//! path must be in its output. The result, a [`ModelOrigin`], is pinned on the model (and
+//! so on each revision): replicas get its path, `describe` shows the run it came from, and
+//! a model retrained under the same job name is a new revision when submitted again.
+
+use corral_api::TrainingJob;
+use corral_api::served_model::{ModelOrigin, ModelSource};
+use corral_api::training_job::ConditionType;
+
+use crate::lifecycle::conditions;
+use crate::lifecycle::job_state;
+
+/// Why `spec.model` cannot be served: the field and the words.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelSourceProblem {
+    pub path: &'static str,
+    pub message: String,
+}
+
+/// The origin of `source` in `namespace`: `job` is the TrainingJob it names as the shell
+/// found it (`None`: there is none), `output_dir` that job's output directory, and `hash`
+/// the content hash of a path on the cluster (`None`: nothing there).
+pub fn resolve_model(
+    source: &ModelSource,
+    namespace: &str,
+    job: Option<&TrainingJob>,
+    output_dir: &str,
+    hash: &mut dyn FnMut(&str) -> Option<String>,
+) -> Result<ModelOrigin, ModelSourceProblem> {
+    let name = &source.training_job;
+    let Some(job) = job else {
+        return Err(ModelSourceProblem {
+            path: "spec.model.trainingJob",
+            message: format!(
+                "there is no TrainingJob `{name}` in namespace `{namespace}`; name a job of \
+                 this namespace that has succeeded"
+            ),
+        });
+    };
+    let status = job.status.clone().unwrap_or_default();
+    if !conditions::is_true(&status, ConditionType::Succeeded) {
+        let now = job_state(&job.spec, job.status.as_ref());
+        return Err(ModelSourceProblem {
+            path: "spec.model.trainingJob",
+            message: format!(
+                "TrainingJob `{name}` has not succeeded (it is {now}); a model is served from \
+                 a job that has: submit this model once it has (`corral get {name} -w` follows it)"
+            ),
+        });
+    }
+    let path = match &source.path {
+        Some(p) => format!("{}/{p}", output_dir.trim_end_matches('/')),
+        None => output_dir.to_string(),
+    };
+    let Some(sha256) = hash(&path) else {
+        return Err(ModelSourceProblem {
+            path: if source.path.is_some() {
+                "spec.model.path"
+            } else {
+                "spec.model.trainingJob"
+            },
+            message: format!(
+                "TrainingJob `{name}` wrote nothing at {path}: its replicas write the model \
+                 into $CORRAL_OUTPUT_DIR ({output_dir})"
+            ),
+        });
+    };
+    Ok(ModelOrigin {
+        training_job: name.clone(),
+        uid: job.metadata.uid.clone().unwrap_or_default(),
+        completion_time: status.completion_time,
+        path,
+        sha256,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use corral_api::training_job::{Condition, ConditionStatus, TrainingJobStatus};
+
+    fn job(succeeded: bool) -> TrainingJob {
+        let text = "apiVersion: corral.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: train}\n\
+                    spec:\n  framework: generic\n  replicas:\n    worker:\n      template: {command: [python3, t.py]}\n";
+        let mut j: TrainingJob = serde_saphyr::from_str(text).expect("job");
+        j.metadata.uid = Some("u-1".into());
+        let type_ = if succeeded {
+            ConditionType::Succeeded
+        } else {
+            ConditionType::Running
+        };
+        j.status = Some(TrainingJobStatus {
+            conditions: vec![Condition {
+                type_,
+                status: ConditionStatus::True,
+                reason: "R".into(),
+                message: String::new(),
+                last_transition_time: jiff::Timestamp::UNIX_EPOCH,
+            }],
+            ..TrainingJobStatus::default()
+        });
+        j
+    }
+
+    fn source(path: Option<&str>) -> ModelSource {
+        ModelSource {
+            training_job: "train".into(),
+            path: path.map(String::from),
+        }
+    }
+
+    #[test]
+    fn a_succeeded_jobs_output_is_pinned_with_its_run_and_content() {
+        let mut seen = Vec::new();
+        let origin = resolve_model(
+            &source(Some("model.json")),
+            "team-a",
+            Some(&job(true)),
+            "/d/out/",
+            &mut |p| {
+                seen.push(p.to_string());
+                Some("sha256:ab".into())
+            },
+        )
+        .expect("resolved");
+        assert_eq!(seen, ["/d/out/model.json"]);
+        assert_eq!(origin.path, "/d/out/model.json");
+        assert_eq!(
+            (origin.uid.as_str(), origin.sha256.as_str()),
+            ("u-1", "sha256:ab")
+        );
+        let whole = resolve_model(
+            &source(None),
+            "team-a",
+            Some(&job(true)),
+            "/d/out",
+            &mut |_| Some("sha256:cd".into()),
+        )
+        .expect("resolved");
+        assert_eq!(whole.path, "/d/out");
+    }
+
+    #[test]
+    fn a_missing_running_or_empty_source_is_refused_at_its_field() {
+        let mut any = |_: &str| Some("sha256:x".to_string());
+        let e = resolve_model(&source(None), "team-a", None, "/d", &mut any).expect_err("none");
+        assert_eq!(e.path, "spec.model.trainingJob");
+        assert!(
+            e.message
+                .contains("no TrainingJob `train` in namespace `team-a`"),
+            "{e:?}"
+        );
+        let e = resolve_model(&source(None), "team-a", Some(&job(false)), "/d", &mut any)
+            .expect_err("running");
+        assert!(
+            e.message.contains("has not succeeded (it is Running)"),
+            "{e:?}"
+        );
+        let e = resolve_model(
+            &source(Some("model.json")),
+            "team-a",
+            Some(&job(true)),
+            "/d",
+            &mut |_| None,
+        )
+        .expect_err("nothing there");
+        assert_eq!(e.path, "spec.model.path");
+        assert!(
+            e.message.contains("wrote nothing at /d/model.json"),
+            "{e:?}"
+        );
+    }
+}
