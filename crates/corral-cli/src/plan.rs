@@ -38,6 +38,8 @@ struct Declared {
     pools: Vec<NodePool>,
     queues: Vec<Queue>,
     classes: Vec<JobPriorityClass>,
+    /// What is refused before the plane sees it (a model served from a job's output).
+    refused: Vec<String>,
 }
 
 /// What the plane decided in its first step.
@@ -67,6 +69,7 @@ fn read_declared(files: &[String], base: &ValidationContext) -> Result<Declared,
     let all: Vec<&str> = texts.iter().map(|(_, t)| t.as_str()).collect();
     let ctx = input::shared_context(&all, base);
     let mut problems = Vec::new();
+    let mut served_from_jobs = Vec::new();
     for (f, text) in &texts {
         for r in parse_documents(text, &ctx) {
             match r {
@@ -74,6 +77,9 @@ fn read_declared(files: &[String], base: &ValidationContext) -> Result<Declared,
                     Document::TrainingJob(j) => declared.jobs.push(*j),
                     // What a served model runs at first: its minimum, placed as every
                     // replica is, by the plane.
+                    Document::ServedModel(m) if m.spec.model.is_some() => {
+                        served_from_jobs.push(m);
+                    }
                     Document::ServedModel(m) => declared.jobs.extend(
                         (0..m.spec.autoscaling.min_replicas)
                             .map(|i| corral_api::served_model::replica_job(&m, i)),
@@ -106,6 +112,28 @@ fn read_declared(files: &[String], base: &ValidationContext) -> Result<Declared,
                 },
                 Err(e) => problems.push(format!("{f}: {e}")),
             }
+        }
+    }
+    // A model served from a job's output, as `corral up` resolves it at submit: on this
+    // fresh cluster no job has succeeded yet (one of these files included), so it is
+    // refused in the same words.
+    for m in served_from_jobs {
+        let Some(source) = &m.spec.model else {
+            continue;
+        };
+        let ns = m.metadata.namespace_or_default();
+        let job = declared.jobs.iter().find(|j| {
+            j.metadata.name == source.training_job && j.metadata.namespace_or_default() == ns
+        });
+        match corral_core::control::serving::resolve_model(source, ns, job, "", &mut |_| None) {
+            Err(e) => declared.refused.push(format!(
+                "servedmodel {ns}/{}: {}: {}",
+                m.metadata.name, e.path, e.message
+            )),
+            Ok(_) => declared.jobs.extend(
+                (0..m.spec.autoscaling.min_replicas)
+                    .map(|i| corral_api::served_model::replica_job(&m, i)),
+            ),
         }
     }
     if problems.is_empty() {
@@ -226,7 +254,7 @@ pub fn decide(args: &PlanArgs) -> Result<Planned, String> {
         plane.observe_unhealthy_gpus(node, gpus);
     }
     let mut keys = Vec::new();
-    let mut refused = Vec::new();
+    let mut refused = std::mem::take(&mut declared.refused);
     for (i, job) in declared.jobs.iter().enumerate() {
         let record = JobRecord {
             job: job.clone(),
