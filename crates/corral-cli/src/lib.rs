@@ -23,6 +23,7 @@ pub mod input;
 pub mod manifests;
 pub mod operator_bench;
 pub mod output;
+pub mod params;
 pub mod pipeline_bench;
 pub mod plan;
 pub mod programs;

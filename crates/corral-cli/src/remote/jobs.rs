@@ -25,6 +25,11 @@ pub struct SubmitArgs {
     /// directory unless the job sets one (in a container: /workspace).
     #[arg(long, value_name = "DIR")]
     pub code: Option<std::path::PathBuf>,
+    /// A pipeline run's parameter, NAME=VALUE (repeatable; VALUE read as YAML: `lr=0.1` is a
+    /// number, `items=[1,2]` a list): set on every PipelineRun (or compiled Kubeflow
+    /// pipeline) of the input.
+    #[arg(short = 'p', long = "param", value_name = "NAME=VALUE")]
+    pub params: Vec<String>,
     #[command(flatten)]
     pub namespace: NamespaceArgs,
     #[command(flatten)]
@@ -179,11 +184,31 @@ pub fn run_submit(args: &SubmitArgs) -> ExitCode {
     } else {
         args.files.clone()
     };
+    let params = match args
+        .params
+        .iter()
+        .map(|p| crate::params::parse_param(p))
+        .collect::<Result<Vec<_>, _>>()
+    {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("-p: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let mut failed = false;
     for file in &files {
         let shown = if file == "-" { "stdin" } else { file.as_str() };
         let text = match crate::input::read(file) {
-            Ok(t) => t,
+            Ok(t) if params.is_empty() => t,
+            Ok(t) => match crate::params::with_params(&t, &params) {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("{shown}: {e}");
+                    failed = true;
+                    continue;
+                }
+            },
             Err(e) => {
                 eprintln!("{shown}: {e}");
                 failed = true;
