@@ -123,7 +123,8 @@ impl From<ClusterError> for ApiError {
                 let n = fields.len();
                 let message = match problems.as_slice() {
                     [one] => match &one.what {
-                        Some(w) => format!("{w} is invalid: {n} {}", plural(n)),
+                        // A run named at submit (generateName) has no name yet.
+                        Some(w) => format!("{} is invalid: {n} {}", w.trim_end(), plural(n)),
                         None => format!("the input is invalid: {n} {}", plural(n)),
                     },
                     _ => format!(
