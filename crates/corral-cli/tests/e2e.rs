@@ -180,6 +180,10 @@ fn main() -> ExitCode {
         ),
         Trial::test("kubectl_habits_hold", kubectl_habits::kubectl_habits_hold),
         Trial::test(
+            "submit_p_sets_a_runs_parameters",
+            kubectl_habits::submit_p_sets_a_runs_parameters,
+        ),
+        Trial::test(
             "relative_working_dir_needs_code",
             kubectl_habits::relative_working_dir_needs_code,
         ),

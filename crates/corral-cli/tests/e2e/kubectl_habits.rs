@@ -1,7 +1,8 @@
 //! The CLI as kubectl users type it, through the real `corral` program against a real
 //! server: global flags before the command, label selectors on `get`, `get -o yaml` with no
-//! name, `describe` with no name, job names completed by the shell, and a second delete or
-//! suspend that says it changed nothing.
+//! name, `describe` with no name, job names completed by the shell, a second delete or
+//! suspend that says it changed nothing, and `submit -p` setting a pipeline run's
+//! parameters as `argo submit -p` does.
 
 use std::process::{Command, Output};
 
@@ -163,4 +164,61 @@ pub(crate) fn relative_working_dir_needs_code() -> TestResult {
         e.contains("template.workingDir") && e.contains("--code"),
         format!("the refusal: {e}"),
     )
+}
+
+/// `corral submit FILE -p NAME=VALUE`: the run gets the value, typed as YAML reads it; a
+/// value of the wrong type is the server's refusal at `spec.params.NAME`; a malformed `-p`
+/// never reaches the server.
+pub(crate) fn submit_p_sets_a_runs_parameters() -> TestResult {
+    let cluster = TestCluster::start("")?;
+    let url = cluster.server.url();
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("run.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: corral.dev/v1alpha1
+kind: PipelineRun
+metadata: {name: tuned}
+spec:
+  params: {lr: 0.1}
+  pipelineSpec:
+    parameters: [{name: lr, type: float}, {name: tag, type: string, default: a}]
+    steps:
+      - {name: only, task: {command: ['true'], resources: {cpu: 10m, memory: 16Mi}}}
+",
+    )?;
+    let path = file.to_string_lossy().to_string();
+    let o = corral(&["--server", &url, "submit", &path, "-p", "lr=fast"])?;
+    let (_, err) = text(&o);
+    check(
+        !o.status.success() && err.contains("spec.params.lr") && err.contains("not of type float"),
+        format!("a string for a float: {err}"),
+    )?;
+    let o = corral(&["--server", &url, "submit", &path, "-p", "oops"])?;
+    check(
+        o.status.code() == Some(2),
+        format!("-p oops: {:?}", text(&o)),
+    )?;
+    check(
+        cluster
+            .client(None)
+            .pipeline_runs(Some("default"))?
+            .is_empty(),
+        "a refused run was stored",
+    )?;
+    let o = corral(&[
+        "--server", &url, "submit", &path, "-p", "lr=0.25", "--param", "tag=v2",
+    ])?;
+    check(o.status.success(), format!("submit -p: {:?}", text(&o)))?;
+    let runs = cluster.client(None).pipeline_runs(Some("default"))?;
+    let params = runs
+        .first()
+        .map(|r| r.spec.params.clone())
+        .unwrap_or_default();
+    check(
+        params.get("lr") == Some(&serde_json::json!(0.25))
+            && params.get("tag") == Some(&serde_json::json!("v2")),
+        format!("the run's params: {params:?}"),
+    )?;
+    Ok(())
 }
