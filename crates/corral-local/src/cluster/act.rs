@@ -530,39 +530,37 @@ impl Cluster {
         let Some(mut process) = process else {
             return Ok(None);
         };
-        match self.tenancy.identity(&self.store, &stored.namespace) {
-            Ok(who) => {
-                process.run_as = who.map(Into::into);
-                if let Err(e) = crate::artifacts::prepare_job_output(
+        // Its namespace's identity (no uid may be free for a new namespace: its replicas
+        // must not run as root), and the job's output directory owned by it.
+        let who = self
+            .tenancy
+            .identity(&self.store, &stored.namespace)
+            .map_err(|e| e.to_string())
+            .and_then(|who| {
+                crate::artifacts::prepare_job_output(
                     &self.config.data_dir,
                     &stored.namespace,
                     &output,
                     who,
-                ) {
-                    self.plane.start_failed(
-                        &key,
-                        StartFailure {
-                            replica: id,
-                            incarnation: inc,
-                            exit_code: 0,
-                            message: format!(
-                                "making the job's output directory {}: {e}",
-                                output.display()
-                            ),
-                        },
-                    );
-                    return Ok(None);
-                }
-            }
-            Err(e) => {
-                // No uid is free for a new namespace: its replicas must not run as root.
+                )
+                .map(|()| who)
+                .map_err(|e| {
+                    format!(
+                        "making the job's output directory {}: {e}",
+                        output.display()
+                    )
+                })
+            });
+        match who {
+            Ok(who) => process.run_as = who.map(Into::into),
+            Err(message) => {
                 self.plane.start_failed(
                     &key,
                     StartFailure {
                         replica: id,
                         incarnation: inc,
                         exit_code: 0,
-                        message: e.to_string(),
+                        message,
                     },
                 );
                 return Ok(None);
