@@ -68,7 +68,8 @@ pub struct ServedModelSpec {
     pub model: Option<ModelSource>,
 }
 
-/// A model that a TrainingJob wrote into its output directory (`$CORRAL_OUTPUT_DIR`).
+/// A model that a TrainingJob wrote into its output directory
+/// ([`OUTPUT_DIR_ENV`](crate::training_job::OUTPUT_DIR_ENV)).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ModelSource {
@@ -82,9 +83,6 @@ pub struct ModelSource {
 
 /// The environment variable a serving replica finds its model's path in.
 pub const MODEL_PATH_ENV: &str = "CORRAL_MODEL_PATH";
-/// The environment variable a TrainingJob's replicas find the job's output directory in:
-/// what the job writes there outlives it, for a ServedModel to serve.
-pub const OUTPUT_DIR_ENV: &str = "CORRAL_OUTPUT_DIR";
 /// Annotation on a served model (and each of its revisions and replica jobs): the
 /// [`ModelOrigin`] its `spec.model` was resolved to when it was submitted, as JSON. Part
 /// of the revision: a model retrained under the same job name is a new revision.

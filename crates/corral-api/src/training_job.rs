@@ -17,6 +17,9 @@ pub type TrainingJob = Object<TrainingJobSpec, TrainingJobStatus>;
 
 /// The queue a job waits in when it names none.
 pub const DEFAULT_QUEUE: &str = "default";
+/// The environment variable a TrainingJob's replicas find the job's output directory in:
+/// what the job writes there outlives it (a ServedModel may serve it).
+pub const OUTPUT_DIR_ENV: &str = "CORRAL_OUTPUT_DIR";
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -486,7 +486,7 @@ impl Cluster {
             &stored.uid,
         );
         env.push((
-            corral_api::served_model::OUTPUT_DIR_ENV.into(),
+            corral_api::training_job::OUTPUT_DIR_ENV.into(),
             output.display().to_string(),
         ));
         if launch.exec_credentials {
