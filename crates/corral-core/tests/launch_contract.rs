@@ -344,6 +344,7 @@ fn mpi_with_an_rsh_agent_names_replicas_and_the_agent() {
         gpu_indices: Some(vec![]),
         mpi_config_dir: "/data/run/launcher".into(),
         mpi_rsh_agent: Some("/usr/bin/corral rsh".into()),
+        replica_tmp_dir: Some("/data/run/replica/tmp".into()),
     };
     let launcher = replica_env(&j, rid(Role::Launcher, 0), &addrs, &opts).unwrap();
     golden("mpi_openmpi_rsh_agent_launcher.txt", &render(&launcher));
@@ -365,6 +366,14 @@ fn mpi_with_an_rsh_agent_names_replicas_and_the_agent() {
     let worker = replica_env(&j, rid(Role::Worker, 1), &addrs, &opts).unwrap();
     assert!(!worker.exec_credentials);
     assert_eq!(worker.env_value("OMPI_MCA_plm_rsh_agent"), None);
+    // On one machine each worker's orted keeps its session directory in the worker's own
+    // directory (two under one host name and TMPDIR removed each other's: a hung mpirun).
+    // Never the launcher's: mpirun would hand its setting to every orted.
+    assert_eq!(
+        worker.env_value("OMPI_MCA_orte_tmpdir_base"),
+        Some("/data/run/replica/tmp")
+    );
+    assert_eq!(launcher.env_value("OMPI_MCA_orte_tmpdir_base"), None);
     // Without an agent (Kubernetes: sshd in the workers) nothing gets credentials.
     let k8s = Addresses::kubernetes(&j, None);
     let launcher =

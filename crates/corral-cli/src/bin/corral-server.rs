@@ -19,6 +19,13 @@ struct Cli {
 }
 
 fn main() -> ExitCode {
+    // `corral-server rsh HOST COMMAND...`: the MPI launcher's rsh agent. The cluster names
+    // its own program as the agent (`OMPI_MCA_plm_rsh_agent`), and under `corral up` that
+    // program is this one.
+    let mut args = std::env::args_os().skip(1);
+    if args.next().is_some_and(|a| a == "rsh") {
+        std::process::exit(corral_cli::remote::run_rsh(args));
+    }
     // A leading `up` is skipped, so that `corral-server up ARGS` works as `corral up ARGS`.
     let args = std::env::args_os()
         .enumerate()

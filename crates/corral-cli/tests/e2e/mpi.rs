@@ -2,6 +2,8 @@
 //! reaches the workers through `corral rsh` (the exec API); exec is scoped to a replica's
 //! own job; a worker that dies under mpirun fails the job with mpirun's words, no hang.
 
+use std::os::unix::fs::PermissionsExt;
+
 use super::*;
 use corral_server::api_client::ExecCall;
 
@@ -63,8 +65,21 @@ pub(super) fn mpi_example_trains_through_mpirun_and_corral_rsh() -> TestResult {
     {
         return Ok(());
     }
-    let c = TestCluster::start("kind: CorralConfig\n")?;
-    let client = c.client(None);
+    // The real `corral up` (it runs the corral-server program, which is then mpirun's rsh
+    // agent), as the example's comment has a user run it.
+    let data = tempfile::tempdir()?;
+    std::fs::set_permissions(data.path(), std::fs::Permissions::from_mode(0o711))?;
+    let config = data.path().join("corral.yaml");
+    std::fs::write(
+        &config,
+        "apiVersion: corral.dev/v1alpha1\nkind: CorralConfig\ntokens: [{token: t-admin}]\n",
+    )?;
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o600))?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let up = super::usage::UpProcess::start(data.path(), port)?;
+    let client = up.client("t-admin");
     let dir = repo_root().join("examples/mpi");
     let manifest = std::fs::read_to_string(dir.join("job.yaml"))?;
     let started = Instant::now();

@@ -171,8 +171,17 @@ pub(super) fn mpi(
 ) -> Result<bool, LaunchError> {
     let mpi = ctx.spec.mpi.clone().unwrap_or_default();
     let slots = mpi.slots_per_worker.unwrap_or(1);
+    let implementation = mpi.implementation.unwrap_or(MpiImplementation::OpenMPI);
     if ctx.replica.role != Role::Launcher {
         env.set("K_MPI_JOB_ROLE", "worker");
+        // Each worker's orted keeps its session directory in the worker's own directory.
+        // Only workers: mpirun hands the launcher's `OMPI_MCA_orte_*` settings to every
+        // orted it starts, which would put them all in one place again.
+        if let (MpiImplementation::OpenMPI, Some(dir)) =
+            (implementation, &ctx.options.replica_tmp_dir)
+        {
+            env.set("OMPI_MCA_orte_tmpdir_base", dir.clone());
+        }
         return Ok(false);
     }
     let agent = ctx.options.mpi_rsh_agent.as_deref();
@@ -181,7 +190,7 @@ pub(super) fn mpi(
         ctx.options.mpi_config_dir.trim_end_matches('/')
     );
     env.set("K_MPI_JOB_ROLE", "launcher");
-    match mpi.implementation.unwrap_or(MpiImplementation::OpenMPI) {
+    match implementation {
         MpiImplementation::OpenMPI => {
             // Lets mpirun reach workers by their DNS names.
             env.set("OMPI_MCA_orte_keep_fqdn_hostnames", "true");

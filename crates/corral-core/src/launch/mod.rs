@@ -50,6 +50,12 @@ pub struct LaunchOptions {
     /// credentials to exec into its own job's replicas ([`LaunchSpec::exec_credentials`]).
     /// `None`: workers run sshd (Kubernetes, as mpi-operator v2).
     pub mpi_rsh_agent: Option<String>,
+    /// A writable directory of this replica's own, where the replicas of a job share one
+    /// machine (one host name, one job `TMPDIR`: embedded). Open MPI's daemons keep their
+    /// session directories there, apart, as each pod's `/tmp` keeps them on Kubernetes:
+    /// two `orted`s of one job under the same host name and `TMPDIR` remove each other's.
+    /// `None`: each replica has a machine of its own.
+    pub replica_tmp_dir: Option<String>,
 }
 
 impl Default for LaunchOptions {
@@ -58,6 +64,7 @@ impl Default for LaunchOptions {
             gpu_indices: None,
             mpi_config_dir: DEFAULT_MPI_CONFIG_DIR.to_string(),
             mpi_rsh_agent: None,
+            replica_tmp_dir: None,
         }
     }
 }

@@ -443,6 +443,7 @@ impl Cluster {
             gpu_indices: Some(gpu_indices.to_vec()),
             mpi_config_dir: dir.display().to_string(),
             mpi_rsh_agent: self.exec_agent.clone(),
+            replica_tmp_dir: Some(dir.join(crate::executor::TMP_DIR).display().to_string()),
         };
         let launch = match corral_core::launch::replica_env(job, id, &addresses, &options) {
             Ok(l) => l,
