@@ -283,6 +283,11 @@ pub struct RevisionStatus {
     /// Requests under way on its replicas.
     #[serde(default)]
     pub in_flight: u32,
+    /// The revision's own URL (path on the server): its replicas only, whatever the
+    /// split, as `<model URL>` with `@<revision>` after the model's name; `@latest` and
+    /// `@stable` name the latest and the stable revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
 }
 
 /// The name of revision `number` of `model`: `<model>-00002`.

@@ -130,6 +130,7 @@ async fn router_bench(args: &BenchServeArgs) -> Result<Value, String> {
             probe_period: Duration::from_secs(1),
             failure_threshold: 3,
             max_request_bytes: 1 << 20,
+            aliases: Vec::new(),
         },
     );
     tokio::spawn(router.clone().probe_forever());

@@ -83,7 +83,7 @@ impl Router {
         let in_flight = InFlight::new(model.clone());
         let mut revision = model.choose_revision();
         let response = self
-            .forward(&model, path_and_query, req, in_flight, &mut revision)
+            .forward(&model, path_and_query, req, in_flight, &mut revision, false)
             .await;
         let unsplit: Arc<str> = Arc::from("");
         model
@@ -92,7 +92,48 @@ impl Router {
         response
     }
 
+    /// Serves one request for revision `revision` of model `key` (its name, or `latest` /
+    /// `stable`) whatever the split: its replicas only, held while none is ready, as a
+    /// revision's own URL (a canary tried before it gets a share, the stable one compared).
+    pub async fn handle_revision(
+        &self,
+        key: &str,
+        revision: &str,
+        path_and_query: &str,
+        req: Request<Body>,
+    ) -> Response<Body> {
+        let Some(model) = self.model(key) else {
+            return refusal(
+                StatusCode::NOT_FOUND,
+                "NotFound",
+                &format!("there is no served model `{key}`"),
+            );
+        };
+        let Some(pinned) = model.pinned_revision(revision) else {
+            return refusal(
+                StatusCode::NOT_FOUND,
+                "NotFound",
+                &format!(
+                    "served model `{key}` has no revision `{revision}` with replicas or a \
+                     share of requests; it has: {}",
+                    model.revisions_named().join(", ")
+                ),
+            );
+        };
+        let arrived = Instant::now();
+        let in_flight = InFlight::new(model.clone());
+        let mut answered = Some(pinned.clone());
+        let response = self
+            .forward(&model, path_and_query, req, in_flight, &mut answered, true)
+            .await;
+        model
+            .stats_of(&pinned)
+            .record(response.status().as_u16(), arrived.elapsed());
+        response
+    }
+
     /// `revision`: the revision the split chose, on return the one whose replica answered.
+    /// `pinned`: only that revision's replicas may answer.
     async fn forward(
         &self,
         model: &Arc<Model>,
@@ -100,6 +141,7 @@ impl Router {
         req: Request<Body>,
         in_flight: InFlight,
         revision: &mut Option<Arc<str>>,
+        pinned: bool,
     ) -> Response<Body> {
         let limit = model.settings().max_request_bytes;
         let (parts, body) = req.into_parts();
@@ -154,7 +196,7 @@ impl Router {
                 Some(r) => model.pick(Within::Revision(r), &tried),
                 None => Pick::NoneReady,
             };
-            if !matches!(picked, Pick::Replica(_)) {
+            if !pinned && !matches!(picked, Pick::Replica(_)) {
                 let routed = model.pick(Within::Routed, &tried);
                 if !(chosen.is_some() && matches!(routed, Pick::NoneReady)) {
                     picked = routed;
@@ -175,7 +217,7 @@ impl Router {
                     // A cold start (or every replica out of rotation): wait for one to
                     // become ready, counted in flight so that the autoscaler asks for one.
                     let notified = model.became_ready.notified();
-                    if !matches!(model.pick(Within::Routed, &tried), Pick::NoneReady)
+                    if (!pinned && !matches!(model.pick(Within::Routed, &tried), Pick::NoneReady))
                         || chosen.as_deref().is_some_and(|r| {
                             !matches!(model.pick(Within::Revision(r), &tried), Pick::NoneReady)
                         })
@@ -235,7 +277,11 @@ impl Router {
                         && attempts < self.inner.config.max_attempts
                         && {
                             replica.eject();
-                            matches!(model.pick(Within::Routed, &tried), Pick::Replica(_))
+                            let within = match (pinned, chosen.as_deref()) {
+                                (true, Some(r)) => Within::Revision(r),
+                                _ => Within::Routed,
+                            };
+                            matches!(model.pick(within, &tried), Pick::Replica(_))
                         } =>
                 {
                     // Another replica is ready: this answer is dropped unread.

@@ -35,6 +35,9 @@ pub struct ModelTarget {
     pub failure_threshold: u32,
     /// Request bodies above this are refused with 413.
     pub max_request_bytes: u64,
+    /// Other names of revisions in a revision's URL (`latest`, `stable`), each with the
+    /// revision it names now.
+    pub aliases: Vec<(String, String)>,
 }
 
 /// One replica in the table.
@@ -191,6 +194,42 @@ impl Model {
             .iter()
             .find(|(_, upto)| slot < *upto)
             .map(|(r, _)| r.clone())
+    }
+
+    /// The revision a pinned request names (`name`, or an alias of one): `None` when the
+    /// model has no such revision with replicas or a share of requests.
+    pub(crate) fn pinned_revision(&self, name: &str) -> Option<Arc<str>> {
+        let target = self.target.read().unwrap_or_else(|e| e.into_inner());
+        let name = target
+            .aliases
+            .iter()
+            .find(|(alias, _)| alias == name)
+            .map_or(name, |(_, revision)| revision.as_str());
+        let served = target.replicas.iter().any(|r| r.revision == name)
+            || target.traffic.iter().any(|(r, p)| r == name && *p > 0);
+        served.then(|| Arc::from(name))
+    }
+
+    /// What a pinned request for an unknown revision is told: the revisions it may name.
+    pub(crate) fn revisions_named(&self) -> Vec<String> {
+        let target = self.target.read().unwrap_or_else(|e| e.into_inner());
+        let mut names: Vec<String> = target
+            .replicas
+            .iter()
+            .map(|r| r.revision.clone())
+            .chain(
+                target
+                    .traffic
+                    .iter()
+                    .filter(|(_, p)| *p > 0)
+                    .map(|(r, _)| r.clone()),
+            )
+            .filter(|r| !r.is_empty())
+            .collect();
+        names.sort();
+        names.dedup();
+        names.extend(target.aliases.iter().map(|(a, _)| a.clone()));
+        names
     }
 
     /// The stats of requests answered by `revision`.

@@ -150,6 +150,7 @@ fn target(replicas: &[(&str, SocketAddr)]) -> ModelTarget {
         probe_period: Duration::from_millis(100),
         failure_threshold: 1,
         max_request_bytes: 1024,
+        aliases: Vec::new(),
     }
 }
 
@@ -256,6 +257,84 @@ async fn new_requests_follow_the_revisions_percentages_exactly() {
         let (_, who) = text(router.handle("ns/m", "/who", req(Method::GET, "")).await).await;
         assert_eq!(who, "c");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revisions_own_url_reaches_that_revision_only() {
+    let (a, _, _) = start("a", false).await;
+    let (b, _, _) = start("b", false).await;
+    let (c, rc, _) = start("c", true).await;
+    let router = router();
+    // m-00002 (c, whose answers fail) has replicas but no share yet: a canary before
+    // its traffic; m-00001 takes every request of the model's own URL.
+    let mut t = split_target(
+        &[
+            ("a", *a, "m-00001"),
+            ("b", *b, "m-00001"),
+            ("c", *c, "m-00002"),
+        ],
+        &[("m-00001", 100), ("m-00002", 0)],
+    );
+    t.aliases = vec![
+        ("latest".into(), "m-00002".into()),
+        ("stable".into(), "m-00001".into()),
+    ];
+    router.set_model("ns/m", t);
+    until_ready(&router, "ns/m", 3).await;
+    for name in ["m-00002", "latest"] {
+        let r = router
+            .handle_revision("ns/m", name, "/who", req(Method::GET, ""))
+            .await;
+        // Its own answer, a 500, not another revision's replica after a retry.
+        let (status, body) = text(r).await;
+        assert_eq!(
+            (status, body.as_str()),
+            (StatusCode::INTERNAL_SERVER_ERROR, "broken")
+        );
+    }
+    assert_eq!(
+        rc.hits.load(Ordering::SeqCst),
+        2,
+        "c was asked once per request"
+    );
+    for name in ["m-00001", "stable"] {
+        for _ in 0..4 {
+            let r = router
+                .handle_revision("ns/m", name, "/who", req(Method::GET, ""))
+                .await;
+            let (status, who) = text(r).await;
+            assert!(
+                status == StatusCode::OK && (who == "a" || who == "b"),
+                "{status} {who}"
+            );
+        }
+    }
+    // The model's own URL never reaches the canary.
+    for _ in 0..10 {
+        let (_, who) = text(router.handle("ns/m", "/who", req(Method::GET, "")).await).await;
+        assert_ne!(who, "broken");
+    }
+    assert_eq!(rc.hits.load(Ordering::SeqCst), 2);
+    // A revision the model does not serve: 404 naming those it does.
+    let (status, body) = text(
+        router
+            .handle_revision("ns/m", "m-00009", "/who", req(Method::GET, ""))
+            .await,
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(
+        body.contains("no revision `m-00009`") && body.contains("m-00001, m-00002, latest, stable"),
+        "{body}"
+    );
+    // Counted under the revision asked for.
+    let stats = router.stats();
+    let canary = stats[0]
+        .revisions
+        .iter()
+        .find(|(r, _)| r == "m-00002")
+        .map(|(_, s)| s.by_class.iter().sum::<u64>());
+    assert_eq!(canary, Some(2));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,5 +1,6 @@
 //! Served models in `corral up`: the router on the API's port under
-//! `/serve/<namespace>/<model>/...` (the namespace's token, as every API call), the
+//! `/serve/<namespace>/<model>/...` (a revision's own: `<model>@<revision>`; the
+//! namespace's token, as every API call), the
 //! `servedmodels` API, the serving pass of the control loop (the router's observations to
 //! the cluster, the replicas' addresses back to the router) and the router's series on
 //! `/metrics`.
@@ -87,6 +88,7 @@ fn apply(router: &corral_router::Router, endpoints: Vec<ServingEndpoint>) {
                 probe_period: e.probe_period,
                 failure_threshold: e.failure_threshold,
                 max_request_bytes: e.max_request_bytes,
+                aliases: e.aliases,
             },
         );
     }
@@ -120,6 +122,7 @@ async fn serve(
     req: Request,
 ) -> Result<Response, ApiError> {
     caller.check(&namespace)?;
+    // `<model>@<revision>`: that revision's own URL (names are DNS labels: no `@`).
     let prefix = format!("/serve/{namespace}/{model}");
     let path_and_query = req
         .uri()
@@ -132,8 +135,20 @@ async fn serve(
     } else {
         rest.to_string()
     };
-    let key = format!("{namespace}/{model}");
-    Ok(state.router.handle(&key, &rest, req.map(Body::new)).await)
+    let req = req.map(Body::new);
+    Ok(match model.split_once('@') {
+        Some((model, revision)) => {
+            let key = format!("{namespace}/{model}");
+            state
+                .router
+                .handle_revision(&key, revision, &rest, req)
+                .await
+        }
+        None => {
+            let key = format!("{namespace}/{model}");
+            state.router.handle(&key, &rest, req).await
+        }
+    })
 }
 
 /// `GET /api/v1/namespaces/{namespace}/servedmodels`.

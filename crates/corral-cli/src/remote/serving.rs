@@ -265,6 +265,12 @@ fn revisions_text(m: &Value) -> String {
             ],
             &rows,
         ));
+        if let Some(url) = m.pointer("/status/url").and_then(Value::as_str) {
+            s.push_str(&format!(
+                "  One revision alone: {}@<REVISION>/ (or @latest, @stable)\n",
+                url.trim_end_matches('/')
+            ));
+        }
     }
     s
 }

@@ -211,6 +211,37 @@ pub(crate) fn revisions_split_roll_out_and_roll_back_without_losing_a_request() 
         (100..=300).contains(&v2),
         format!("v2 answered {v2} of 2,000 requests; 10% +-5 points is 100..=300"),
     )?;
+    // Each revision's own URL reaches that revision alone, whatever the split; the
+    // status names it; a revision the model does not serve is a 404 naming those it does.
+    let agent1 = agent();
+    for (at, expected) in [
+        ("split-00001", "v1"),
+        ("stable", "v1"),
+        ("split-00002", "v2"),
+        ("latest", "v2"),
+    ] {
+        for _ in 0..5 {
+            let (code, version) = predict(
+                &agent1,
+                &c.url(&format!("/serve/default/split@{at}/predict?x=1")),
+            );
+            check(
+                code == 200 && version == expected,
+                format!("split@{at} answered {code} {version}, not {expected}"),
+            )?;
+        }
+    }
+    let s = status(&c)?;
+    check(
+        revision(&s, "split-00002")
+            .is_some_and(|r| r["url"] == "/serve/default/split@split-00002/"),
+        format!("no URL of split-00002 in {s}"),
+    )?;
+    let (code, body) = predict(&agent1, &c.url("/serve/default/split@split-00009/predict"));
+    check(
+        code == 404 && body.contains("split-00001, split-00002, latest, stable"),
+        format!("an unknown revision: {code} {body}"),
+    )?;
     let metrics = agent()
         .get(c.url("/metrics"))
         .call()?

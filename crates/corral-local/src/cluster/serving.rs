@@ -49,6 +49,9 @@ pub struct ServingEndpoint {
     pub probe_period: Duration,
     pub failure_threshold: u32,
     pub max_request_bytes: u64,
+    /// `latest` and `stable`, each with the revision it names now (a revision's URL may
+    /// use them: `/serve/<namespace>/<model>@latest/`).
+    pub aliases: Vec<(String, String)>,
 }
 
 /// Served models and their autoscalers (the embedded cluster's part of serving).
@@ -85,6 +88,11 @@ pub(super) fn code_id(namespace: &str, name: &str) -> String {
 /// The router's path of a model.
 pub fn serving_path(namespace: &str, name: &str) -> String {
     format!("/serve/{namespace}/{name}/")
+}
+
+/// The router's path of one revision of a model (its replicas only, whatever the split).
+pub fn revision_path(namespace: &str, name: &str, revision: &str) -> String {
+    format!("/serve/{namespace}/{name}@{revision}/")
 }
 
 fn submitted(m: &ServedModel, namespace: &str, revised: Option<Revised>) -> SubmitResult {
@@ -566,6 +574,10 @@ impl Cluster {
                 probe_period: Duration::from_secs(u64::from(spec.readiness.period_seconds)),
                 failure_threshold: spec.readiness.failure_threshold,
                 max_request_bytes: spec.max_request_bytes(),
+                aliases: vec![
+                    ("latest".to_string(), latest_name.clone()),
+                    ("stable".to_string(), plan.stable.clone()),
+                ],
             });
             let revisions = plan
                 .revisions
@@ -581,6 +593,7 @@ impl Cluster {
                         replicas: r.current,
                         ready_replicas: r.ready,
                         in_flight: r.in_flight,
+                        url: Some(revision_path(&ns, &name, &r.name)),
                     })
                 })
                 .filter(|r| !plan.retired.contains(&r.name))
