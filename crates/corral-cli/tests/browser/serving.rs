@@ -87,5 +87,12 @@ pub(super) fn a_served_model_shows_its_training_run_revisions_and_replicas() -> 
         row.as_str().is_some_and(|t| t.contains("default")),
         format!("{row} / {traffic}"),
     )?;
+    // The revision's own URL.
+    check(
+        traffic
+            .as_str()
+            .is_some_and(|t| t.contains("/serve/default/tiny-trained@tiny-trained-00001/")),
+        format!("no URL of the revision in {traffic}"),
+    )?;
     Ok(())
 }

@@ -74,11 +74,11 @@ export function Model({ namespace, name }) {
     <p class="muted">latest ${st.latestRevision || "-"}, stable ${st.stableRevision || "-"};
       ${canary === undefined || canary === null ? "the latest takes every request once ready" : `canary: ${canary}% to the latest`}</p>
     <table id="revisions">
-      <thead><tr><th>revision</th><th>traffic</th><th>target</th><th>ready</th><th>desired</th><th>in flight</th><th>hash</th></tr></thead>
+      <thead><tr><th>revision</th><th>traffic</th><th>target</th><th>ready</th><th>desired</th><th>in flight</th><th>hash</th><th>own URL</th></tr></thead>
       <tbody>${(st.revisions || []).map(
         (r) => html`<tr data-revision=${r.name}><td>${r.name}</td><td>${r.trafficPercent}%</td><td>${r.targetPercent}%</td>
           <td>${r.readyReplicas}/${r.replicas}</td><td>${r.desiredReplicas}</td><td>${r.inFlight}</td>
-          <td><code title=${r.hash}>${r.hash.slice(0, 19)}</code></td></tr>`,
+          <td><code title=${r.hash}>${r.hash.slice(0, 19)}</code></td><td class="url"><code>${r.url || "-"}</code></td></tr>`,
       )}</tbody>
     </table>
     <h2>Replicas</h2>
