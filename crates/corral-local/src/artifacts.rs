@@ -2,7 +2,9 @@
 //! `<data>/artifacts/<namespace>/<run>/<step>/<output>`, one directory per output; every
 //! TrainingJob's output (`$CORRAL_OUTPUT_DIR`) in
 //! `<data>/artifacts/<namespace>/.jobs/<job>.<uid prefix>` (a run is never named `.jobs`).
-//! Both outlive their job (a served model may serve them). How their content is hashed
+//! A job's output goes with its job unless a served model serves from it (see the cluster's
+//! `discard_job_output`); a run's artifacts stay after the run (no garbage collection yet: the
+//! cache may reuse them). How their content is hashed
 //! (SHA-256) and read.
 //!
 //! The wall between tenants (see [`crate::tenancy`]): when replicas run under their

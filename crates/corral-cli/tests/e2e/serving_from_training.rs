@@ -112,5 +112,36 @@ pub(crate) fn a_model_trained_by_a_job_is_served_from_its_output() -> TestResult
         r.status().as_u16() == 200,
         format!("served after its job was deleted: {body}"),
     )?;
+    // Outputs are kept while a model serves from them, and go after: deleting the model
+    // takes train-tiny's output (its job is gone) and its replica jobs' own.
+    let model_path = origin["path"].as_str().unwrap_or_default();
+    let output = Path::new(model_path)
+        .parent()
+        .ok_or("the model path has no parent")?
+        .to_path_buf();
+    let jobs_dir = output.parent().ok_or("no .jobs directory")?.to_path_buf();
+    check(
+        output.is_dir(),
+        format!("{} went while served", output.display()),
+    )?;
+    client.delete_served_model("default", "tiny-trained")?;
+    let left = || -> Vec<String> {
+        std::fs::read_dir(&jobs_dir)
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with("train-tiny.") || n.starts_with("tiny-trained-"))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !left().is_empty() {
+        check(
+            Instant::now() < deadline,
+            format!("outputs left after the model was deleted: {:?}", left()),
+        )?;
+        std::thread::sleep(Duration::from_millis(100));
+    }
     Ok(())
 }

@@ -236,6 +236,11 @@ impl Cluster {
                 self.executor.ports_mut().release(&uid);
                 self.ports_to_release.remove(&uid);
                 self.store.remove_job(&uid)?;
+                if let Some((namespace, name)) = job.split_once('/')
+                    && let Err(e) = self.discard_job_output(namespace, name, &uid)
+                {
+                    report.errors.push(format!("{job}: {e}"));
+                }
                 // The job's code snapshot goes with it.
                 if let Err(e) = self.code_store().remove(&uid) {
                     report
@@ -479,7 +484,7 @@ impl Cluster {
                 .display()
                 .to_string(),
         ));
-        // The job's output: what it writes there outlives it (a ServedModel serves it).
+        // The job's output: it goes with the job unless a ServedModel serves from it.
         let output = crate::artifacts::job_output_dir(
             &self.config.data_dir,
             &stored.namespace,

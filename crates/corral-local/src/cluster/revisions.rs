@@ -3,7 +3,7 @@
 //! run (the core's [`revision_hash`]), the traffic split's percent set from the API, and the
 //! core's promotions and retirements recorded. No decision is made here.
 
-use corral_api::served_model::{ServedModel, revision_name};
+use corral_api::served_model::{ModelOrigin, ServedModel, revision_name};
 use corral_core::control::Effect;
 use corral_core::control::serving::revision_hash;
 use jiff::Timestamp;
@@ -214,5 +214,35 @@ impl Cluster {
         }
         let _ = self.store.remove_served_revisions(namespace, name, None);
         Effect::Made
+    }
+
+    /// The job outputs every kept revision of every served model serves from.
+    pub(super) fn model_pins(&self) -> Vec<ModelOrigin> {
+        self.served
+            .revisions
+            .values()
+            .flatten()
+            .filter_map(|r| ModelOrigin::of(&r.model.metadata.annotations))
+            .collect()
+    }
+
+    /// A gone job's output directory goes too, unless a served model serves from it
+    /// (the core's [`output_pinned`](corral_core::control::serving::output_pinned)).
+    pub(super) fn discard_job_output(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+    ) -> Result<(), String> {
+        if corral_core::control::serving::output_pinned(uid, &self.model_pins()) {
+            return Ok(());
+        }
+        let dir = crate::artifacts::job_output_dir(&self.config.data_dir, namespace, name, uid);
+        match std::fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(format!("removing its output {}: {e}", dir.display()))
+            }
+            _ => Ok(()),
+        }
     }
 }

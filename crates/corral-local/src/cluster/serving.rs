@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use corral_api::document::{Document, parse_documents};
 use corral_api::served_model::{
-    RevisionStatus, ServedModel, ServedModelStatus, replica_job, replica_job_name, revision_name,
-    revision_replica_job, serving_replica_of, serving_revision_of,
+    ModelOrigin, RevisionStatus, ServedModel, ServedModelStatus, replica_job, replica_job_name,
+    revision_name, revision_replica_job, serving_replica_of, serving_revision_of,
 };
 use corral_core::control::Effect;
 use corral_core::control::serving::{
@@ -420,9 +420,36 @@ impl Cluster {
         self.store
             .remove_served_model(namespace, name)
             .map_err(|e| ClusterError::Store(e.to_string()))?;
+        let released: Vec<_> = self
+            .served
+            .revisions
+            .get(&k)
+            .into_iter()
+            .flatten()
+            .filter_map(|r| ModelOrigin::of(&r.model.metadata.annotations))
+            .collect();
         self.forget_revisions(namespace, name);
         self.served.models.remove(&k);
         self.served.serving.forget(&k);
+        // The outputs it alone served, of jobs already gone, go with it.
+        let remaining = self.model_pins();
+        let exists = |uid: &str| {
+            released.iter().any(|o| {
+                o.uid == uid && self.uid_of(&format!("{namespace}/{}", o.training_job)) == Some(uid)
+            })
+        };
+        for o in corral_core::control::serving::outputs_released(&released, &remaining, exists) {
+            if let Err(e) = self.discard_job_output(namespace, &o.training_job, &o.uid) {
+                self.event(
+                    namespace,
+                    &o.training_job,
+                    now,
+                    corral_core::control::EventType::Warning,
+                    "OutputKept",
+                    format!("served model {name} was deleted; {e}"),
+                );
+            }
+        }
         Ok(Effect::Made)
     }
 

@@ -75,9 +75,67 @@ pub fn resolve_model(
     })
 }
 
+/// Whether the output of the job with `uid` must be kept when the job goes: a revision of a
+/// served model serves from it (`pins`: the origins of every revision kept, since a
+/// rollback may go back to any of them).
+pub fn output_pinned<'a>(uid: &str, pins: impl IntoIterator<Item = &'a ModelOrigin>) -> bool {
+    pins.into_iter().any(|o| o.uid == uid)
+}
+
+/// The job outputs a served model's deletion releases: those its revisions pinned
+/// (`released`) whose job is gone (`job_exists` by uid says not) and that no revision of
+/// another model still pins (`remaining`); each once.
+pub fn outputs_released<'a>(
+    released: &'a [ModelOrigin],
+    remaining: &[ModelOrigin],
+    job_exists: impl Fn(&str) -> bool,
+) -> Vec<&'a ModelOrigin> {
+    let mut out: Vec<&ModelOrigin> = Vec::new();
+    for o in released {
+        if !job_exists(&o.uid)
+            && !output_pinned(&o.uid, remaining)
+            && !out.iter().any(|seen| seen.uid == o.uid)
+        {
+            out.push(o);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn origin(job: &str, uid: &str) -> ModelOrigin {
+        ModelOrigin {
+            training_job: job.into(),
+            uid: uid.into(),
+            completion_time: None,
+            path: format!("/data/{job}"),
+            sha256: "sha256:00".into(),
+        }
+    }
+
+    #[test]
+    fn an_output_goes_once_nothing_serves_it_and_its_job_is_gone() {
+        let pins = [origin("a", "u-a"), origin("b", "u-b")];
+        assert!(output_pinned("u-a", &pins));
+        assert!(!output_pinned("u-c", &pins));
+        // The model served a (twice: two revisions), b and c; b is pinned elsewhere, c's
+        // job still exists: only a's output goes, once.
+        let released = [
+            origin("a", "u-a"),
+            origin("a", "u-a"),
+            origin("b", "u-b"),
+            origin("c", "u-c"),
+        ];
+        let remaining = [origin("b", "u-b")];
+        let gone: Vec<&str> = outputs_released(&released, &remaining, |uid| uid == "u-c")
+            .iter()
+            .map(|o| o.uid.as_str())
+            .collect();
+        assert_eq!(gone, vec!["u-a"]);
+    }
     use corral_api::training_job::{Condition, ConditionStatus, TrainingJobStatus};
 
     fn job(succeeded: bool) -> TrainingJob {
