@@ -220,7 +220,11 @@ pub fn parse_documents(text: &str, ctx: &ValidationContext) -> ParseResult {
     decoded
         .into_iter()
         .map(|r| {
-            let p = r?;
+            let mut p = r?;
+            // A fan-out over a parameter takes the run's value as its items.
+            if let Document::PipelineRun(run) = &mut p.document {
+                run.spec.fill_param_items();
+            }
             let checked = match &p.document {
                 Document::TrainingJob(j) => validate_training_job(j, &full),
                 Document::ServedModel(m) => validate_served_model(m, &full),

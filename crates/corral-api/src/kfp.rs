@@ -124,11 +124,12 @@ fn pipeline_parameters(doc: &Value, errors: &mut Errors) -> Vec<ParameterSpec> {
             Some("NUMBER_INTEGER") => ParameterType::Int,
             Some("NUMBER_DOUBLE") => ParameterType::Float,
             Some("BOOLEAN") => ParameterType::Bool,
+            Some("LIST") => ParameterType::List,
             other => {
                 errors.push(FieldError::new(
                     format!("{path}.parameterType"),
                     format!(
-                        "{} is not supported yet; STRING, NUMBER_INTEGER, NUMBER_DOUBLE and BOOLEAN are",
+                        "{} is not supported yet; STRING, NUMBER_INTEGER, NUMBER_DOUBLE, BOOLEAN and LIST are",
                         other.unwrap_or("(none)")
                     ),
                 ));
@@ -336,6 +337,7 @@ fn step(doc: &Value, task_name: &str, task: &Value, errors: &mut Errors) -> Opti
             ..TaskSpec::default()
         }),
         with_items: Vec::new(),
+        with_param: None,
         parallelism: None,
         iteration_of: None,
     })

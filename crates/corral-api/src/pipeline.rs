@@ -36,6 +36,32 @@ pub struct PipelineRunSpec {
     pub params: BTreeMap<String, serde_json::Value>,
 }
 
+impl PipelineRunSpec {
+    /// Fills each fan-out over a parameter (`withParam`) with the run's value of that
+    /// parameter (else its default), where it is a list and `withItems` is empty; what
+    /// cannot be filled is left for validation to name.
+    pub fn fill_param_items(&mut self) {
+        let spec = &mut self.pipeline_spec;
+        for step in &mut spec.steps {
+            let Some(name) = &step.with_param else {
+                continue;
+            };
+            if !step.with_items.is_empty() {
+                continue;
+            }
+            let value = self.params.get(name).or_else(|| {
+                spec.parameters
+                    .iter()
+                    .find(|p| &p.name == name)
+                    .and_then(|p| p.default.as_ref())
+            });
+            if let Some(serde_json::Value::Array(items)) = value {
+                step.with_items = items.clone();
+            }
+        }
+    }
+}
+
 impl Kind for PipelineRunSpec {
     const KIND: &'static str = "PipelineRun";
     const PLURAL: &'static str = "pipelineruns";
@@ -79,6 +105,9 @@ pub enum ParameterType {
     Int,
     Float,
     Bool,
+    /// A list of values (of any of the types): what a fan-out step iterates over
+    /// (`withParam`); a step reading it as an input gets it as JSON text.
+    List,
 }
 
 impl ParameterType {
@@ -88,6 +117,7 @@ impl ParameterType {
             ParameterType::Int => "int",
             ParameterType::Float => "float",
             ParameterType::Bool => "bool",
+            ParameterType::List => "list",
         }
     }
 
@@ -98,6 +128,7 @@ impl ParameterType {
             ParameterType::Int => v.is_i64() || v.is_u64(),
             ParameterType::Float => v.is_number(),
             ParameterType::Bool => v.is_boolean(),
+            ParameterType::List => v.is_array(),
         }
     }
 }
@@ -137,6 +168,11 @@ pub struct StepSpec {
     /// iteration; no step may read a fan-out step's outputs by reference.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub with_items: Vec<serde_json::Value>,
+    /// Fan-out over a parameter: the name of a `list` parameter, whose value in the run
+    /// (or default) gives the items, as `withItems` would (filled at submit, so that the
+    /// stored run says what it iterates over). Not with `withItems`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub with_param: Option<String>,
     /// Iterations of this fan-out step in flight at most (default: the run's bound only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parallelism: Option<u32>,
@@ -518,6 +554,7 @@ impl PipelineSpec {
                 one.name = iteration_name(&step.name, i);
                 one.iteration_of = Some((step.name.clone(), step.parallelism));
                 one.parallelism = None;
+                one.with_param = None;
                 let text = match item {
                     serde_json::Value::String(s) => s.clone(),
                     other => other.to_string(),

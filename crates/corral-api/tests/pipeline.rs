@@ -231,3 +231,96 @@ fn fan_out_mistakes_are_refused_at_their_fields() {
         errors(&too_many)
     );
 }
+
+/// A fan-out over a list parameter: the run's value (else the default) gives the items.
+const OVER_PARAM: &str = r#"
+apiVersion: corral.dev/v1alpha1
+kind: PipelineRun
+metadata: {name: sweep}
+spec:
+  params: {lrs: [0.1, 0.01, 0.001]}
+  pipelineSpec:
+    parameters:
+      - {name: lrs, type: list, default: [0.5]}
+      - {name: tag, type: string, default: a}
+    steps:
+      - name: train
+        withParam: lrs
+        task: {command: [sh, -c, "echo $CORRAL_ITEM"]}
+"#;
+
+fn the_run(text: &str) -> corral_api::PipelineRun {
+    let parsed = parse_documents(text, &ValidationContext::default());
+    let Ok(p) = &parsed[0] else {
+        panic!("{parsed:?}");
+    };
+    let Document::PipelineRun(run) = &p.document else {
+        panic!("not a run");
+    };
+    (**run).clone()
+}
+
+#[test]
+fn a_fan_out_over_a_list_parameter_takes_the_runs_value() {
+    let run = the_run(OVER_PARAM);
+    let step = &run.spec.pipeline_spec.steps[0];
+    assert_eq!(
+        step.with_items,
+        serde_json::json!([0.1, 0.01, 0.001])
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    );
+    assert_eq!(step.with_param.as_deref(), Some("lrs"));
+    let names: Vec<String> = run
+        .spec
+        .pipeline_spec
+        .expanded()
+        .steps
+        .iter()
+        .map(|s| s.name.clone())
+        .collect();
+    assert_eq!(names, ["train-0", "train-1", "train-2"]);
+    // Without a value in the run: the default.
+    let run = the_run(&OVER_PARAM.replace("  params: {lrs: [0.1, 0.01, 0.001]}\n", ""));
+    assert_eq!(
+        run.spec.pipeline_spec.steps[0].with_items,
+        vec![serde_json::json!(0.5)]
+    );
+}
+
+#[test]
+fn fan_out_over_a_parameter_mistakes_are_refused_at_their_fields() {
+    let at = |text: &str, path: &str, words: &str| {
+        let e = errors(text);
+        assert!(
+            e.iter().any(|m| m.starts_with(path) && m.contains(words)),
+            "{path} {words}: {e:?}"
+        );
+    };
+    at(
+        &OVER_PARAM.replace("withParam: lrs", "withParam: lr"),
+        "spec.pipelineSpec.steps[0].withParam: ",
+        "lrs",
+    );
+    at(
+        &OVER_PARAM.replace("withParam: lrs", "withParam: tag"),
+        "spec.pipelineSpec.steps[0].withParam: ",
+        "of type string",
+    );
+    at(
+        &OVER_PARAM.replace("[0.1, 0.01, 0.001]", "[]"),
+        "spec.pipelineSpec.steps[0].withParam: ",
+        "empty list",
+    );
+    at(
+        &OVER_PARAM.replace("withParam: lrs", "withParam: lrs\n        withItems: [x]"),
+        "spec.pipelineSpec.steps[0].withItems: ",
+        "not both",
+    );
+    at(
+        &OVER_PARAM.replace("{lrs: [0.1, 0.01, 0.001]}", "{lrs: 0.1}"),
+        "spec.params.lrs: ",
+        "not of type list",
+    );
+}

@@ -26,6 +26,7 @@ fn step(name: &str, needs: &[&str]) -> StepSpec {
             ..TaskSpec::default()
         }),
         with_items: vec![],
+        with_param: None,
         parallelism: None,
         iteration_of: None,
     }

@@ -10,7 +10,8 @@ use petgraph::graph::{DiGraph, NodeIndex};
 use super::names::check_meta;
 use super::{ValidationContext, ValidationErrors, check_dns1035_label, unknown_name};
 use crate::pipeline::{
-    GENERATED_SUFFIX_LEN, PipelineRun, Reference, StepSpec, iteration_name, step_job, step_job_name,
+    GENERATED_SUFFIX_LEN, ParameterType, PipelineRun, Reference, StepSpec, iteration_name,
+    step_job, step_job_name,
 };
 use crate::training_job::TrainingJob;
 use crate::validate::validate_training_job;
@@ -142,12 +143,58 @@ pub fn validate_pipeline_run(
 /// Iterations of one fan-out step at most: each is a job of its own.
 pub const MAX_ITEMS: usize = 1000;
 
+/// `withParam`: a declared `list` parameter whose value (the run's, else its default) has
+/// items, and no `withItems` of the step's own besides (the items were filled from it at
+/// submit: [`crate::pipeline::PipelineRunSpec::fill_param_items`]).
+fn check_with_param(
+    run: &PipelineRun,
+    step: &StepSpec,
+    name: &str,
+    path: &str,
+    errs: &mut ValidationErrors,
+) {
+    let spec = &run.spec.pipeline_spec;
+    let Some(param) = spec.parameters.iter().find(|p| p.name == name) else {
+        let known: Vec<&str> = spec.parameters.iter().map(|p| p.name.as_str()).collect();
+        errs.push(
+            format!("{path}.withParam"),
+            unknown_name("parameter", name, &known),
+        );
+        return;
+    };
+    if param.type_ != ParameterType::List {
+        errs.push(
+            format!("{path}.withParam"),
+            format!(
+                "parameter `{name}` is of type {}; a fan-out iterates over a list parameter",
+                param.type_.as_str()
+            ),
+        );
+        return;
+    }
+    match run.spec.params.get(name).or(param.default.as_ref()) {
+        Some(serde_json::Value::Array(items)) if items.is_empty() => errs.push(
+            format!("{path}.withParam"),
+            format!("parameter `{name}` is an empty list; a fan-out needs at least one item"),
+        ),
+        Some(serde_json::Value::Array(items)) if *items != step.with_items => errs.push(
+            format!("{path}.withItems"),
+            "give withItems or withParam, not both",
+        ),
+        // A missing or mistyped value is said at spec.params.
+        _ => {}
+    }
+}
+
 /// `withItems` and a step's `parallelism`: a bounded list, iteration names that are free
 /// and valid, and no reference to a fan-out step's outputs (which iteration's would it be?).
 fn check_fan_outs(run: &PipelineRun, index: &BTreeMap<&str, usize>, errs: &mut ValidationErrors) {
     let spec = &run.spec.pipeline_spec;
     for (i, step) in spec.steps.iter().enumerate() {
         let path = format!("{STEPS}[{i}]");
+        if let Some(name) = &step.with_param {
+            check_with_param(run, step, name, &path, errs);
+        }
         if step.with_items.is_empty() {
             if step.parallelism.is_some() {
                 errs.push(
@@ -196,11 +243,11 @@ fn check_fan_outs(run: &PipelineRun, index: &BTreeMap<&str, usize>, errs: &mut V
     if spec
         .on_exit
         .as_ref()
-        .is_some_and(|e| !e.with_items.is_empty())
+        .is_some_and(|e| !e.with_items.is_empty() || e.with_param.is_some())
     {
         errs.push(
             "spec.pipelineSpec.onExit.withItems",
-            "the exit handler runs once; remove withItems",
+            "the exit handler runs once; remove withItems (withParam)",
         );
     }
     let fan_out = |name: &str| {

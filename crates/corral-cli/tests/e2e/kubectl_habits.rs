@@ -5,6 +5,7 @@
 //! parameters as `argo submit -p` does.
 
 use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
 use super::{TestCluster, TestResult, check, parked_job};
 
@@ -182,9 +183,15 @@ metadata: {name: tuned}
 spec:
   params: {lr: 0.1}
   pipelineSpec:
-    parameters: [{name: lr, type: float}, {name: tag, type: string, default: a}]
+    parameters:
+      - {name: lr, type: float}
+      - {name: tag, type: string, default: a}
+      - {name: lrs, type: list, default: [1]}
     steps:
       - {name: only, task: {command: ['true'], resources: {cpu: 10m, memory: 16Mi}}}
+      - name: sweep
+        withParam: lrs
+        task: {command: [sh, -c, 'test -n \"$CORRAL_ITEM\"'], resources: {cpu: 10m, memory: 16Mi}}
 ",
     )?;
     let path = file.to_string_lossy().to_string();
@@ -207,7 +214,16 @@ spec:
         "a refused run was stored",
     )?;
     let o = corral(&[
-        "--server", &url, "submit", &path, "-p", "lr=0.25", "--param", "tag=v2",
+        "--server",
+        &url,
+        "submit",
+        &path,
+        "-p",
+        "lr=0.25",
+        "--param",
+        "tag=v2",
+        "-p",
+        "lrs=[0.1, 0.2, 0.3]",
     ])?;
     check(o.status.success(), format!("submit -p: {:?}", text(&o)))?;
     let runs = cluster.client(None).pipeline_runs(Some("default"))?;
@@ -219,6 +235,25 @@ spec:
         params.get("lr") == Some(&serde_json::json!(0.25))
             && params.get("tag") == Some(&serde_json::json!("v2")),
         format!("the run's params: {params:?}"),
+    )?;
+    // The fan-out over `lrs` runs once per item of the list given with -p.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        let runs = cluster.client(None).pipeline_runs(Some("default"))?;
+        let status = runs
+            .first()
+            .and_then(|r| r.status.clone())
+            .unwrap_or_default();
+        if status.phase.is_finished() {
+            break status;
+        }
+        check(Instant::now() < deadline, "the run did not finish")?;
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let names: Vec<&str> = status.steps.keys().map(String::as_str).collect();
+    check(
+        status.phase.as_str() == "Succeeded" && names == ["only", "sweep-0", "sweep-1", "sweep-2"],
+        format!("the run: {} with steps {names:?}", status.phase.as_str()),
     )?;
     Ok(())
 }
