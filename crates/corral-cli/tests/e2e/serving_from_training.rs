@@ -124,6 +124,45 @@ pub(crate) fn a_model_trained_by_a_job_is_served_from_its_output() -> TestResult
         output.is_dir(),
         format!("{} went while served", output.display()),
     )?;
+    // Trained again: the model's next revision serves the new run's output; once the
+    // first revision is retired, the first run's output (its job gone) goes.
+    let up = corral_cli::code_archive::upload(&train, &example)?;
+    client.submit_with_code("default", &up.boundary, &up.body)?;
+    let state = wait_for_state(
+        &client,
+        "default",
+        "train-tiny",
+        Duration::from_secs(120),
+        JobState::is_finished,
+    )?;
+    check(
+        state == JobState::Succeeded,
+        format!("train-tiny again: {state}"),
+    )?;
+    let up = corral_cli::code_archive::upload(&serve, &example)?;
+    client.submit_with_code("default", &up.boundary, &up.body)?;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let m = client.served_model("default", "tiny-trained")?;
+        let status = &m["model"]["status"];
+        let names: Vec<&str> = status["revisions"]
+            .as_array()
+            .map(|rs| rs.iter().filter_map(|r| r["name"].as_str()).collect())
+            .unwrap_or_default();
+        if status["stableRevision"] == "tiny-trained-00002" && names == ["tiny-trained-00002"] {
+            break;
+        }
+        check(
+            Instant::now() < deadline,
+            format!("the second revision did not take over: {status}"),
+        )?;
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    check(
+        !output.exists(),
+        format!("{} outlived its job and its revision", output.display()),
+    )?;
+    client.delete("default", "train-tiny")?;
     client.delete_served_model("default", "tiny-trained")?;
     let left = || -> Vec<String> {
         std::fs::read_dir(&jobs_dir)

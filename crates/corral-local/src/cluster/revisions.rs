@@ -191,6 +191,15 @@ impl Cluster {
                 Err(e) => errors.push(format!("served model {k}: promoting {n}: {e}")),
             }
         }
+        let released: Vec<ModelOrigin> = self
+            .served
+            .revisions
+            .get(&k)
+            .into_iter()
+            .flatten()
+            .filter(|r| retired.contains(&r.number))
+            .filter_map(|r| ModelOrigin::of(&r.model.metadata.annotations))
+            .collect();
         for &n in retired {
             if let Err(e) = self.store.remove_served_revisions(ns, name, Some(n)) {
                 errors.push(format!("served model {k}: retiring {n}: {e}"));
@@ -201,7 +210,44 @@ impl Cluster {
                 l.retain(|r| r.number != n);
             }
         }
+        // A retired revision no longer holds the output it served.
+        self.release_outputs(ns, &released, now);
         errors
+    }
+
+    /// Outputs that revisions no longer kept served (`released`): those of jobs already
+    /// gone that no kept revision serves go (the core's
+    /// [`outputs_released`](corral_core::control::serving::outputs_released)); one that
+    /// cannot be removed is said in an event of its job.
+    pub(super) fn release_outputs(
+        &mut self,
+        namespace: &str,
+        released: &[ModelOrigin],
+        now: Timestamp,
+    ) {
+        let remaining = self.model_pins();
+        let exists = |uid: &str| {
+            released.iter().any(|o| {
+                o.uid == uid && self.uid_of(&format!("{namespace}/{}", o.training_job)) == Some(uid)
+            })
+        };
+        let gone: Vec<ModelOrigin> =
+            corral_core::control::serving::outputs_released(released, &remaining, exists)
+                .into_iter()
+                .cloned()
+                .collect();
+        for o in gone {
+            if let Err(e) = self.discard_job_output(namespace, &o.training_job, &o.uid) {
+                self.event(
+                    namespace,
+                    &o.training_job,
+                    now,
+                    corral_core::control::EventType::Warning,
+                    "OutputKept",
+                    format!("no served model serves it any more, but {e}"),
+                );
+            }
+        }
     }
 
     /// A deleted model's revisions go with it.

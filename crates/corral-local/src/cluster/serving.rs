@@ -432,24 +432,7 @@ impl Cluster {
         self.served.models.remove(&k);
         self.served.serving.forget(&k);
         // The outputs it alone served, of jobs already gone, go with it.
-        let remaining = self.model_pins();
-        let exists = |uid: &str| {
-            released.iter().any(|o| {
-                o.uid == uid && self.uid_of(&format!("{namespace}/{}", o.training_job)) == Some(uid)
-            })
-        };
-        for o in corral_core::control::serving::outputs_released(&released, &remaining, exists) {
-            if let Err(e) = self.discard_job_output(namespace, &o.training_job, &o.uid) {
-                self.event(
-                    namespace,
-                    &o.training_job,
-                    now,
-                    corral_core::control::EventType::Warning,
-                    "OutputKept",
-                    format!("served model {name} was deleted; {e}"),
-                );
-            }
-        }
+        self.release_outputs(namespace, &released, now);
         Ok(Effect::Made)
     }
 
