@@ -62,21 +62,33 @@ pub struct ServedModelSpec {
     /// revision takes every request once it is ready (a rollout). 0 rolls back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub canary_traffic_percent: Option<u32>,
-    /// The model to serve, from a TrainingJob's output: its replicas get the path in
-    /// `$CORRAL_MODEL_PATH` (read-only to them in a container, as every artifact).
+    /// The model to serve, from a TrainingJob's output or a pipeline step's: its replicas
+    /// get the path in `$CORRAL_MODEL_PATH` (read-only to them in a container, as every
+    /// artifact).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<ModelSource>,
 }
 
 /// A model that a TrainingJob wrote into its output directory
-/// ([`OUTPUT_DIR_ENV`](crate::training_job::OUTPUT_DIR_ENV)).
+/// ([`OUTPUT_DIR_ENV`](crate::training_job::OUTPUT_DIR_ENV)), or that a pipeline run's
+/// step wrote as one of its outputs: `trainingJob`, or `pipelineRun` with `step` and
+/// `output`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ModelSource {
     /// A TrainingJob of the model's namespace that has succeeded.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub training_job: String,
-    /// A file or directory in that job's output, relative (e.g. `model.json`); left out,
-    /// the whole output directory.
+    /// A PipelineRun of the model's namespace, whose `step` has succeeded (or reused a
+    /// cached result) with the artifact `output`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipeline_run: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+    /// A file or directory in that job's output (or that step's artifact), relative (e.g.
+    /// `model.json`); left out, the whole of it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
 }
@@ -92,9 +104,20 @@ pub const MODEL_ORIGIN_ANNOTATION: &str = "corral.dev/model-origin";
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ModelOrigin {
+    /// The job that wrote it (a pipeline step's job; empty for a step that reused a
+    /// cached result).
+    #[serde(default)]
     pub training_job: String,
-    /// The job's uid: the run, not a later job of the same name.
+    /// The job's uid (the run's, for a pipeline run's step): that run, not a later one of
+    /// the same name.
     pub uid: String,
+    /// The pipeline run and step whose artifact it is, where it is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipeline_run: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
     /// When it succeeded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_time: Option<Timestamp>,

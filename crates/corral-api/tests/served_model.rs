@@ -158,3 +158,35 @@ fn a_replica_job_carries_the_model_and_owns_port() {
     let names: Vec<&str> = r.template.env.iter().map(|v| v.name.as_str()).collect();
     assert_eq!(names, ["MODEL"], "{PORT_ENV} is the contract's");
 }
+
+#[test]
+fn a_model_source_names_a_job_or_a_runs_step_output() {
+    let refused = |source: &str, path: &str| {
+        let text = model(&format!(
+            "  template: {{command: [python3, server.py]}}\n  model: {source}\n"
+        ));
+        let e = parse_one(&text, &ValidationContext::default()).expect_err("refused");
+        assert!(e.iter().any(|m| m.starts_with(path)), "{source}: {e:?}");
+    };
+    refused("{path: m.json}", "spec.model:");
+    refused(
+        "{trainingJob: t, pipelineRun: r, step: s, output: o}",
+        "spec.model.pipelineRun",
+    );
+    refused("{pipelineRun: r, output: o}", "spec.model.step");
+    refused("{pipelineRun: r, step: s}", "spec.model.output");
+    refused("{trainingJob: t, step: s}", "spec.model.step");
+    refused(
+        "{pipelineRun: Not_A_Name, step: s, output: o}",
+        "spec.model.pipelineRun",
+    );
+    for ok in [
+        "{trainingJob: t, path: m.json}",
+        "{pipelineRun: r, step: s, output: o, path: m.json}",
+    ] {
+        let text = model(&format!(
+            "  template: {{command: [python3, server.py]}}\n  model: {ok}\n"
+        ));
+        parse_one(&text, &ValidationContext::default()).expect(ok);
+    }
+}

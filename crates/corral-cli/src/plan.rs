@@ -125,7 +125,18 @@ fn read_declared(files: &[String], base: &ValidationContext) -> Result<Declared,
         let job = declared.jobs.iter().find(|j| {
             j.metadata.name == source.training_job && j.metadata.namespace_or_default() == ns
         });
-        match corral_core::control::serving::resolve_model(source, ns, job, "", &mut |_| None) {
+        // A run of these files has not run yet on a fresh cluster: no step has succeeded.
+        let resolved = match &source.pipeline_run {
+            Some(_) => {
+                corral_core::control::serving::resolve_model_from_run(source, ns, None, &mut |_| {
+                    None
+                })
+            }
+            None => {
+                corral_core::control::serving::resolve_model(source, ns, job, "", &mut |_| None)
+            }
+        };
+        match resolved {
             Err(e) => declared.refused.push(format!(
                 "servedmodel {ns}/{}: {}: {}",
                 m.metadata.name, e.path, e.message

@@ -208,6 +208,10 @@ fn main() -> ExitCode {
             serving_from_training::a_model_trained_by_a_job_is_served_from_its_output,
         ),
         Trial::test(
+            "a_model_is_served_from_a_pipeline_steps_output",
+            serving_from_training::a_model_is_served_from_a_pipeline_steps_output,
+        ),
+        Trial::test(
             "an_inference_service_is_served_and_split",
             serving_revisions::an_inference_service_is_served_and_split,
         ),

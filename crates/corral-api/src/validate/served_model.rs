@@ -129,11 +129,49 @@ pub fn validate_served_model(
     }
 
     if let Some(source) = &spec.model {
-        if let Err(e) = check_dns1035_label(&source.training_job) {
-            errs.push(
-                "spec.model.trainingJob",
-                format!("`{}` is not a TrainingJob name: {e}", source.training_job),
-            );
+        match (&source.pipeline_run, source.training_job.is_empty()) {
+            (None, true) => errs.push(
+                "spec.model",
+                "name a `trainingJob`, or a `pipelineRun` with its `step` and `output`",
+            ),
+            (Some(_), false) => errs.push(
+                "spec.model.pipelineRun",
+                "give trainingJob or pipelineRun, not both",
+            ),
+            (None, false) => {
+                if let Err(e) = check_dns1035_label(&source.training_job) {
+                    errs.push(
+                        "spec.model.trainingJob",
+                        format!("`{}` is not a TrainingJob name: {e}", source.training_job),
+                    );
+                }
+                for (field, given) in [("step", &source.step), ("output", &source.output)] {
+                    if given.is_some() {
+                        errs.push(
+                            format!("spec.model.{field}"),
+                            "is for a pipelineRun's step; a trainingJob's model is its output \
+                             directory (spec.model.path)",
+                        );
+                    }
+                }
+            }
+            (Some(run), true) => {
+                if let Err(e) = check_dns1035_label(run) {
+                    errs.push(
+                        "spec.model.pipelineRun",
+                        format!("`{run}` is not a PipelineRun name: {e}"),
+                    );
+                }
+                for (field, given) in [("step", &source.step), ("output", &source.output)] {
+                    if given.as_deref().is_none_or(str::is_empty) {
+                        errs.push(
+                            format!("spec.model.{field}"),
+                            "is required with pipelineRun: the step and the name of the \
+                             output that holds the model",
+                        );
+                    }
+                }
+            }
         }
         if let Some(path) = &source.path
             && let Err(e) = check_output_path(path)

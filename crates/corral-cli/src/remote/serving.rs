@@ -195,11 +195,27 @@ fn origin_text(m: &Value) -> String {
         return String::new();
     };
     let field = |f: &str| o.get(f).and_then(Value::as_str).unwrap_or("-");
+    let from = match o.get("pipelineRun").and_then(Value::as_str) {
+        Some(run) => format!(
+            "pipelinerun/{run} step {} output {} (job {}, run uid {}, run finished {})",
+            field("step"),
+            field("output"),
+            o.get("trainingJob")
+                .and_then(Value::as_str)
+                .filter(|j| !j.is_empty())
+                .unwrap_or("none: a cached result"),
+            field("uid"),
+            field("completionTime"),
+        ),
+        None => format!(
+            "trainingjob/{} (uid {}, succeeded {})",
+            field("trainingJob"),
+            field("uid"),
+            field("completionTime"),
+        ),
+    };
     format!(
-        "\nModel: from trainingjob/{} (uid {}, succeeded {})\n  path {}\n  content {}\n",
-        field("trainingJob"),
-        field("uid"),
-        field("completionTime"),
+        "\nModel: from {from}\n  path {}\n  content {}\n",
         field("path"),
         field("sha256"),
     )

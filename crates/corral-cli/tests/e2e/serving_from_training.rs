@@ -184,3 +184,125 @@ pub(crate) fn a_model_trained_by_a_job_is_served_from_its_output() -> TestResult
     }
     Ok(())
 }
+
+/// A model served from a pipeline run's step artifact: refused at its field while the run
+/// does not exist and for a step or output it lacks, then pinned to the run and step (the
+/// lineage `describe` shows), and answering with what the step wrote.
+pub(crate) fn a_model_is_served_from_a_pipeline_steps_output() -> TestResult {
+    if !prerequisite(python3_available(), "python3") {
+        return Ok(());
+    }
+    let c = TestCluster::start("")?;
+    let client = c.client(None);
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/serving");
+    let model = |step: &str, output: &str| {
+        format!(
+            "apiVersion: corral.dev/v1alpha1
+kind: ServedModel
+metadata: {{name: from-run}}
+spec:
+  model: {{pipelineRun: fit-run, step: {step}, output: {output}, path: model.json}}
+  template: {{command: [python3, model_server.py]}}
+  resources: {{cpu: 200m, memory: 128Mi}}
+  readiness: {{path: /healthz}}
+  autoscaling: {{minReplicas: 1, maxReplicas: 1}}
+"
+        )
+    };
+    let early = client.submit("default", &model("fit", "model"));
+    check(
+        early.as_ref().is_err_and(|e| {
+            let t = e.to_string();
+            t.contains("spec.model.pipelineRun") && t.contains("no PipelineRun `fit-run`")
+        }),
+        format!("a model of a run that does not exist: {early:?}"),
+    )?;
+    client.submit(
+        "default",
+        r#"apiVersion: corral.dev/v1alpha1
+kind: PipelineRun
+metadata: {name: fit-run}
+spec:
+  pipelineSpec:
+    steps:
+      - name: fit
+        outputs: [model]
+        task:
+          command: [python3, -c, "import json, os; json.dump({'weights': [1, 1, 1, 1], 'bias': 0.5}, open(os.path.join(os.environ['CORRAL_OUTPUT_MODEL'], 'model.json'), 'w'))"]
+          resources: {cpu: 100m, memory: 64Mi}
+"#,
+    )?;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let run_uid = loop {
+        let runs = client.pipeline_runs(Some("default"))?;
+        let run = runs.first().ok_or("no run")?;
+        let status = run.status.clone().unwrap_or_default();
+        if status.phase.is_finished() {
+            check(
+                status.phase.as_str() == "Succeeded",
+                format!("fit-run {}", status.phase.as_str()),
+            )?;
+            break run.metadata.uid.clone().unwrap_or_default();
+        }
+        check(Instant::now() < deadline, "fit-run did not finish")?;
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    for (step, output, field, words) in [
+        (
+            "train",
+            "model",
+            "spec.model.step",
+            "no step `train` (its steps: fit)",
+        ),
+        (
+            "fit",
+            "weights",
+            "spec.model.output",
+            "no output `weights` (its outputs: model)",
+        ),
+    ] {
+        let e = client.submit("default", &model(step, output));
+        check(
+            e.as_ref().is_err_and(|e| {
+                let t = e.to_string();
+                t.contains(field) && t.contains(words)
+            }),
+            format!("{step}/{output}: {e:?}"),
+        )?;
+    }
+    check(
+        client.served_models("default")?.is_empty(),
+        "a refused model was stored",
+    )?;
+    let up = corral_cli::code_archive::upload(&model("fit", "model"), &example)?;
+    client.submit_with_code("default", &up.boundary, &up.body)?;
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(120)))
+        .build()
+        .into();
+    let mut r = agent
+        .get(c.url("/serve/default/from-run/predict?x=1,2,3"))
+        .call()?;
+    let body = r.body_mut().read_to_string()?;
+    let answer: Value = serde_json::from_str(&body).unwrap_or_default();
+    // What the step wrote: 1 + 2 + 3 + 0.5.
+    check(
+        r.status().as_u16() == 200 && answer["y"].as_f64() == Some(6.5),
+        format!("the step's model answers: {body}"),
+    )?;
+    let m = client.served_model("default", "from-run")?;
+    let origin = &m["model"]["status"]["model"];
+    check(
+        origin["pipelineRun"] == "fit-run"
+            && origin["step"] == "fit"
+            && origin["output"] == "model"
+            && origin["uid"] == Value::String(run_uid.clone())
+            && origin["trainingJob"] == "fit-run-fit"
+            && origin["path"]
+                .as_str()
+                .is_some_and(|p| p.ends_with("/fit-run/fit/model/model.json")),
+        format!("the run and step it came from (run uid {run_uid}): {origin}"),
+    )?;
+    Ok(())
+}

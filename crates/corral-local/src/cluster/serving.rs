@@ -302,6 +302,29 @@ impl Cluster {
         source: &corral_api::served_model::ModelSource,
         namespace: &str,
     ) -> Result<String, corral_core::control::serving::ModelSourceProblem> {
+        // Content where there is some: an empty directory holds no model.
+        let mut hash = |path: &str| {
+            let p = Path::new(path);
+            let meta = std::fs::symlink_metadata(p).ok()?;
+            if meta.is_dir() && std::fs::read_dir(p).ok()?.next().is_none() {
+                return None;
+            }
+            crate::artifacts::hash(p).ok()
+        };
+        if let Some(name) = &source.pipeline_run {
+            let run = self.store.run(namespace, name).ok().flatten().map(|r| {
+                let mut run = r.run;
+                run.metadata.uid = Some(r.uid);
+                run
+            });
+            let origin = corral_core::control::serving::resolve_model_from_run(
+                source,
+                namespace,
+                run.as_ref(),
+                &mut hash,
+            )?;
+            return Ok(serde_json::to_string(&origin).unwrap_or_default());
+        }
         let stored = self
             .store
             .job(namespace, &source.training_job)
@@ -315,15 +338,6 @@ impl Cluster {
         let output = stored.as_ref().map_or_else(PathBuf::new, |s| {
             crate::artifacts::job_output_dir(&self.config.data_dir, namespace, &s.name, &s.uid)
         });
-        // Content where there is some: an empty directory holds no model.
-        let mut hash = |path: &str| {
-            let p = Path::new(path);
-            let meta = std::fs::symlink_metadata(p).ok()?;
-            if meta.is_dir() && std::fs::read_dir(p).ok()?.next().is_none() {
-                return None;
-            }
-            crate::artifacts::hash(p).ok()
-        };
         let origin = corral_core::control::serving::resolve_model(
             source,
             namespace,

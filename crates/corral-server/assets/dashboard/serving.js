@@ -6,6 +6,7 @@ import { useMemo } from "preact/hooks";
 import htm from "htm";
 import { useBeat, useLive } from "./live.js";
 import { ErrorLine, State, age, jobHref } from "./pages.js";
+import { runHref } from "./runs.js";
 
 const html = htm.bind(h);
 
@@ -42,7 +43,7 @@ export function Models() {
                 <td>${st.readyReplicas || 0}/${st.replicas || 0}</td>
                 <td>${st.desiredReplicas || 0}${st.panic ? " (panic)" : ""}</td>
                 <td>${traffic(st)}</td>
-                <td>${st.model ? st.model.trainingJob : "-"}</td>
+                <td>${st.model ? (st.model.pipelineRun ? `${st.model.pipelineRun} / ${st.model.step}` : st.model.trainingJob) : "-"}</td>
                 <td><code>${st.url || ""}</code></td>
                 <td>${st.lastRequestTime ? age(st.lastRequestTime) : "never"}</td></tr>`;
             })}</tbody>
@@ -52,6 +53,12 @@ export function Models() {
 // Where the model came from: the training run it was pinned to when submitted.
 function Origin({ namespace, origin }) {
   if (!origin) return html`<p class="muted" id="model-origin">The model server loads its own model (no <code>spec.model</code>).</p>`;
+  if (origin.pipelineRun) {
+    return html`<p id="model-origin">Output <code>${origin.output}</code> of step <code>${origin.step}</code> of
+      <a href=${runHref(namespace, origin.pipelineRun)}>pipelinerun/${origin.pipelineRun}</a>
+      ${origin.trainingJob ? html`(job <a href=${jobHref(namespace, origin.trainingJob)}>${origin.trainingJob}</a>)` : "(a cached result)"}:
+      <code>${origin.path}</code>, content <code title=${origin.sha256}>${origin.sha256.slice(0, 19)}…</code></p>`;
+  }
   return html`<p id="model-origin">Trained by <a href=${jobHref(namespace, origin.trainingJob)}>trainingjob/${origin.trainingJob}</a>
       (uid <code>${origin.uid}</code>${origin.completionTime ? html`, succeeded ${age(origin.completionTime)} ago` : ""}):
       <code>${origin.path}</code>, content <code title=${origin.sha256}>${origin.sha256.slice(0, 19)}…</code></p>`;

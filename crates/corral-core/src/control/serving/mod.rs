@@ -24,7 +24,9 @@ use corral_api::served_model::ServedModelSpec;
 use jiff::Timestamp;
 
 pub use autoscale::{Autoscaler, LoadSample, ScaleDecision};
-pub use model::{ModelSourceProblem, output_pinned, outputs_released, resolve_model};
+pub use model::{
+    ModelSourceProblem, output_pinned, outputs_released, resolve_model, resolve_model_from_run,
+};
 pub use replicas::{ReplicaAction, ReplicaView, plan_replicas};
 pub use traffic::{Share, promotes, revision_hash, split};
 

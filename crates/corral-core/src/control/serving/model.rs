@@ -1,12 +1,14 @@
-//! A served model's `spec.model`: the TrainingJob output it serves. Resolved once, when the
+//! A served model's `spec.model`: the TrainingJob output (or pipeline step's artifact) it
+//! serves. Resolved once, when the
 //! model is submitted: the job must be of the model's namespace and have succeeded, and the
 //! path must be in its output. The result, a [`ModelOrigin`], is pinned on the model (and
 //! so on each revision): replicas get its path, `describe` shows the run it came from, and
 //! a model retrained under the same job name is a new revision when submitted again.
 
-use corral_api::TrainingJob;
+use corral_api::pipeline::StepPhase;
 use corral_api::served_model::{ModelOrigin, ModelSource};
 use corral_api::training_job::ConditionType;
+use corral_api::{PipelineRun, TrainingJob};
 
 use crate::lifecycle::conditions;
 use crate::lifecycle::job_state;
@@ -69,6 +71,107 @@ pub fn resolve_model(
     Ok(ModelOrigin {
         training_job: name.clone(),
         uid: job.metadata.uid.clone().unwrap_or_default(),
+        pipeline_run: None,
+        step: None,
+        output: None,
+        completion_time: status.completion_time,
+        path,
+        sha256,
+    })
+}
+
+/// The origin of `source` (`pipelineRun`, `step`, `output`) in `namespace`: `run` is the
+/// PipelineRun it names as the shell found it (`None`: there is none), and `hash` the
+/// content hash of a path on the cluster (`None`: nothing there). The step must have
+/// succeeded or reused a cached result, with that output.
+pub fn resolve_model_from_run(
+    source: &ModelSource,
+    namespace: &str,
+    run: Option<&PipelineRun>,
+    hash: &mut dyn FnMut(&str) -> Option<String>,
+) -> Result<ModelOrigin, ModelSourceProblem> {
+    let name = source.pipeline_run.clone().unwrap_or_default();
+    let (step, output) = (
+        source.step.clone().unwrap_or_default(),
+        source.output.clone().unwrap_or_default(),
+    );
+    let Some(run) = run else {
+        return Err(ModelSourceProblem {
+            path: "spec.model.pipelineRun",
+            message: format!(
+                "there is no PipelineRun `{name}` in namespace `{namespace}`; name a run of \
+                 this namespace whose step has succeeded"
+            ),
+        });
+    };
+    let status = run.status.clone().unwrap_or_default();
+    let Some(st) = status.steps.get(&step) else {
+        let mut known: Vec<&str> = status.steps.keys().map(String::as_str).collect();
+        if known.is_empty() {
+            known = run
+                .spec
+                .pipeline_spec
+                .steps
+                .iter()
+                .map(|s| s.name.as_str())
+                .collect();
+        }
+        return Err(ModelSourceProblem {
+            path: "spec.model.step",
+            message: format!(
+                "PipelineRun `{name}` has no step `{step}` (its steps: {})",
+                known.join(", ")
+            ),
+        });
+    };
+    if !matches!(st.phase, StepPhase::Succeeded | StepPhase::Cached) {
+        return Err(ModelSourceProblem {
+            path: "spec.model.step",
+            message: format!(
+                "step `{step}` of PipelineRun `{name}` has not succeeded (it is {}); submit \
+                 this model once it has (`corral describe pipelinerun {name}` follows it)",
+                st.phase.as_str()
+            ),
+        });
+    }
+    let Some(artifact) = st.outputs.get(&output) else {
+        let known: Vec<&str> = st.outputs.keys().map(String::as_str).collect();
+        return Err(ModelSourceProblem {
+            path: "spec.model.output",
+            message: format!(
+                "step `{step}` of PipelineRun `{name}` has no output `{output}` (its outputs: \
+                 {})",
+                if known.is_empty() {
+                    "none".to_string()
+                } else {
+                    known.join(", ")
+                }
+            ),
+        });
+    };
+    let path = match &source.path {
+        Some(p) => format!("{}/{p}", artifact.path.trim_end_matches('/')),
+        None => artifact.path.clone(),
+    };
+    let Some(sha256) = hash(&path) else {
+        return Err(ModelSourceProblem {
+            path: if source.path.is_some() {
+                "spec.model.path"
+            } else {
+                "spec.model.output"
+            },
+            message: format!(
+                "output `{output}` of step `{step}` of PipelineRun `{name}` holds nothing at \
+                 {path}"
+            ),
+        });
+    };
+    Ok(ModelOrigin {
+        training_job: st.job.clone().unwrap_or_default(),
+        uid: run.metadata.uid.clone().unwrap_or_default(),
+        pipeline_run: Some(name),
+        step: Some(step),
+        output: Some(output),
         completion_time: status.completion_time,
         path,
         sha256,
@@ -91,7 +194,8 @@ pub fn outputs_released<'a>(
     job_exists: impl Fn(&str) -> bool,
 ) -> Vec<&'a ModelOrigin> {
     let mut out: Vec<&ModelOrigin> = Vec::new();
-    for o in released {
+    // A pipeline step's artifact is its run's, not a job output.
+    for o in released.iter().filter(|o| o.pipeline_run.is_none()) {
         if !job_exists(&o.uid)
             && !output_pinned(&o.uid, remaining)
             && !out.iter().any(|seen| seen.uid == o.uid)
@@ -110,6 +214,9 @@ mod tests {
         ModelOrigin {
             training_job: job.into(),
             uid: uid.into(),
+            pipeline_run: None,
+            step: None,
+            output: None,
             completion_time: None,
             path: format!("/data/{job}"),
             sha256: "sha256:00".into(),
