@@ -32,7 +32,9 @@ pub(super) fn launcher_log(client: &Client, job: &str) -> Result<String, Failed>
     Ok(String::from_utf8_lossy(&log).into_owned())
 }
 
-/// Runs a command in a replica; its exit status, stdout and stderr.
+/// Runs a command in a replica; its exit status, stdout and stderr. A job is Running once
+/// its shims are spawned, and its command may still be coming: a replica that is "still
+/// preparing" is asked again for up to 30 s, as `corral rsh` does.
 fn exec(
     client: &Client,
     job: &str,
@@ -48,13 +50,23 @@ fn exec(
         command: &command,
         stdin: stdin.map(str::to_string),
     };
-    let (mut out, mut err) = (Vec::new(), Vec::new());
-    let code = client.exec(&call, &mut out, &mut err)?;
-    Ok((
-        code,
-        String::from_utf8_lossy(&out).into_owned(),
-        String::from_utf8_lossy(&err).into_owned(),
-    ))
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        match client.exec(&call, &mut out, &mut err) {
+            Err(e) if e.to_string().contains("still preparing") && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => return Err(e),
+            Ok(code) => {
+                return Ok((
+                    code,
+                    String::from_utf8_lossy(&out).into_owned(),
+                    String::from_utf8_lossy(&err).into_owned(),
+                ));
+            }
+        }
+    }
 }
 
 pub(super) fn mpi_example_trains_through_mpirun_and_corral_rsh() -> TestResult {
@@ -195,21 +207,10 @@ pub(super) fn exec_runs_in_the_replica_and_only_within_its_own_job() -> TestResu
             None,
         )?;
         check(code == 0, format!("touch in /dev/shm: {code} {err}"))?;
-        // A job is Running once its shims are spawned: its command may still be coming.
         let seen_by = |job: &str, replica: &str| -> Result<bool, Failed> {
-            let deadline = std::time::Instant::now() + Duration::from_secs(20);
-            loop {
-                match exec(&client, job, replica, &["ls", "/dev/shm"], None) {
-                    Ok((_, out, _)) => return Ok(out.lines().any(|l| l == probe)),
-                    Err(e)
-                        if e.to_string().contains("still preparing")
-                            && std::time::Instant::now() < deadline =>
-                    {
-                        std::thread::sleep(Duration::from_millis(100));
-                    }
-                    Err(e) => return Err(format!("ls /dev/shm in {job} {replica}: {e}").into()),
-                }
-            }
+            exec(&client, job, replica, &["ls", "/dev/shm"], None)
+                .map(|(_, out, _)| out.lines().any(|l| l == probe))
+                .map_err(|e| format!("ls /dev/shm in {job} {replica}: {e}").into())
         };
         check(
             seen_by("mine", "launcher-0")?,
