@@ -271,6 +271,9 @@ mod tests {
     fn source(path: Option<&str>) -> ModelSource {
         ModelSource {
             training_job: "train".into(),
+            pipeline_run: None,
+            step: None,
+            output: None,
             path: path.map(String::from),
         }
     }
