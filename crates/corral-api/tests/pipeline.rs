@@ -313,6 +313,13 @@ fn fan_out_over_a_parameter_mistakes_are_refused_at_their_fields() {
         "spec.pipelineSpec.steps[0].withParam: ",
         "empty list",
     );
+    // Said once, at withParam: not again as a parallelism without a fan-out.
+    let e = errors(
+        &OVER_PARAM
+            .replace("[0.1, 0.01, 0.001]", "[]")
+            .replace("withParam: lrs", "withParam: lrs\n        parallelism: 2"),
+    );
+    assert_eq!(e.len(), 1, "{e:?}");
     at(
         &OVER_PARAM.replace("withParam: lrs", "withParam: lrs\n        withItems: [x]"),
         "spec.pipelineSpec.steps[0].withItems: ",

@@ -196,7 +196,8 @@ fn check_fan_outs(run: &PipelineRun, index: &BTreeMap<&str, usize>, errs: &mut V
             check_with_param(run, step, name, &path, errs);
         }
         if step.with_items.is_empty() {
-            if step.parallelism.is_some() {
+            // A fan-out over a parameter without items is said at withParam, once.
+            if step.parallelism.is_some() && step.with_param.is_none() {
                 errs.push(
                     format!("{path}.parallelism"),
                     "only a fan-out step (withItems) takes parallelism; the run's bound is \
