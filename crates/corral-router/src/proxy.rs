@@ -64,6 +64,17 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
 }
 
 impl Router {
+    /// Model `key`, or the 404 its request gets.
+    fn served(&self, key: &str) -> Result<Arc<Model>, Response<Body>> {
+        self.model(key).ok_or_else(|| {
+            refusal(
+                StatusCode::NOT_FOUND,
+                "NotFound",
+                &format!("there is no served model `{key}`"),
+            )
+        })
+    }
+
     /// Serves one request for model `key`; `path_and_query` is what the replica sees (the
     /// part after the model's prefix, starting with `/`).
     pub async fn handle(
@@ -72,12 +83,9 @@ impl Router {
         path_and_query: &str,
         req: Request<Body>,
     ) -> Response<Body> {
-        let Some(model) = self.model(key) else {
-            return refusal(
-                StatusCode::NOT_FOUND,
-                "NotFound",
-                &format!("there is no served model `{key}`"),
-            );
+        let model = match self.served(key) {
+            Ok(m) => m,
+            Err(r) => return r,
         };
         let arrived = Instant::now();
         let in_flight = InFlight::new(model.clone());
@@ -102,12 +110,9 @@ impl Router {
         path_and_query: &str,
         req: Request<Body>,
     ) -> Response<Body> {
-        let Some(model) = self.model(key) else {
-            return refusal(
-                StatusCode::NOT_FOUND,
-                "NotFound",
-                &format!("there is no served model `{key}`"),
-            );
+        let model = match self.served(key) {
+            Ok(m) => m,
+            Err(r) => return r,
         };
         let Some(pinned) = model.pinned_revision(revision) else {
             return refusal(

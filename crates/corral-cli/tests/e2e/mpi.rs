@@ -2,8 +2,6 @@
 //! reaches the workers through `corral rsh` (the exec API); exec is scoped to a replica's
 //! own job; a worker that dies under mpirun fails the job with mpirun's words, no hang.
 
-use std::os::unix::fs::PermissionsExt;
-
 use super::*;
 use corral_server::api_client::ExecCall;
 
@@ -79,24 +77,14 @@ pub(super) fn mpi_example_trains_through_mpirun_and_corral_rsh() -> TestResult {
     }
     // The real `corral up` (it runs the corral-server program, which is then mpirun's rsh
     // agent), as the example's comment has a user run it.
-    let data = tempfile::tempdir()?;
-    std::fs::set_permissions(data.path(), std::fs::Permissions::from_mode(0o711))?;
-    let config = data.path().join("corral.yaml");
-    std::fs::write(
-        &config,
-        "apiVersion: corral.dev/v1alpha1\nkind: CorralConfig\ntokens: [{token: t-admin}]\n",
-    )?;
-    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o600))?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let up = super::usage::UpProcess::start(data.path(), port)?;
-    let client = up.client("t-admin");
+    let data = super::usage::admin_dir()?;
+    let up = super::usage::UpProcess::start(data.path(), super::usage::free_port()?)?;
+    let client = up.client(super::usage::ADMIN_TOKEN);
     let dir = repo_root().join("examples/mpi");
     let manifest = std::fs::read_to_string(dir.join("job.yaml"))?;
     let started = Instant::now();
-    let up = corral_cli::code_archive::upload(&manifest, &dir)?;
-    client.submit_with_code("default", &up.boundary, &up.body)?;
+    let upload = corral_cli::code_archive::upload(&manifest, &dir)?;
+    client.submit_with_code("default", &upload.boundary, &upload.body)?;
     let state = wait_for_state(
         &client,
         "default",

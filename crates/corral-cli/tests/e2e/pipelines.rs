@@ -302,35 +302,22 @@ pub(super) fn a_pipeline_runs_caches_reruns_and_fails_with_its_reason() -> TestR
 /// `kill -9` of `corral up` while a step runs, then a restart: the finished step is not run
 /// again, the running one is re-adopted (not started twice), the run finishes.
 pub(super) fn a_pipeline_run_survives_kill_9_of_the_server() -> TestResult {
-    use std::os::unix::fs::PermissionsExt;
     if !common::prerequisite(common::python3_available(), "python3 is not installed") {
         return Ok(());
     }
-    let dir = tempfile::tempdir()?;
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))?;
-    let config = dir.path().join("corral.yaml");
-    std::fs::write(
-        &config,
-        "apiVersion: corral.dev/v1alpha1\nkind: CorralConfig\ntokens: [{token: t-admin}]\n",
-    )?;
-    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o600))?;
-    let port = || -> Result<u16, Failed> {
-        Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port())
-    };
-    let up = usage::UpProcess::start(dir.path(), port()?)?;
+    let dir = usage::admin_dir()?;
+    let up = usage::UpProcess::start(dir.path(), usage::free_port()?)?;
     let work = steps_dir()?;
     // train takes a few seconds, so that the server dies under it.
     let run = pipeline("crash", "0.1", work.path())?.replace(
         "command: [python3, step.py, train]",
         "command: [sh, -c, 'sleep 3; exec python3 step.py train']",
     );
-    up.client("t-admin").submit("default", &run)?;
+    up.client(usage::ADMIN_TOKEN).submit("default", &run)?;
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let d = up
-            .client("t-admin")
+            .client(usage::ADMIN_TOKEN)
             .describe_pipeline_run("default", "crash")?;
         let train = d.steps.iter().find(|s| s.name == "train").map(|s| s.phase);
         if train == Some(StepPhase::Running) {
@@ -343,8 +330,8 @@ pub(super) fn a_pipeline_run_survives_kill_9_of_the_server() -> TestResult {
         std::thread::sleep(Duration::from_millis(50));
     }
     up.kill()?;
-    let up = usage::UpProcess::start(dir.path(), port()?)?;
-    let d = wait_for_run(&up.client("t-admin"), "default", "crash")?;
+    let up = usage::UpProcess::start(dir.path(), usage::free_port()?)?;
+    let d = wait_for_run(&up.client(usage::ADMIN_TOKEN), "default", "crash")?;
     let all = ["data", "train", "evaluate"];
     check(
         d.steps.iter().all(|s| s.phase == StepPhase::Succeeded),

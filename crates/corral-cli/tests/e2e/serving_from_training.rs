@@ -13,6 +13,34 @@ use super::common::{prerequisite, python3_available};
 use super::{TestCluster, TestResult, check, wait_for_state};
 use corral_local::cluster::JobState;
 
+/// Submits `manifest` with `dir` as its code.
+fn submit_with_code(
+    client: &corral_server::api_client::Client,
+    manifest: &str,
+    dir: &Path,
+) -> TestResult {
+    let upload = corral_cli::code_archive::upload(manifest, dir)?;
+    client.submit_with_code("default", &upload.boundary, &upload.body)?;
+    Ok(())
+}
+
+/// Runs examples/serving's train.yaml (`train`) to its end; it must succeed.
+fn train_tiny(
+    client: &corral_server::api_client::Client,
+    train: &str,
+    example: &Path,
+) -> TestResult {
+    submit_with_code(client, train, example)?;
+    let state = wait_for_state(
+        client,
+        "default",
+        "train-tiny",
+        Duration::from_secs(120),
+        JobState::is_finished,
+    )?;
+    check(state == JobState::Succeeded, format!("train-tiny {state}"))
+}
+
 pub(crate) fn a_model_trained_by_a_job_is_served_from_its_output() -> TestResult {
     if !prerequisite(python3_available(), "python3") {
         return Ok(());
@@ -41,16 +69,7 @@ pub(crate) fn a_model_trained_by_a_job_is_served_from_its_output() -> TestResult
         "a refused model was stored",
     )?;
 
-    let up = corral_cli::code_archive::upload(&train, &example)?;
-    client.submit_with_code("default", &up.boundary, &up.body)?;
-    let state = wait_for_state(
-        &client,
-        "default",
-        "train-tiny",
-        Duration::from_secs(120),
-        JobState::is_finished,
-    )?;
-    check(state == JobState::Succeeded, format!("train-tiny {state}"))?;
+    train_tiny(&client, &train, &example)?;
     let job_uid = client
         .describe("default", "train-tiny")?
         .job
@@ -59,8 +78,7 @@ pub(crate) fn a_model_trained_by_a_job_is_served_from_its_output() -> TestResult
         .clone()
         .unwrap_or_default();
 
-    let up = corral_cli::code_archive::upload(&serve, &example)?;
-    client.submit_with_code("default", &up.boundary, &up.body)?;
+    submit_with_code(&client, &serve, &example)?;
     let url = c.url("/serve/default/tiny-trained/predict?x=1,2,3");
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
@@ -126,21 +144,8 @@ pub(crate) fn a_model_trained_by_a_job_is_served_from_its_output() -> TestResult
     )?;
     // Trained again: the model's next revision serves the new run's output; once the
     // first revision is retired, the first run's output (its job gone) goes.
-    let up = corral_cli::code_archive::upload(&train, &example)?;
-    client.submit_with_code("default", &up.boundary, &up.body)?;
-    let state = wait_for_state(
-        &client,
-        "default",
-        "train-tiny",
-        Duration::from_secs(120),
-        JobState::is_finished,
-    )?;
-    check(
-        state == JobState::Succeeded,
-        format!("train-tiny again: {state}"),
-    )?;
-    let up = corral_cli::code_archive::upload(&serve, &example)?;
-    client.submit_with_code("default", &up.boundary, &up.body)?;
+    train_tiny(&client, &train, &example)?;
+    submit_with_code(&client, &serve, &example)?;
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let m = client.served_model("default", "tiny-trained")?;
@@ -274,8 +279,7 @@ spec:
         client.served_models("default")?.is_empty(),
         "a refused model was stored",
     )?;
-    let up = corral_cli::code_archive::upload(&model("fit", "model"), &example)?;
-    client.submit_with_code("default", &up.boundary, &up.body)?;
+    submit_with_code(&client, &model("fit", "model"), &example)?;
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(Duration::from_secs(120)))

@@ -38,6 +38,32 @@ spec:
   budget: {gpuHours: 1m, period: day}
 ";
 
+/// The admin token of [`admin_dir`]'s configuration.
+pub(super) const ADMIN_TOKEN: &str = "t-admin";
+
+/// A directory for `corral up` that tenants may pass through (0711), with a `corral.yaml`
+/// readable by the server alone that declares one admin token, [`ADMIN_TOKEN`].
+pub(super) fn admin_dir() -> Result<tempfile::TempDir, Failed> {
+    let dir = tempfile::tempdir()?;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))?;
+    let config = dir.path().join("corral.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "apiVersion: corral.dev/v1alpha1\nkind: CorralConfig\ntokens: [{{token: {ADMIN_TOKEN}}}]\n"
+        ),
+    )?;
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o600))?;
+    Ok(dir)
+}
+
+/// A port on loopback nobody listens on now.
+pub(super) fn free_port() -> Result<u16, Failed> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
 /// `corral up` in a process of its own; SIGKILLed when dropped.
 pub(super) struct UpProcess {
     child: std::process::Child,

@@ -24,6 +24,13 @@ pub(super) fn revision_code_id(namespace: &str, model: &str, number: u32) -> Str
     }
 }
 
+/// The job outputs (or step artifacts) these revisions serve from.
+pub(super) fn origins<'a>(revisions: impl Iterator<Item = &'a StoredRevision>) -> Vec<ModelOrigin> {
+    revisions
+        .filter_map(|r| ModelOrigin::of(&r.model.metadata.annotations))
+        .collect()
+}
+
 /// The newest revision (what the spec says now).
 pub(super) fn latest(revisions: &[StoredRevision]) -> Option<&StoredRevision> {
     revisions.iter().max_by_key(|r| r.number)
@@ -191,15 +198,14 @@ impl Cluster {
                 Err(e) => errors.push(format!("served model {k}: promoting {n}: {e}")),
             }
         }
-        let released: Vec<ModelOrigin> = self
-            .served
-            .revisions
-            .get(&k)
-            .into_iter()
-            .flatten()
-            .filter(|r| retired.contains(&r.number))
-            .filter_map(|r| ModelOrigin::of(&r.model.metadata.annotations))
-            .collect();
+        let released = origins(
+            self.served
+                .revisions
+                .get(&k)
+                .into_iter()
+                .flatten()
+                .filter(|r| retired.contains(&r.number)),
+        );
         for &n in retired {
             if let Err(e) = self.store.remove_served_revisions(ns, name, Some(n)) {
                 errors.push(format!("served model {k}: retiring {n}: {e}"));
@@ -226,10 +232,8 @@ impl Cluster {
         now: Timestamp,
     ) {
         let remaining = self.model_pins();
-        let exists = |uid: &str| {
-            released.iter().any(|o| {
-                o.uid == uid && self.uid_of(&format!("{namespace}/{}", o.training_job)) == Some(uid)
-            })
+        let exists = |o: &ModelOrigin| {
+            self.uid_of(&format!("{namespace}/{}", o.training_job)) == Some(o.uid.as_str())
         };
         let gone: Vec<ModelOrigin> =
             corral_core::control::serving::outputs_released(released, &remaining, exists)
@@ -264,12 +268,7 @@ impl Cluster {
 
     /// The job outputs every kept revision of every served model serves from.
     pub(super) fn model_pins(&self) -> Vec<ModelOrigin> {
-        self.served
-            .revisions
-            .values()
-            .flatten()
-            .filter_map(|r| ModelOrigin::of(&r.model.metadata.annotations))
-            .collect()
+        origins(self.served.revisions.values().flatten())
     }
 
     /// A gone job's output directory goes too, unless a served model serves from it

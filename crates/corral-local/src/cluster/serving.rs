@@ -434,14 +434,8 @@ impl Cluster {
         self.store
             .remove_served_model(namespace, name)
             .map_err(|e| ClusterError::Store(e.to_string()))?;
-        let released: Vec<_> = self
-            .served
-            .revisions
-            .get(&k)
-            .into_iter()
-            .flatten()
-            .filter_map(|r| ModelOrigin::of(&r.model.metadata.annotations))
-            .collect();
+        let released =
+            super::revisions::origins(self.served.revisions.get(&k).into_iter().flatten());
         self.forget_revisions(namespace, name);
         self.served.models.remove(&k);
         self.served.serving.forget(&k);
@@ -623,7 +617,7 @@ impl Cluster {
                 .filter(|r| !plan.retired.contains(&r.name))
                 .collect();
             if let Some(m) = self.served.models.get_mut(&k) {
-                let model = corral_api::served_model::ModelOrigin::of(&m.metadata.annotations);
+                let model = ModelOrigin::of(&m.metadata.annotations);
                 m.status = Some(ServedModelStatus {
                     model,
                     desired_replicas: plan.desired,

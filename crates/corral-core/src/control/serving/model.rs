@@ -185,18 +185,18 @@ pub fn output_pinned<'a>(uid: &str, pins: impl IntoIterator<Item = &'a ModelOrig
     pins.into_iter().any(|o| o.uid == uid)
 }
 
-/// The job outputs a served model's deletion releases: those its revisions pinned
-/// (`released`) whose job is gone (`job_exists` by uid says not) and that no revision of
-/// another model still pins (`remaining`); each once.
+/// The job outputs that revisions no longer kept release: those they pinned (`released`)
+/// whose job is gone (`job_exists` says not) and that no kept revision still pins
+/// (`remaining`); each once.
 pub fn outputs_released<'a>(
     released: &'a [ModelOrigin],
     remaining: &[ModelOrigin],
-    job_exists: impl Fn(&str) -> bool,
+    job_exists: impl Fn(&ModelOrigin) -> bool,
 ) -> Vec<&'a ModelOrigin> {
     let mut out: Vec<&ModelOrigin> = Vec::new();
     // A pipeline step's artifact is its run's, not a job output.
     for o in released.iter().filter(|o| o.pipeline_run.is_none()) {
-        if !job_exists(&o.uid)
+        if !job_exists(o)
             && !output_pinned(&o.uid, remaining)
             && !out.iter().any(|seen| seen.uid == o.uid)
         {
@@ -237,7 +237,7 @@ mod tests {
             origin("c", "u-c"),
         ];
         let remaining = [origin("b", "u-b")];
-        let gone: Vec<&str> = outputs_released(&released, &remaining, |uid| uid == "u-c")
+        let gone: Vec<&str> = outputs_released(&released, &remaining, |o| o.uid == "u-c")
             .iter()
             .map(|o| o.uid.as_str())
             .collect();
