@@ -49,6 +49,15 @@ pub(crate) fn refusal(status: StatusCode, code: &str, message: &str) -> Response
     r
 }
 
+/// The 404 of a request for a model that is not served.
+fn unknown_model(key: &str) -> Response<Body> {
+    refusal(
+        StatusCode::NOT_FOUND,
+        "NotFound",
+        &format!("there is no served model `{key}`"),
+    )
+}
+
 fn strip_hop_by_hop(headers: &mut HeaderMap) {
     // Headers named in Connection are hop-by-hop too.
     let named: Vec<HeaderName> = headers
@@ -64,17 +73,6 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
 }
 
 impl Router {
-    /// Model `key`, or the 404 its request gets.
-    fn served(&self, key: &str) -> Result<Arc<Model>, Response<Body>> {
-        self.model(key).ok_or_else(|| {
-            refusal(
-                StatusCode::NOT_FOUND,
-                "NotFound",
-                &format!("there is no served model `{key}`"),
-            )
-        })
-    }
-
     /// Serves one request for model `key`; `path_and_query` is what the replica sees (the
     /// part after the model's prefix, starting with `/`).
     pub async fn handle(
@@ -83,9 +81,8 @@ impl Router {
         path_and_query: &str,
         req: Request<Body>,
     ) -> Response<Body> {
-        let model = match self.served(key) {
-            Ok(m) => m,
-            Err(r) => return r,
+        let Some(model) = self.model(key) else {
+            return unknown_model(key);
         };
         let arrived = Instant::now();
         let in_flight = InFlight::new(model.clone());
@@ -110,9 +107,8 @@ impl Router {
         path_and_query: &str,
         req: Request<Body>,
     ) -> Response<Body> {
-        let model = match self.served(key) {
-            Ok(m) => m,
-            Err(r) => return r,
+        let Some(model) = self.model(key) else {
+            return unknown_model(key);
         };
         let Some(pinned) = model.pinned_revision(revision) else {
             return refusal(
