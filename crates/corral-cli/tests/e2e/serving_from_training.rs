@@ -24,6 +24,28 @@ fn submit_with_code(
     Ok(())
 }
 
+/// Waits (bounded) until no job whose name starts with `prefix` is left: a deleted model's
+/// replica jobs stop and go, so that nothing keeps running after the test.
+fn until_jobs_gone(client: &corral_server::api_client::Client, prefix: &str) -> TestResult {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let left: Vec<String> = client
+            .list(Some("default"))?
+            .into_iter()
+            .map(|j| j.name)
+            .filter(|n| n.starts_with(prefix))
+            .collect();
+        if left.is_empty() {
+            return Ok(());
+        }
+        check(
+            Instant::now() < deadline,
+            format!("jobs still there a minute after the delete: {left:?}"),
+        )?;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Runs examples/serving's train.yaml (`train`) to its end; it must succeed.
 fn train_tiny(
     client: &corral_server::api_client::Client,
@@ -187,7 +209,7 @@ pub(crate) fn a_model_trained_by_a_job_is_served_from_its_output() -> TestResult
         )?;
         std::thread::sleep(Duration::from_millis(100));
     }
-    Ok(())
+    until_jobs_gone(&client, "tiny-trained-")
 }
 
 /// A model served from a pipeline run's step artifact: refused at its field while the run
@@ -308,5 +330,6 @@ spec:
                 .is_some_and(|p| p.ends_with("/fit-run/fit/model/model.json")),
         format!("the run and step it came from (run uid {run_uid}): {origin}"),
     )?;
-    Ok(())
+    client.delete_served_model("default", "from-run")?;
+    until_jobs_gone(&client, "from-run-")
 }

@@ -54,10 +54,11 @@ export function Models() {
 function Origin({ namespace, origin }) {
   if (!origin) return html`<p class="muted" id="model-origin">The model server loads its own model (no <code>spec.model</code>).</p>`;
   if (origin.pipelineRun) {
-    return html`<p id="model-origin">Output <code>${origin.output}</code> of step <code>${origin.step}</code> of
-      <a href=${runHref(namespace, origin.pipelineRun)}>pipelinerun/${origin.pipelineRun}</a>
-      ${origin.trainingJob ? html`(job <a href=${jobHref(namespace, origin.trainingJob)}>${origin.trainingJob}</a>)` : "(a cached result)"}:
-      <code>${origin.path}</code>, content <code title=${origin.sha256}>${origin.sha256.slice(0, 19)}…</code></p>`;
+    // htm drops whitespace that spans a line break: the spaces stay on their lines.
+    const job = origin.trainingJob
+      ? html` (job <a href=${jobHref(namespace, origin.trainingJob)}>${origin.trainingJob}</a>): `
+      : " (a cached result): ";
+    return html`<p id="model-origin">Output <code>${origin.output}</code> of step <code>${origin.step}</code> of <a href=${runHref(namespace, origin.pipelineRun)}>pipelinerun/${origin.pipelineRun}</a>${job}<code>${origin.path}</code>, content <code title=${origin.sha256}>${origin.sha256.slice(0, 19)}…</code></p>`;
   }
   return html`<p id="model-origin">Trained by <a href=${jobHref(namespace, origin.trainingJob)}>trainingjob/${origin.trainingJob}</a>
       (uid <code>${origin.uid}</code>${origin.completionTime ? html`, succeeded ${age(origin.completionTime)} ago` : ""}):
@@ -78,8 +79,7 @@ export function Model({ namespace, name }) {
     <h2>Model</h2>
     <${Origin} namespace=${namespace} origin=${st.model} />
     <h2>Revisions</h2>
-    <p class="muted">latest ${st.latestRevision || "-"}, stable ${st.stableRevision || "-"};
-      ${canary === undefined || canary === null ? "the latest takes every request once ready" : `canary: ${canary}% to the latest`}</p>
+    <p class="muted">latest ${st.latestRevision || "-"}, stable ${st.stableRevision || "-"}; ${canary === undefined || canary === null ? "the latest takes every request once ready" : `canary: ${canary}% to the latest`}</p>
     <table id="revisions">
       <thead><tr><th>revision</th><th>traffic</th><th>target</th><th>ready</th><th>desired</th><th>in flight</th><th>hash</th><th>own URL</th></tr></thead>
       <tbody>${(st.revisions || []).map(
