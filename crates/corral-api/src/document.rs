@@ -16,14 +16,15 @@ use crate::kserve;
 use crate::kubeflow;
 use crate::meta::{API_VERSION, Kind};
 use crate::node_pool::{NodePool, NodePoolSpec};
-use crate::pipeline::{PipelineRun, PipelineRunSpec};
+use crate::pipeline::{Pipeline, PipelineRun, PipelineRunSpec, PipelineSpec};
 use crate::queue::{Queue, QueueSpec};
 use crate::served_model::{ServedModel, ServedModelSpec};
 use crate::suggest::did_you_mean;
 use crate::training_job::{TrainingJob, TrainingJobSpec};
 use crate::validate::{
-    FieldError, ValidationContext, ValidationErrors, validate_node_pool, validate_pipeline_run,
-    validate_priority_class, validate_queue, validate_served_model, validate_training_job,
+    FieldError, ValidationContext, ValidationErrors, validate_node_pool, validate_pipeline,
+    validate_pipeline_run, validate_priority_class, validate_queue, validate_served_model,
+    validate_training_job,
 };
 
 /// Input larger than this is refused before parsing (a job spec is a few KiB).
@@ -38,6 +39,7 @@ pub enum Document {
     NodePool(NodePool),
     JobPriorityClass(JobPriorityClass),
     PipelineRun(Box<PipelineRun>),
+    Pipeline(Box<Pipeline>),
 }
 
 impl Document {
@@ -49,6 +51,7 @@ impl Document {
             Document::NodePool(_) => NodePoolSpec::KIND,
             Document::JobPriorityClass(_) => JobPriorityClassSpec::KIND,
             Document::PipelineRun(_) => PipelineRunSpec::KIND,
+            Document::Pipeline(_) => PipelineSpec::KIND,
         }
     }
 
@@ -60,6 +63,7 @@ impl Document {
             Document::NodePool(p) => &p.metadata.name,
             Document::JobPriorityClass(p) => &p.metadata.name,
             Document::PipelineRun(r) => &r.metadata.name,
+            Document::Pipeline(p) => &p.metadata.name,
         }
     }
 
@@ -72,6 +76,7 @@ impl Document {
             Document::NodePool(p) => serde_json::to_value(p),
             Document::JobPriorityClass(p) => serde_json::to_value(p),
             Document::PipelineRun(r) => serde_json::to_value(r),
+            Document::Pipeline(p) => serde_json::to_value(p),
         };
         // Serializing plain data structs to a Value cannot fail (no non-string map keys).
         v.unwrap_or(Value::Null)
@@ -214,6 +219,12 @@ pub fn parse_documents(text: &str, ctx: &ValidationContext) -> ParseResult {
             Document::NodePool(np) => upsert(&mut full.node_pools, np),
             Document::Queue(q) => upsert(&mut full.queues, q),
             Document::JobPriorityClass(pc) => upsert(&mut full.priority_classes, pc),
+            // A new version: no generation until stored.
+            Document::Pipeline(p) => {
+                let mut p = (**p).clone();
+                p.metadata.generation = None;
+                upsert(&mut full.pipelines, &p)
+            }
             Document::TrainingJob(_) | Document::PipelineRun(_) | Document::ServedModel(_) => {}
         }
     }
@@ -221,8 +232,16 @@ pub fn parse_documents(text: &str, ctx: &ValidationContext) -> ParseResult {
         .into_iter()
         .map(|r| {
             let mut p = r?;
-            // A fan-out over a parameter takes the run's value as its items.
+            // A run of a stored pipeline runs a copy of it; a fan-out over a parameter takes
+            // the run's value as its items.
             if let Document::PipelineRun(run) = &mut p.document {
+                if let Err(e) = run.spec.resolve(&full.pipelines) {
+                    return Err(DocumentError {
+                        index: p.index,
+                        what: Some(describe(&p)),
+                        errors: ValidationErrors(vec![e]),
+                    });
+                }
                 run.spec.fill_param_items();
             }
             let checked = match &p.document {
@@ -232,6 +251,7 @@ pub fn parse_documents(text: &str, ctx: &ValidationContext) -> ParseResult {
                 Document::NodePool(np) => validate_node_pool(np),
                 Document::JobPriorityClass(pc) => validate_priority_class(pc),
                 Document::PipelineRun(r) => validate_pipeline_run(r, &full),
+                Document::Pipeline(pl) => validate_pipeline(pl, &full),
             };
             let mut errors = ValidationErrors(p.decode_errors.clone());
             if let Err(semantic) = checked {
@@ -252,9 +272,16 @@ pub fn parse_documents(text: &str, ctx: &ValidationContext) -> ParseResult {
 }
 
 fn describe(p: &Parsed) -> String {
+    let name = match &p.document {
+        Document::PipelineRun(r) if r.metadata.name.is_empty() => format!(
+            "{}<generated>",
+            r.metadata.generate_name.as_deref().unwrap_or_default()
+        ),
+        d => d.name().to_string(),
+    };
     match &p.converted_from {
-        Some(k) => format!("{k} {} as {}", p.document.name(), p.document.kind()),
-        None => format!("{} {}", p.document.kind(), p.document.name()),
+        Some(k) => format!("{k} {name} as {}", p.document.kind()),
+        None => format!("{} {name}", p.document.kind()),
     }
 }
 
@@ -280,13 +307,14 @@ fn duplicate_default_priority(ctx: &ValidationContext) -> Option<Result<Parsed, 
     })
 }
 
-const CORRAL_KINDS: [&str; 6] = [
+const CORRAL_KINDS: [&str; 7] = [
     "TrainingJob",
     "ServedModel",
     "Queue",
     "NodePool",
     "JobPriorityClass",
     "PipelineRun",
+    "Pipeline",
 ];
 
 /// One raw document to a typed one (no semantic validation yet).
@@ -383,6 +411,8 @@ pub fn decode(index: usize, raw: Value) -> Result<Parsed, DocumentError> {
         "Queue" => typed::<Queue, QueueSpec>(raw, Vec::new()).map(|(q, e)| (Document::Queue(q), e)),
         "PipelineRun" => typed::<PipelineRun, PipelineRunSpec>(raw, Vec::new())
             .map(|(r, e)| (Document::PipelineRun(Box::new(r)), e)),
+        "Pipeline" => typed::<Pipeline, PipelineSpec>(raw, Vec::new())
+            .map(|(p, e)| (Document::Pipeline(Box::new(p)), e)),
         "NodePool" => typed::<NodePool, NodePoolSpec>(raw, Vec::new())
             .map(|(p, e)| (Document::NodePool(p), e)),
         "JobPriorityClass" => typed::<JobPriorityClass, JobPriorityClassSpec>(raw, Vec::new())

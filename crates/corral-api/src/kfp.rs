@@ -88,6 +88,7 @@ pub fn convert(doc: &Value) -> Result<PipelineRun, Errors> {
                 parallelism: None,
                 on_exit: None,
             },
+            pipeline_ref: None,
             params: BTreeMap::new(),
         },
     );

@@ -26,7 +26,7 @@ pub mod validate;
 pub use job_priority_class::{JobPriorityClass, JobPriorityClassSpec, PreemptionPolicy};
 pub use meta::{API_VERSION, Kind, NoStatus, Object, ObjectMeta};
 pub use node_pool::{NodePool, NodePoolSpec};
-pub use pipeline::{PipelineRun, PipelineRunSpec, PipelineRunStatus};
+pub use pipeline::{Pipeline, PipelineRef, PipelineRun, PipelineRunSpec, PipelineRunStatus};
 pub use quantity::Quantity;
 pub use queue::{PoolQuota, Queue, QueueSpec, ResourceAmounts};
 pub use served_model::{ServedModel, ServedModelSpec, ServedModelStatus};

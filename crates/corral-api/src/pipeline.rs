@@ -3,8 +3,11 @@
 //! conditions, retries, caching and a bound on the steps in flight.
 //!
 //! The pipeline is written inline (`spec.pipelineSpec`), so that `corral submit run.yaml`
-//! starts a run from one file. A step becomes an ordinary TrainingJob named
-//! `<run>-<step>` ([`step_job`]), queued, admitted and run like any other.
+//! starts a run from one file, or stored once as a [`Pipeline`] and named by its runs
+//! (`spec.pipelineRef`), which take a copy of it when submitted ([`PipelineRunSpec::resolve`]):
+//! a run never changes under a pipeline revised after it started. A step becomes an
+//! ordinary TrainingJob named `<run>-<step>` ([`step_job`]), queued, admitted and run like
+//! any other.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -22,6 +25,28 @@ use crate::training_job::{
 /// One run of a pipeline.
 pub type PipelineRun = Object<PipelineRunSpec, PipelineRunStatus>;
 
+/// A pipeline kept for runs to name (`spec.pipelineRef`): its spec is the DAG a run's
+/// `pipelineSpec` holds. Submitting one of a name that exists revises it
+/// (`metadata.generation` counts the versions); runs already made keep their copy.
+pub type Pipeline = Object<PipelineSpec>;
+
+impl Kind for PipelineSpec {
+    const KIND: &'static str = "Pipeline";
+    const PLURAL: &'static str = "pipelines";
+    const NAMESPACED: bool = true;
+}
+
+/// A stored [`Pipeline`] of the run's namespace that the run runs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PipelineRef {
+    pub name: String,
+    /// The version (`metadata.generation`) the run was made from: recorded at submit; when
+    /// given, the submit is refused unless it is the pipeline's current version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+}
+
 /// Labels every step's job carries: which run and which step it is.
 pub const RUN_LABEL: &str = "corral.dev/pipeline-run";
 pub const STEP_LABEL: &str = "corral.dev/pipeline-step";
@@ -29,14 +54,82 @@ pub const STEP_LABEL: &str = "corral.dev/pipeline-step";
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PipelineRunSpec {
-    /// The pipeline this run runs.
+    /// The pipeline this run runs: written here, or copied from `pipelineRef` at submit.
+    #[serde(default)]
     pub pipeline_spec: PipelineSpec,
+    /// A stored Pipeline of the run's namespace to run instead of an inline
+    /// `pipelineSpec`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipeline_ref: Option<PipelineRef>,
     /// Values of the pipeline's parameters, by name (those left out take their default).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub params: BTreeMap<String, serde_json::Value>,
 }
 
 impl PipelineRunSpec {
+    /// Copies the pipeline `pipelineRef` names into `pipelineSpec`, from `known` (the
+    /// namespace's stored pipelines and those of the same submission), and records its
+    /// version. A run without a reference is left as it is. Refused at `spec.pipelineRef.name`
+    /// for a pipeline that is not there (naming those that are), at `.generation` for a
+    /// version that is not the current one, and at `spec.pipelineSpec` for an inline spec
+    /// besides that is not the pipeline's.
+    pub fn resolve(&mut self, known: &[Pipeline]) -> Result<(), crate::validate::FieldError> {
+        use crate::validate::FieldError;
+        let Some(r) = self.pipeline_ref.as_mut() else {
+            return Ok(());
+        };
+        let Some(p) = known.iter().find(|p| p.metadata.name == r.name) else {
+            let names: Vec<&str> = known.iter().map(|p| p.metadata.name.as_str()).collect();
+            let hint = if names.is_empty() {
+                "; there is none: submit one (kind: Pipeline) first".to_string()
+            } else {
+                format!("; there are: {}", names.join(", "))
+            };
+            return Err(FieldError::new(
+                "spec.pipelineRef.name",
+                format!("there is no Pipeline `{}` in this namespace{hint}", r.name),
+            ));
+        };
+        match (r.generation, p.metadata.generation) {
+            (Some(asked), Some(now)) if asked != now => {
+                return Err(FieldError::new(
+                    "spec.pipelineRef.generation",
+                    format!(
+                        "Pipeline `{}` is at generation {now}, not {asked}; older versions \
+                         are not kept (leave generation out to run the current one)",
+                        r.name
+                    ),
+                ));
+            }
+            (Some(asked), None) => {
+                return Err(FieldError::new(
+                    "spec.pipelineRef.generation",
+                    format!(
+                        "Pipeline `{}` is a new version in this submission, not generation \
+                         {asked}; leave generation out",
+                        r.name
+                    ),
+                ));
+            }
+            _ => {}
+        }
+        // A run read back and submitted again carries both: the copy must be the current
+        // version's.
+        if self.pipeline_spec != PipelineSpec::default() && self.pipeline_spec != p.spec {
+            return Err(FieldError::new(
+                "spec.pipelineSpec",
+                format!(
+                    "differs from Pipeline `{}`'s current version, which spec.pipelineRef \
+                     names; give one of them",
+                    r.name
+                ),
+            ));
+        }
+        r.generation = p.metadata.generation;
+        self.pipeline_spec = p.spec.clone();
+        Ok(())
+    }
+
     /// Fills each fan-out over a parameter (`withParam`) with the run's value of that
     /// parameter (else its default), where it is a list and `withItems` is empty; what
     /// cannot be filled is left for validation to name.

@@ -110,6 +110,13 @@ pub fn summary(parsed: &Parsed) -> String {
                 .map(|n| n.to_string())
                 .unwrap_or_else(|| "?".into()),
         ),
+        Document::Pipeline(p) => format!(
+            "Pipeline {}: valid. {}, {}; runs name it (spec.pipelineRef) or `corral run {}`",
+            p.metadata.name,
+            plural(p.spec.steps.len() as u64, "step"),
+            plural(p.spec.parameters.len() as u64, "parameter"),
+            p.metadata.name,
+        ),
         Document::PipelineRun(r) => {
             let spec = &r.spec.pipeline_spec;
             let bound = spec

@@ -25,8 +25,8 @@ pub fn read(path: &str) -> Result<String, String> {
         .map_err(|e| format!("not UTF-8 text (byte {})", e.utf8_error().valid_up_to()))
 }
 
-/// The NodePools, Queues and JobPriorityClasses of all inputs, so that documents of one file may
-/// refer to those of another.
+/// The NodePools, Queues, JobPriorityClasses and Pipelines of all inputs, so that documents of
+/// one file may refer to those of another.
 pub fn shared_context(texts: &[&str], base: &ValidationContext) -> ValidationContext {
     let mut ctx = base.clone();
     for text in texts {
@@ -35,6 +35,7 @@ pub fn shared_context(texts: &[&str], base: &ValidationContext) -> ValidationCon
                 Document::NodePool(p) => ctx.node_pools.push(p),
                 Document::Queue(q) => ctx.queues.push(q),
                 Document::JobPriorityClass(p) => ctx.priority_classes.push(p),
+                Document::Pipeline(p) => ctx.pipelines.push(*p),
                 Document::TrainingJob(_) | Document::PipelineRun(_) | Document::ServedModel(_) => {}
             }
         }

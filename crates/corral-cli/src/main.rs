@@ -52,6 +52,9 @@ enum Command {
     Login(remote::login::LoginArgs),
     /// Submit TrainingJob or Kubeflow job files (`-` or none: stdin).
     Submit(remote::SubmitArgs),
+    /// Start a run of a stored Pipeline: `corral run PIPELINE -p NAME=VALUE` (the pipeline
+    /// was stored with `corral submit`; `corral get pipelines` lists them).
+    Run(remote::stored_pipelines::RunArgs),
     /// List jobs.
     List(remote::ListArgs),
     /// Show jobs (table, or the TrainingJob with -o yaml|json).
@@ -242,6 +245,7 @@ fn main() -> ExitCode {
             }
         },
         Command::Serve { command } => remote::serving::run_serve(&command),
+        Command::Run(a) => remote::stored_pipelines::run_pipeline(&a),
         Command::Queues(a) => remote::run_queues(&a),
         Command::Nodes(a) => remote::run_nodes(&a),
         Command::Top(a) => remote::run_top(&a),

@@ -87,6 +87,8 @@ fn read_declared(files: &[String], base: &ValidationContext) -> Result<Declared,
                     Document::NodePool(n) => declared.pools.push(n),
                     Document::Queue(q) => declared.queues.push(q),
                     Document::JobPriorityClass(c) => declared.classes.push(c),
+                    // Kept for runs to name: runs nothing by itself.
+                    Document::Pipeline(_) => {}
                     // What a run starts with, as the core decides it on an empty cache.
                     Document::PipelineRun(r) => {
                         // A run named at submit (generateName) shows `xxxxx` for its suffix.

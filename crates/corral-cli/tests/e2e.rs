@@ -37,6 +37,8 @@ mod serving;
 mod serving_from_training;
 #[path = "e2e/serving_revisions.rs"]
 mod serving_revisions;
+#[path = "e2e/stored_pipelines.rs"]
+mod stored_pipelines;
 #[path = "e2e/tls.rs"]
 mod tls;
 #[path = "e2e/usage.rs"]
@@ -76,6 +78,10 @@ fn main() -> ExitCode {
         Trial::test(
             "a_pipeline_run_survives_kill_9_of_the_server",
             pipelines::a_pipeline_run_survives_kill_9_of_the_server,
+        ),
+        Trial::test(
+            "a_stored_pipeline_runs_with_its_code_and_keeps_its_versions",
+            stored_pipelines::a_stored_pipeline_runs_with_its_code_and_keeps_its_versions,
         ),
         Trial::test(
             "a_pipeline_runs_caches_reruns_and_fails_with_its_reason",

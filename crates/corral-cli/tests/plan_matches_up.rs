@@ -21,7 +21,7 @@ fn repo() -> PathBuf {
 /// The example jobs (every example but the cluster's configuration), by path: examples/
 /// and its directories. Jobs whose Python requirements are a file of their code snapshot
 /// are left out: they are submitted with `--code` (tests/frameworks.rs runs them), and this
-/// test submits without a snapshot; so are pipeline runs.
+/// test submits without a snapshot; so are pipelines and their runs.
 fn example_files() -> Vec<PathBuf> {
     let yaml_in = |dir: &Path| -> Vec<PathBuf> {
         std::fs::read_dir(dir)
@@ -43,10 +43,11 @@ fn example_files() -> Vec<PathBuf> {
             && !std::fs::read_to_string(p)
                 .expect("example")
                 .contains("requirementsFile:")
-            // A pipeline run's steps are planned as they start, not by `corral plan`.
+            // A pipeline run's steps are planned as they start, not by `corral plan`; a
+            // stored Pipeline (`kind: Pipeline`, as the runs' prefix) runs nothing itself.
             && !std::fs::read_to_string(p)
                 .expect("example")
-                .contains("kind: PipelineRun")
+                .contains("kind: Pipeline")
     });
     files.sort();
     files

@@ -42,6 +42,7 @@ fn run(steps: Vec<StepSpec>, parallelism: Option<u32>) -> PipelineRun {
                 parallelism,
                 on_exit: None,
             },
+            pipeline_ref: None,
             params: BTreeMap::new(),
         },
     )

@@ -42,6 +42,8 @@ mod replicas;
 mod revisions;
 mod serving;
 mod shutdown;
+mod stored_pipelines;
+mod submission;
 mod views;
 
 pub use shutdown::RunningReplica;
@@ -610,13 +612,13 @@ pub struct MetricsSnapshot {
     pub gpu_samples: Vec<crate::gpu::GpuSample>,
 }
 
-pub use commands::{CheckedSubmission, SubmitContext};
 pub use engine::Cluster;
 pub use exec::{ExecAuth, ExecError};
 pub use node::{build_cluster, control_config, local_node, unhealthy_gpus, validation_context};
 pub use pipelines::{PipelineRunDetails, StepRow};
 pub use progress::JobProgressRow;
 pub use serving::{ServingEndpoint, ServingObservation, has_served_models, serving_path};
+pub use submission::{CheckedSubmission, SubmitContext};
 
 #[cfg(test)]
 mod tests {

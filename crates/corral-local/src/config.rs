@@ -338,6 +338,7 @@ impl ClusterFileConfig {
                     Document::JobPriorityClass(c) => out.priority_classes.push(c),
                     d @ (Document::TrainingJob(_)
                     | Document::PipelineRun(_)
+                    | Document::Pipeline(_)
                     | Document::ServedModel(_)) => problems.push(format!(
                         "{} {} does not belong in the configuration; submit it",
                         d.kind(),
@@ -362,6 +363,7 @@ impl ClusterFileConfig {
             queues: self.queues.clone(),
             nodes: None,
             requires_image: false,
+            pipelines: Vec::new(),
         }
     }
 

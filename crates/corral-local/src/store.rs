@@ -59,6 +59,7 @@ mod pipelines;
 mod record;
 mod served_models;
 mod served_revisions;
+mod stored_pipelines;
 mod tenants;
 
 pub use audit::{AUDIT_CAP, AUDIT_FILE, AuditEntry, AuditLog};
@@ -412,6 +413,7 @@ impl Store {
         conn.execute_batch(served_revisions::SERVED_REVISIONS_TABLE)?;
         conn.execute_batch(usage::SCHEMA)?;
         conn.execute_batch(pipelines::SCHEMA)?;
+        conn.execute_batch(stored_pipelines::SCHEMA)?;
         Ok(Store {
             checkpointer: None,
             conn,

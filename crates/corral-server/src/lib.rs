@@ -222,6 +222,23 @@ impl AppState {
         Arc::clone(&self.submit_context)
     }
 
+    /// What a submission to `namespace` is checked against: [`AppState::submit_context`],
+    /// with the namespace's stored Pipelines when `text` names one (`pipelineRef`), read
+    /// under the lock briefly.
+    pub async fn submit_context_for(
+        &self,
+        namespace: &str,
+        text: &str,
+    ) -> Result<Arc<SubmitContext>, ApiError> {
+        let ctx = self.submit_context();
+        if !text.contains("pipelineRef") {
+            return Ok(ctx);
+        }
+        let ns = namespace.to_string();
+        let pipelines = self.with_cluster(move |c| c.pipelines(Some(&ns))).await??;
+        Ok(Arc::new((*ctx).clone().with_pipelines(pipelines)))
+    }
+
     /// The history store, if it is open.
     pub fn history(&self) -> Option<Arc<history::History>> {
         self.history.clone()

@@ -49,6 +49,11 @@ pub const ROUTES: &[(&str, &str)] = &[
         "/api/v1/namespaces/{namespace}/pipelineruns/{name}/describe",
     ),
     ("get", "/api/v1/pipelineruns"),
+    ("post", "/api/v1/namespaces/{namespace}/pipelines"),
+    ("get", "/api/v1/namespaces/{namespace}/pipelines"),
+    ("get", "/api/v1/namespaces/{namespace}/pipelines/{name}"),
+    ("delete", "/api/v1/namespaces/{namespace}/pipelines/{name}"),
+    ("get", "/api/v1/pipelines"),
     ("get", "/api/v1/namespaces/{namespace}/servedmodels"),
     ("get", "/api/v1/servedmodels"),
     ("get", "/api/v1/namespaces/{namespace}/servedmodels/{name}"),
@@ -417,8 +422,8 @@ fn unranged_document() -> Value {
                 "SubmitResult": {"type": "object", "properties": {
                     "namespace": {"type": "string"}, "name": {"type": "string"}, "uid": {"type": "string"},
                     "convertedFrom": {"type": "string", "nullable": true},
-                    "kind": {"type": "string", "enum": ["PipelineRun", "ServedModel"], "description": "`PipelineRun` for a run, `ServedModel` for a served model; absent for a TrainingJob"},
-                    "revision": {"type": "string", "description": "a served model's revision after this submission (`<model>-00002`)"},
+                    "kind": {"type": "string", "enum": ["PipelineRun", "Pipeline", "ServedModel"], "description": "`PipelineRun` for a run, `Pipeline` for a stored pipeline, `ServedModel` for a served model; absent for a TrainingJob"},
+                    "revision": {"type": "string", "description": "a served model's revision after this submission (`<model>-00002`), or a pipeline's version (`generation 2`)"},
                     "newRevision": {"type": "boolean", "description": "the submission made that revision (a new model, or what its replicas run changed); absent: another field changed, or nothing did"},
                     "warnings": {"type": "array", "items": {"type": "string"}, "description": "`path: message` of what the job asks that this cluster accepts but does not honour (e.g. a pod template's tolerations); each is also a Warning event of the job"},
                 }},
@@ -496,6 +501,7 @@ fn unranged_document() -> Value {
         .pointer_mut("/components/schemas")
         .and_then(Value::as_object_mut)
     {
+        schemas.insert("Pipeline".into(), json!({"type": "object", "description": "A Pipeline (apiVersion corral.dev/v1alpha1) kept for runs to name (`spec.pipelineRef`): its spec is a PipelineRun's pipelineSpec; `metadata.generation` counts its versions (docs/pipelines.md)"}));
         schemas.insert("PipelineRun".into(), json!({"type": "object", "description": "A PipelineRun (apiVersion corral.dev/v1alpha1) with its status: the run's phase and each step's (docs/pipelines.md)"}));
         schemas.insert("PipelineRunDetails".into(), json!({"type": "object", "properties": {
             "run": reference("PipelineRun"),
@@ -553,7 +559,7 @@ fn pipeline_paths() -> Vec<(&'static str, Value)> {
             "/api/v1/namespaces/{namespace}/pipelineruns/{name}",
             json!({
                 "get": job_op("getPipelineRun", "The run with its status", json_response("The run", reference("PipelineRun")), &[]),
-                "delete": job_op("deletePipelineRun", "Delete a run and its steps' jobs (its artifacts stay, for the cache)", changed, &[]),
+                "delete": job_op("deletePipelineRun", "Delete a run and its steps' jobs (its artifacts stay, for the cache)", changed.clone(), &[]),
             }),
         ),
         (
@@ -569,6 +575,44 @@ fn pipeline_paths() -> Vec<(&'static str, Value)> {
                     "operationId": "listAllPipelineRuns",
                     "summary": "Pipeline runs of every namespace the token may see",
                     "responses": responses(("200", json_response("Runs", list_of("PipelineRun"))), &[401]),
+                },
+            }),
+        ),
+        (
+            "/api/v1/namespaces/{namespace}/pipelines",
+            json!({
+                "post": {
+                    "operationId": "submitPipelines",
+                    "summary": "Submit Pipelines (the same documents, and the same answer, as POST trainingjobs): a new name is stored, a changed one is a new version (generation)",
+                    "parameters": [ns.clone()],
+                    "requestBody": {"required": true, "content": {
+                        "application/yaml": {"schema": {"type": "string"}},
+                        "application/json": {"schema": reference("Pipeline")},
+                    }},
+                    "responses": responses(("201", json_response("Submitted", reference("Submitted"))), &[400, 401, 403, 409, 413]),
+                },
+                "get": {
+                    "operationId": "listPipelines",
+                    "summary": "The namespace's stored pipelines",
+                    "parameters": [ns],
+                    "responses": responses(("200", json_response("Pipelines", list_of("Pipeline"))), &[401, 403]),
+                },
+            }),
+        ),
+        (
+            "/api/v1/namespaces/{namespace}/pipelines/{name}",
+            json!({
+                "get": job_op("getPipeline", "The stored pipeline (its current version)", json_response("The pipeline", reference("Pipeline")), &[]),
+                "delete": job_op("deletePipeline", "Delete a stored pipeline and its code snapshot (the runs made from it keep their copies)", changed, &[]),
+            }),
+        ),
+        (
+            "/api/v1/pipelines",
+            json!({
+                "get": {
+                    "operationId": "listAllPipelines",
+                    "summary": "Stored pipelines of every namespace the token may see",
+                    "responses": responses(("200", json_response("Pipelines", list_of("Pipeline"))), &[401]),
                 },
             }),
         ),

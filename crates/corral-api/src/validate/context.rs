@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use crate::gpu_type;
 use crate::job_priority_class::JobPriorityClass;
 use crate::node_pool::NodePool;
+use crate::pipeline::Pipeline;
 use crate::queue::Queue;
 
 /// What validation knows of the cluster: node pools, priority classes and queues, when the
@@ -25,6 +26,9 @@ pub struct ValidationContext {
     /// The cluster runs replicas from container images only (Kubernetes): every role with
     /// replicas needs `template.image`.
     pub requires_image: bool,
+    /// The stored Pipelines of the namespace a submission goes to, which its runs may name
+    /// (`spec.pipelineRef`); those of the submission itself are added to them.
+    pub pipelines: Vec<Pipeline>,
 }
 
 /// One node of a cluster, as validation sees it.

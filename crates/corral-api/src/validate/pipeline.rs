@@ -10,8 +10,8 @@ use petgraph::graph::{DiGraph, NodeIndex};
 use super::names::check_meta;
 use super::{ValidationContext, ValidationErrors, check_dns1035_label, unknown_name};
 use crate::pipeline::{
-    GENERATED_SUFFIX_LEN, ParameterType, PipelineRun, Reference, StepSpec, iteration_name,
-    step_job, step_job_name,
+    GENERATED_SUFFIX_LEN, ParameterType, Pipeline, PipelineRun, PipelineRunSpec, Reference,
+    StepSpec, iteration_name, step_job, step_job_name,
 };
 use crate::training_job::TrainingJob;
 use crate::validate::validate_training_job;
@@ -136,6 +136,59 @@ pub fn validate_pipeline_run(
     check_fan_outs(run, &index, &mut errs);
     if errs.is_empty() {
         check_acyclic(&spec.steps, &index, &mut errs);
+    }
+    errs.into_result()
+}
+
+/// A stored Pipeline: its DAG checked as a run of it would be (named as the pipeline,
+/// with no parameter given: one without a default is for each run to give), its errors
+/// at the Pipeline's own paths (`spec.steps[0]...`).
+pub fn validate_pipeline(p: &Pipeline, ctx: &ValidationContext) -> Result<(), ValidationErrors> {
+    let mut errs = ValidationErrors::default();
+    if p.metadata.generate_name.is_some() {
+        errs.push(
+            "metadata.generateName",
+            "a Pipeline is named by its runs: give metadata.name",
+        );
+    }
+    let mut run = PipelineRun {
+        api_version: p.api_version.clone(),
+        kind: "PipelineRun".into(),
+        metadata: crate::meta::ObjectMeta {
+            generate_name: None,
+            ..p.metadata.clone()
+        },
+        spec: PipelineRunSpec {
+            pipeline_spec: p.spec.clone(),
+            pipeline_ref: None,
+            params: Default::default(),
+        },
+        status: None,
+    };
+    // Each parameter without a default as a run would give it (so that the checks that
+    // follow a missing value, a cycle's among them, still run), and a fan-out over a
+    // parameter filled as a run's is.
+    for param in p.spec.parameters.iter().filter(|p| p.default.is_none()) {
+        let placeholder = match param.type_ {
+            ParameterType::String => serde_json::json!(""),
+            ParameterType::Int | ParameterType::Float => serde_json::json!(0),
+            ParameterType::Bool => serde_json::json!(false),
+            ParameterType::List => serde_json::json!([""]),
+        };
+        run.spec.params.insert(param.name.clone(), placeholder);
+    }
+    run.spec.fill_param_items();
+    if let Err(e) = validate_pipeline_run(&run, ctx) {
+        for f in e.0 {
+            if f.path.starts_with("spec.params.") {
+                continue;
+            }
+            let path = match f.path.strip_prefix("spec.pipelineSpec") {
+                Some(rest) => format!("spec{rest}"),
+                None => f.path,
+            };
+            errs.push(path, f.message);
+        }
     }
     errs.into_result()
 }

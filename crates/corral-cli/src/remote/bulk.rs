@@ -231,6 +231,11 @@ pub fn delete_with(args: &JobArgs, confirm: &Confirm<'_>) -> ExitCode {
         let ns = args.namespace.resolve(&client);
         return super::pipelines::delete(&client, &ns, &runs);
     }
+    if let Some(names) = super::stored_pipelines::pipeline_names(&args.names) {
+        let client = args.conn.client();
+        let ns = args.namespace.resolve(&client);
+        return super::stored_pipelines::delete(&client, &ns, &names);
+    }
     if let Some(names) = super::serving::served_model_names(&args.names) {
         let client = args.conn.client();
         let ns = args.namespace.resolve(&client);

@@ -252,10 +252,11 @@ pub fn run_submit(args: &SubmitArgs) -> ExitCode {
                         // A served model's revision: new (a new model, or what its replicas
                         // run changed) or kept (another field changed, or nothing).
                         let revision = r.revision.as_ref().map_or(String::new(), |rev| {
-                            if r.new_revision {
-                                format!(" (revision {rev})")
-                            } else {
-                                format!(" (revision {rev} kept)")
+                            match (kind.as_str(), r.new_revision) {
+                                ("Pipeline", true) => format!(" ({rev})"),
+                                ("Pipeline", false) => format!(" ({rev} kept: unchanged)"),
+                                (_, true) => format!(" (revision {rev})"),
+                                (_, false) => format!(" (revision {rev} kept)"),
                             }
                         });
                         println!(
@@ -443,6 +444,11 @@ fn watch(
 
 /// `corral get [NAME...]`
 pub fn run_get(args: &GetArgs) -> ExitCode {
+    if let Some(names) = super::stored_pipelines::pipeline_names(&args.names) {
+        let client = args.conn.client();
+        let ns = (!args.all_namespaces).then(|| args.namespace.resolve(&client));
+        return super::stored_pipelines::get(&client, ns.as_deref(), &names, args.output);
+    }
     if let Some(runs) = super::pipelines::run_names(&args.names) {
         let client = args.conn.client();
         let ns = (!args.all_namespaces).then(|| args.namespace.resolve(&client));
@@ -558,6 +564,9 @@ pub fn run_describe(args: &DescribeArgs) -> ExitCode {
     let ns = args.namespace.resolve(&client);
     if let Some(runs) = super::pipelines::run_names(&args.names) {
         return super::pipelines::describe(&client, &ns, &runs, args.output);
+    }
+    if let Some(names) = super::stored_pipelines::pipeline_names(&args.names) {
+        return super::stored_pipelines::describe(&client, &ns, &names, args.output);
     }
     let names = if args.names.is_empty() {
         match client.list(Some(&ns)) {

@@ -8,6 +8,8 @@
 //! - `jobs`: submit, list, get, describe, logs; `bulk`: delete, suspend, resume (by name,
 //!   `--all` or a label selector); `cluster_views`: queues, nodes, top.
 //! - `pipelines`: pipeline runs (`get pipelineruns`, `describe`/`delete pipelinerun/NAME`).
+//! - `stored_pipelines`: stored pipelines (`get pipelines`, `describe`/`delete
+//!   pipeline/NAME`) and `corral run PIPELINE`.
 //! - `serving`: served models on get, describe and delete (`servedmodel NAME`).
 //! - `usage`: the usage ledger (`corral usage`, table, JSON, YAML or CSV).
 //! - `exec`: a command inside a replica (`exec`), and the MPI launcher's agent (`rsh`).
@@ -24,6 +26,7 @@ mod pipelines;
 pub(crate) mod print;
 mod render;
 pub mod serving;
+pub mod stored_pipelines;
 mod usage;
 
 pub use bulk::{

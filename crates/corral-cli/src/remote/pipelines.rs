@@ -114,6 +114,12 @@ pub fn describe_text(d: &PipelineRunDetails) -> String {
         "Namespace:   {}\n",
         run.metadata.namespace_or_default()
     ));
+    if let Some(r) = &run.spec.pipeline_ref {
+        let version = r
+            .generation
+            .map_or_else(String::new, |g| format!(" (generation {g})"));
+        s.push_str(&format!("Pipeline:    {}{version}\n", r.name));
+    }
     s.push_str(&format!("Phase:       {}\n", status.phase.as_str()));
     if let Some(m) = &status.message {
         s.push_str(&format!("Message:     {m}\n"));

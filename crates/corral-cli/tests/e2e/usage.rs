@@ -104,6 +104,10 @@ impl UpProcess {
         Ok(up)
     }
 
+    pub(super) fn url(&self) -> &str {
+        &self.url
+    }
+
     pub(super) fn client(&self, token: &str) -> Client {
         Client::new(&self.url, Some(token))
     }

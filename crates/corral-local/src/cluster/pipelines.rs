@@ -83,6 +83,7 @@ impl Cluster {
         namespace: &str,
         runs: Vec<PipelineRun>,
         code: Option<&std::path::Path>,
+        pipelines: &super::stored_pipelines::StoredPipelines,
         now: Timestamp,
     ) -> Result<Vec<SubmitResult>, ClusterError> {
         let mut out: Vec<SubmitResult> = Vec::new();
@@ -101,6 +102,16 @@ impl Cluster {
                      metadata.name, or `corral delete pipelinerun/{name} -n {namespace}` first"
                 )));
             }
+            // A run of a stored pipeline: its version, and its code unless it brings some.
+            let from_pipeline =
+                match self.run_from_pipeline(namespace, &mut run, &pipelines.generations) {
+                    Ok(dir) => dir,
+                    Err(e) => {
+                        undo(self, &out);
+                        return Err(e);
+                    }
+                };
+            let code = code.or(from_pipeline.as_deref());
             self.uid_counter += 1;
             let uid = new_uid(namespace, &name, now, self.uid_counter);
             run.metadata.uid = Some(uid.clone());

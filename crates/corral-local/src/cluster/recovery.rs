@@ -122,6 +122,13 @@ fn open(config: ClusterConfig, now: Timestamp) -> Result<(Cluster, Vec<String>),
     for run in store.runs(None)? {
         all_uids.insert(run.uid);
     }
+    // A stored pipeline keeps one for the runs made from it later.
+    all_uids.extend(
+        store
+            .pipelines(None)?
+            .into_iter()
+            .filter_map(|p| p.metadata.uid),
+    );
     let retired_uids: HashSet<&str> = retired.iter().map(super::SummaryRow::uid).collect();
     // Uploads of requests that never ended, and snapshots of jobs that were never stored.
     // A served model's snapshots are kept by its name and revision (see `revisions`).

@@ -19,9 +19,9 @@ use corral_core::control::serving::{
 };
 use jiff::Timestamp;
 
-use super::commands::{CheckedSubmission, SubmitContext};
 use super::engine::Cluster;
 use super::revisions::{Revised, latest, revision_code_id, stable};
+use super::submission::{CheckedSubmission, SubmitContext};
 use super::{ClusterError, DocumentProblem, FieldProblem, JobState, SubmitResult, SummaryRow};
 
 /// What the router saw of one model since the last pass.

@@ -1,7 +1,8 @@
 //! The client of the pipeline run routes (`corral get pipelineruns`, `corral describe
-//! pipelinerun/NAME`, `corral delete pipelinerun/NAME`).
+//! pipelinerun/NAME`, `corral delete pipelinerun/NAME`) and the stored pipelines' (`corral
+//! get pipelines`, `corral delete pipeline/NAME`).
 
-use corral_api::PipelineRun;
+use corral_api::{Pipeline, PipelineRun};
 use corral_local::cluster::PipelineRunDetails;
 
 use super::{Client, ClientError, changed, encode};
@@ -37,6 +38,36 @@ impl Client {
         let req = self.auth(
             self.agent
                 .delete(self.url(&Self::run_path(namespace, name))),
+        );
+        self.finish(req.call()).map(|text| changed(&text))
+    }
+
+    fn pipeline_path(namespace: &str, name: &str) -> String {
+        format!(
+            "/api/v1/namespaces/{}/pipelines/{}",
+            encode(namespace),
+            encode(name)
+        )
+    }
+
+    /// Stored pipelines of one namespace, or of every namespace the token may see.
+    pub fn pipelines(&self, namespace: Option<&str>) -> Result<Vec<Pipeline>, ClientError> {
+        match namespace {
+            Some(ns) => self.get_items(&format!("/api/v1/namespaces/{}/pipelines", encode(ns))),
+            None => self.get_items("/api/v1/pipelines"),
+        }
+    }
+
+    pub fn pipeline(&self, namespace: &str, name: &str) -> Result<Pipeline, ClientError> {
+        let v = self.get_value(&Self::pipeline_path(namespace, name))?;
+        serde_json::from_value(v).map_err(|e| ClientError::Protocol(e.to_string()))
+    }
+
+    /// Deletes a stored pipeline (the runs made from it stay).
+    pub fn delete_pipeline(&self, namespace: &str, name: &str) -> Result<bool, ClientError> {
+        let req = self.auth(
+            self.agent
+                .delete(self.url(&Self::pipeline_path(namespace, name))),
         );
         self.finish(req.call()).map(|text| changed(&text))
     }

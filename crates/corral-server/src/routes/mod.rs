@@ -9,7 +9,8 @@
 //! - `watch`: changes (jobs, pending reasons, events) pushed as server-sent events.
 //! - `series`: the history store's time series, for charts.
 //! - `usage`: the usage ledger (GPU-hours per period, namespace, queue, GPU type, job).
-//! - `pipelines`: pipeline runs: list, get, describe, delete.
+//! - `pipelines`: pipeline runs (list, get, describe, delete) and stored pipelines (list,
+//!   get, delete).
 //! - `list_body`: the `{"items": [...]}` body every list answers with.
 //!
 //! The dashboard's page and assets (`/`, `/ui/...`) are `crate::dashboard`'s.
@@ -89,6 +90,15 @@ pub fn router(state: AppState) -> Router {
             get(pipelines::describe_run),
         )
         .route("/api/v1/pipelineruns", get(pipelines::list_all))
+        .route(
+            "/api/v1/namespaces/{namespace}/pipelines",
+            post(submit).get(pipelines::list_pipelines),
+        )
+        .route(
+            "/api/v1/namespaces/{namespace}/pipelines/{name}",
+            get(pipelines::get_pipeline).delete(pipelines::delete_pipeline),
+        )
+        .route("/api/v1/pipelines", get(pipelines::list_all_pipelines))
         .route("/api/v1/servedmodels", get(crate::serving::list_all))
         .route("/api/v1/queues", get(queues))
         .route("/api/v1/nodes", get(nodes))

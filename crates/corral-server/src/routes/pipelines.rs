@@ -1,5 +1,6 @@
 //! Pipeline runs: list, get, describe (each step's phase and job, in DAG order), delete
-//! (with its steps' jobs). Runs are submitted as any document, on the submit routes.
+//! (with its steps' jobs); stored Pipelines: list, get, delete (the runs made from one keep
+//! their copy). Both are submitted as any document, on the submit routes.
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -92,5 +93,67 @@ pub(super) async fn delete_run(
         }))
         .into_response()),
         None => Err(run_not_found(&namespace, &name)),
+    }
+}
+
+fn pipeline_not_found(namespace: &str, name: &str) -> ApiError {
+    ApiError::not_found(format!(
+        "Pipeline {name} not found in namespace {namespace}; `corral get pipelines -n \
+         {namespace}` lists them"
+    ))
+}
+
+pub(super) async fn list_pipelines(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(namespace): Path<String>,
+) -> ApiResult {
+    caller.check(&namespace)?;
+    let items = state
+        .with_cluster(move |c| c.pipelines(Some(&namespace)))
+        .await??;
+    Ok(Json(json!({ "items": items })).into_response())
+}
+
+pub(super) async fn list_all_pipelines(State(state): State<AppState>, caller: Caller) -> ApiResult {
+    let only = caller.namespace().map(str::to_string);
+    let items = state
+        .with_cluster(move |c| c.pipelines(only.as_deref()))
+        .await??;
+    Ok(Json(json!({ "items": items })).into_response())
+}
+
+pub(super) async fn get_pipeline(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((namespace, name)): Path<(String, String)>,
+) -> ApiResult {
+    caller.check(&namespace)?;
+    let (ns, n) = (namespace.clone(), name.clone());
+    match state.with_cluster(move |c| c.pipeline(&ns, &n)).await?? {
+        Some(p) => Ok(Json(p).into_response()),
+        None => Err(pipeline_not_found(&namespace, &name)),
+    }
+}
+
+pub(super) async fn delete_pipeline(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((namespace, name)): Path<(String, String)>,
+) -> ApiResult {
+    caller.check(&namespace)?;
+    let (ns, n) = (namespace.clone(), name.clone());
+    match state
+        .with_cluster(move |c| c.delete_pipeline(&ns, &n))
+        .await??
+    {
+        Some(()) => Ok(Json(json!({
+            "namespace": namespace,
+            "name": name,
+            "result": "deleted",
+            "changed": true,
+        }))
+        .into_response()),
+        None => Err(pipeline_not_found(&namespace, &name)),
     }
 }

@@ -83,7 +83,7 @@ pub(super) async fn submit(
     }
     // Parsing and validation need no lock: requests check their documents in parallel
     // and hold the cluster only to store them.
-    let ctx = state.submit_context();
+    let ctx = state.submit_context_for(&namespace, &text).await?;
     let ns = namespace.clone();
     // A small submission (one job is about 1 KB) is checked right here, which costs less
     // than handing it to another thread; a large one on the blocking pool.
@@ -115,6 +115,16 @@ pub(super) async fn submit(
                 uid: String::new(),
                 converted_from: None,
                 kind: Some("PipelineRun".into()),
+                revision: None,
+                new_revision: false,
+                warnings: Vec::new(),
+            }))
+            .chain(checked.pipelines().iter().map(|p| SubmitResult {
+                namespace: namespace.clone(),
+                name: p.metadata.name.clone(),
+                uid: String::new(),
+                converted_from: None,
+                kind: Some("Pipeline".into()),
                 revision: None,
                 new_revision: false,
                 warnings: Vec::new(),
@@ -302,7 +312,7 @@ pub(super) async fn submit_with_code(
         )));
     }
     let served = corral_local::cluster::has_served_models(&text);
-    let ctx = state.submit_context();
+    let ctx = state.submit_context_for(&namespace, &text).await?;
     let ns = namespace.clone();
     let (manifest, ns_code) = (text.clone(), namespace.clone());
     let checked = tokio::task::spawn_blocking(move || {

@@ -1,0 +1,199 @@
+//! A stored Pipeline through the real `corral up` and `corral` programs: submitted once
+//! with its code, run with `corral run -p`, its code kept across a `kill -9` and restart,
+//! revised into a new version while the runs made from the old one keep theirs, refusals at
+//! the reference's fields with nothing stored, and deleted without its runs.
+
+use std::process::{Command, Output};
+
+use corral_api::pipeline::RunPhase;
+
+use super::usage::{self, ADMIN_TOKEN, UpProcess};
+use super::*;
+
+const PIPELINE: &str = "apiVersion: corral.dev/v1alpha1
+kind: Pipeline
+metadata: {name: fit}
+spec:
+  parameters:
+    - {name: tag, type: string}
+    - {name: lrs, type: list, default: [1]}
+  steps:
+    - name: train
+      withParam: lrs
+      inputs: {tag: params.tag}
+      outputs: [model]
+      task: {command: [sh, step.sh], resources: {cpu: 10m, memory: 16Mi}}
+    - name: report
+      dependsOn: [train]
+      task: {command: ['true'], resources: {cpu: 10m, memory: 16Mi}}
+";
+
+/// The code the pipeline ships: writes its version, item and tag into its output.
+fn write_code(dir: &Path, version: &str) -> Result<(), Failed> {
+    std::fs::write(
+        dir.join("step.sh"),
+        format!(
+            "echo \"{version} $CORRAL_ITEM $CORRAL_INPUT_TAG\" > \"$CORRAL_OUTPUT_MODEL/out.txt\"\n"
+        ),
+    )?;
+    Ok(())
+}
+
+fn corral(up: &UpProcess, args: &[&str]) -> Result<Output, Failed> {
+    Ok(Command::new(env!("CARGO_BIN_EXE_corral"))
+        .args(["--server", up.url(), "--token", ADMIN_TOKEN])
+        .args(args)
+        .env_remove("CORRAL_SERVER")
+        .env_remove("CORRAL_TOKEN")
+        .env_remove("CORRAL_NAMESPACE")
+        .output()?)
+}
+
+fn said(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout: {}\nstderr: {}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// `corral ARGS` succeeds and prints `words`.
+fn ok(up: &UpProcess, args: &[&str], words: &str) -> TestResult {
+    let o = corral(up, args)?;
+    check(
+        o.status.success() && said(&o).contains(words),
+        format!("corral {args:?} (expected `{words}`): {}", said(&o)),
+    )
+}
+
+/// `corral ARGS` fails and says `words`.
+fn refused(up: &UpProcess, args: &[&str], words: &str) -> TestResult {
+    let o = corral(up, args)?;
+    check(
+        !o.status.success() && said(&o).contains(words),
+        format!(
+            "corral {args:?} (expected a refusal with `{words}`): {}",
+            said(&o)
+        ),
+    )
+}
+
+/// The first iteration's output of a finished run, once it succeeded.
+fn first_output(client: &Client, run: &str) -> Result<String, Failed> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let d = client.describe_pipeline_run("default", run)?;
+        let status = d.run.status.clone().unwrap_or_default();
+        if status.phase.is_finished() {
+            check(
+                status.phase == RunPhase::Succeeded,
+                remote::describe_run_text(&d),
+            )?;
+            let model = status
+                .steps
+                .get("train-0")
+                .and_then(|s| s.outputs.get("model"))
+                .map(|a| a.path.clone())
+                .unwrap_or_default();
+            return Ok(std::fs::read_to_string(Path::new(&model).join("out.txt"))?
+                .trim()
+                .to_string());
+        }
+        check(Instant::now() < deadline, format!("{run} did not finish"))?;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+pub(super) fn a_stored_pipeline_runs_with_its_code_and_keeps_its_versions() -> TestResult {
+    let dir = usage::admin_dir()?;
+    let code = tempfile::tempdir()?;
+    write_code(code.path(), "v1")?;
+    let file = dir.path().join("pipeline.yaml");
+    std::fs::write(&file, PIPELINE)?;
+    let (file, code_dir) = (
+        file.to_string_lossy().to_string(),
+        code.path().to_string_lossy().to_string(),
+    );
+    let up = UpProcess::start(dir.path(), usage::free_port()?)?;
+    ok(
+        &up,
+        &["submit", &file, "--code", &code_dir],
+        "pipeline/fit submitted in namespace default (generation 1)",
+    )?;
+    ok(&up, &["get", "pipelines"], "fit    1")?;
+    ok(
+        &up,
+        &[
+            "run",
+            "fit",
+            "-p",
+            "tag=a",
+            "-p",
+            "lrs=[7, 8]",
+            "--name",
+            "r1",
+        ],
+        "pipelinerun/r1 submitted",
+    )?;
+    let client = up.client(ADMIN_TOKEN);
+    check(first_output(&client, "r1")? == "v1 7 a", "r1 ran v1's code")?;
+    // Refused at the field, nothing stored.
+    refused(&up, &["run", "fit"], "spec.params.tag: is required")?;
+    refused(
+        &up,
+        &["run", "fitt", "-p", "tag=a"],
+        "spec.pipelineRef.name: there is no Pipeline `fitt` in this namespace; there are: fit",
+    )?;
+    refused(
+        &up,
+        &["run", "fit", "-p", "tag=a", "--generation", "3"],
+        "spec.pipelineRef.generation: Pipeline `fit` is at generation 1, not 3",
+    )?;
+    check(
+        client.pipeline_runs(Some("default"))?.len() == 1,
+        "a refused run was stored",
+    )?;
+    // The pipeline's code outlives a kill -9 and the restart's sweep of code snapshots.
+    up.kill()?;
+    let up = UpProcess::start(dir.path(), usage::free_port()?)?;
+    let client = up.client(ADMIN_TOKEN);
+    ok(&up, &["run", "fit", "-p", "tag=b", "--name", "r2"], "r2")?;
+    check(first_output(&client, "r2")? == "v1 1 b", "r2 ran v1's code")?;
+    // The same again is no new version; new code is.
+    ok(
+        &up,
+        &["submit", &file, "--code", &code_dir],
+        "(generation 1 kept: unchanged)",
+    )?;
+    write_code(code.path(), "v2")?;
+    ok(
+        &up,
+        &["submit", &file, "--code", &code_dir],
+        "(generation 2)",
+    )?;
+    ok(&up, &["run", "fit", "-p", "tag=c", "--name", "r3"], "r3")?;
+    check(first_output(&client, "r3")? == "v2 1 c", "r3 ran v2's code")?;
+    let generation = |run: &str| -> Result<Option<i64>, Failed> {
+        let r = client.describe_pipeline_run("default", run)?.run;
+        Ok(r.spec.pipeline_ref.and_then(|r| r.generation))
+    };
+    check(
+        generation("r1")? == Some(1) && generation("r3")? == Some(2),
+        "each run records the version it ran",
+    )?;
+    ok(
+        &up,
+        &["describe", "pipeline/fit"],
+        "r3     2            Succeeded",
+    )?;
+    // Deleted: its runs stay, a new run is refused.
+    ok(&up, &["delete", "pipeline/fit"], "pipeline/fit deleted")?;
+    ok(&up, &["get", "pipelineruns"], "r1")?;
+    refused(&up, &["run", "fit", "-p", "tag=d"], "there is none")?;
+    check(
+        client.describe_pipeline_run("default", "r1").is_ok(),
+        "r1 went with its pipeline",
+    )?;
+    Ok(())
+}
