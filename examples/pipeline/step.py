@@ -6,6 +6,7 @@ Each reads its inputs from CORRAL_INPUT_<NAME> (an artifact's directory, or a
 parameter's value) and writes its outputs into the directories CORRAL_OUTPUT_<NAME>.
 """
 
+import json
 import os
 import pathlib
 import sys
@@ -50,8 +51,11 @@ def evaluate():
 
 
 def report():
-    # After a sweep: every iteration has succeeded, or this step would not run.
-    print("every learning rate of the sweep trained")
+    # After a sweep: every iteration's model, collected in item order (a JSON list of
+    # their directories in CORRAL_INPUT_MODELS), once every iteration has succeeded.
+    dirs = json.loads(os.environ.get("CORRAL_INPUT_MODELS", "[]"))
+    weights = [float(pathlib.Path(d, "model.txt").read_text()) for d in dirs]
+    print(f"RESULT ok models={len(weights)} weights={weights}")
     log("report")
 
 

@@ -258,7 +258,9 @@ pub struct StepSpec {
     /// Fan-out: the step runs once per item, as steps `<name>-0`, `<name>-1`, ..., each
     /// with `CORRAL_ITEM` (the item: a string as is, anything else as JSON text) and
     /// `CORRAL_ITEM_INDEX` in its environment. A step that needs this one waits for every
-    /// iteration; no step may read a fan-out step's outputs by reference.
+    /// iteration; a step that reads one of its outputs (`steps.<name>.outputs.<output>`)
+    /// gets them all, collected in item order (as Kubeflow Pipelines' `dsl.Collected`): a
+    /// JSON list of the iterations' paths.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub with_items: Vec<serde_json::Value>,
     /// Fan-out over a parameter: the name of a `list` parameter, whose value in the run
@@ -633,10 +635,30 @@ impl PipelineSpec {
                 })
                 .collect()
         };
+        // A step reading a fan-out's outputs (collected, one per item) needs every iteration.
+        let collecting = |step: &StepSpec| -> Vec<String> {
+            let read: Vec<String> = step
+                .inputs
+                .values()
+                .filter_map(|r| match Reference::parse(r) {
+                    Ok(Reference::Artifact { step, .. })
+                        if fan_outs.contains_key(step.as_str()) =>
+                    {
+                        Some(step)
+                    }
+                    _ => None,
+                })
+                .collect();
+            let mut needs = widen(&step.depends_on);
+            needs.extend(widen(&read));
+            needs.sort();
+            needs.dedup();
+            needs
+        };
         let mut steps = Vec::new();
         for step in &self.steps {
             let mut step = step.clone();
-            step.depends_on = widen(&step.depends_on);
+            step.depends_on = collecting(&step);
             if step.with_items.is_empty() {
                 steps.push(step);
                 continue;
@@ -659,7 +681,7 @@ impl PipelineSpec {
         }
         let mut on_exit = self.on_exit.clone();
         if let Some(exit) = on_exit.as_deref_mut() {
-            exit.depends_on = widen(&exit.depends_on);
+            exit.depends_on = collecting(exit);
         }
         PipelineSpec {
             parameters: self.parameters.clone(),
@@ -667,6 +689,13 @@ impl PipelineSpec {
             parallelism: self.parallelism,
             on_exit,
         }
+    }
+
+    /// The iterations of fan-out step `name` in this (expanded) pipeline, in item order.
+    pub fn iterations_of<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a StepSpec> + 'a {
+        self.steps
+            .iter()
+            .filter(move |s| s.iteration_of.as_ref().is_some_and(|(f, _)| f == name))
     }
 
     /// The steps' indices in an order where every step comes after those it needs (ties by

@@ -180,16 +180,47 @@ fn a_fan_out_parses_and_expands_into_its_iterations() {
 }
 
 #[test]
-fn fan_out_mistakes_are_refused_at_their_fields() {
+fn a_step_reading_a_fan_outs_output_needs_every_iteration() {
     let reads = FAN_OUT.replace(
         "dependsOn: [shard]",
-        "inputs: {p: steps.shard.outputs.part}",
+        "inputs: {parts: steps.shard.outputs.part}",
+    );
+    let parsed = parse_documents(&reads, &ValidationContext::default());
+    let Ok(p) = &parsed[0] else {
+        panic!("{parsed:?}");
+    };
+    let Document::PipelineRun(run) = &p.document else {
+        panic!("not a run");
+    };
+    let spec = run.spec.pipeline_spec.expanded();
+    assert_eq!(spec.steps[3].depends_on, ["shard-0", "shard-1", "shard-2"]);
+    let order: Vec<&str> = spec
+        .topological_order()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|i| spec.steps[i].name.as_str())
+        .collect();
+    assert_eq!(order.last(), Some(&"merge"));
+    let iterations: Vec<&str> = spec
+        .iterations_of("shard")
+        .map(|s| s.name.as_str())
+        .collect();
+    assert_eq!(iterations, ["shard-0", "shard-1", "shard-2"]);
+}
+
+#[test]
+fn fan_out_mistakes_are_refused_at_their_fields() {
+    // A condition compares one value, and a fan-out has one per item.
+    let reads = FAN_OUT.replace(
+        "dependsOn: [shard]",
+        "when: [{value: steps.shard.outputs.part, equals: x}]",
     );
     let e = errors(&reads);
     assert!(
-        e.iter()
-            .any(|m| m.starts_with("spec.pipelineSpec.steps[1].inputs.p: ")
-                && m.contains("fan-out step `shard`")),
+        e.iter().any(
+            |m| m.starts_with("spec.pipelineSpec.steps[1].when[0].value: ")
+                && m.contains("fan-out step `shard`")
+        ),
         "{e:?}"
     );
     let bound_alone = FAN_OUT.replace(

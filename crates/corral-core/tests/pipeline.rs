@@ -404,6 +404,70 @@ fn a_fan_out_runs_once_per_item_with_the_item_in_its_env_and_its_dependents_wait
     assert_eq!(created, vec!["merge"]);
 }
 
+/// A step reading a fan-out's output gets every iteration's, collected in item order: a
+/// JSON list of their paths, hashed together for its cache key and lineage.
+#[test]
+fn a_fan_outs_outputs_are_collected_in_item_order_for_the_step_that_reads_them() {
+    let mut merge = step("merge", &[]);
+    merge
+        .inputs
+        .insert("parts".into(), "steps.shard.outputs.out".into());
+    let mut r = run(
+        vec![step("prep", &[]), fan_out("shard", 3, None), merge],
+        None,
+    );
+    let mut jobs = BTreeMap::new();
+    let none = BTreeMap::new();
+    r.status = Some(settle(&r, &jobs, &none).status);
+    jobs.insert("prep".to_string(), Observed::Succeeded);
+    let d = settle(&r, &jobs, &none);
+    r.status = Some(d.status);
+    // Two of three done: merge waits (it needs every iteration through its input alone).
+    jobs.insert("shard-0".to_string(), Observed::Succeeded);
+    jobs.insert("shard-2".to_string(), Observed::Succeeded);
+    jobs.insert("shard-1".to_string(), Observed::Active);
+    let d = settle(&r, &jobs, &none);
+    assert!(d.create.is_empty(), "merge started before shard-1 ended");
+    r.status = Some(d.status);
+    jobs.insert("shard-1".to_string(), Observed::Succeeded);
+    let d = settle(&r, &jobs, &none);
+    assert_eq!(d.create.len(), 1);
+    let launch = &d.create[0];
+    assert_eq!(launch.step, "merge");
+    let parts = match launch.inputs.get("parts") {
+        Some(corral_core::control::pipeline::StepInput::Artifact(p)) => p.clone(),
+        other => panic!("parts: {other:?}"),
+    };
+    assert_eq!(
+        parts,
+        r#"["/a/shard-0/out","/a/shard-1/out","/a/shard-2/out"]"#
+    );
+    // Its key follows every iteration's content: another hash for one item, another key.
+    let key = d.status.steps["merge"].cache_key.clone();
+    let mut changed = d.status.clone();
+    if let Some(st) = changed.steps.get_mut("shard-1") {
+        for a in st.outputs.values_mut() {
+            a.sha256 = "h-other".into();
+        }
+    }
+    changed.steps.remove("merge");
+    let mut r2 = r.clone();
+    r2.status = Some(changed);
+    let d2 = settle(&r2, &jobs, &none);
+    assert_ne!(d2.status.steps["merge"].cache_key, key);
+    // Recorded with its lineage once it succeeded: the collected record.
+    r.status = Some(d.status);
+    jobs.insert("merge".to_string(), Observed::Succeeded);
+    let d = settle(&r, &jobs, &none);
+    let rec = d
+        .record
+        .iter()
+        .find(|x| x.step == "merge")
+        .expect("merge recorded");
+    assert_eq!(rec.inputs["parts"].path, parts);
+    assert_eq!(d.status.phase, RunPhase::Succeeded);
+}
+
 #[test]
 fn first_steps_are_what_a_run_starts_with() {
     let r = run(

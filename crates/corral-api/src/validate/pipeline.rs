@@ -240,7 +240,7 @@ fn check_with_param(
 }
 
 /// `withItems` and a step's `parallelism`: a bounded list, iteration names that are free
-/// and valid, and no reference to a fan-out step's outputs (which iteration's would it be?).
+/// and valid, and no condition on a fan-out step's outputs (which iteration's would it be?).
 fn check_fan_outs(run: &PipelineRun, index: &BTreeMap<&str, usize>, errs: &mut ValidationErrors) {
     let spec = &run.spec.pipeline_spec;
     for (i, step) in spec.steps.iter().enumerate() {
@@ -319,17 +319,13 @@ fn check_fan_outs(run: &PipelineRun, index: &BTreeMap<&str, usize>, errs: &mut V
                 .as_deref()
                 .map(|s| ("spec.pipelineSpec.onExit".to_string(), s)),
         );
+    // An input may read a fan-out's outputs (collected); a condition compares one value.
     for (path, step) in readers {
         let refs = step
-            .inputs
+            .when
             .iter()
-            .map(|(k, r)| (format!("{path}.inputs.{k}"), r))
-            .chain(
-                step.when
-                    .iter()
-                    .enumerate()
-                    .map(|(w, c)| (format!("{path}.when[{w}].value"), &c.value)),
-            );
+            .enumerate()
+            .map(|(w, c)| (format!("{path}.when[{w}].value"), &c.value));
         for (at, r) in refs {
             if let Ok(Reference::Artifact { step: s, .. }) = Reference::parse(r)
                 && fan_out(&s)
@@ -337,8 +333,9 @@ fn check_fan_outs(run: &PipelineRun, index: &BTreeMap<&str, usize>, errs: &mut V
                 errs.push(
                     at,
                     format!(
-                        "`{r}` reads an output of fan-out step `{s}`, which has one per item; \
-                         depend on it (dependsOn) and share files another way, or drop withItems"
+                        "`{r}` reads an output of fan-out step `{s}`, which has one per item, \
+                         and a condition compares one value; read them as an input (a JSON \
+                         list of the iterations' paths) and decide in the step"
                     ),
                 );
             }

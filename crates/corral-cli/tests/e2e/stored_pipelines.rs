@@ -1,11 +1,12 @@
 //! A stored Pipeline through the real `corral up` and `corral` programs: submitted once
-//! with its code, run with `corral run -p`, its code kept across a `kill -9` and restart,
+//! with its code, run with `corral run -p` (a fan-out whose outputs a later step collects), its code kept across a `kill -9` and restart,
 //! revised into a new version while the runs made from the old one keep theirs, refusals at
 //! the reference's fields with nothing stored, and deleted without its runs.
 
 use std::process::{Command, Output};
 
 use corral_api::pipeline::RunPhase;
+use corral_local::cluster::PipelineRunDetails;
 
 use super::usage::{self, ADMIN_TOKEN, UpProcess};
 use super::*;
@@ -24,9 +25,17 @@ spec:
       outputs: [model]
       task: {command: [sh, step.sh], resources: {cpu: 10m, memory: 16Mi}}
     - name: report
-      dependsOn: [train]
-      task: {command: ['true'], resources: {cpu: 10m, memory: 16Mi}}
+      inputs: {models: steps.train.outputs.model}
+      outputs: [summary]
+      task: {command: [sh, report.sh], resources: {cpu: 10m, memory: 16Mi}}
 ";
+
+/// The report step: every iteration's output, collected in item order (a JSON list of
+/// their directories), written one after the other.
+const REPORT_SH: &str = r#"for d in $(echo "$CORRAL_INPUT_MODELS" | tr -d '[]"' | tr ',' ' '); do
+  cat "$d/out.txt"
+done > "$CORRAL_OUTPUT_SUMMARY/all.txt"
+"#;
 
 /// The code the pipeline ships: writes its version, item and tag into its output.
 fn write_code(dir: &Path, version: &str) -> Result<(), Failed> {
@@ -36,6 +45,7 @@ fn write_code(dir: &Path, version: &str) -> Result<(), Failed> {
             "echo \"{version} $CORRAL_ITEM $CORRAL_INPUT_TAG\" > \"$CORRAL_OUTPUT_MODEL/out.txt\"\n"
         ),
     )?;
+    std::fs::write(dir.join("report.sh"), REPORT_SH)?;
     Ok(())
 }
 
@@ -79,6 +89,21 @@ fn refused(up: &UpProcess, args: &[&str], words: &str) -> TestResult {
     )
 }
 
+/// An output's file of a succeeded run: `step`'s `output`, file `file`.
+fn output_file(d: &PipelineRunDetails, step: &str, output: &str, file: &str) -> String {
+    let status = d.run.status.clone().unwrap_or_default();
+    let dir = status
+        .steps
+        .get(step)
+        .and_then(|s| s.outputs.get(output))
+        .map(|a| a.path.clone())
+        .unwrap_or_default();
+    std::fs::read_to_string(Path::new(&dir).join(file))
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
 /// The first iteration's output of a finished run, once it succeeded.
 fn first_output(client: &Client, run: &str) -> Result<String, Failed> {
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -90,15 +115,7 @@ fn first_output(client: &Client, run: &str) -> Result<String, Failed> {
                 status.phase == RunPhase::Succeeded,
                 remote::describe_run_text(&d),
             )?;
-            let model = status
-                .steps
-                .get("train-0")
-                .and_then(|s| s.outputs.get("model"))
-                .map(|a| a.path.clone())
-                .unwrap_or_default();
-            return Ok(std::fs::read_to_string(Path::new(&model).join("out.txt"))?
-                .trim()
-                .to_string());
+            return Ok(output_file(&d, "train-0", "model", "out.txt"));
         }
         check(Instant::now() < deadline, format!("{run} did not finish"))?;
         std::thread::sleep(Duration::from_millis(100));
@@ -138,6 +155,16 @@ pub(super) fn a_stored_pipeline_runs_with_its_code_and_keeps_its_versions() -> T
     )?;
     let client = up.client(ADMIN_TOKEN);
     check(first_output(&client, "r1")? == "v1 7 a", "r1 ran v1's code")?;
+    // The report read both iterations' models, collected in item order.
+    let d = client.describe_pipeline_run("default", "r1")?;
+    let all = output_file(&d, "report", "summary", "all.txt");
+    check(
+        all == "v1 7 a\nv1 8 a",
+        format!(
+            "the collected models: {all:?}\n{}",
+            remote::describe_run_text(&d)
+        ),
+    )?;
     // Refused at the field, nothing stored.
     refused(&up, &["run", "fit"], "spec.params.tag: is required")?;
     refused(

@@ -20,7 +20,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use corral_api::pipeline::{
-    ArtifactRecord, PipelineRun, Reference, RunPhase, StepPhase, StepSpec, StepStatus, step_job,
+    ArtifactRecord, PipelineRun, PipelineRunStatus, PipelineSpec, Reference, RunPhase, StepPhase,
+    StepSpec, StepStatus, step_job,
 };
 use corral_api::{ConditionStatus, ConditionType, JobState, TrainingJob};
 use jiff::Timestamp;
@@ -235,6 +236,36 @@ fn params(run: &PipelineRun) -> BTreeMap<String, serde_json::Value> {
     out
 }
 
+/// What an input `steps.<step>.outputs.<output>` reads, once it can be read: that step's
+/// output; of a fan-out step (in the expanded `spec`), every iteration's, collected in item
+/// order into one record whose path is the JSON list of their paths and whose hash is the
+/// SHA-256 of theirs, so that a reader's cache key and lineage change with any of them.
+fn input_artifact(
+    spec: &PipelineSpec,
+    status: &PipelineRunStatus,
+    step: &str,
+    output: &str,
+) -> Option<ArtifactRecord> {
+    if let Some(st) = status.steps.get(step) {
+        return st.outputs.get(output).cloned();
+    }
+    let mut paths = Vec::new();
+    let mut hashes = Sha256::new();
+    for it in spec.iterations_of(step) {
+        let a = status.steps.get(&it.name)?.outputs.get(output)?;
+        paths.push(serde_json::Value::String(a.path.clone()));
+        hashes.update(a.sha256.as_bytes());
+        hashes.update(b"\n");
+    }
+    if paths.is_empty() {
+        return None;
+    }
+    Some(ArtifactRecord {
+        path: serde_json::Value::Array(paths).to_string(),
+        sha256: format!("sha256:{:x}", hashes.finalize()),
+    })
+}
+
 /// The cache key of a step with these resolved inputs (see the module docs).
 pub fn cache_key(
     run: &PipelineRun,
@@ -300,6 +331,8 @@ pub fn decide(
     }
     let params = params(run);
     let limit = spec.parallelism.map_or(usize::MAX, |p| p as usize);
+    // A fan-out named by a reference is not a step here: its iterations are (`dependsOn`).
+    let names: BTreeSet<&str> = spec.steps.iter().map(|s| s.name.as_str()).collect();
     // First what the jobs say of the steps already started (the exit handler's too).
     let observed = order
         .iter()
@@ -357,7 +390,8 @@ pub fn decide(
         if phase_of(&d, &step.name) != Some(StepPhase::Pending) {
             continue;
         }
-        let needs = step.needs();
+        let mut needs = step.needs();
+        needs.retain(|n| names.contains(n.as_str()));
         if let Some(skipped) = needs
             .iter()
             .find(|n| phase_of(&d, n) == Some(StepPhase::Skipped))
@@ -386,14 +420,9 @@ pub fn decide(
                     inputs.insert(name.clone(), StepInput::Value(v));
                 }
                 Ok(Reference::Artifact { step: s, output }) => {
-                    if let Some(a) = d
-                        .status
-                        .steps
-                        .get(&s)
-                        .and_then(|st| st.outputs.get(&output))
-                    {
+                    if let Some(a) = input_artifact(spec, &d.status, &s, &output) {
                         inputs.insert(name.clone(), StepInput::Artifact(a.path.clone()));
-                        artifacts.insert(name.clone(), a.clone());
+                        artifacts.insert(name.clone(), a);
                     }
                 }
                 Err(_) => {}
@@ -478,12 +507,9 @@ pub fn decide(
                 .inputs
                 .iter()
                 .filter_map(|(name, r)| match Reference::parse(r) {
-                    Ok(Reference::Artifact { step: s, output }) => d
-                        .status
-                        .steps
-                        .get(&s)
-                        .and_then(|u| u.outputs.get(&output))
-                        .map(|a| (name.clone(), a.clone())),
+                    Ok(Reference::Artifact { step: s, output }) => {
+                        input_artifact(spec, &d.status, &s, &output).map(|a| (name.clone(), a))
+                    }
                     _ => None,
                 })
                 .collect();
@@ -713,7 +739,9 @@ pub fn listing(run: &PipelineRun) -> Vec<(String, StepPhase, Vec<String>)> {
                 .steps
                 .get(&s.name)
                 .map_or(StepPhase::Pending, |st| st.phase);
-            (s.name.clone(), phase, s.needs())
+            let mut needs = s.needs();
+            needs.retain(|n| spec.steps.iter().any(|x| &x.name == n));
+            (s.name.clone(), phase, needs)
         })
         .chain(spec.on_exit.iter().map(|e| {
             let phase = status
