@@ -13,9 +13,17 @@
 //! the artifact's directory, written as `$(CORRAL_OUTPUT_A)/a`, which the step's creation
 //! expands (`corral_core::control::pipeline::step_job_with_artifacts`).
 //!
+//! A `dsl.ParallelFor` of one task is a fan-out step named after that task: over a pipeline
+//! parameter (`withParam`) or a constant list (`withItems`), with its `parallelism`; the
+//! task's input that is the loop's item is `$(CORRAL_ITEM)`, and a later task reading the
+//! loop's output (`dsl.Collected`) reads every iteration's, collected in item order:
+//! `{{$.inputs.artifacts['a']}}` is a JSON list of the artifacts' directories, each holding
+//! the file its producer wrote (named after the producer's output), where Kubeflow passes a
+//! JSON list of artifact objects.
+//!
 //! What is refused, naming the field: executors that are not containers (importers,
-//! resolvers), nested DAGs (`dsl.ParallelFor`, `dsl.If`, `dsl.ExitHandler`), output
-//! parameters, list and struct parameters, and any other placeholder.
+//! resolvers), other nested DAGs (`dsl.If`, `dsl.ExitHandler`, a loop of several tasks, a
+//! loop over artifacts), output parameters, struct parameters, and any other placeholder.
 
 use std::collections::BTreeMap;
 
@@ -70,11 +78,43 @@ pub fn convert(doc: &Value) -> Result<PipelineRun, Errors> {
     if tasks.is_empty() {
         errors.push(FieldError::new("root.dag.tasks", "needs at least one task"));
     }
+    // Loops first: the tasks after them read their outputs, and name them.
+    let mut loops: BTreeMap<String, Loop> = BTreeMap::new();
+    for (task_name, task) in tasks {
+        let iterates = ["parameterIterator", "iteratorPolicy", "artifactIterator"]
+            .iter()
+            .any(|k| task.get(k).is_some());
+        if iterates && let Some(l) = parse_loop(doc, task_name, task, &mut errors) {
+            loops.insert(task_name.clone(), l);
+        }
+    }
+    for l in loops.values() {
+        if tasks.contains_key(&l.body_name) {
+            errors.push(FieldError::new(
+                format!("root.dag.tasks.{}", l.body_name),
+                format!(
+                    "names a task of the root DAG and the task of loop `{}`; a loop's task \
+                     becomes a step of that name",
+                    l.task_name
+                ),
+            ));
+        }
+    }
     let mut steps = Vec::new();
     for (task_name, task) in tasks {
-        if let Some(step) = step(doc, task_name, task, &mut errors) {
-            steps.push(step);
-        }
+        let made = match loops.get(task_name) {
+            Some(l) => loop_step(doc, l, &loops, &mut errors),
+            None => step(
+                doc,
+                &format!("root.dag.tasks.{task_name}"),
+                task_name,
+                task,
+                &Scope::Root,
+                &loops,
+                &mut errors,
+            ),
+        };
+        steps.extend(made);
     }
     if !errors.is_empty() {
         return Err(errors);
@@ -154,10 +194,251 @@ enum Input {
     Constant(String),
     /// Another task's output artifact: its output key (the file's name in the directory).
     Artifact(String),
+    /// A loop's output: every iteration's artifact, collected (a JSON list of directories).
+    Collected,
+    /// The loop's item, in a loop's task.
+    Item,
 }
 
-fn step(doc: &Value, task_name: &str, task: &Value, errors: &mut Errors) -> Option<StepSpec> {
+/// A `dsl.ParallelFor` over one container task (see the module docs).
+struct Loop<'a> {
+    /// The root DAG's task that iterates (`for-loop-1`), whose inputs its body reads.
+    task_name: String,
+    task: &'a Value,
+    /// Where the body is in the document, its name (the fan-out step's) and the task.
+    body_at: String,
+    body_name: String,
+    body: &'a Value,
+    /// The body's input that is the item.
+    item_input: String,
+    items: Items,
+    parallelism: Option<u32>,
+    /// The loop's outputs: its key -> the body's output key.
+    outputs: BTreeMap<String, String>,
+}
+
+enum Items {
+    /// A pipeline parameter (a list).
+    Param(String),
+    Raw(Vec<Value>),
+}
+
+/// Where a task's `componentInput...` come from: the pipeline, or the loop it is in.
+enum Scope<'a> {
+    Root,
+    Loop(&'a Loop<'a>),
+}
+
+/// A loop of the root DAG (see [`Loop`]); what it cannot be is refused at its field.
+fn parse_loop<'a>(
+    doc: &'a Value,
+    task_name: &str,
+    task: &'a Value,
+    errors: &mut Errors,
+) -> Option<Loop<'a>> {
     let at = format!("root.dag.tasks.{task_name}");
+    if task.get("artifactIterator").is_some() {
+        errors.push(FieldError::new(
+            format!("{at}.artifactIterator"),
+            "a dsl.ParallelFor over artifacts is not supported yet; over a list parameter \
+             or a constant list is",
+        ));
+        return None;
+    }
+    let component_name = task
+        .get("componentRef")
+        .and_then(|c| str_at(c, "name"))
+        .unwrap_or("");
+    let component = doc.get("components").and_then(|c| c.get(component_name))?;
+    let body = component.get("dag").and_then(|d| obj_at(d, "tasks"));
+    let count = body.map_or(0, Map::len);
+    let Some((body_name, body_task)) = body.and_then(|b| b.iter().next()).filter(|_| count == 1)
+    else {
+        errors.push(FieldError::new(
+            format!("components.{component_name}.dag.tasks"),
+            format!(
+                "a dsl.ParallelFor of {count} tasks is not supported yet: one task per loop \
+                 is (it runs once per item, as a step's withItems)"
+            ),
+        ));
+        return None;
+    };
+    let iterator = task.get("parameterIterator");
+    let item_input = iterator.and_then(|i| str_at(i, "itemInput")).unwrap_or("");
+    let items = iterator.and_then(|i| i.get("items"));
+    let items = match (
+        items.and_then(|i| str_at(i, "inputParameter")),
+        items.and_then(|i| str_at(i, "raw")),
+    ) {
+        (Some(input), _) => {
+            let bound = task
+                .get("inputs")
+                .and_then(|i| i.get("parameters"))
+                .and_then(|p| p.get(input));
+            match bound.and_then(|b| str_at(b, "componentInputParameter")) {
+                Some(param) => Items::Param(param.to_string()),
+                None => {
+                    errors.push(FieldError::new(
+                        format!("{at}.inputs.parameters.{input}"),
+                        "a loop over another task's output is not supported yet; over a \
+                         pipeline parameter or a constant list is",
+                    ));
+                    return None;
+                }
+            }
+        }
+        (None, Some(raw)) => match serde_json::from_str::<Vec<Value>>(raw) {
+            Ok(list) => Items::Raw(list),
+            Err(e) => {
+                errors.push(FieldError::new(
+                    format!("{at}.parameterIterator.items.raw"),
+                    format!("is not a JSON list: {e}"),
+                ));
+                return None;
+            }
+        },
+        (None, None) => {
+            errors.push(FieldError::new(
+                format!("{at}.parameterIterator.items"),
+                "needs inputParameter or raw",
+            ));
+            return None;
+        }
+    };
+    let parallelism = task
+        .get("iteratorPolicy")
+        .and_then(|p| p.get("parallelismLimit"))
+        .and_then(Value::as_u64)
+        .filter(|&n| n > 0)
+        .map(|n| u32::try_from(n).unwrap_or(u32::MAX));
+    let mut outputs = BTreeMap::new();
+    let selectors = component
+        .get("dag")
+        .and_then(|d| d.get("outputs"))
+        .and_then(|o| obj_at(o, "artifacts"));
+    for (key, sel) in selectors.into_iter().flatten() {
+        let first = sel
+            .get("artifactSelectors")
+            .and_then(Value::as_array)
+            .and_then(|a| a.first());
+        if let Some(out) = first.and_then(|f| str_at(f, "outputArtifactKey")) {
+            outputs.insert(key.clone(), out.to_string());
+        }
+    }
+    Some(Loop {
+        task_name: task_name.to_string(),
+        task,
+        body_at: format!("components.{component_name}.dag.tasks.{body_name}"),
+        body_name: body_name.clone(),
+        body: body_task,
+        item_input: item_input.to_string(),
+        items,
+        parallelism,
+        outputs,
+    })
+}
+
+/// A loop's step: its task, once per item.
+fn loop_step(
+    doc: &Value,
+    l: &Loop,
+    loops: &BTreeMap<String, Loop>,
+    errors: &mut Errors,
+) -> Option<StepSpec> {
+    let mut step = step(
+        doc,
+        &l.body_at,
+        &l.body_name,
+        l.body,
+        &Scope::Loop(l),
+        loops,
+        errors,
+    )?;
+    match &l.items {
+        Items::Param(p) => step.with_param = Some(p.clone()),
+        Items::Raw(items) => step.with_items = items.clone(),
+    }
+    step.parallelism = l.parallelism;
+    step.depends_on = dependencies(l.task, loops);
+    Some(step)
+}
+
+/// A task's `dependentTasks`, a loop named by its step.
+fn dependencies(task: &Value, loops: &BTreeMap<String, Loop>) -> Vec<String> {
+    task.get("dependentTasks")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(|t| loops.get(t).map_or(t, |l| l.body_name.as_str()).to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A parameter input of a task: a pipeline parameter, a constant, or (in a loop) the item.
+fn parameter_input(p: &Value, scope: &Scope) -> Option<(Option<String>, Input)> {
+    if let Some(c) = p.get("runtimeValue").and_then(|r| r.get("constant")) {
+        let text = match c {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        return Some((None, Input::Constant(text)));
+    }
+    let from = str_at(p, "componentInputParameter")?;
+    match scope {
+        Scope::Root => Some((Some(format!("params.{from}")), Input::Param)),
+        Scope::Loop(l) if from == l.item_input => Some((None, Input::Item)),
+        // Through the loop's own inputs, as the root DAG binds them.
+        Scope::Loop(l) => {
+            let bound = l.task.get("inputs")?.get("parameters")?.get(from)?;
+            parameter_input(bound, &Scope::Root)
+        }
+    }
+}
+
+/// An artifact input of a task: another task's output (a loop's: collected), or (in a
+/// loop) one the loop was given.
+fn artifact_input(
+    a: &Value,
+    scope: &Scope,
+    loops: &BTreeMap<String, Loop>,
+) -> Option<(String, Input)> {
+    if let Some(from) = a.get("taskOutputArtifact") {
+        let producer = str_at(from, "producerTask")?;
+        let key = str_at(from, "outputArtifactKey")?;
+        return Some(match loops.get(producer) {
+            Some(l) => {
+                let out = l.outputs.get(key)?;
+                (
+                    format!("steps.{}.outputs.{out}", l.body_name),
+                    Input::Collected,
+                )
+            }
+            None => (
+                format!("steps.{producer}.outputs.{key}"),
+                Input::Artifact(key.to_string()),
+            ),
+        });
+    }
+    let Scope::Loop(l) = scope else {
+        return None;
+    };
+    let from = str_at(a, "componentInputArtifact")?;
+    let bound = l.task.get("inputs")?.get("artifacts")?.get(from)?;
+    artifact_input(bound, &Scope::Root, loops)
+}
+
+fn step(
+    doc: &Value,
+    at: &str,
+    task_name: &str,
+    task: &Value,
+    scope: &Scope,
+    loops: &BTreeMap<String, Loop>,
+    errors: &mut Errors,
+) -> Option<StepSpec> {
+    let at = at.to_string();
     let before = errors.len();
     let component_name = task
         .get("componentRef")
@@ -176,17 +457,12 @@ fn step(doc: &Value, task_name: &str, task: &Value, errors: &mut Errors) -> Opti
             "conditions (dsl.If, dsl.Condition) are not supported yet",
         ));
     }
-    if task.get("iteratorPolicy").is_some() || task.get("parameterIterator").is_some() {
-        errors.push(FieldError::new(
-            at.clone(),
-            "dsl.ParallelFor is not supported yet (a PipelineRun step's withItems is)",
-        ));
-    }
     let Some(label) = str_at(component, "executorLabel") else {
         errors.push(FieldError::new(
             format!("components.{component_name}"),
-            "a nested DAG (dsl.ParallelFor, dsl.If, dsl.ExitHandler, a pipeline used as a \
-             component) is not supported yet: only container components are",
+            "a nested DAG (dsl.If, dsl.ExitHandler, a pipeline used as a component, a loop \
+             in a loop) is not supported yet: container components and dsl.ParallelFor of \
+             one are",
         ));
         return None;
     };
@@ -217,36 +493,29 @@ fn step(doc: &Value, task_name: &str, task: &Value, errors: &mut Errors) -> Opti
     let mut seen: BTreeMap<String, Input> = BTreeMap::new();
     if let Some(params) = task.get("inputs").and_then(|i| obj_at(i, "parameters")) {
         for (name, p) in params {
-            let path = format!("{at}.inputs.parameters.{name}");
-            if let Some(from) = str_at(p, "componentInputParameter") {
-                inputs.insert(name.clone(), format!("params.{from}"));
-                seen.insert(name.clone(), Input::Param);
-            } else if let Some(c) = p.get("runtimeValue").and_then(|r| r.get("constant")) {
-                let text = match c {
-                    Value::String(s) => s.clone(),
-                    other => other.to_string(),
-                };
-                seen.insert(name.clone(), Input::Constant(text));
-            } else {
-                errors.push(FieldError::new(
-                    path,
-                    "only a pipeline parameter (componentInputParameter) or a constant is \
-                     supported yet, not another task's output parameter",
-                ));
+            match parameter_input(p, scope) {
+                Some((reference, input)) => {
+                    if let Some(r) = reference {
+                        inputs.insert(name.clone(), r);
+                    }
+                    seen.insert(name.clone(), input);
+                }
+                None => errors.push(FieldError::new(
+                    format!("{at}.inputs.parameters.{name}"),
+                    "only a pipeline parameter (componentInputParameter), a constant or a \
+                     loop's item is supported yet, not another task's output parameter",
+                )),
             }
         }
     }
     if let Some(artifacts) = task.get("inputs").and_then(|i| obj_at(i, "artifacts")) {
         for (name, a) in artifacts {
-            let from = a.get("taskOutputArtifact");
-            let producer = from.and_then(|f| str_at(f, "producerTask"));
-            let key = from.and_then(|f| str_at(f, "outputArtifactKey"));
-            match (producer, key) {
-                (Some(p), Some(k)) => {
-                    inputs.insert(name.clone(), format!("steps.{p}.outputs.{k}"));
-                    seen.insert(name.clone(), Input::Artifact(k.to_string()));
+            match artifact_input(a, scope, loops) {
+                Some((reference, input)) => {
+                    inputs.insert(name.clone(), reference);
+                    seen.insert(name.clone(), input);
                 }
-                _ => errors.push(FieldError::new(
+                None => errors.push(FieldError::new(
                     format!("{at}.inputs.artifacts.{name}"),
                     "only another task's output artifact (taskOutputArtifact) is supported yet",
                 )),
@@ -307,16 +576,7 @@ fn step(doc: &Value, task_name: &str, task: &Value, errors: &mut Errors) -> Opti
         .and_then(|c| c.get("enableCache"))
         .and_then(Value::as_bool)
         .unwrap_or(true);
-    let depends_on = task
-        .get("dependentTasks")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default();
+    let depends_on = dependencies(task, loops);
     Some(StepSpec {
         name: task_name.to_string(),
         depends_on,
@@ -432,6 +692,7 @@ fn placeholder(
     match (section, tail) {
         ("param", "") => match inputs.get(name) {
             Some(Input::Param) => Ok(var("INPUT")),
+            Some(Input::Item) => Ok(format!("$({})", crate::pipeline::ITEM_ENV)),
             Some(Input::Constant(text)) => Ok(text.clone()),
             _ => Err(format!(
                 "input parameter `{name}` is not among the task's inputs"
@@ -439,9 +700,17 @@ fn placeholder(
         },
         ("input", ".path" | ".uri") => match inputs.get(name) {
             Some(Input::Artifact(key)) => Ok(format!("{}/{key}", var("INPUT"))),
+            Some(Input::Collected) => Err(format!(
+                "input artifact `{name}` is a loop's outputs, a list: write \
+                 {{{{$.inputs.artifacts['{name}']}}}} (a JSON list of their directories)"
+            )),
             _ => Err(format!(
                 "input artifact `{name}` is not among the task's inputs"
             )),
+        },
+        ("input", "") => match inputs.get(name) {
+            Some(Input::Collected) => Ok(var("INPUT")),
+            _ => Err(unsupported()),
         },
         ("output", ".path" | ".uri") if outputs.iter().any(|o| o == name) => {
             Ok(format!("{}/{name}", var("OUTPUT")))

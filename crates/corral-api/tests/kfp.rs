@@ -1,6 +1,7 @@
-//! Kubeflow Pipelines v2 compiled YAML (tests/fixtures/kfp/two_steps.yaml, written by the
-//! `kfp` package from two_steps.py; corral-local's containers_e2e compiles it again and
-//! runs it) becomes a PipelineRun; what Corral cannot run yet is refused at its field.
+//! Kubeflow Pipelines v2 compiled YAML (tests/fixtures/kfp/two_steps.yaml and sweep.yaml,
+//! written by the `kfp` package from two_steps.py and sweep.py; corral-local's
+//! containers_e2e compiles them again and runs them) becomes a PipelineRun; what Corral
+//! cannot run yet is refused at its field.
 
 use corral_api::document::{Document, parse_documents};
 use corral_api::validate::ValidationContext;
@@ -90,5 +91,100 @@ fn what_cannot_run_yet_is_refused_at_its_field() {
         e.iter()
             .any(|m| m.starts_with("components.comp-consume.outputDefinitions.parameters: ")),
         "{e:?}"
+    );
+}
+
+const SWEEP: &str = include_str!("fixtures/kfp/sweep.yaml");
+
+fn the_run(text: &str) -> corral_api::PipelineRun {
+    let parsed = parse_documents(text, &ValidationContext::default());
+    let Ok(p) = &parsed[0] else {
+        panic!("{parsed:?}");
+    };
+    let Document::PipelineRun(run) = &p.document else {
+        panic!("not a run");
+    };
+    (**run).clone()
+}
+
+/// `dsl.ParallelFor` of one task over a list parameter (sweep.py, compiled by kfp): a fan-out
+/// step named after the task, its item `$(CORRAL_ITEM)`; `dsl.Collected` of its output: the
+/// report reads every iteration's model (`$(CORRAL_INPUT_MODELS)`, a JSON list).
+#[test]
+fn a_parallel_for_is_a_fan_out_and_collected_outputs_are_read_as_a_list() {
+    let run = the_run(SWEEP);
+    let spec = &run.spec.pipeline_spec;
+    let names: Vec<&str> = spec.steps.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["train", "report"]);
+    let train = &spec.steps[0];
+    assert_eq!(train.with_param.as_deref(), Some("lrs"));
+    assert_eq!(train.with_items.len(), 3, "filled from the default");
+    assert_eq!(train.parallelism, Some(2));
+    assert_eq!(
+        train.task.as_ref().expect("task").args,
+        ["$(CORRAL_ITEM)", "$(CORRAL_OUTPUT_MODEL)/model"]
+    );
+    let report = &spec.steps[1];
+    assert_eq!(
+        report.depends_on,
+        ["train"],
+        "for-loop-1 is named by its step"
+    );
+    assert_eq!(report.inputs["models"], "steps.train.outputs.model");
+    assert_eq!(
+        report.task.as_ref().expect("task").args,
+        ["$(CORRAL_INPUT_MODELS)", "$(CORRAL_OUTPUT_SUMMARY)/summary"]
+    );
+    // A constant list (`dsl.ParallelFor(["a", "b"])`): the step's withItems.
+    let raw = SWEEP.replace(
+        "          items:\n            inputParameter: pipelinechannel--lrs\n",
+        "          items:\n            raw: '[\"a\", \"b\"]'\n",
+    );
+    let run = the_run(&raw);
+    let train = &run.spec.pipeline_spec.steps[0];
+    assert_eq!(train.with_param, None);
+    assert_eq!(
+        train.with_items,
+        [serde_json::json!("a"), serde_json::json!("b")]
+    );
+}
+
+#[test]
+fn what_a_loop_cannot_be_yet_is_refused_at_its_field() {
+    let at = |text: &str, path: &str, words: &str| {
+        let e = errors(text);
+        assert!(
+            e.iter().any(|m| m.starts_with(path) && m.contains(words)),
+            "{path} {words}: {e:?}"
+        );
+    };
+    // Two tasks in the loop's body.
+    let two = SWEEP.replace(
+        "      tasks:\n        train:\n",
+        "      tasks:\n        other:\n          componentRef: {name: comp-train}\n          taskInfo: {name: other}\n        train:\n",
+    );
+    at(
+        &two,
+        "components.comp-for-loop-1.dag.tasks",
+        "a dsl.ParallelFor of 2 tasks is not supported yet",
+    );
+    // The list read as one path.
+    let path = SWEEP.replace(
+        "'{{$.inputs.artifacts[''models'']}}'",
+        "'{{$.inputs.artifacts[''models''].path}}'",
+    );
+    at(
+        &path,
+        "deploymentSpec.executors.exec-report.container.args[0]",
+        "a loop's outputs, a list",
+    );
+    let over_artifacts = SWEEP.replace(
+        "        parameterIterator:\n",
+        "        artifactIterator: {}\n        parameterIterator:\n",
+    );
+    at(
+        &over_artifacts,
+        "root.dag.tasks.for-loop-1.artifactIterator",
+        "over artifacts is not supported yet",
     );
 }

@@ -603,30 +603,40 @@ fn kfp_python() -> Option<PathBuf> {
     (installed && works(&python)).then_some(python)
 }
 
-fn a_pipeline_compiled_by_kfp_runs_as_it_is_in_containers() {
-    if image().is_none() {
-        return;
-    }
+/// A compiled KFP fixture (`<fixture>.py` in corral-api's tests/fixtures/kfp): kfp compiles
+/// it to exactly the committed `<fixture>.yaml` (the converter's unit tests read that), then
+/// again for this machine's image, submitted as kfp wrote it and run to its end (the
+/// harness returned keeps the cluster's directory). `None` where containers or kfp are
+/// missing (and not required).
+fn run_compiled_kfp(
+    fixture: &str,
+    port: u16,
+) -> Option<(
+    Harness,
+    corral_local::Cluster,
+    String,
+    corral_api::pipeline::PipelineRunStatus,
+)> {
+    image()?;
     let Some(python) = kfp_python() else {
         common::prerequisite(
             false,
             "uv and the kfp package from PyPI (uv pip install kfp)",
         );
-        return;
+        return None;
     };
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../corral-api/tests/fixtures/kfp");
     let tmp = tempfile::tempdir().expect("tempdir");
     let compile = |out: &Path, image: &str| {
         let status = Command::new(&python)
-            .arg(fixtures.join("two_steps.py"))
+            .arg(fixtures.join(format!("{fixture}.py")))
             .arg(out)
             .env("KFP_TEST_IMAGE", image)
             .status()
             .expect("python");
-        assert!(status.success(), "kfp did not compile two_steps.py");
+        assert!(status.success(), "kfp did not compile {fixture}.py");
         std::fs::read_to_string(out).expect("compiled")
     };
-    // What kfp writes is the committed fixture (the converter's unit tests read it).
     let without_version = |t: &str| {
         t.lines()
             .filter(|l| !l.starts_with("sdkVersion:"))
@@ -634,23 +644,22 @@ fn a_pipeline_compiled_by_kfp_runs_as_it_is_in_containers() {
             .join("\n")
     };
     let fresh = compile(&tmp.path().join("fresh.yaml"), "busybox");
-    let committed = std::fs::read_to_string(fixtures.join("two_steps.yaml")).expect("fixture");
+    let committed =
+        std::fs::read_to_string(fixtures.join(format!("{fixture}.yaml"))).expect("fixture");
     assert_eq!(
         without_version(&fresh),
         without_version(&committed),
-        "kfp compiles two_steps.py differently from the committed two_steps.yaml: run \
-         `python3 two_steps.py` there"
+        "kfp compiles {fixture}.py differently from the committed {fixture}.yaml: run \
+         `python3 {fixture}.py` there"
     );
-    // The same pipeline on the image this machine has, submitted as kfp wrote it.
     let text = compile(&tmp.path().join("local.yaml"), IMAGE);
-    let (mut h, mut c) = Harness::new(WAITS, 32350, "");
+    let (mut h, mut c) = Harness::new(WAITS, port, "");
     c.submit(&text, "default", h.now).expect("submit");
     let runs = c.pipeline_runs(Some("default")).expect("runs");
     let name = runs
         .first()
         .map(|r| r.metadata.name.clone())
         .expect("a run");
-    assert!(name.starts_with("two-steps-"), "{name}");
     h.until(&mut c, "the run ended", |c| {
         c.pipeline_run("default", &name)
             .ok()
@@ -662,7 +671,14 @@ fn a_pipeline_compiled_by_kfp_runs_as_it_is_in_containers() {
         .pipeline_run("default", &name)
         .expect("read")
         .expect("the run");
-    let status = run.status.expect("status");
+    Some((h, c, name, run.status.expect("status")))
+}
+
+fn a_pipeline_compiled_by_kfp_runs_as_it_is_in_containers() {
+    let Some((_h, c, name, status)) = run_compiled_kfp("two_steps", 32350) else {
+        return;
+    };
+    assert!(name.starts_with("two-steps-"), "{name}");
     let consume = log_of(
         &c,
         &format!("{name}-consume"),
@@ -678,6 +694,35 @@ fn a_pipeline_compiled_by_kfp_runs_as_it_is_in_containers() {
     let report = &status.steps["consume"].outputs["report"];
     let count = std::fs::read_to_string(Path::new(&report.path).join("report")).expect("report");
     assert_eq!(count.trim(), "19", "{report:?}");
+}
+
+/// A `dsl.ParallelFor` over a list parameter (at most 2 at a time) and a report reading
+/// every iteration's model (`dsl.Collected`), as kfp compiled them.
+fn a_kfp_parallel_for_runs_once_per_item_and_its_outputs_are_collected() {
+    let Some((_h, c, name, status)) = run_compiled_kfp("sweep", 32400) else {
+        return;
+    };
+    let report = log_of(
+        &c,
+        &format!("{name}-report"),
+        &format!("{name}-report-worker-0"),
+    );
+    assert_eq!(
+        status.phase,
+        corral_api::pipeline::RunPhase::Succeeded,
+        "{status:?}\n{report}"
+    );
+    let mut steps: Vec<&str> = status.steps.keys().map(String::as_str).collect();
+    steps.sort();
+    assert_eq!(steps, ["report", "train-0", "train-1", "train-2"]);
+    // The report read the three models, in item order.
+    let summary = &status.steps["report"].outputs["summary"];
+    let text = std::fs::read_to_string(Path::new(&summary.path).join("summary")).expect("summary");
+    assert_eq!(
+        text.trim(),
+        "model lr=0.1\nmodel lr=0.2\nmodel lr=0.3",
+        "{report}"
+    );
 }
 
 /// `corral exec` (and the MPI launcher's rsh agent) into a replica that runs in a container:
@@ -781,6 +826,10 @@ fn main() -> std::process::ExitCode {
         (
             "a_pipeline_compiled_by_kfp_runs_as_it_is_in_containers",
             a_pipeline_compiled_by_kfp_runs_as_it_is_in_containers,
+        ),
+        (
+            "a_kfp_parallel_for_runs_once_per_item_and_its_outputs_are_collected",
+            a_kfp_parallel_for_runs_once_per_item_and_its_outputs_are_collected,
         ),
         (
             "the_memory_limit_kills_the_hog_alone",

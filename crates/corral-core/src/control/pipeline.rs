@@ -169,8 +169,8 @@ pub fn step_env(
 }
 
 /// A step's job as it is created: every replica given [`step_env`] (its artifacts' places
-/// and its inputs' values), and each reference `$(NAME)` to one of those variables in its
-/// command and args replaced by the value, as Kubernetes expands `$(VAR)` from a
+/// and its inputs' values), and each reference `$(NAME)` to one of those variables (or of
+/// the replica's own literal variables) in its command and args replaced by the value, as Kubernetes expands `$(VAR)` from a
 /// container's environment (a component compiled by Kubeflow Pipelines names its artifacts'
 /// paths so: see `corral_api::kfp`). Other `$(...)` are left as written.
 pub fn step_job_with_artifacts(
@@ -181,8 +181,16 @@ pub fn step_job_with_artifacts(
     let mut job = launch.job.clone();
     for replica in job.spec.replicas.values_mut() {
         let t = &mut replica.template;
+        // The container's own variables expand too (a fan-out's `CORRAL_ITEM`), as
+        // Kubernetes expands any of a container's variables.
+        let mut vars = env.clone();
+        vars.extend(
+            t.env
+                .iter()
+                .filter_map(|e| e.value.clone().map(|v| (e.name.clone(), v))),
+        );
         for word in t.command.iter_mut().chain(t.args.iter_mut()) {
-            *word = expand_references(word, &env);
+            *word = expand_references(word, &vars);
         }
         for (k, v) in &env {
             t.env.push(corral_api::training_job::EnvVar::literal(k, v));
