@@ -3,8 +3,9 @@
 //! TrainingJob's output (`$CORRAL_OUTPUT_DIR`) in
 //! `<data>/artifacts/<namespace>/.jobs/<job>.<uid prefix>` (a run is never named `.jobs`).
 //! A job's output goes with its job unless a served model serves from it (see the cluster's
-//! `discard_job_output`); a run's artifacts stay after the run (no garbage collection yet: the
-//! cache may reuse them). How their content is hashed
+//! `discard_job_output`); a run's artifacts stay after the run for the cache, until nothing
+//! holds them and the retention has passed (the cluster's `artifact_gc`). How their content
+//! is hashed
 //! (SHA-256) and read.
 //!
 //! The wall between tenants (see [`crate::tenancy`]): when replicas run under their

@@ -31,6 +31,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::ClusterFileConfig;
 
 mod act;
+mod artifact_gc;
 mod commands;
 mod engine;
 mod exec;
@@ -576,6 +577,9 @@ pub struct TickReport {
     pub deleted: Vec<String>,
     /// Problems that did not stop the pass (a replica that could not start, ...).
     pub errors: Vec<String>,
+    /// Pipeline artifacts removed in this pass (their runs gone, nothing holding them,
+    /// older than the retention).
+    pub artifacts_removed: Vec<String>,
     /// Tick again within this long even if nothing happens (back-off, deadlines, TTL).
     pub next_tick_in: Option<Duration>,
 }

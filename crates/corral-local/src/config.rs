@@ -42,6 +42,10 @@
 //!                                       # at submit
 //! codeSnapshots:                        # `corral submit --code DIR`
 //!   maxBytes: 104857600                 # largest snapshot, files' bytes (default 100 MiB)
+//! artifacts:                            # pipeline steps' outputs (docs/pipelines.md)
+//!   retentionSeconds: 2592000           # a deleted run's artifacts that no run reuses and
+//!                                       # no served model serves go once this old
+//!                                       # (default 30 days)
 //! tenants:                              # when the server runs as root, each namespace's
 //!   uidRange: {start: 1879048192, count: 65536}   # replicas run as a uid (and gid) of
 //!                                       # their own from this range (the default shown);
@@ -173,6 +177,34 @@ pub struct Settings {
     /// How tenants are walled off from each other and from the server.
     #[serde(default)]
     pub tenants: TenantSettings,
+    /// Pipeline steps' outputs.
+    #[serde(default)]
+    pub artifacts: ArtifactSettings,
+}
+
+/// Default retention of a deleted run's artifacts: 30 days.
+pub const DEFAULT_ARTIFACT_RETENTION_SECONDS: u64 = 30 * 24 * 3600;
+
+/// The `artifacts` settings.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ArtifactSettings {
+    /// A deleted run's artifacts that no run reuses (a cache hit) and no served model
+    /// serves from go once this old (default 30 days); the cache forgets them with them.
+    #[serde(default = "default_artifact_retention")]
+    pub retention_seconds: u64,
+}
+
+fn default_artifact_retention() -> u64 {
+    DEFAULT_ARTIFACT_RETENTION_SECONDS
+}
+
+impl Default for ArtifactSettings {
+    fn default() -> Self {
+        ArtifactSettings {
+            retention_seconds: DEFAULT_ARTIFACT_RETENTION_SECONDS,
+        }
+    }
 }
 
 /// The `tenants` settings.

@@ -3,6 +3,8 @@
 //! refused submissions. Every wait is bounded by a deadline; the cluster's clock is the
 //! test's own, moved forward a second per pass so that restart back-offs pass quickly.
 
+#[path = "cluster_e2e/artifacts.rs"]
+mod artifacts;
 mod common;
 #[path = "cluster_e2e/progress.rs"]
 mod progress;
@@ -760,6 +762,10 @@ fn main() -> std::process::ExitCode {
         (
             "reported_progress_reaches_the_status",
             progress::reported_progress_reaches_the_status,
+        ),
+        (
+            "a_deleted_runs_artifacts_go_once_nothing_reuses_them",
+            artifacts::a_deleted_runs_artifacts_go_once_nothing_reuses_them,
         ),
         (
             "a_checkpoint_on_notice_ends_the_stop_early_and_the_resume_gets_it",

@@ -443,6 +443,14 @@ async fn control_loop(
                 for e in &report.errors {
                     eprintln!("corral: {e}");
                 }
+                if !report.artifacts_removed.is_empty() {
+                    eprintln!(
+                        "corral: removed {} artifact directories of deleted pipeline runs \
+                         that nothing reuses (artifacts.retentionSeconds): {}",
+                        report.artifacts_removed.len(),
+                        report.artifacts_removed.join(", ")
+                    );
+                }
                 if [
                     &report.admitted,
                     &report.preempted,

@@ -40,6 +40,7 @@
 //! - Every admission is announced as a [`Change::Admission`] before any start that uses it.
 
 pub mod accounting;
+pub mod artifact_gc;
 mod config;
 pub mod conformance;
 mod events;

@@ -184,6 +184,8 @@ pub struct Cluster {
     pub(super) api_fingerprint: Option<String>,
     /// Served models and their autoscalers (see `serving`).
     pub(super) served: super::serving::ServedModels,
+    /// When the pipeline artifacts were last collected (`artifact_gc.rs`).
+    pub(super) artifacts_collected: Option<Timestamp>,
 }
 
 /// How often the GPUs' health is read while the cluster runs.
@@ -302,6 +304,7 @@ impl Cluster {
             decided?;
         }
         self.release_idle_ports()?;
+        self.collect_artifacts(now, &mut report);
         // After the starts: removing ended replicas' cgroups is not on the way from one
         // job's exit to the next one's start.
         self.executor.remove_retired_cgroups();

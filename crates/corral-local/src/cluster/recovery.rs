@@ -285,6 +285,7 @@ fn open(config: ClusterConfig, now: Timestamp) -> Result<(Cluster, Vec<String>),
         api_url: None,
         api_fingerprint: None,
         served: Default::default(),
+        artifacts_collected: None,
     };
     for j in jobs {
         cluster.cache(j);

@@ -14,6 +14,7 @@
 use std::collections::BTreeMap;
 
 use corral_api::pipeline::{ArtifactRecord, PipelineRun, PipelineRunStatus};
+use corral_core::control::artifact_gc::CacheEntry;
 use corral_core::control::pipeline::{CacheHit, Recorded};
 use rusqlite::{OptionalExtension, params};
 
@@ -152,6 +153,44 @@ impl Store {
             from: format!("{run}/{step}"),
             outputs,
         }))
+    }
+
+    /// Every entry of the cache, for the artifacts' collection.
+    pub fn cache_entries(&self) -> Result<Vec<CacheEntry>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT namespace, cache_key, outputs FROM artifacts")?;
+        let rows = stmt.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (namespace, key, outputs) = row?;
+            let outputs = parse(&format!("artifacts of {namespace}/{key}"), &outputs)?;
+            out.push(CacheEntry {
+                namespace,
+                key,
+                outputs,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Forgets cache entries whose artifacts are gone, in one transaction.
+    pub fn forget_cache(&mut self, entries: &[(String, String)]) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        for (namespace, key) in entries {
+            tx.execute(
+                "DELETE FROM artifacts WHERE namespace = ?1 AND cache_key = ?2",
+                [namespace, key],
+            )?;
+        }
+        tx.commit()?;
+        Ok(())
     }
 
     /// Records a step's outputs with their lineage (the first result of a key stays).
