@@ -66,6 +66,10 @@ pub struct SimArgs {
     /// Seed of the random choices (Gavel's FIFO picks random GPU types).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Corral's dwell between two resizes of an elastic job (`corral-elastic`; default 60,
+    /// as `resizeDwellSeconds` of `corral up` and `--resize-dwell-secs` of the operator).
+    #[arg(long, value_name = "SECONDS")]
+    pub resize_dwell_seconds: Option<u64>,
     /// Simulate only the first N jobs of the trace.
     #[arg(long, value_name = "N")]
     pub limit: Option<usize>,
@@ -410,7 +414,8 @@ pub fn run(args: SimArgs) -> Result<String, String> {
     let mut failures: Vec<(&str, String)> = Vec::new();
     for kind in kinds {
         // Sia workloads: the Gavel-style policies as Sia's simulator runs its gavel.
-        let mut policy = kind.build_with(args.seed, format == Format::Sia);
+        let mut policy =
+            kind.build_with(args.seed, format == Format::Sia, args.resize_dwell_seconds);
         let bar = if args.quiet {
             indicatif::ProgressBar::hidden()
         } else {
@@ -462,7 +467,7 @@ pub fn run(args: SimArgs) -> Result<String, String> {
                 continue;
             };
             let Some(kind) = kinds.first() else { continue };
-            let mut p = kind.build(args.seed);
+            let mut p = kind.build_with(args.seed, false, args.resize_dwell_seconds);
             if let Ok((_, m)) =
                 corral_sim::run_policy(&jobs, &cluster, p.as_mut(), &zero, &mut |_| {})
             {

@@ -66,6 +66,10 @@ fn main() -> ExitCode {
             runs::a_pipeline_run_is_drawn_as_its_dag,
         ),
         Trial::test(
+            "a_stored_pipeline_is_listed_with_the_runs_made_from_it",
+            runs::a_stored_pipeline_is_listed_with_the_runs_made_from_it,
+        ),
+        Trial::test(
             "a_served_model_shows_its_training_run_revisions_and_replicas",
             serving::a_served_model_shows_its_training_run_revisions_and_replicas,
         ),

@@ -102,6 +102,14 @@ pub struct OperatorArgs {
     /// terminationGracePeriodSeconds (default: 30).
     #[arg(long)]
     pub grace_period_secs: Option<u64>,
+    /// Seconds a newly admitted job is safe from preemption, so that jobs do not preempt
+    /// each other in a loop (default: 300); a job waiting for one says until when.
+    #[arg(long)]
+    pub preemption_protection_secs: Option<u64>,
+    /// Seconds at least between two resizes of one elastic job, its admission counting as
+    /// one, so that sizes do not oscillate (default: 60; docs/elastic.md).
+    #[arg(long)]
+    pub resize_dwell_secs: Option<u64>,
     /// Kubeflow's job kinds: `serve` them (instead of Kubeflow's training operator; install
     /// deploy/kubeflow-crds.yaml), or queue and place those labelled `corral.dev/queue`
     /// `alongside` Kubeflow's operator. See deploy/README.md.
@@ -863,6 +871,8 @@ async fn lead(
         scheduler: Default::default(),
         topology_label: args.topology_label.clone(),
         grace_period: args.grace_period_secs.map(Duration::from_secs),
+        preemption_protection_seconds: args.preemption_protection_secs,
+        resize_dwell_seconds: args.resize_dwell_secs,
     };
     let kubeflow =
         crate::kubeflow::watch::start(args.kubeflow, client, notify.clone(), &mut tasks.0).await;

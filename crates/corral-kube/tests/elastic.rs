@@ -38,10 +38,12 @@ fn job(name: &str, class: &str, gpus: u32, elastic: Option<(u32, u32)>) -> Value
 }
 
 async fn pass(fake: &FakeApi, now: Timestamp) -> (Plan, ApplyReport) {
+    pass_with(fake, &PlanConfig::default(), now).await
+}
+
+async fn pass_with(fake: &FakeApi, cfg: &PlanConfig, now: Timestamp) -> (Plan, ApplyReport) {
     let applier = Applier::new(fake.client(), None, RateLimiter::unlimited());
-    let out = reconcile_once(&applier, &PlanConfig::default(), now)
-        .await
-        .expect("observe");
+    let out = reconcile_once(&applier, cfg, now).await.expect("observe");
     assert!(out.1.errors.is_empty(), "apply errors: {:?}", out.1.errors);
     out
 }
@@ -76,8 +78,9 @@ fn events(plan: &Plan, reason: &str) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test]
-async fn an_elastic_job_grows_and_shrinks_as_pods() {
+/// A cluster with a 7-GPU job `beside` running and the elastic `el` (1..3) admitted at the
+/// one GPU left, both Running; `cfg`'s passes.
+async fn beside_and_elastic(cfg: &PlanConfig) -> FakeApi {
     let fake = FakeApi::new();
     fake.insert("api/v1/nodes", h100_node("n1"));
     fake.insert(
@@ -91,13 +94,19 @@ async fn an_elastic_job_grows_and_shrinks_as_pods() {
         );
     }
     fake.insert(JOBS, job("beside", "low", 7, None));
-    pass(&fake, t(0)).await;
+    pass_with(&fake, cfg, t(0)).await;
     run_all(&fake, "beside");
     fake.insert(JOBS, job("el", "low", 1, Some((1, 3))));
-    pass(&fake, t(1)).await;
+    pass_with(&fake, cfg, t(1)).await;
     run_all(&fake, "el");
-    pass(&fake, t(2)).await;
+    pass_with(&fake, cfg, t(2)).await;
     assert_eq!(pods_of(&fake, "el"), ["el-worker-0"], "1 GPU was left");
+    fake
+}
+
+#[tokio::test]
+async fn an_elastic_job_grows_and_shrinks_as_pods() {
+    let fake = beside_and_elastic(&PlanConfig::default()).await;
 
     // beside ends; after the dwell (60 s from its admission) el grows into its GPUs.
     fake.update(PODS, "ml", "beside-worker-0", |p| {
@@ -135,4 +144,26 @@ async fn an_elastic_job_grows_and_shrinks_as_pods() {
     assert_eq!(pods_of(&fake, "urgent"), ["urgent-worker-0"]);
     let el = fake.get(JOBS, "ml", "el").expect("el");
     assert!(el["status"]["preemptionCount"].is_null());
+}
+
+/// `--resize-dwell-secs 600`: el does not grow before 600 s from its admission, then does.
+#[tokio::test]
+async fn the_resize_dwell_is_the_operators_setting() {
+    let cfg = PlanConfig {
+        resize_dwell_seconds: Some(600),
+        ..PlanConfig::default()
+    };
+    let fake = beside_and_elastic(&cfg).await;
+    fake.update(PODS, "ml", "beside-worker-0", |p| {
+        p["status"]["phase"] = json!("Succeeded");
+    });
+    pass_with(&fake, &cfg, t(10)).await;
+    let (plan, _) = pass_with(&fake, &cfg, t(70)).await;
+    assert!(events(&plan, "Resized").is_empty(), "grew inside the dwell");
+    assert_eq!(pods_of(&fake, "el"), ["el-worker-0"]);
+    let (plan, _) = pass_with(&fake, &cfg, t(605)).await;
+    assert_eq!(
+        events(&plan, "Resized"),
+        ["grew from 1 to 3 worker replicas into free GPUs"]
+    );
 }

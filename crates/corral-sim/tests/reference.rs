@@ -86,7 +86,7 @@ fn sia_gavel_baseline_matches_sias_simulator_on_philly_workload_1() {
         round_s: 60.0,
         ..EngineConfig::default()
     };
-    let mut p = PolicyKind::MaxSumThroughput.build_with(0, true);
+    let mut p = PolicyKind::MaxSumThroughput.build_with(0, true, None);
     let (_, m) = run_policy(&jobs, &c, p.as_mut(), &cfg, &mut |_| {}).unwrap();
     assert_eq!(m.jobs_completed, 160);
     let h = m.avg_jct_s / 3600.0;

@@ -1,5 +1,6 @@
 //! A pipeline run on the dashboard: listed on the runs page, and its page draws the DAG
-//! (laid out by dagre) with each step's phase, as the API describes the run.
+//! (laid out by dagre) with each step's phase, as the API describes the run; a stored
+//! pipeline listed with the runs made from it, which name it and its version.
 
 use super::driver::{self, Browser};
 use super::{TestCluster, TestResult, check};
@@ -70,5 +71,61 @@ pub(super) fn a_pipeline_run_is_drawn_as_its_dag() -> TestResult {
         "return document.querySelectorAll('#dag g.step').length === 4",
     )?;
     b.screenshot("pipeline-run")?;
+    Ok(())
+}
+
+const STORED: &str = "
+apiVersion: corral.dev/v1alpha1
+kind: Pipeline
+metadata: {name: nightly}
+spec:
+  parameters:
+    - {name: tag, type: string}
+  steps:
+    - {name: only, inputs: {tag: params.tag}, task: {command: ['true'], resources: {cpu: 10m, memory: 16Mi}}}
+---
+apiVersion: corral.dev/v1alpha1
+kind: PipelineRun
+metadata: {name: nightly-1}
+spec:
+  pipelineRef: {name: nightly}
+  params: {tag: a}
+";
+
+pub(super) fn a_stored_pipeline_is_listed_with_the_runs_made_from_it() -> TestResult {
+    if !driver::available() {
+        return Ok(());
+    }
+    let c = TestCluster::start("")?;
+    c.client(None).submit("default", STORED)?;
+    let b = Browser::start()?;
+    b.goto(&c.url("/#/runs"))?;
+    let row = b.wait(
+        "the pipeline with its run",
+        "const r = document.querySelector('#pipelines tr[data-pipeline=\"nightly\"]');
+         return r && r.querySelector('.runs-made a[href=\"#/runs/default/nightly-1\"]')
+           ? r.innerText : ''",
+    )?;
+    let row = row.as_str().unwrap_or_default();
+    check(
+        row.contains("tag (required)") && row.contains("\t1\t"),
+        format!("the pipeline's row: {row:?}"),
+    )?;
+    let made = b.wait(
+        "the run names its pipeline",
+        "const a = document.querySelector('#runs a[href=\"#/runs/default/nightly-1\"]');
+         return a ? a.closest('tr').innerText : ''",
+    )?;
+    check(
+        made.as_str()
+            .is_some_and(|t| t.contains("nightly (generation 1)")),
+        format!("the run's row: {made}"),
+    )?;
+    b.click("#pipelines .runs-made a")?;
+    b.wait(
+        "the run's page says where it came from",
+        "const p = document.querySelector('#run-pipeline');
+         return p && p.innerText.includes('from pipeline nightly (generation 1)')",
+    )?;
     Ok(())
 }

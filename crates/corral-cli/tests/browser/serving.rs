@@ -71,12 +71,28 @@ pub(super) fn a_served_model_shows_its_training_run_revisions_and_replicas() -> 
         format!("the origin names the file and its content: {origin}"),
     )?;
     // The replica comes into rotation and its revision carries every request, live.
-    b.wait(
+    let in_rotation = b.wait(
         "the replica in rotation",
         "const r = [...document.querySelectorAll('#model-replicas tbody tr')];
          return r.length === 1 && r[0].innerText.includes('tiny-trained-serving-0')
            && r[0].children[3].innerText === 'yes'",
-    )?;
+    );
+    if let Err(e) = in_rotation {
+        // What the replica said, for whoever reads the failure.
+        let mut log = Vec::new();
+        let request = corral_server::api_client::LogRequest {
+            previous: true,
+            tail: Some(30),
+            ..Default::default()
+        };
+        let _ = client.logs("default", "tiny-trained-serving-0", &request, &mut log);
+        return Err(format!(
+            "{}\nthe replica's last incarnation said:\n{}",
+            e.message().unwrap_or_default(),
+            String::from_utf8_lossy(&log)
+        )
+        .into());
+    }
     let traffic = b.wait(
         "the revision with all the traffic",
         "const r = document.querySelector('#revisions tr[data-revision=\"tiny-trained-00001\"]');
@@ -94,5 +110,15 @@ pub(super) fn a_served_model_shows_its_training_run_revisions_and_replicas() -> 
             .is_some_and(|t| t.contains("/serve/default/tiny-trained@tiny-trained-00001/")),
         format!("no URL of the revision in {traffic}"),
     )?;
+    // The model deleted, its replica goes: no model server outlives the test.
+    client.delete_served_model("default", "tiny-trained")?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while client.describe("default", "tiny-trained-serving-0").is_ok() {
+        check(
+            std::time::Instant::now() < deadline,
+            "the replica job outlived its model by a minute",
+        )?;
+        std::thread::sleep(Duration::from_millis(100));
+    }
     Ok(())
 }

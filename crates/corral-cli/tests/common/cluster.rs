@@ -17,6 +17,21 @@ pub struct TestCluster {
     pub dir: tempfile::TempDir,
 }
 
+/// A range of replica ports of its own for each cluster of a test binary that sets none:
+/// the tests of one binary run at once, and two clusters handing out the same free port at
+/// the same moment would leave one replica unable to bind it.
+fn own_ports(file: &mut ClusterFileConfig) {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    if file.settings.ports != corral_local::config::DEFAULT_PORT_RANGE {
+        return;
+    }
+    // 20000-31999: below Linux's ephemeral ports (32768-60999), 150 ranges of 80.
+    let n = NEXT.fetch_add(1, Ordering::Relaxed) % 150;
+    let min = 20000 + n * 80;
+    file.settings.ports = corral_local::config::PortRange { min, max: min + 79 };
+}
+
 impl TestCluster {
     pub fn start(config_yaml: &str) -> Result<TestCluster, Failed> {
         let dir = tempfile::tempdir()?;
@@ -27,6 +42,7 @@ impl TestCluster {
         }
         let mut cluster = ClusterConfig::new(dir.path().join("data"));
         cluster.file = ClusterFileConfig::parse(config_yaml).map_err(|e| e.to_string())?;
+        own_ports(&mut cluster.file);
         let mut options = ServerOptions::new(cluster);
         options.listen = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
         options.tick_interval = Duration::from_millis(100);
@@ -50,6 +66,7 @@ impl TestCluster {
         let fingerprint = corral_server::tls::fingerprint_of_file(&files.cert)?;
         let mut cluster = ClusterConfig::new(data);
         cluster.file = ClusterFileConfig::parse(config_yaml).map_err(|e| e.to_string())?;
+        own_ports(&mut cluster.file);
         let mut options = ServerOptions::new(cluster);
         options.listen = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
         options.tick_interval = Duration::from_millis(100);

@@ -61,6 +61,12 @@ pub struct PlanConfig {
     /// The grace period of jobs whose pod templates set no `terminationGracePeriodSeconds`
     /// (`None`: the control plane's default, 30 s).
     pub grace_period: Option<Duration>,
+    /// How long a newly admitted job is safe from preemption (`None`: the scheduler's
+    /// default, 300 s), as `preemptionProtectionSeconds` embedded.
+    pub preemption_protection_seconds: Option<u64>,
+    /// How long at least between two resizes of one elastic job (`None`: the scheduler's
+    /// default, 60 s), as `resizeDwellSeconds` embedded.
+    pub resize_dwell_seconds: Option<u64>,
 }
 
 /// The `corral.dev/admission` annotation that earlier operators wrote: kept, or removed

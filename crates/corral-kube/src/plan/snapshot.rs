@@ -121,7 +121,8 @@ pub(super) fn cluster(
 }
 
 /// The plane's settings: the scheduler's (GPU type speeds from the nodes' GPU products
-/// unless configured), the cluster's grace period, the priority classes.
+/// unless configured), the cluster's grace period, preemption protection and resize dwell,
+/// the priority classes.
 pub(super) fn control_config(world: &World, cfg: &PlanConfig) -> ControlConfig {
     ControlConfig::builder(Platform::Pods)
         .scheduler(cfg.scheduler.clone())
@@ -133,6 +134,8 @@ pub(super) fn control_config(world: &World, cfg: &PlanConfig) -> ControlConfig {
                 .map(String::as_str),
         )
         .grace_period(cfg.grace_period)
+        .preemption_protection_seconds(cfg.preemption_protection_seconds)
+        .resize_dwell_seconds(cfg.resize_dwell_seconds)
         .priority_classes(world.classes.clone())
         .queues(&world.queues)
         .build()

@@ -1,5 +1,6 @@
-// Pipeline runs: the list, and a run's page with its DAG drawn (laid out by dagre), its
-// steps, artifacts and events. It shows what the control plane decided; it decides nothing.
+// Pipelines: the stored ones (each with its parameters and the runs made from it), the
+// runs, and a run's page with its DAG drawn (laid out by dagre), its steps, artifacts and
+// events. It shows what the control plane decided; it decides nothing.
 import { h } from "preact";
 import { useMemo } from "preact/hooks";
 import htm from "htm";
@@ -14,6 +15,13 @@ const html = htm.bind(h);
 export const runHref = (ns, name) => `#/runs/${encodeURIComponent(ns)}/${encodeURIComponent(name)}`;
 
 
+// `name (generation N)` of the stored pipeline a run was made from, if it was.
+const pipelineOf = (run) => {
+  const ref = run.spec.pipelineRef;
+  if (!ref) return "";
+  return ref.generation ? `${ref.name} (generation ${ref.generation})` : ref.name;
+};
+
 const Phase = ({ phase }) => html`<span class=${`state p-${phase}`}>${phase}</span>`;
 
 function counts(run) {
@@ -21,6 +29,35 @@ function counts(run) {
   const done = steps.filter((s) => !["Pending", "Running"].includes(s.phase)).length;
   const cached = steps.filter((s) => s.phase === "Cached").length;
   return { done, cached, total: steps.length };
+}
+
+// The stored pipelines, each with its version and how many runs were made from it.
+function Pipelines({ runs }) {
+  const beat = useBeat();
+  const { data, error } = useLive("/api/v1/pipelines", beat);
+  const items = (data && data.items) || [];
+  if (!items.length) return html`<${ErrorLine} error=${error} />`;
+  const made = (ns, name) =>
+    runs.filter((r) => (r.metadata.namespace || "default") === ns && r.spec.pipelineRef && r.spec.pipelineRef.name === name);
+  const param = (p) => `${p.name}${p.default === undefined ? " (required)" : `=${JSON.stringify(p.default)}`}`;
+  return html`<h2>Stored pipelines</h2>
+    <${ErrorLine} error=${error} />
+    <table id="pipelines">
+      <thead><tr><th>namespace</th><th>pipeline</th><th>generation</th><th>steps</th><th>parameters</th><th>runs</th><th>age</th></tr></thead>
+      <tbody>${items.map((p) => {
+        const ns = p.metadata.namespace || "default";
+        const mine = made(ns, p.metadata.name);
+        return html`<tr data-pipeline=${p.metadata.name}>
+          <td>${ns}</td><td>${p.metadata.name}</td><td>${p.metadata.generation || "-"}</td>
+          <td>${p.spec.steps.map((st) => st.name).join(", ")}</td>
+          <td>${(p.spec.parameters || []).map(param).join(", ") || "-"}</td>
+          <td class="runs-made">${mine.length
+            ? mine.map((r, i) => html`${i ? ", " : ""}<a href=${runHref(ns, r.metadata.name)}>${r.metadata.name}</a>`)
+            : html`<span class="muted">none: <code>corral run ${p.metadata.name}</code></span>`}</td>
+          <td>${age(p.metadata.creationTimestamp)}</td></tr>`;
+      })}</tbody>
+    </table>
+    <h2>Runs</h2>`;
 }
 
 export function Runs() {
@@ -31,14 +68,15 @@ export function Runs() {
     const created = (r) => r.metadata.creationTimestamp || "";
     return [...items].sort((a, b) => created(b).localeCompare(created(a)));
   }, [data]);
-  return html`<h1>Pipeline runs</h1>
+  return html`<h1>Pipelines</h1>
     <${ErrorLine} error=${error} />
+    <${Pipelines} runs=${runs} />
     ${!data
       ? html`<p class="muted">loading…</p>`
       : !runs.length
         ? html`<p class="muted" id="runs-none">No pipeline runs. <code>corral submit</code> a PipelineRun (docs/pipelines.md).</p>`
         : html`<table id="runs">
-            <thead><tr><th>namespace</th><th>run</th><th>phase</th><th>steps done</th><th>cached</th><th>age</th><th>message</th></tr></thead>
+            <thead><tr><th>namespace</th><th>run</th><th>pipeline</th><th>phase</th><th>steps done</th><th>cached</th><th>age</th><th>message</th></tr></thead>
             <tbody>${runs.map((r) => {
               const ns = r.metadata.namespace || "default";
               const c = counts(r);
@@ -46,6 +84,7 @@ export function Runs() {
               return html`<tr>
                 <td>${ns}</td>
                 <td><a href=${runHref(ns, r.metadata.name)}>${r.metadata.name}</a></td>
+                <td>${pipelineOf(r) || html`<span class="muted">inline</span>`}</td>
                 <td><${Phase} phase=${st.phase || "Pending"} /></td>
                 <td>${c.done}/${c.total}</td><td>${c.cached}</td>
                 <td>${age(r.metadata.creationTimestamp)}</td>
@@ -106,6 +145,7 @@ export function Run({ namespace, name }) {
   return html`<h1>Pipeline run ${namespace}/${name} <${Phase} phase=${st.phase || "Pending"} /></h1>
     <${ErrorLine} error=${error} />
     <p id="run-message">${st.message || ""}</p>
+    ${run.spec.pipelineRef ? html`<p class="muted" id="run-pipeline">from pipeline ${pipelineOf(run)}</p>` : ""}
     ${params.length ? html`<p class="muted">parameters: ${params.map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(", ")}</p>` : ""}
     <h2>Steps</h2>
     <div class="dag-box"><${Dag} namespace=${namespace} steps=${data.steps} /></div>

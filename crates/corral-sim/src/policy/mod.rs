@@ -108,14 +108,21 @@ impl PolicyKind {
     }
 
     pub fn build(self, seed: u64) -> Box<dyn Policy> {
-        self.build_with(seed, false)
+        self.build_with(seed, false, None)
     }
 
     /// As [`PolicyKind::build`]; `sia` builds the Gavel-style policies as Sia's simulator
     /// runs its `gavel` baseline (sia-simulator/gavel.py): the allocation recomputed at the
     /// first round boundary after a change (not at most every 1920 s) and one priority
     /// queue over all GPU types.
-    pub fn build_with(self, seed: u64, sia: bool) -> Box<dyn Policy> {
+    /// `resize_dwell_seconds`: Corral's dwell between two resizes of an elastic job
+    /// (`None`: the scheduler's default, 60 s), as `resizeDwellSeconds` embedded.
+    pub fn build_with(
+        self,
+        seed: u64,
+        sia: bool,
+        resize_dwell_seconds: Option<u64>,
+    ) -> Box<dyn Policy> {
         let realloc_min_s = sia.then_some(0.0);
         let gavel = |objective| {
             let mut p = gavel::MaxMin::with(objective, seed);
@@ -129,13 +136,19 @@ impl PolicyKind {
         if let Some(r) = realloc_min_s {
             fifo.realloc_min_s = r;
         }
+        let corral = |elastic: bool| {
+            let mut p = crate::corral_policy::CorralPolicy::default();
+            p.config = corral_core::control::ControlConfig::builder(
+                corral_core::control::Platform::Processes,
+            )
+            .resize_dwell_seconds(resize_dwell_seconds)
+            .build();
+            p.elastic = elastic;
+            Box::new(p) as Box<dyn Policy>
+        };
         match self {
-            PolicyKind::Corral => Box::new(crate::corral_policy::CorralPolicy::default()),
-            PolicyKind::CorralElastic => {
-                let mut p = crate::corral_policy::CorralPolicy::default();
-                p.elastic = true;
-                Box::new(p)
-            }
+            PolicyKind::Corral => corral(false),
+            PolicyKind::CorralElastic => corral(true),
             PolicyKind::Fifo => Box::new(fifo),
             PolicyKind::Sjf => Box::new(sjf::Sjf),
             PolicyKind::Las => Box::new(las::Las::new(seed)),
