@@ -139,7 +139,7 @@ impl PipelineRunSpec {
             let Some(name) = &step.with_param else {
                 continue;
             };
-            if !step.with_items.is_empty() {
+            if !step.with_items.is_empty() || Reference::parse(name).is_ok() {
                 continue;
             }
             let value = self.params.get(name).or_else(|| {
@@ -265,7 +265,10 @@ pub struct StepSpec {
     pub with_items: Vec<serde_json::Value>,
     /// Fan-out over a parameter: the name of a `list` parameter, whose value in the run
     /// (or default) gives the items, as `withItems` would (filled at submit, so that the
-    /// stored run says what it iterates over). Not with `withItems`.
+    /// stored run says what it iterates over). Or over an earlier step's output,
+    /// `steps.<step>.outputs.<output>`: a JSON list in its one file, read once that step
+    /// has ended (recorded in the run's `status.fanOuts`), as Argo's `withParam` of a
+    /// result. Not with `withItems`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub with_param: Option<String>,
     /// Iterations of this fan-out step in flight at most (default: the run's bound only).
@@ -395,7 +398,8 @@ impl StepSpec {
         let refs = self
             .inputs
             .values()
-            .chain(self.when.iter().map(|w| &w.value));
+            .chain(self.when.iter().map(|w| &w.value))
+            .chain(self.with_param.iter());
         for r in refs {
             if let Ok(Reference::Artifact { step, .. }) = Reference::parse(r) {
                 out.push(step);
@@ -517,6 +521,39 @@ pub struct PipelineRunStatus {
     pub start_time: Option<Timestamp>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_time: Option<Timestamp>,
+    /// The items of each fan-out over an earlier step's output (`withParam:
+    /// steps.<step>.outputs.<output>`), by fan-out step, read once that step ended.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub fan_outs: BTreeMap<String, Vec<serde_json::Value>>,
+}
+
+impl PipelineRun {
+    /// The pipeline as this run runs it: each fan-out over an earlier step's output given
+    /// the items its status recorded, then [`PipelineSpec::expanded`]. A fan-out whose items
+    /// are not known yet stays one step (its iterations do not exist yet).
+    pub fn expanded_spec(&self) -> PipelineSpec {
+        let recorded = self.status.as_ref().map(|s| &s.fan_outs);
+        let Some(recorded) = recorded.filter(|r| !r.is_empty()) else {
+            return self.spec.pipeline_spec.expanded();
+        };
+        let mut spec = self.spec.pipeline_spec.clone();
+        for step in &mut spec.steps {
+            if let Some(items) = recorded.get(&step.name) {
+                step.with_items = items.clone();
+            }
+        }
+        spec.expanded()
+    }
+}
+
+impl StepSpec {
+    /// A fan-out over an earlier step's output: that step and output.
+    pub fn fan_out_source(&self) -> Option<(String, String)> {
+        match Reference::parse(self.with_param.as_deref()?) {
+            Ok(Reference::Artifact { step, output }) => Some((step, output)),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -669,6 +706,10 @@ impl PipelineSpec {
                 one.name = iteration_name(&step.name, i);
                 one.iteration_of = Some((step.name.clone(), step.parallelism));
                 one.parallelism = None;
+                // An iteration of a fan-out over a step's output comes after that step.
+                if let Some((source, _)) = step.fan_out_source() {
+                    one.depends_on.push(source);
+                }
                 one.with_param = None;
                 let text = match item {
                     serde_json::Value::String(s) => s.clone(),

@@ -362,3 +362,60 @@ fn fan_out_over_a_parameter_mistakes_are_refused_at_their_fields() {
         "not of type list",
     );
 }
+
+/// A fan-out over an earlier step's output (`withParam: steps.<step>.outputs.<output>`): the
+/// step needs the one it reads; what it names must exist and be one list.
+#[test]
+fn a_fan_out_over_a_steps_output_is_checked_at_its_field() {
+    const OVER_OUTPUT: &str = r#"
+apiVersion: corral.dev/v1alpha1
+kind: PipelineRun
+metadata: {name: dyn}
+spec:
+  pipelineSpec:
+    steps:
+      - name: plan
+        outputs: [shards]
+        task: {command: [sh, -c, "echo '[1, 2]' > $CORRAL_OUTPUT_SHARDS/list.json"]}
+      - name: shard
+        withParam: steps.plan.outputs.shards
+        task: {command: [sh, -c, "echo $CORRAL_ITEM"]}
+"#;
+    let run = the_run(OVER_OUTPUT);
+    let shard = &run.spec.pipeline_spec.steps[1];
+    assert_eq!(shard.needs(), ["plan"]);
+    assert!(shard.with_items.is_empty(), "its items come when plan ends");
+    let at = |text: &str, path: &str, words: &str| {
+        let e = errors(text);
+        assert!(
+            e.iter().any(|m| m.starts_with(path) && m.contains(words)),
+            "{path} {words}: {e:?}"
+        );
+    };
+    at(
+        &OVER_OUTPUT.replace("steps.plan.outputs.shards", "steps.plam.outputs.shards"),
+        "spec.pipelineSpec.steps[1].withParam",
+        "plam",
+    );
+    at(
+        &OVER_OUTPUT.replace("steps.plan.outputs.shards", "steps.plan.outputs.shard"),
+        "spec.pipelineSpec.steps[1].withParam",
+        "has no output `shard`",
+    );
+    at(
+        &OVER_OUTPUT.replace(
+            "        withParam: steps.plan.outputs.shards",
+            "        withParam: steps.plan.outputs.shards\n        withItems: [1]",
+        ),
+        "spec.pipelineSpec.steps[1].withItems",
+        "not both",
+    );
+    at(
+        &OVER_OUTPUT.replace(
+            "        outputs: [shards]",
+            "        outputs: [shards]\n        withItems: [a, b]",
+        ),
+        "spec.pipelineSpec.steps[1].withParam",
+        "is a fan-out",
+    );
+}

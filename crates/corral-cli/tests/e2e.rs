@@ -76,6 +76,10 @@ fn main() -> ExitCode {
             pipelines::a_fan_out_and_a_wide_run_keep_to_their_bounds,
         ),
         Trial::test(
+            "a_fan_out_over_a_steps_output_runs_once_per_item_it_listed",
+            pipelines::a_fan_out_over_a_steps_output_runs_once_per_item_it_listed,
+        ),
+        Trial::test(
             "a_pipeline_run_survives_kill_9_of_the_server",
             pipelines::a_pipeline_run_survives_kill_9_of_the_server,
         ),

@@ -468,6 +468,122 @@ fn a_fan_outs_outputs_are_collected_in_item_order_for_the_step_that_reads_them()
     assert_eq!(d.status.phase, RunPhase::Succeeded);
 }
 
+/// A fan-out over an earlier step's output: its items are read once that step has ended
+/// (the JSON list in its one file), recorded in the run's status, and its iterations run
+/// from the next decision on; a list that is not one fails the step, an empty one skips it.
+#[test]
+fn a_fan_out_over_a_steps_output_runs_once_per_item_it_wrote() {
+    let mut shard = step("shard", &[]);
+    shard.with_param = Some("steps.plan.outputs.out".into());
+    let mut r = run(
+        vec![step("plan", &[]), shard, step("merge", &["shard"])],
+        None,
+    );
+    let decide_with = |r: &PipelineRun, jobs: &BTreeMap<String, Observed>, text: &str| {
+        let mut facts = Facts::default();
+        for _ in 0..10 {
+            let d = decide(r, jobs, &facts, now());
+            if d.wants.is_empty() {
+                return d;
+            }
+            for (s, outs) in d.wants.hash {
+                let recs = outs
+                    .iter()
+                    .map(|o| {
+                        let a = ArtifactRecord {
+                            path: format!("/a/{s}/{o}"),
+                            sha256: format!("h-{s}"),
+                        };
+                        (o.clone(), a)
+                    })
+                    .collect();
+                facts.outputs.insert(s, recs);
+            }
+            for k in d.wants.lookup {
+                facts.cache.insert(k, None);
+            }
+            for p in d.wants.read {
+                assert_eq!(p, "/a/plan/out", "it reads the source's output");
+                facts.contents.insert(p, text.to_string());
+            }
+        }
+        panic!("the decision kept wanting facts");
+    };
+    let mut jobs = BTreeMap::new();
+    let d = decide_with(&r, &jobs, "");
+    let created: Vec<&str> = d.create.iter().map(|l| l.step.as_str()).collect();
+    assert_eq!(created, ["plan"], "shard waits for plan");
+    r.status = Some(d.status);
+    jobs.insert("plan".to_string(), Observed::Succeeded);
+    let d = decide_with(&r, &jobs, r#"["a", 2, {"k": 3}]"#);
+    assert!(d.create.is_empty());
+    assert_eq!(d.status.fan_outs["shard"].len(), 3);
+    r.status = Some(d.status);
+    let d = decide_with(&r, &jobs, "unused");
+    let created: Vec<&str> = d.create.iter().map(|l| l.step.as_str()).collect();
+    assert_eq!(created, ["shard-0", "shard-1", "shard-2"]);
+    let item = |i: usize| {
+        let env = &d.create[i]
+            .job
+            .spec
+            .replicas
+            .values()
+            .next()
+            .unwrap()
+            .template
+            .env;
+        env.iter()
+            .find(|e| e.name == "CORRAL_ITEM")
+            .and_then(|e| e.value.clone())
+    };
+    assert_eq!(item(0).as_deref(), Some("a"));
+    assert_eq!(item(2).as_deref(), Some(r#"{"k":3}"#));
+    // merge waits for every iteration, then runs; the run succeeds.
+    r.status = Some(d.status);
+    for i in 0..3 {
+        jobs.insert(format!("shard-{i}"), Observed::Succeeded);
+    }
+    let d = decide_with(&r, &jobs, "unused");
+    let created: Vec<&str> = d.create.iter().map(|l| l.step.as_str()).collect();
+    assert_eq!(created, ["merge"]);
+    r.status = Some(d.status);
+    jobs.insert("merge".to_string(), Observed::Succeeded);
+    let d = decide_with(&r, &jobs, "unused");
+    assert_eq!(d.status.phase, RunPhase::Succeeded, "{:?}", d.status);
+    assert!(
+        !d.status.steps.contains_key("shard"),
+        "its iterations took its place"
+    );
+
+    // Not a list: the step fails, and the run with it.
+    let mut bad = run(
+        vec![step("plan", &[]), {
+            let mut s = step("shard", &[]);
+            s.with_param = Some("steps.plan.outputs.out".into());
+            s
+        }],
+        None,
+    );
+    let jobs = BTreeMap::from([("plan".to_string(), Observed::Succeeded)]);
+    let fresh = bad.clone();
+    bad.status = Some(decide_with(&bad, &BTreeMap::new(), "").status);
+    let d = decide_with(&bad, &jobs, "{not a list");
+    assert_eq!(d.status.phase, RunPhase::Failed, "{:?}", d.status);
+    assert!(
+        d.status.steps["shard"]
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("is not a JSON list")),
+        "{:?}",
+        d.status.steps["shard"]
+    );
+    // Empty: skipped, and so is what needs it.
+    let mut empty = fresh.clone();
+    empty.status = Some(decide_with(&fresh, &BTreeMap::new(), "").status);
+    let d = decide_with(&empty, &jobs, "[]");
+    assert_eq!(d.status.steps["shard"].phase, StepPhase::Skipped);
+}
+
 #[test]
 fn first_steps_are_what_a_run_starts_with() {
     let r = run(

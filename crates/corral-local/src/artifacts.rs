@@ -24,8 +24,8 @@ use sha2::{Digest, Sha256};
 
 use crate::tenancy::set_owner_mode;
 
-/// The largest artifact text a condition compares.
-pub const MAX_CONDITION_TEXT: u64 = 4096;
+/// The largest artifact text a condition compares, or a fan-out reads its items from.
+pub const MAX_CONDITION_TEXT: u64 = 64 * 1024;
 
 pub fn root(data_dir: &Path) -> PathBuf {
     data_dir.join("artifacts")

@@ -27,7 +27,7 @@ use crate::suggest::did_you_mean;
 pub use cluster_scoped::{validate_node_pool, validate_priority_class, validate_queue};
 pub use context::{NodeFacts, ValidationContext};
 pub use names::{check_dns1035_label, check_dns1123_label};
-pub use pipeline::{validate_pipeline, validate_pipeline_run};
+pub use pipeline::{MAX_ITEMS, validate_pipeline, validate_pipeline_run};
 pub use served_model::{MAX_SERVING_REPLICAS, validate_served_model};
 pub use training_job::{missing_images, validate_training_job};
 

@@ -243,10 +243,36 @@ fn check_with_param(
 /// and valid, and no condition on a fan-out step's outputs (which iteration's would it be?).
 fn check_fan_outs(run: &PipelineRun, index: &BTreeMap<&str, usize>, errs: &mut ValidationErrors) {
     let spec = &run.spec.pipeline_spec;
+    let params: BTreeSet<&str> = spec.parameters.iter().map(|p| p.name.as_str()).collect();
     for (i, step) in spec.steps.iter().enumerate() {
         let path = format!("{STEPS}[{i}]");
         if let Some(name) = &step.with_param {
-            check_with_param(run, step, name, &path, errs);
+            match step.fan_out_source() {
+                // Over an earlier step's output: read once that step has ended.
+                Some((source, _)) => {
+                    let at = format!("{path}.withParam");
+                    check_reference(&at, name, &step.name, &spec.steps, index, &params, errs);
+                    if index
+                        .get(source.as_str())
+                        .is_some_and(|&j| !spec.steps[j].with_items.is_empty())
+                    {
+                        errs.push(
+                            at,
+                            format!(
+                                "step `{source}` is a fan-out, with one output per item; a \
+                                 fan-out iterates over one list"
+                            ),
+                        );
+                    }
+                    if !step.with_items.is_empty() {
+                        errs.push(
+                            format!("{path}.withItems"),
+                            "give withItems or withParam, not both",
+                        );
+                    }
+                }
+                None => check_with_param(run, step, name, &path, errs),
+            }
         }
         if step.with_items.is_empty() {
             // A fan-out over a parameter without items is said at withParam, once.
@@ -305,9 +331,9 @@ fn check_fan_outs(run: &PipelineRun, index: &BTreeMap<&str, usize>, errs: &mut V
         );
     }
     let fan_out = |name: &str| {
-        index
-            .get(name)
-            .is_some_and(|&j| !spec.steps[j].with_items.is_empty())
+        index.get(name).is_some_and(|&j| {
+            !spec.steps[j].with_items.is_empty() || spec.steps[j].with_param.is_some()
+        })
     };
     let readers = spec
         .steps

@@ -29,7 +29,7 @@ pub fn run_names(names: &[String]) -> Option<Vec<String>> {
 
 fn progress(run: &PipelineRun) -> (String, String) {
     let status = run.status.clone().unwrap_or_default();
-    let total = run.spec.pipeline_spec.step_count();
+    let total = run.expanded_spec().steps.len();
     let done = status
         .steps
         .values()

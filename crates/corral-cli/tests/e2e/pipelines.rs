@@ -429,3 +429,60 @@ pub(super) fn a_fan_out_and_a_wide_run_keep_to_their_bounds() -> TestResult {
     )?;
     Ok(())
 }
+
+/// A fan-out over an earlier step's output: `plan` writes the list, `shard` runs once per
+/// item (its iterations made once plan has ended), `report` collects every shard's output.
+pub(super) fn a_fan_out_over_a_steps_output_runs_once_per_item_it_listed() -> TestResult {
+    let c = TestCluster::start("")?;
+    let client = c.client(None);
+    let run = r#"apiVersion: corral.dev/v1alpha1
+kind: PipelineRun
+metadata: {name: listed}
+spec:
+  pipelineSpec:
+    steps:
+      - name: plan
+        outputs: [shards]
+        task: {command: [sh, -c, 'echo "[\"a\", \"b\", \"c\"]" > $CORRAL_OUTPUT_SHARDS/list.json'], resources: {cpu: 10m, memory: 16Mi}}
+      - name: shard
+        withParam: steps.plan.outputs.shards
+        outputs: [part]
+        task: {command: [sh, -c, 'echo "part $CORRAL_ITEM" > $CORRAL_OUTPUT_PART/p'], resources: {cpu: 10m, memory: 16Mi}}
+      - name: report
+        inputs: {parts: steps.shard.outputs.part}
+        outputs: [summary]
+        task: {command: [sh, -c, 'for d in $(echo "$CORRAL_INPUT_PARTS" | tr -d "[]\"" | tr , " "); do cat $d/p; done > $CORRAL_OUTPUT_SUMMARY/all'], resources: {cpu: 10m, memory: 16Mi}}
+"#;
+    client.submit("default", run)?;
+    let d = wait_for_run(&client, "default", "listed")?;
+    let text = remote::describe_run_text(&d);
+    let status = d.run.status.clone().unwrap_or_default();
+    check(status.phase == RunPhase::Succeeded, text.clone())?;
+    check(
+        phases(&d)
+            == [
+                ("plan".to_string(), StepPhase::Succeeded),
+                ("shard-0".to_string(), StepPhase::Succeeded),
+                ("shard-1".to_string(), StepPhase::Succeeded),
+                ("shard-2".to_string(), StepPhase::Succeeded),
+                ("report".to_string(), StepPhase::Succeeded),
+            ],
+        text.clone(),
+    )?;
+    check(
+        status.fan_outs.get("shard").map(Vec::len) == Some(3),
+        format!("the items recorded: {:?}", status.fan_outs),
+    )?;
+    let summary = status
+        .steps
+        .get("report")
+        .and_then(|s| s.outputs.get("summary"))
+        .map(|a| std::path::Path::new(&a.path).join("all"))
+        .ok_or("no summary")?;
+    let all = std::fs::read_to_string(summary)?;
+    check(
+        all == "part a\npart b\npart c\n",
+        format!("{all:?}\n{text}"),
+    )?;
+    Ok(())
+}

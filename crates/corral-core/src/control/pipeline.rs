@@ -274,6 +274,35 @@ fn input_artifact(
     })
 }
 
+/// The items of a fan-out over `steps.<step>.outputs.<output>`: the JSON list in that
+/// output's one file. `Err(path)`: its text is needed first; `Ok(Err(why))`: it is not a
+/// list of at most [`MAX_ITEMS`](corral_api::validate::MAX_ITEMS) items.
+fn fan_out_items(
+    status: &PipelineRunStatus,
+    step: &str,
+    output: &str,
+    facts: &Facts,
+) -> Result<Result<Vec<serde_json::Value>, String>, String> {
+    let what = format!("steps.{step}.outputs.{output}");
+    let Some(a) = status.steps.get(step).and_then(|s| s.outputs.get(output)) else {
+        return Ok(Err(format!("{what} was not written")));
+    };
+    let Some(text) = facts.contents.get(&a.path) else {
+        return Err(a.path.clone());
+    };
+    Ok(match serde_json::from_str::<Vec<serde_json::Value>>(text) {
+        Err(e) => Err(format!(
+            "{what} is not a JSON list in one file (a fan-out iterates over one): {e}"
+        )),
+        Ok(items) if items.len() > corral_api::validate::MAX_ITEMS => Err(format!(
+            "{what} has {} items; a fan-out takes at most {}",
+            items.len(),
+            corral_api::validate::MAX_ITEMS
+        )),
+        Ok(items) => Ok(items),
+    })
+}
+
 /// The cache key of a step with these resolved inputs (see the module docs).
 pub fn cache_key(
     run: &PipelineRun,
@@ -321,8 +350,9 @@ pub fn decide(
     if before.phase.is_finished() {
         return d;
     }
-    // Fan-out steps run as their iterations: from here on, a step is an iteration.
-    let expanded = run.spec.pipeline_spec.expanded();
+    // Fan-out steps run as their iterations: from here on, a step is an iteration (a
+    // fan-out over a step's output once its items are known).
+    let expanded = run.expanded_spec();
     let spec = &expanded;
     let Some(order) = spec.topological_order() else {
         // Validation refuses cycles; a stored one fails rather than waits forever.
@@ -418,6 +448,30 @@ pub fn decide(
         {
             continue;
         }
+        // A fan-out over an earlier step's output: its items, read now that the step has
+        // ended; its iterations exist from the next decision on.
+        if let Some((source, output)) = step.fan_out_source() {
+            match fan_out_items(&d.status, &source, &output, facts) {
+                Err(path) => d.wants.read.push(path),
+                Ok(Err(why)) => set(&mut d, step, StepPhase::Failed, why),
+                Ok(Ok(items)) if items.is_empty() => {
+                    d.status.fan_outs.insert(step.name.clone(), items);
+                    let why = format!("steps.{source}.outputs.{output} is an empty list");
+                    set(&mut d, step, StepPhase::Skipped, why);
+                }
+                Ok(Ok(items)) => {
+                    d.events.push(format!(
+                        "step {} fans out over the {} items of steps.{source}.outputs.{output}",
+                        step.name,
+                        items.len()
+                    ));
+                    d.status.fan_outs.insert(step.name.clone(), items);
+                    // Its iterations take its place.
+                    d.status.steps.remove(&step.name);
+                }
+            }
+            continue;
+        }
         // Its inputs, resolved.
         let mut inputs = BTreeMap::new();
         let mut artifacts = BTreeMap::new();
@@ -509,7 +563,10 @@ pub fn decide(
     for i in &order {
         let step = &spec.steps[*i];
         let was = before.steps.get(&step.name).map(|s| s.phase);
-        let st = &d.status.steps[&step.name];
+        // A fan-out whose iterations just took its place has no entry of its own.
+        let Some(st) = d.status.steps.get(&step.name) else {
+            continue;
+        };
         if st.phase == StepPhase::Succeeded && was != Some(StepPhase::Succeeded) {
             let inputs = step
                 .inputs
@@ -533,6 +590,15 @@ pub fn decide(
             }
         }
     }
+    // A step failed in this decision (a fan-out whose list could not be read) fails the
+    // run as one whose job failed.
+    let failed = failed.or_else(|| {
+        order
+            .iter()
+            .map(|i| &spec.steps[*i])
+            .find(|s| d.status.steps.get(&s.name).map(|st| st.phase) == Some(StepPhase::Failed))
+            .map(|s| s.name.clone())
+    });
     // How the steps ended, once they have; then the exit handler, then the run.
     let main: Vec<&StepStatus> = order
         .iter()
@@ -734,7 +800,7 @@ pub fn first_steps(run: &PipelineRun, now: Timestamp) -> Vec<TrainingJob> {
 /// Every step's phase in the run's order, with the steps it needs, the exit handler last:
 /// what `describe` draws.
 pub fn listing(run: &PipelineRun) -> Vec<(String, StepPhase, Vec<String>)> {
-    let spec = &run.spec.pipeline_spec.expanded();
+    let spec = &run.expanded_spec();
     let order = spec
         .topological_order()
         .unwrap_or_else(|| (0..spec.steps.len()).collect());
@@ -763,9 +829,7 @@ pub fn listing(run: &PipelineRun) -> Vec<(String, StepPhase, Vec<String>)> {
 
 /// Names of the steps of a run, for a shell's lookups of their jobs.
 pub fn step_names(run: &PipelineRun) -> BTreeSet<String> {
-    run.spec
-        .pipeline_spec
-        .expanded()
+    run.expanded_spec()
         .steps
         .iter()
         .map(|s| s.name.clone())

@@ -73,7 +73,7 @@ pub(super) fn generated_name(prefix: &str) -> String {
 /// Rounds of gathering facts for one decision at most: each round answers at least one
 /// step, so a run needs no more than a few per step.
 fn max_rounds(run: &PipelineRun) -> usize {
-    4 * run.spec.pipeline_spec.step_count() + 4
+    4 * run.expanded_spec().steps.len() + 4
 }
 
 impl Cluster {
