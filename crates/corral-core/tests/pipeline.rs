@@ -59,6 +59,16 @@ fn settle(
     jobs: &BTreeMap<String, Observed>,
     cached: &BTreeMap<String, CacheHit>,
 ) -> Decision {
+    settle_reading(run, jobs, cached, "yes")
+}
+
+/// [`settle`], every artifact read holding `text`.
+fn settle_reading(
+    run: &PipelineRun,
+    jobs: &BTreeMap<String, Observed>,
+    cached: &BTreeMap<String, CacheHit>,
+    text: &str,
+) -> Decision {
     let mut facts = Facts::default();
     for _ in 0..100 {
         let d = decide(run, jobs, &facts, now());
@@ -83,7 +93,7 @@ fn settle(
             facts.cache.insert(k, hit);
         }
         for p in d.wants.read {
-            facts.contents.insert(p, "yes".into());
+            facts.contents.insert(p, text.into());
         }
     }
     panic!("the decision kept wanting facts");
@@ -479,35 +489,9 @@ fn a_fan_out_over_a_steps_output_runs_once_per_item_it_wrote() {
         vec![step("plan", &[]), shard, step("merge", &["shard"])],
         None,
     );
+    let none = BTreeMap::new();
     let decide_with = |r: &PipelineRun, jobs: &BTreeMap<String, Observed>, text: &str| {
-        let mut facts = Facts::default();
-        for _ in 0..10 {
-            let d = decide(r, jobs, &facts, now());
-            if d.wants.is_empty() {
-                return d;
-            }
-            for (s, outs) in d.wants.hash {
-                let recs = outs
-                    .iter()
-                    .map(|o| {
-                        let a = ArtifactRecord {
-                            path: format!("/a/{s}/{o}"),
-                            sha256: format!("h-{s}"),
-                        };
-                        (o.clone(), a)
-                    })
-                    .collect();
-                facts.outputs.insert(s, recs);
-            }
-            for k in d.wants.lookup {
-                facts.cache.insert(k, None);
-            }
-            for p in d.wants.read {
-                assert_eq!(p, "/a/plan/out", "it reads the source's output");
-                facts.contents.insert(p, text.to_string());
-            }
-        }
-        panic!("the decision kept wanting facts");
+        settle_reading(r, jobs, &none, text)
     };
     let mut jobs = BTreeMap::new();
     let d = decide_with(&r, &jobs, "");
