@@ -13,8 +13,14 @@
 //! the artifact's directory, written as `$(CORRAL_OUTPUT_A)/a`, which the step's creation
 //! expands (`corral_core::control::pipeline::step_job_with_artifacts`).
 //!
+//! An output parameter is an output like an artifact: a directory with the value's file
+//! (`{{$.outputs.parameters['p'].output_file}}` is `$(CORRAL_OUTPUT_P)/p`), and a task that
+//! reads it (`taskOutputParameter`) gets the file's text as its value
+//! (`steps.<task>.outputs.<p>.value`).
+//!
 //! A `dsl.ParallelFor` of one task is a fan-out step named after that task: over a pipeline
-//! parameter (`withParam`) or a constant list (`withItems`), with its `parallelism`; the
+//! parameter, another task's output parameter (`withParam`) or a constant list
+//! (`withItems`), with its `parallelism`; the
 //! task's input that is the loop's item is `$(CORRAL_ITEM)`, and a later task reading the
 //! loop's output (`dsl.Collected`) reads every iteration's, collected in item order:
 //! `{{$.inputs.artifacts['a']}}` is a JSON list of the artifacts' directories, each holding
@@ -23,7 +29,8 @@
 //!
 //! What is refused, naming the field: executors that are not containers (importers,
 //! resolvers), other nested DAGs (`dsl.If`, `dsl.ExitHandler`, a loop of several tasks, a
-//! loop over artifacts), output parameters, struct parameters, and any other placeholder.
+//! loop over artifacts), a loop's output parameters, struct parameters, and any other
+//! placeholder.
 
 use std::collections::BTreeMap;
 
@@ -220,6 +227,8 @@ struct Loop<'a> {
 enum Items {
     /// A pipeline parameter (a list).
     Param(String),
+    /// Another task's output parameter (a list): `(task, output)`.
+    Output(String, String),
     Raw(Vec<Value>),
 }
 
@@ -275,13 +284,19 @@ fn parse_loop<'a>(
                 .get("inputs")
                 .and_then(|i| i.get("parameters"))
                 .and_then(|p| p.get(input));
-            match bound.and_then(|b| str_at(b, "componentInputParameter")) {
-                Some(param) => Items::Param(param.to_string()),
-                None => {
+            let output = bound.and_then(|b| b.get("taskOutputParameter"));
+            match (
+                bound.and_then(|b| str_at(b, "componentInputParameter")),
+                output.and_then(|o| str_at(o, "producerTask")),
+                output.and_then(|o| str_at(o, "outputParameterKey")),
+            ) {
+                (Some(param), _, _) => Items::Param(param.to_string()),
+                (None, Some(task), Some(key)) => Items::Output(task.to_string(), key.to_string()),
+                _ => {
                     errors.push(FieldError::new(
                         format!("{at}.inputs.parameters.{input}"),
-                        "a loop over another task's output is not supported yet; over a \
-                         pipeline parameter or a constant list is",
+                        "a loop over a pipeline parameter, another task's output parameter or \
+                         a constant list is supported, not this",
                     ));
                     return None;
                 }
@@ -356,6 +371,7 @@ fn loop_step(
     )?;
     match &l.items {
         Items::Param(p) => step.with_param = Some(p.clone()),
+        Items::Output(task, key) => step.with_param = Some(format!("steps.{task}.outputs.{key}")),
         Items::Raw(items) => step.with_items = items.clone(),
     }
     step.parallelism = l.parallelism;
@@ -376,8 +392,17 @@ fn dependencies(task: &Value, loops: &BTreeMap<String, Loop>) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// A parameter input of a task: a pipeline parameter, a constant, or (in a loop) the item.
+/// A parameter input of a task: a pipeline parameter, a constant, another task's output
+/// parameter (the text of that output's file), or (in a loop) the item.
 fn parameter_input(p: &Value, scope: &Scope) -> Option<(Option<String>, Input)> {
+    if let Some(from) = p.get("taskOutputParameter") {
+        let task = str_at(from, "producerTask")?;
+        let key = str_at(from, "outputParameterKey")?;
+        return Some((
+            Some(format!("steps.{task}.outputs.{key}.value")),
+            Input::Param,
+        ));
+    }
     if let Some(c) = p.get("runtimeValue").and_then(|r| r.get("constant")) {
         let text = match c {
             Value::String(s) => s.clone(),
@@ -479,16 +504,6 @@ fn step(
         ));
         return None;
     };
-    if component
-        .get("outputDefinitions")
-        .and_then(|o| obj_at(o, "parameters"))
-        .is_some_and(|p| !p.is_empty())
-    {
-        errors.push(FieldError::new(
-            format!("components.{component_name}.outputDefinitions.parameters"),
-            "output parameters are not supported yet: write an output artifact instead",
-        ));
-    }
     let mut inputs = BTreeMap::new();
     let mut seen: BTreeMap<String, Input> = BTreeMap::new();
     if let Some(params) = task.get("inputs").and_then(|i| obj_at(i, "parameters")) {
@@ -522,11 +537,17 @@ fn step(
             }
         }
     }
-    let outputs: Vec<String> = component
-        .get("outputDefinitions")
-        .and_then(|o| obj_at(o, "artifacts"))
-        .map(|a| a.keys().cloned().collect())
-        .unwrap_or_default();
+    // Output artifacts and output parameters alike: a directory each, the parameter's value
+    // a file in it (`{{$.outputs.parameters['p'].output_file}}`) that readers read.
+    let outputs: Vec<String> = ["artifacts", "parameters"]
+        .iter()
+        .filter_map(|k| {
+            component
+                .get("outputDefinitions")
+                .and_then(|o| obj_at(o, k))
+        })
+        .flat_map(|a| a.keys().cloned())
+        .collect();
     let words = |key: &str| -> Vec<String> {
         container
             .get(key)
@@ -686,6 +707,11 @@ fn placeholder(
                 .strip_prefix("$.outputs.artifacts['")
                 .map(|r| ("output", r))
         })
+        .or_else(|| {
+            inner
+                .strip_prefix("$.outputs.parameters['")
+                .map(|r| ("output-param", r))
+        })
         .ok_or_else(unsupported)?;
     let (name, tail) = rest.split_once("']").ok_or_else(unsupported)?;
     let var = |prefix: &str| format!("$(CORRAL_{prefix}_{})", name.to_uppercase());
@@ -718,6 +744,9 @@ fn placeholder(
         ("output", ".path" | ".uri") => Err(format!(
             "output artifact `{name}` is not among the component's outputs"
         )),
+        ("output-param", ".output_file") if outputs.iter().any(|o| o == name) => {
+            Ok(format!("{}/{name}", var("OUTPUT")))
+        }
         _ => Err(unsupported()),
     }
 }

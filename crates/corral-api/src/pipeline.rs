@@ -349,11 +349,20 @@ pub struct TaskSpec {
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Reference {
     Param(String),
-    Artifact { step: String, output: String },
+    Artifact {
+        step: String,
+        output: String,
+    },
+    /// The text of an output's one file, as a value (an output parameter, Kubeflow's
+    /// `taskOutputParameter`): `steps.<step>.outputs.<output>.value`.
+    Value {
+        step: String,
+        output: String,
+    },
 }
 
 impl Reference {
-    /// `params.<name>` or `steps.<step>.outputs.<artifact>`.
+    /// `params.<name>`, `steps.<step>.outputs.<artifact>` or its `.value`.
     pub fn parse(s: &str) -> Result<Reference, String> {
         let parts: Vec<&str> = s.split('.').collect();
         match parts.as_slice() {
@@ -364,9 +373,16 @@ impl Reference {
                     output: out.to_string(),
                 })
             }
+            ["steps", step, "outputs", out, "value"] if !step.is_empty() && !out.is_empty() => {
+                Ok(Reference::Value {
+                    step: step.to_string(),
+                    output: out.to_string(),
+                })
+            }
             _ => Err(format!(
-                "`{s}` is not a reference; write `params.<name>` or \
-                 `steps.<step>.outputs.<artifact>`"
+                "`{s}` is not a reference; write `params.<name>`, \
+                 `steps.<step>.outputs.<artifact>` (its path) or \
+                 `steps.<step>.outputs.<artifact>.value` (the text of its one file)"
             )),
         }
     }
@@ -374,7 +390,7 @@ impl Reference {
     /// The step this reference makes its reader depend on.
     pub fn step(&self) -> Option<&str> {
         match self {
-            Reference::Artifact { step, .. } => Some(step),
+            Reference::Artifact { step, .. } | Reference::Value { step, .. } => Some(step),
             Reference::Param(_) => None,
         }
     }
@@ -385,6 +401,9 @@ impl fmt::Display for Reference {
         match self {
             Reference::Param(p) => write!(f, "params.{p}"),
             Reference::Artifact { step, output } => write!(f, "steps.{step}.outputs.{output}"),
+            Reference::Value { step, output } => {
+                write!(f, "steps.{step}.outputs.{output}.value")
+            }
         }
     }
 }
@@ -401,8 +420,8 @@ impl StepSpec {
             .chain(self.when.iter().map(|w| &w.value))
             .chain(self.with_param.iter());
         for r in refs {
-            if let Ok(Reference::Artifact { step, .. }) = Reference::parse(r) {
-                out.push(step);
+            if let Some(step) = Reference::parse(r).ok().as_ref().and_then(Reference::step) {
+                out.push(step.to_string());
             }
         }
         out.sort();

@@ -82,16 +82,13 @@ fn what_cannot_run_yet_is_refused_at_its_field() {
             && m.contains("{{$.pipeline_job_name}}")),
         "{e:?}"
     );
+    // An output parameter is an output like an artifact.
     let output_param = TWO_STEPS.replace(
         "    outputDefinitions:\n      artifacts:\n        report:",
         "    outputDefinitions:\n      parameters:\n        n: {parameterType: NUMBER_INTEGER}\n      artifacts:\n        report:",
     );
     let e = errors(&output_param);
-    assert!(
-        e.iter()
-            .any(|m| m.starts_with("components.comp-consume.outputDefinitions.parameters: ")),
-        "{e:?}"
-    );
+    assert!(e.is_empty(), "{e:?}");
 }
 
 const SWEEP: &str = include_str!("fixtures/kfp/sweep.yaml");
@@ -186,5 +183,44 @@ fn what_a_loop_cannot_be_yet_is_refused_at_its_field() {
         &over_artifacts,
         "root.dag.tasks.for-loop-1.artifactIterator",
         "over artifacts is not supported yet",
+    );
+}
+
+const FAN: &str = include_str!("fixtures/kfp/fan.yaml");
+
+/// Output parameters (fan.py, compiled by kfp): `plan` writes a list and a tag; a
+/// ParallelFor over the list is a fan-out over plan's output; each iteration reads the tag's
+/// text as its value.
+#[test]
+fn output_parameters_are_outputs_read_as_values_and_a_loop_can_run_over_one() {
+    let run = the_run(FAN);
+    let spec = &run.spec.pipeline_spec;
+    let step = |n: &str| {
+        spec.steps
+            .iter()
+            .find(|s| s.name == n)
+            .unwrap_or_else(|| panic!("no step {n}"))
+    };
+    assert_eq!(spec.steps.len(), 2);
+    let plan = step("plan");
+    assert_eq!(plan.outputs, ["shards", "tag"]);
+    assert_eq!(
+        plan.task.as_ref().expect("task").args,
+        ["$(CORRAL_OUTPUT_SHARDS)/shards", "$(CORRAL_OUTPUT_TAG)/tag"]
+    );
+    let work = step("work");
+    assert_eq!(
+        work.with_param.as_deref(),
+        Some("steps.plan.outputs.shards")
+    );
+    assert_eq!(work.inputs["tag"], "steps.plan.outputs.tag.value");
+    assert_eq!(work.depends_on, ["plan"]);
+    assert_eq!(
+        work.task.as_ref().expect("task").args,
+        [
+            "$(CORRAL_ITEM)",
+            "$(CORRAL_INPUT_TAG)",
+            "$(CORRAL_OUTPUT_OUT)/out"
+        ]
     );
 }

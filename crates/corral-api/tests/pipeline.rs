@@ -419,3 +419,53 @@ spec:
         "is a fan-out",
     );
 }
+
+/// `steps.<step>.outputs.<output>.value`: the text of that output's one file, as a value; the
+/// reader needs the step; not of a fan-out (one file per item), nor in the exit handler.
+#[test]
+fn a_value_read_from_an_output_is_checked_at_its_field() {
+    const VALUE: &str = r#"
+apiVersion: corral.dev/v1alpha1
+kind: PipelineRun
+metadata: {name: val}
+spec:
+  pipelineSpec:
+    steps:
+      - name: make
+        outputs: [n]
+        task: {command: [sh, -c, "echo 3 > $CORRAL_OUTPUT_N/n"]}
+      - name: use
+        inputs: {n: steps.make.outputs.n.value}
+        task: {command: [sh, -c, "test $CORRAL_INPUT_N = 3"]}
+"#;
+    let run = the_run(VALUE);
+    assert_eq!(run.spec.pipeline_spec.steps[1].needs(), ["make"]);
+    let at = |text: &str, path: &str, words: &str| {
+        let e = errors(text);
+        assert!(
+            e.iter().any(|m| m.starts_with(path) && m.contains(words)),
+            "{path} {words}: {e:?}"
+        );
+    };
+    at(
+        &VALUE.replace("outputs.n.value", "outputs.m.value"),
+        "spec.pipelineSpec.steps[1].inputs.n",
+        "has no output `m`",
+    );
+    at(
+        &VALUE.replace(
+            "        outputs: [n]",
+            "        outputs: [n]\n        withItems: [1, 2]",
+        ),
+        "spec.pipelineSpec.steps[1].inputs.n",
+        "fan-out step `make`",
+    );
+    at(
+        &VALUE.replace(
+            "    steps:",
+            "    onExit: {name: bye, inputs: {n: steps.make.outputs.n.value}, task: {command: ['true']}}\n    steps:",
+        ),
+        "spec.pipelineSpec.onExit.inputs.n",
+        "by path",
+    );
+}

@@ -568,6 +568,33 @@ fn a_fan_out_over_a_steps_output_runs_once_per_item_it_wrote() {
     assert_eq!(d.status.steps["shard"].phase, StepPhase::Skipped);
 }
 
+/// An input `steps.<step>.outputs.<output>.value` is the text of that output's one file (an
+/// output parameter): read by the shell before the step starts, given as a value.
+#[test]
+fn a_value_input_is_the_text_of_an_earlier_steps_output() {
+    let mut usr = step("use", &[]);
+    usr.inputs
+        .insert("n".into(), "steps.make.outputs.out.value".into());
+    let mut r = run(vec![step("make", &[]), usr], None);
+    assert_eq!(r.spec.pipeline_spec.steps[1].needs(), ["make"]);
+    let mut jobs = BTreeMap::new();
+    let none = BTreeMap::new();
+    r.status = Some(settle_reading(&r, &jobs, &none, "42").status);
+    jobs.insert("make".to_string(), Observed::Succeeded);
+    let d = settle_reading(&r, &jobs, &none, "42");
+    let launch = d
+        .create
+        .iter()
+        .find(|l| l.step == "use")
+        .expect("use starts");
+    assert_eq!(
+        launch.inputs.get("n"),
+        Some(&corral_core::control::pipeline::StepInput::Value(
+            "42".into()
+        ))
+    );
+}
+
 #[test]
 fn first_steps_are_what_a_run_starts_with() {
     let r = run(

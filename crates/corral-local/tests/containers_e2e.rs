@@ -725,6 +725,27 @@ fn a_kfp_parallel_for_runs_once_per_item_and_its_outputs_are_collected() {
     );
 }
 
+/// Output parameters and a `dsl.ParallelFor` over one (fan.py, as kfp compiled it): `plan`
+/// writes the list and a tag; `work` runs once per item, each reading the tag's text.
+fn a_kfp_loop_over_an_output_parameter_runs_once_per_item() {
+    let Some((_h, _c, _name, status)) = run_compiled_kfp("fan", 32600) else {
+        return;
+    };
+    assert_eq!(
+        status.phase,
+        corral_api::pipeline::RunPhase::Succeeded,
+        "{status:?}"
+    );
+    let out = |i: usize| {
+        let a = &status.steps[&format!("work-{i}")].outputs["out"];
+        std::fs::read_to_string(Path::new(&a.path).join("out")).expect("out")
+    };
+    assert_eq!(
+        [out(0), out(1), out(2)].map(|t| t.trim().to_string()),
+        ["v1 a", "v1 b", "v1 c"]
+    );
+}
+
 /// `corral exec` (and the MPI launcher's rsh agent) into a replica that runs in a container:
 /// the runtime's `exec` enters it, so the command sees the image's files, the replica's
 /// working directory, contract env and user, and its input.
@@ -830,6 +851,10 @@ fn main() -> std::process::ExitCode {
         (
             "a_kfp_parallel_for_runs_once_per_item_and_its_outputs_are_collected",
             a_kfp_parallel_for_runs_once_per_item_and_its_outputs_are_collected,
+        ),
+        (
+            "a_kfp_loop_over_an_output_parameter_runs_once_per_item",
+            a_kfp_loop_over_an_output_parameter_runs_once_per_item,
         ),
         (
             "the_memory_limit_kills_the_hog_alone",

@@ -125,6 +125,14 @@ pub fn validate_pipeline_run(
                 "the exit handler runs after every step; remove dependsOn",
             );
         }
+        for (k, r) in &exit.inputs {
+            if matches!(Reference::parse(r), Ok(Reference::Value { .. })) {
+                errs.push(
+                    format!("{path}.inputs.{k}"),
+                    "the exit handler reads artifacts by path; read `steps.<step>.outputs.<output>`",
+                );
+            }
+        }
         if exit.cache.as_ref().is_some_and(|c| c.enabled) {
             errs.push(
                 format!("{path}.cache"),
@@ -345,23 +353,30 @@ fn check_fan_outs(run: &PipelineRun, index: &BTreeMap<&str, usize>, errs: &mut V
                 .as_deref()
                 .map(|s| ("spec.pipelineSpec.onExit".to_string(), s)),
         );
-    // An input may read a fan-out's outputs (collected); a condition compares one value.
+    // An input may read a fan-out's outputs (collected); a condition, or a value, is one.
     for (path, step) in readers {
+        let values = step
+            .inputs
+            .iter()
+            .map(|(k, r)| (format!("{path}.inputs.{k}"), r))
+            .filter(|(_, r)| matches!(Reference::parse(r), Ok(Reference::Value { .. })));
         let refs = step
             .when
             .iter()
             .enumerate()
-            .map(|(w, c)| (format!("{path}.when[{w}].value"), &c.value));
+            .map(|(w, c)| (format!("{path}.when[{w}].value"), &c.value))
+            .chain(values);
         for (at, r) in refs {
-            if let Ok(Reference::Artifact { step: s, .. }) = Reference::parse(r)
-                && fan_out(&s)
+            let read = Reference::parse(r).ok();
+            if let Some(s) = read.as_ref().and_then(Reference::step)
+                && fan_out(s)
             {
                 errs.push(
                     at,
                     format!(
                         "`{r}` reads an output of fan-out step `{s}`, which has one per item, \
-                         and a condition compares one value; read them as an input (a JSON \
-                         list of the iterations' paths) and decide in the step"
+                         as one value; read them as an input by path (a JSON list of the \
+                         iterations' directories) and decide in the step"
                     ),
                 );
             }
@@ -433,30 +448,32 @@ fn check_reference(
                 errs.push(path, unknown_name("parameter", &p, &known));
             }
         }
-        Ok(Reference::Artifact { step, output }) => match index.get(step.as_str()) {
-            None => {
-                let known: Vec<&str> = index.keys().copied().collect();
-                errs.push(path, unknown_name("step", &step, &known));
-            }
-            Some(_) if step == me => errs.push(path, "a step cannot read its own outputs"),
-            Some(&j) => {
-                let outs: Vec<&str> = steps[j].outputs.iter().map(String::as_str).collect();
-                if !outs.contains(&output.as_str()) {
-                    let hint = crate::suggest::did_you_mean(&output, outs.iter().copied())
-                        .map(|m| format!("did you mean `{m}`? "))
-                        .unwrap_or_default();
-                    let known = if outs.is_empty() {
-                        "it has none".to_string()
-                    } else {
-                        format!("its outputs: {}", outs.join(", "))
-                    };
-                    errs.push(
-                        path,
-                        format!("step `{step}` has no output `{output}`; {hint}{known}"),
-                    );
+        Ok(Reference::Artifact { step, output } | Reference::Value { step, output }) => {
+            match index.get(step.as_str()) {
+                None => {
+                    let known: Vec<&str> = index.keys().copied().collect();
+                    errs.push(path, unknown_name("step", &step, &known));
+                }
+                Some(_) if step == me => errs.push(path, "a step cannot read its own outputs"),
+                Some(&j) => {
+                    let outs: Vec<&str> = steps[j].outputs.iter().map(String::as_str).collect();
+                    if !outs.contains(&output.as_str()) {
+                        let hint = crate::suggest::did_you_mean(&output, outs.iter().copied())
+                            .map(|m| format!("did you mean `{m}`? "))
+                            .unwrap_or_default();
+                        let known = if outs.is_empty() {
+                            "it has none".to_string()
+                        } else {
+                            format!("its outputs: {}", outs.join(", "))
+                        };
+                        errs.push(
+                            path,
+                            format!("step `{step}` has no output `{output}`; {hint}{known}"),
+                        );
+                    }
                 }
             }
-        },
+        }
     }
 }
 

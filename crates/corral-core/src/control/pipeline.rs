@@ -318,7 +318,7 @@ pub fn cache_key(
     for (name, r) in &step.inputs {
         let v = match Reference::parse(r) {
             Ok(Reference::Param(p)) => params.get(&p).cloned().unwrap_or_default(),
-            Ok(Reference::Artifact { .. }) => artifacts
+            Ok(Reference::Artifact { .. } | Reference::Value { .. }) => artifacts
                 .get(name)
                 .map(|a| serde_json::Value::String(a.sha256.clone()))
                 .unwrap_or_default(),
@@ -474,6 +474,7 @@ pub fn decide(
         }
         // Its inputs, resolved.
         let mut inputs = BTreeMap::new();
+        let mut unread = Vec::new();
         let mut artifacts = BTreeMap::new();
         for (name, r) in &step.inputs {
             match Reference::parse(r) {
@@ -487,8 +488,24 @@ pub fn decide(
                         artifacts.insert(name.clone(), a);
                     }
                 }
+                // The text of the output's one file, read by the shell first.
+                Ok(Reference::Value { step: s, output }) => {
+                    if let Some(a) = input_artifact(spec, &d.status, &s, &output) {
+                        match facts.contents.get(&a.path) {
+                            Some(text) => {
+                                inputs.insert(name.clone(), StepInput::Value(text.clone()));
+                            }
+                            None => unread.push(a.path.clone()),
+                        }
+                        artifacts.insert(name.clone(), a);
+                    }
+                }
                 Err(_) => {}
             }
+        }
+        if !unread.is_empty() {
+            d.wants.read.extend(unread);
+            continue;
         }
         match conditions(&d, step, &params, facts) {
             Err(path) => {
@@ -572,9 +589,10 @@ pub fn decide(
                 .inputs
                 .iter()
                 .filter_map(|(name, r)| match Reference::parse(r) {
-                    Ok(Reference::Artifact { step: s, output }) => {
-                        input_artifact(spec, &d.status, &s, &output).map(|a| (name.clone(), a))
-                    }
+                    Ok(
+                        Reference::Artifact { step: s, output }
+                        | Reference::Value { step: s, output },
+                    ) => input_artifact(spec, &d.status, &s, &output).map(|a| (name.clone(), a)),
                     _ => None,
                 })
                 .collect();
@@ -678,7 +696,8 @@ fn exit_handler(
                             inputs.insert(name.clone(), StepInput::Artifact(a.path.clone()));
                         }
                     }
-                    Err(_) => {}
+                    // Refused at submit (the exit handler cannot wait for a read).
+                    Ok(Reference::Value { .. }) | Err(_) => {}
                 }
             }
             d.status.message = Some(format!("{message}; running exit handler {}", exit.name));
@@ -746,7 +765,7 @@ fn conditions(
     for w in &step.when {
         let value = match Reference::parse(&w.value) {
             Ok(Reference::Param(p)) => params.get(&p).map(param_text).unwrap_or_default(),
-            Ok(Reference::Artifact { step: s, output }) => {
+            Ok(Reference::Artifact { step: s, output } | Reference::Value { step: s, output }) => {
                 let Some(a) = d
                     .status
                     .steps
