@@ -27,10 +27,14 @@
 //! the file its producer wrote (named after the producer's output), where Kubeflow passes a
 //! JSON list of artifact objects.
 //!
+//! A `dsl.If` of the root DAG: each task of its DAG is a step of its own under its
+//! condition (`when`), `inputs.parameter_values['x'] == 'v'` (or `!=`) on a pipeline
+//! parameter or another task's output parameter.
+//!
 //! What is refused, naming the field: executors that are not containers (importers,
-//! resolvers), other nested DAGs (`dsl.If`, `dsl.ExitHandler`, a loop of several tasks, a
-//! loop over artifacts), a loop's output parameters, struct parameters, and any other
-//! placeholder.
+//! resolvers), other nested DAGs (`dsl.ExitHandler`, a loop of several tasks, a group in a
+//! group, a loop over artifacts), other conditions, a loop's output parameters, struct
+//! parameters, and any other placeholder.
 
 use std::collections::BTreeMap;
 
@@ -38,7 +42,7 @@ use serde_json::{Map, Value};
 
 use crate::pipeline::{
     CachePolicy, ParameterSpec, ParameterType, PipelineRun, PipelineRunSpec, PipelineSpec,
-    StepSpec, TaskSpec,
+    StepSpec, TaskSpec, WhenCondition,
 };
 use crate::quantity::Quantity;
 use crate::training_job::{EnvVar, Resources};
@@ -85,43 +89,67 @@ pub fn convert(doc: &Value) -> Result<PipelineRun, Errors> {
     if tasks.is_empty() {
         errors.push(FieldError::new("root.dag.tasks", "needs at least one task"));
     }
-    // Loops first: the tasks after them read their outputs, and name them.
-    let mut loops: BTreeMap<String, Loop> = BTreeMap::new();
+    // Groups first: the tasks after them read their outputs, and name them.
+    let mut dag = Dag {
+        loops: BTreeMap::new(),
+        conditions: BTreeMap::new(),
+    };
+    let mut conditions = Vec::new();
     for (task_name, task) in tasks {
         let iterates = ["parameterIterator", "iteratorPolicy", "artifactIterator"]
             .iter()
             .any(|k| task.get(k).is_some());
-        if iterates && let Some(l) = parse_loop(doc, task_name, task, &mut errors) {
-            loops.insert(task_name.clone(), l);
+        if iterates {
+            if let Some(l) = parse_loop(doc, task_name, task, &mut errors) {
+                dag.loops.insert(task_name.clone(), l);
+            }
+        } else if task.get("triggerPolicy").is_some()
+            && let Some(c) = parse_condition(doc, task_name, task, &mut errors)
+        {
+            let names = c.tasks.iter().map(|(n, _)| n.clone()).collect();
+            dag.conditions.insert(task_name.clone(), names);
+            conditions.push(c);
         }
     }
-    for l in loops.values() {
-        if tasks.contains_key(&l.body_name) {
+    let grouped = dag
+        .loops
+        .values()
+        .map(|l| (&l.task_name, l.body_name.clone()))
+        .chain(
+            conditions
+                .iter()
+                .flat_map(|c| c.tasks.iter().map(|(n, _)| (&c.task_name, n.clone()))),
+        );
+    for (group, name) in grouped {
+        if tasks.contains_key(&name) {
             errors.push(FieldError::new(
-                format!("root.dag.tasks.{}", l.body_name),
+                format!("root.dag.tasks.{name}"),
                 format!(
-                    "names a task of the root DAG and the task of loop `{}`; a loop's task \
-                     becomes a step of that name",
-                    l.task_name
+                    "names a task of the root DAG and a task of `{group}`; a group's task \
+                     becomes a step of that name"
                 ),
             ));
         }
     }
     let mut steps = Vec::new();
     for (task_name, task) in tasks {
-        let made = match loops.get(task_name) {
-            Some(l) => loop_step(doc, l, &loops, &mut errors),
-            None => step(
-                doc,
-                &format!("root.dag.tasks.{task_name}"),
-                task_name,
-                task,
-                &Scope::Root,
-                &loops,
-                &mut errors,
-            ),
-        };
-        steps.extend(made);
+        if let Some(l) = dag.loops.get(task_name) {
+            steps.extend(loop_step(doc, l, &dag, &mut errors));
+            continue;
+        }
+        if let Some(c) = conditions.iter().find(|c| &c.task_name == task_name) {
+            steps.extend(condition_steps(doc, c, &dag, &mut errors));
+            continue;
+        }
+        steps.extend(step(
+            doc,
+            &format!("root.dag.tasks.{task_name}"),
+            task_name,
+            task,
+            &Scope::Root,
+            &dag,
+            &mut errors,
+        ));
     }
     if !errors.is_empty() {
         return Err(errors);
@@ -235,7 +263,33 @@ enum Items {
 /// Where a task's `componentInput...` come from: the pipeline, or the loop it is in.
 enum Scope<'a> {
     Root,
-    Loop(&'a Loop<'a>),
+    /// A task of a loop's or a condition's DAG: what it reads comes through that group's
+    /// task of the root DAG; in a loop, one of its inputs is the item.
+    Inside {
+        task: &'a Value,
+        item_input: Option<&'a str>,
+    },
+}
+
+/// The root DAG's groups: loops, and conditions whose tasks run as steps of their own.
+struct Dag<'a> {
+    loops: BTreeMap<String, Loop<'a>>,
+    /// A condition's task of the root DAG -> the steps of its DAG's tasks.
+    conditions: BTreeMap<String, Vec<String>>,
+}
+
+impl Dag<'_> {
+    /// The steps a task of the root DAG runs as: a loop as its task's step, a condition as
+    /// its tasks' steps, any other as itself.
+    fn steps_of(&self, task: &str) -> Vec<String> {
+        if let Some(l) = self.loops.get(task) {
+            return vec![l.body_name.clone()];
+        }
+        self.conditions
+            .get(task)
+            .cloned()
+            .unwrap_or_else(|| vec![task.to_string()])
+    }
 }
 
 /// A loop of the root DAG (see [`Loop`]); what it cannot be is refused at its field.
@@ -353,20 +407,131 @@ fn parse_loop<'a>(
     })
 }
 
-/// A loop's step: its task, once per item.
-fn loop_step(
-    doc: &Value,
-    l: &Loop,
-    loops: &BTreeMap<String, Loop>,
+/// A `dsl.If` of the root DAG (see the module docs).
+struct Condition<'a> {
+    task_name: String,
+    task: &'a Value,
+    /// Where its DAG's tasks are, and them.
+    at: String,
+    tasks: Vec<(String, &'a Value)>,
+    when: WhenCondition,
+}
+
+/// A condition of the root DAG: `inputs.parameter_values['<input>'] == '<value>'` (or `!=`;
+/// a number or boolean without quotes), the input bound to a pipeline parameter or another
+/// task's output parameter; anything else is refused at its field.
+fn parse_condition<'a>(
+    doc: &'a Value,
+    task_name: &str,
+    task: &'a Value,
     errors: &mut Errors,
-) -> Option<StepSpec> {
+) -> Option<Condition<'a>> {
+    let at = format!("root.dag.tasks.{task_name}");
+    let text = task
+        .get("triggerPolicy")
+        .and_then(|t| str_at(t, "condition"))
+        .unwrap_or("");
+    let refuse = |errors: &mut Errors, why: &str| {
+        errors.push(FieldError::new(
+            format!("{at}.triggerPolicy.condition"),
+            format!("`{text}`: {why}"),
+        ));
+    };
+    let parsed = ["==", "!="].iter().find_map(|op| {
+        let (left, right) = text.split_once(op)?;
+        let input = left
+            .trim()
+            .strip_prefix("inputs.parameter_values['")?
+            .strip_suffix("']")?;
+        let right = right.trim();
+        let literal = right
+            .strip_prefix('\'')
+            .and_then(|r| r.strip_suffix('\''))
+            .unwrap_or(right);
+        Some((input, *op, literal.to_string()))
+    });
+    let Some((input, op, literal)) = parsed else {
+        refuse(
+            errors,
+            "only `inputs.parameter_values['<input>'] == <value>` (or `!=`) is supported yet",
+        );
+        return None;
+    };
+    let bound = task
+        .get("inputs")
+        .and_then(|i| i.get("parameters"))
+        .and_then(|p| p.get(input));
+    let reference = bound
+        .and_then(|b| parameter_input(b, &Scope::Root))
+        .and_then(|(r, _)| r);
+    let Some(value) = reference else {
+        refuse(
+            errors,
+            "the condition reads neither a pipeline parameter nor another task's output \
+             parameter",
+        );
+        return None;
+    };
+    let component_name = task
+        .get("componentRef")
+        .and_then(|c| str_at(c, "name"))
+        .unwrap_or("");
+    let body = doc
+        .get("components")
+        .and_then(|c| c.get(component_name))
+        .and_then(|c| c.get("dag"))
+        .and_then(|d| obj_at(d, "tasks"));
+    let Some(body) = body.filter(|b| !b.is_empty()) else {
+        refuse(errors, "its DAG has no tasks");
+        return None;
+    };
+    let (equals, not_equals) = if op == "==" {
+        (Some(literal), None)
+    } else {
+        (None, Some(literal))
+    };
+    Some(Condition {
+        task_name: task_name.to_string(),
+        task,
+        at: format!("components.{component_name}.dag.tasks"),
+        tasks: body.iter().map(|(n, t)| (n.clone(), t)).collect(),
+        when: WhenCondition {
+            value,
+            equals,
+            not_equals,
+        },
+    })
+}
+
+/// A condition's steps: each of its tasks, under its condition.
+fn condition_steps(doc: &Value, c: &Condition, dag: &Dag, errors: &mut Errors) -> Vec<StepSpec> {
+    let scope = Scope::Inside {
+        task: c.task,
+        item_input: None,
+    };
+    let mut out = Vec::new();
+    for (name, task) in &c.tasks {
+        let at = format!("{}.{name}", c.at);
+        if let Some(mut step) = step(doc, &at, name, task, &scope, dag, errors) {
+            step.when.push(c.when.clone());
+            out.push(step);
+        }
+    }
+    out
+}
+
+/// A loop's step: its task, once per item.
+fn loop_step(doc: &Value, l: &Loop, dag: &Dag, errors: &mut Errors) -> Option<StepSpec> {
     let mut step = step(
         doc,
         &l.body_at,
         &l.body_name,
         l.body,
-        &Scope::Loop(l),
-        loops,
+        &Scope::Inside {
+            task: l.task,
+            item_input: Some(&l.item_input),
+        },
+        dag,
         errors,
     )?;
     match &l.items {
@@ -375,18 +540,18 @@ fn loop_step(
         Items::Raw(items) => step.with_items = items.clone(),
     }
     step.parallelism = l.parallelism;
-    step.depends_on = dependencies(l.task, loops);
+    step.depends_on = dependencies(l.task, dag);
     Some(step)
 }
 
 /// A task's `dependentTasks`, a loop named by its step.
-fn dependencies(task: &Value, loops: &BTreeMap<String, Loop>) -> Vec<String> {
+fn dependencies(task: &Value, dag: &Dag) -> Vec<String> {
     task.get("dependentTasks")
         .and_then(Value::as_array)
         .map(|a| {
             a.iter()
                 .filter_map(Value::as_str)
-                .map(|t| loops.get(t).map_or(t, |l| l.body_name.as_str()).to_string())
+                .flat_map(|t| dag.steps_of(t))
                 .collect()
         })
         .unwrap_or_default()
@@ -413,10 +578,13 @@ fn parameter_input(p: &Value, scope: &Scope) -> Option<(Option<String>, Input)> 
     let from = str_at(p, "componentInputParameter")?;
     match scope {
         Scope::Root => Some((Some(format!("params.{from}")), Input::Param)),
-        Scope::Loop(l) if from == l.item_input => Some((None, Input::Item)),
-        // Through the loop's own inputs, as the root DAG binds them.
-        Scope::Loop(l) => {
-            let bound = l.task.get("inputs")?.get("parameters")?.get(from)?;
+        Scope::Inside {
+            item_input: Some(item),
+            ..
+        } if from == *item => Some((None, Input::Item)),
+        // Through the group's own inputs, as the root DAG binds them.
+        Scope::Inside { task, .. } => {
+            let bound = task.get("inputs")?.get("parameters")?.get(from)?;
             parameter_input(bound, &Scope::Root)
         }
     }
@@ -424,15 +592,11 @@ fn parameter_input(p: &Value, scope: &Scope) -> Option<(Option<String>, Input)> 
 
 /// An artifact input of a task: another task's output (a loop's: collected), or (in a
 /// loop) one the loop was given.
-fn artifact_input(
-    a: &Value,
-    scope: &Scope,
-    loops: &BTreeMap<String, Loop>,
-) -> Option<(String, Input)> {
+fn artifact_input(a: &Value, scope: &Scope, dag: &Dag) -> Option<(String, Input)> {
     if let Some(from) = a.get("taskOutputArtifact") {
         let producer = str_at(from, "producerTask")?;
         let key = str_at(from, "outputArtifactKey")?;
-        return Some(match loops.get(producer) {
+        return Some(match dag.loops.get(producer) {
             Some(l) => {
                 let out = l.outputs.get(key)?;
                 (
@@ -446,12 +610,12 @@ fn artifact_input(
             ),
         });
     }
-    let Scope::Loop(l) = scope else {
+    let Scope::Inside { task, .. } = scope else {
         return None;
     };
     let from = str_at(a, "componentInputArtifact")?;
-    let bound = l.task.get("inputs")?.get("artifacts")?.get(from)?;
-    artifact_input(bound, &Scope::Root, loops)
+    let bound = task.get("inputs")?.get("artifacts")?.get(from)?;
+    artifact_input(bound, &Scope::Root, dag)
 }
 
 fn step(
@@ -460,7 +624,7 @@ fn step(
     task_name: &str,
     task: &Value,
     scope: &Scope,
-    loops: &BTreeMap<String, Loop>,
+    dag: &Dag,
     errors: &mut Errors,
 ) -> Option<StepSpec> {
     let at = at.to_string();
@@ -479,15 +643,16 @@ fn step(
     if task.get("triggerPolicy").is_some() {
         errors.push(FieldError::new(
             format!("{at}.triggerPolicy"),
-            "conditions (dsl.If, dsl.Condition) are not supported yet",
+            "a condition (dsl.If) inside a loop or a condition is not supported yet; one \
+             of the root DAG is",
         ));
     }
     let Some(label) = str_at(component, "executorLabel") else {
         errors.push(FieldError::new(
             format!("components.{component_name}"),
-            "a nested DAG (dsl.If, dsl.ExitHandler, a pipeline used as a component, a loop \
-             in a loop) is not supported yet: container components and dsl.ParallelFor of \
-             one are",
+            "a nested DAG (dsl.ExitHandler, a pipeline used as a component, a loop or a \
+             condition inside a loop or a condition) is not supported yet: container \
+             components, dsl.ParallelFor of one and dsl.If of the root DAG are",
         ));
         return None;
     };
@@ -525,7 +690,7 @@ fn step(
     }
     if let Some(artifacts) = task.get("inputs").and_then(|i| obj_at(i, "artifacts")) {
         for (name, a) in artifacts {
-            match artifact_input(a, scope, loops) {
+            match artifact_input(a, scope, dag) {
                 Some((reference, input)) => {
                     inputs.insert(name.clone(), reference);
                     seen.insert(name.clone(), input);
@@ -597,7 +762,10 @@ fn step(
         .and_then(|c| c.get("enableCache"))
         .and_then(Value::as_bool)
         .unwrap_or(true);
-    let depends_on = dependencies(task, loops);
+    let mut depends_on = dependencies(task, dag);
+    if let Scope::Inside { task: group, .. } = scope {
+        depends_on.extend(dependencies(group, dag));
+    }
     Some(StepSpec {
         name: task_name.to_string(),
         depends_on,

@@ -224,3 +224,40 @@ fn output_parameters_are_outputs_read_as_values_and_a_loop_can_run_over_one() {
         ]
     );
 }
+
+const COND: &str = include_str!("fixtures/kfp/cond.yaml");
+
+/// `dsl.If` of the root DAG (cond.py, compiled by kfp): each task of the condition's DAG is a
+/// step under its condition, on another task's output parameter or a pipeline parameter;
+/// what a condition cannot be yet is refused at its field.
+#[test]
+fn a_condition_is_a_when_on_each_of_its_tasks() {
+    let run = the_run(COND);
+    let spec = &run.spec.pipeline_spec;
+    let step = |n: &str| {
+        spec.steps
+            .iter()
+            .find(|s| s.name == n)
+            .unwrap_or_else(|| panic!("no step {n}"))
+    };
+    let heads = step("record");
+    assert_eq!(heads.depends_on, ["flip"]);
+    assert_eq!(heads.when.len(), 1);
+    assert_eq!(heads.when[0].value, "steps.flip.outputs.side.value");
+    assert_eq!(heads.when[0].equals.as_deref(), Some("heads"));
+    let slow = step("record-2");
+    assert_eq!(slow.when[0].value, "params.mode");
+    assert_eq!(slow.when[0].equals.as_deref(), Some("slow"));
+    let unsupported = COND.replace(
+        "condition: inputs.parameter_values['pipelinechannel--mode'] == 'slow'",
+        "condition: inputs.parameter_values['pipelinechannel--mode'] > 'slow'",
+    );
+    let e = errors(&unsupported);
+    assert!(
+        e.iter().any(
+            |m| m.starts_with("root.dag.tasks.condition-2.triggerPolicy.condition: ")
+                && m.contains("is supported yet")
+        ),
+        "{e:?}"
+    );
+}

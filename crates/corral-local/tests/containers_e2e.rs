@@ -746,6 +746,32 @@ fn a_kfp_loop_over_an_output_parameter_runs_once_per_item() {
     );
 }
 
+/// `dsl.If` (cond.py, as kfp compiled it): the condition on flip's output holds and its task
+/// runs; the one on the pipeline parameter does not, and its task is skipped with why.
+fn kfp_conditions_run_or_skip_their_tasks() {
+    let Some((_h, _c, _name, status)) = run_compiled_kfp("cond", 32750) else {
+        return;
+    };
+    assert_eq!(
+        status.phase,
+        corral_api::pipeline::RunPhase::Succeeded,
+        "{status:?}"
+    );
+    let heads = &status.steps["record"];
+    assert_eq!(heads.phase, corral_api::pipeline::StepPhase::Succeeded);
+    let note =
+        std::fs::read_to_string(Path::new(&heads.outputs["note"].path).join("note")).expect("note");
+    assert_eq!(note.trim(), "heads");
+    let slow = &status.steps["record-2"];
+    assert_eq!(slow.phase, corral_api::pipeline::StepPhase::Skipped);
+    assert!(
+        slow.message
+            .as_deref()
+            .is_some_and(|m| m.contains("`fast`, not `slow`")),
+        "{slow:?}"
+    );
+}
+
 /// `corral exec` (and the MPI launcher's rsh agent) into a replica that runs in a container:
 /// the runtime's `exec` enters it, so the command sees the image's files, the replica's
 /// working directory, contract env and user, and its input.
@@ -855,6 +881,10 @@ fn main() -> std::process::ExitCode {
         (
             "a_kfp_loop_over_an_output_parameter_runs_once_per_item",
             a_kfp_loop_over_an_output_parameter_runs_once_per_item,
+        ),
+        (
+            "kfp_conditions_run_or_skip_their_tasks",
+            kfp_conditions_run_or_skip_their_tasks,
         ),
         (
             "the_memory_limit_kills_the_hog_alone",
