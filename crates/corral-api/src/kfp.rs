@@ -540,7 +540,6 @@ fn loop_step(doc: &Value, l: &Loop, dag: &Dag, errors: &mut Errors) -> Option<St
         Items::Raw(items) => step.with_items = items.clone(),
     }
     step.parallelism = l.parallelism;
-    step.depends_on = dependencies(l.task, dag);
     Some(step)
 }
 

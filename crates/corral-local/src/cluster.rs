@@ -622,7 +622,7 @@ pub use node::{build_cluster, control_config, local_node, unhealthy_gpus, valida
 pub use pipelines::{PipelineRunDetails, StepRow};
 pub use progress::JobProgressRow;
 pub use serving::{ServingEndpoint, ServingObservation, has_served_models, serving_path};
-pub use submission::{CheckedSubmission, SubmitContext};
+pub use submission::{CheckedSubmission, SubmitContext, names_stored_pipelines};
 
 #[cfg(test)]
 mod tests {

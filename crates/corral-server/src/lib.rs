@@ -231,7 +231,7 @@ impl AppState {
         text: &str,
     ) -> Result<Arc<SubmitContext>, ApiError> {
         let ctx = self.submit_context();
-        if !text.contains("pipelineRef") {
+        if !corral_local::cluster::names_stored_pipelines(text) {
             return Ok(ctx);
         }
         let ns = namespace.to_string();

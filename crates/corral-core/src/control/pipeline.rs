@@ -824,6 +824,7 @@ pub fn listing(run: &PipelineRun) -> Vec<(String, StepPhase, Vec<String>)> {
         .topological_order()
         .unwrap_or_else(|| (0..spec.steps.len()).collect());
     let status = run.status.clone().unwrap_or_default();
+    let names: BTreeSet<&str> = spec.steps.iter().map(|s| s.name.as_str()).collect();
     order
         .into_iter()
         .map(|i| {
@@ -833,7 +834,7 @@ pub fn listing(run: &PipelineRun) -> Vec<(String, StepPhase, Vec<String>)> {
                 .get(&s.name)
                 .map_or(StepPhase::Pending, |st| st.phase);
             let mut needs = s.needs();
-            needs.retain(|n| spec.steps.iter().any(|x| &x.name == n));
+            needs.retain(|n| names.contains(n.as_str()));
             (s.name.clone(), phase, needs)
         })
         .chain(spec.on_exit.iter().map(|e| {

@@ -42,7 +42,9 @@ impl Cluster {
             return self.submit_served_models(text, namespace, false);
         }
         let mut ctx = self.submit_context();
-        ctx.validation.pipelines = self.pipelines(Some(namespace))?;
+        if super::submission::names_stored_pipelines(text) {
+            ctx = ctx.with_pipelines(self.pipelines(Some(namespace))?);
+        }
         let checked = Self::check_submission(&ctx, text, namespace)?;
         self.submit_checked(checked, now)
     }

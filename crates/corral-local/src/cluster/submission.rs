@@ -25,6 +25,12 @@ pub struct SubmitContext {
     pub(super) fit: Arc<SubmitCheck>,
 }
 
+/// Whether a submission's text may name a stored Pipeline (`spec.pipelineRef`): only then
+/// are the namespace's pipelines read for its check.
+pub fn names_stored_pipelines(text: &str) -> bool {
+    text.contains("pipelineRef")
+}
+
 impl SubmitContext {
     /// With the stored Pipelines of the namespace submitted to, which its runs may name.
     pub fn with_pipelines(mut self, pipelines: Vec<Pipeline>) -> Self {

@@ -4,7 +4,7 @@
 //! (no schema version change).
 
 use corral_api::pipeline::Pipeline;
-use rusqlite::params;
+use rusqlite::{OptionalExtension, params};
 
 use super::{Store, StoreError, json, parse};
 
@@ -59,10 +59,13 @@ impl Store {
     }
 
     pub fn pipeline(&self, namespace: &str, name: &str) -> Result<Option<Pipeline>, StoreError> {
-        Ok(self
-            .pipelines(Some(namespace))?
-            .into_iter()
-            .find(|p| p.metadata.name == name))
+        let text: Option<String> = self
+            .conn
+            .prepare_cached("SELECT pipeline FROM pipelines WHERE namespace = ?1 AND name = ?2")?
+            .query_row([namespace, name], |r| r.get(0))
+            .optional()?;
+        text.map(|t| parse(&format!("pipeline {namespace}/{name}"), &t))
+            .transpose()
     }
 
     /// Removes a pipeline; whether there was one.
