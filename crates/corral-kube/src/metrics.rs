@@ -26,6 +26,7 @@ pub mod names {
     pub const PODS_DELETED: &str = "pods_deleted";
     pub const RECONCILE_ERRORS: &str = "reconcile_errors";
     pub const LEADER: &str = "leader";
+    pub const PLANE_REBUILDS: &str = "plane_rebuilds";
 }
 
 pub struct Metrics {
@@ -43,6 +44,9 @@ pub struct Metrics {
     pub pods_deleted: Counter,
     pub errors: Counter,
     pub leader: Gauge,
+    /// `corral_plane_rebuilds_total{reason}`: passes that rebuilt the control plane from
+    /// the API server instead of feeding the kept one what changed.
+    pub rebuilds: Family<Labels, Counter>,
 }
 
 impl Default for Metrics {
@@ -72,6 +76,7 @@ impl Metrics {
             pods_deleted: Counter::default(),
             errors: Counter::default(),
             leader: Gauge::default(),
+            rebuilds: Family::default(),
             registry: Registry::default(),
         };
         registry.register(SCHEDULER_CYCLES, "Scheduling cycles run", m.cycles.clone());
@@ -113,6 +118,12 @@ impl Metrics {
             "1 while this replica holds the leader lease",
             m.leader.clone(),
         );
+        registry.register(
+            PLANE_REBUILDS,
+            "Passes that rebuilt the control plane from the API server, by why (start, \
+             unapplied, cluster, job, vanished); the others fed the kept plane what changed",
+            m.rebuilds.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -151,6 +162,11 @@ impl Metrics {
         self.pods_bound.inc_by(report.pods_bound);
         self.pods_deleted.inc_by(report.pods_deleted);
         self.errors.inc_by(report.errors.len() as u64);
+        if let Some(why) = plan.rebuilt {
+            self.rebuilds
+                .get_or_create(&vec![("reason".to_string(), why.as_str().to_string())])
+                .inc();
+        }
     }
 
     /// The text exposition format.

@@ -36,7 +36,7 @@ use crate::leader::{Election, spawn_election};
 use crate::metrics::Metrics;
 use crate::observe::World;
 use crate::own_writes::{CATCH_UP_LIMIT, Written, version_at_least};
-use crate::plan::{self, Plan, PlanConfig};
+use crate::plan::{Plan, PlanConfig, Planner};
 
 /// `corral operator`: run Corral as a Kubernetes operator.
 #[derive(Clone, Debug, clap::Args)]
@@ -308,15 +308,28 @@ fn decode_into(
     world.warnings = w;
 }
 
-/// One pass from a world: plan, then apply.
+/// One pass from a world: plan, then apply (with a plane rebuilt from the world).
 pub async fn pass(
     world: &World,
     cfg: &PlanConfig,
     applier: &Applier,
     now: Timestamp,
 ) -> (Plan, ApplyReport) {
-    let plan = plan::plan(world, cfg, now);
+    pass_with(&mut Planner::rebuilding(), world, cfg, applier, now).await
+}
+
+/// One pass of `planner` from a world: plan, then apply, and tell the planner how the
+/// apply went.
+pub async fn pass_with(
+    planner: &mut Planner,
+    world: &World,
+    cfg: &PlanConfig,
+    applier: &Applier,
+    now: Timestamp,
+) -> (Plan, ApplyReport) {
+    let plan = planner.plan(world, cfg, now);
     let report = applier.apply(&plan).await;
+    planner.applied(&report);
     (plan, report)
 }
 
@@ -751,9 +764,10 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// Returns to the system what the pass freed. A pass builds its world and plane anew and
-/// drops them; glibc keeps freed pages inside its heap (`corral bench operator` with 2,000
-/// finished jobs: 170 MB resident against 180 MB without).
+/// Returns to the system what the pass freed. A pass builds its world anew (and, when it
+/// rebuilds it, the plane) and drops them; glibc keeps freed pages inside its heap
+/// (`corral bench operator` with 2,000 finished jobs: 170 MB resident against 180 MB
+/// without).
 fn give_back_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only releases free memory of the allocator's own heaps.
@@ -883,6 +897,8 @@ async fn lead(
     health.set_synced();
     tracing::info!("watch caches synced");
     let mut written = Written::default();
+    // The control plane of this term, kept from pass to pass.
+    let mut planner = Planner::keeping();
     loop {
         if !written.is_empty() && !stores.catch_up(&written, &notify, CATCH_UP_LIMIT).await {
             tracing::debug!("the watch caches did not show the last pass's writes in time");
@@ -892,11 +908,13 @@ async fn lead(
             tracing::warn!("{w}");
         }
         let started = Instant::now();
-        let (plan, report) = pass(&world, &cfg, &applier, Timestamp::now()).await;
+        let (plan, report) =
+            pass_with(&mut planner, &world, &cfg, &applier, Timestamp::now()).await;
         metrics.record(&plan, &report, started.elapsed().as_secs_f64());
         // Apply errors were logged with their job's span by the applier.
         tracing::debug!(
             jobs = plan.jobs.len(),
+            rebuilt = plan.rebuilt.map(|r| r.as_str()),
             errors = report.errors.len(),
             seconds = started.elapsed().as_secs_f64(),
             "pass"

@@ -14,7 +14,6 @@ use corral_core::control::conformance::{self, JobOutcome, ScenarioStep};
 use corral_core::lifecycle::job_state;
 use corral_kube::apply::{Applier, ApplyReport, RateLimiter};
 use corral_kube::consts::{GPU_PRODUCT_LABEL, GPU_RESOURCE};
-use corral_kube::operator::reconcile_once;
 use corral_kube::plan::{Plan, PlanConfig};
 use jiff::Timestamp;
 use kube::api::{Api, DeleteParams, DynamicObject};
@@ -61,7 +60,7 @@ async fn pass(fake: &FakeApi, cfg: &PlanConfig, now: Timestamp) -> (Plan, ApplyR
         RateLimiter::unlimited(),
     )
     .with_condition_events(true);
-    let out = reconcile_once(&applier, cfg, now).await.expect("observe");
+    let out = common::passes::kept_pass(fake, &applier, cfg, now).await;
     assert!(out.1.errors.is_empty(), "apply errors: {:?}", out.1.errors);
     out
 }

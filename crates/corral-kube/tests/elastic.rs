@@ -5,9 +5,8 @@
 
 mod common;
 
+use common::passes::{pass, pass_with};
 use common::{FakeApi, h100_node};
-use corral_kube::apply::{Applier, ApplyReport, RateLimiter};
-use corral_kube::operator::reconcile_once;
 use corral_kube::plan::{Plan, PlanConfig};
 use jiff::Timestamp;
 use serde_json::{Value, json};
@@ -35,17 +34,6 @@ fn job(name: &str, class: &str, gpus: u32, elastic: Option<(u32, u32)>) -> Value
         j["spec"]["elastic"] = json!({"minReplicas": min, "maxReplicas": max});
     }
     j
-}
-
-async fn pass(fake: &FakeApi, now: Timestamp) -> (Plan, ApplyReport) {
-    pass_with(fake, &PlanConfig::default(), now).await
-}
-
-async fn pass_with(fake: &FakeApi, cfg: &PlanConfig, now: Timestamp) -> (Plan, ApplyReport) {
-    let applier = Applier::new(fake.client(), None, RateLimiter::unlimited());
-    let out = reconcile_once(&applier, cfg, now).await.expect("observe");
-    assert!(out.1.errors.is_empty(), "apply errors: {:?}", out.1.errors);
-    out
 }
 
 /// Names of the job's pods that are not terminating.

@@ -8,7 +8,6 @@ mod common;
 use common::FakeApi;
 use corral_kube::apply::{Applier, RateLimiter};
 use corral_kube::kubeflow::{self, KubeflowAction, Mode};
-use corral_kube::operator::reconcile_once;
 use corral_kube::plan::PlanConfig;
 use jiff::Timestamp;
 use serde_json::{Value, json};
@@ -64,9 +63,7 @@ fn pytorchjob(name: &str, workers: u32, gpus: u32, labels: Value, suspend: bool)
 
 async fn operator_pass(fake: &FakeApi, now: Timestamp) {
     let applier = Applier::new(fake.client(), None, RateLimiter::unlimited());
-    let (_, report) = reconcile_once(&applier, &PlanConfig::default(), now)
-        .await
-        .expect("observe");
+    let (_, report) = common::passes::kept_pass(fake, &applier, &PlanConfig::default(), now).await;
     assert!(
         report.errors.is_empty(),
         "apply errors: {:?}",

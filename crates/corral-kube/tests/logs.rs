@@ -6,7 +6,6 @@ mod common;
 
 use common::FakeApi;
 use corral_kube::apply::{Applier, RateLimiter};
-use corral_kube::operator::reconcile_once;
 use corral_kube::plan::PlanConfig;
 use serde_json::{Value, json};
 
@@ -83,9 +82,7 @@ async fn json_logs_name_the_job_on_every_line_about_it() {
     );
     let applier = Applier::new(fake.client(), None, RateLimiter::unlimited());
     let now = jiff::Timestamp::from_second(1_735_689_600).expect("time");
-    let _ = reconcile_once(&applier, &PlanConfig::default(), now)
-        .await
-        .expect("observe");
+    let _ = common::passes::kept_pass(&fake, &applier, &PlanConfig::default(), now).await;
     let text = String::from_utf8(out.0.lock().expect("lock").clone()).expect("utf-8");
     let lines: Vec<Value> = text
         .lines()

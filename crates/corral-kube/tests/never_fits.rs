@@ -6,7 +6,6 @@ mod common;
 
 use common::FakeApi;
 use corral_kube::apply::{Applier, ApplyReport, RateLimiter};
-use corral_kube::operator::reconcile_once;
 use corral_kube::plan::{Plan, PlanConfig};
 use jiff::Timestamp;
 use serde_json::{Value, json};
@@ -53,9 +52,7 @@ fn job(name: &str, resources: Value, extra: Value) -> Value {
 
 async fn pass(fake: &FakeApi, now: Timestamp) -> (Plan, ApplyReport) {
     let applier = Applier::new(fake.client(), None, RateLimiter::unlimited());
-    let out = reconcile_once(&applier, &PlanConfig::default(), now)
-        .await
-        .expect("observe");
+    let out = common::passes::kept_pass(fake, &applier, &PlanConfig::default(), now).await;
     assert!(out.1.errors.is_empty(), "apply errors: {:?}", out.1.errors);
     out
 }

@@ -8,7 +8,6 @@ mod common;
 
 use common::{FakeApi, h100_node};
 use corral_kube::apply::{Applier, RateLimiter};
-use corral_kube::operator::reconcile_once;
 use corral_kube::plan::PlanConfig;
 use jiff::Timestamp;
 use serde_json::{Value, json};
@@ -35,9 +34,8 @@ fn pods(fake: &FakeApi) -> Vec<(String, String, String)> {
 async fn pass(fake: &FakeApi, secs: i64) -> Vec<String> {
     let applier = Applier::new(fake.client(), None, RateLimiter::unlimited());
     let now = Timestamp::from_second(1_735_689_600 + secs).expect("time");
-    let (plan, report) = reconcile_once(&applier, &PlanConfig::default(), now)
-        .await
-        .expect("observe");
+    let (plan, report) =
+        common::passes::kept_pass(fake, &applier, &PlanConfig::default(), now).await;
     assert!(
         report.errors.is_empty(),
         "apply errors: {:?}",

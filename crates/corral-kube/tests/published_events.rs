@@ -8,7 +8,6 @@ mod common;
 use common::FakeApi;
 use common::passes::*;
 use corral_kube::apply::{Applier, RateLimiter};
-use corral_kube::operator::reconcile_once;
 use corral_kube::plan::PlanConfig;
 use jiff::Timestamp;
 use kube::runtime::events::{Recorder, Reporter};
@@ -26,9 +25,8 @@ async fn pass_with(fake: &FakeApi, condition_events: bool, now: Timestamp) -> Ve
         RateLimiter::unlimited(),
     )
     .with_condition_events(condition_events);
-    let (plan, report) = reconcile_once(&applier, &PlanConfig::default(), now)
-        .await
-        .expect("observe");
+    let (plan, report) =
+        common::passes::kept_pass(fake, &applier, &PlanConfig::default(), now).await;
     assert!(report.errors.is_empty(), "{:?}", report.errors);
     plan.jobs
         .iter()

@@ -7,7 +7,6 @@ mod common;
 use common::passes::*;
 use common::{FakeApi, h100_node};
 use corral_kube::apply::{Applier, ApplyReport, RateLimiter};
-use corral_kube::operator::reconcile_once;
 use corral_kube::plan::{Plan, PlanConfig};
 use jiff::Timestamp;
 use serde_json::{Value, json};
@@ -234,9 +233,8 @@ async fn an_operator_restart_in_the_middle_of_a_gang_creates_no_duplicates_and_l
     // The first operator dies after two pod creations.
     fake.state.lock().expect("lock").pod_creates_left = Some(2);
     let applier = Applier::new(fake.client(), None, RateLimiter::unlimited());
-    let (_, report) = reconcile_once(&applier, &PlanConfig::default(), t(0))
-        .await
-        .expect("observe");
+    let (_, report) =
+        common::passes::kept_pass(&fake, &applier, &PlanConfig::default(), t(0)).await;
     assert_eq!(report.errors.len(), 1, "{:?}", report.errors);
     // Made on their nodes: the whole gang's room was checked before the first creation.
     assert_eq!(report.pods_bound, 2, "the pods made are on their nodes");
@@ -306,7 +304,7 @@ async fn a_stale_status_is_rejected_and_nothing_else_is_done_for_that_job() {
 
 async fn pass_with(fake: &FakeApi, cfg: &PlanConfig, now: Timestamp) -> (Plan, ApplyReport) {
     let applier = Applier::new(fake.client(), None, RateLimiter::unlimited());
-    let out = reconcile_once(&applier, cfg, now).await.expect("observe");
+    let out = common::passes::kept_pass(fake, &applier, cfg, now).await;
     assert!(out.1.errors.is_empty(), "apply errors: {:?}", out.1.errors);
     out
 }
@@ -428,9 +426,7 @@ async fn a_job_that_can_never_fit_says_why_in_queued_and_is_unschedulable() {
 /// A pass whose apply errors are expected (a refusal of the API server).
 async fn pass_expecting_errors(fake: &FakeApi, now: Timestamp) -> (Plan, ApplyReport) {
     let applier = Applier::new(fake.client(), None, RateLimiter::unlimited());
-    reconcile_once(&applier, &PlanConfig::default(), now)
-        .await
-        .expect("observe")
+    common::passes::kept_pass(fake, &applier, &PlanConfig::default(), now).await
 }
 
 fn bad_toleration_job(name: &str) -> Value {
@@ -547,15 +543,13 @@ async fn a_forbidden_create_fails_the_job_and_a_server_error_backs_off() {
     }));
     fake.insert(JOBS, job("flaky", 1, 4, json!({})));
     let applier = Applier::new(fake.client(), None, RateLimiter::unlimited());
-    let (_, report) = reconcile_once(&applier, &PlanConfig::default(), t(2))
-        .await
-        .expect("observe");
+    let (_, report) =
+        common::passes::kept_pass(&fake, &applier, &PlanConfig::default(), t(2)).await;
     assert!(report.rejected.is_empty());
     assert_eq!(report.errors.len(), 1, "{:?}", report.errors);
     assert!(report.retry_in.is_some());
-    let (_, report) = reconcile_once(&applier, &PlanConfig::default(), t(3))
-        .await
-        .expect("observe");
+    let (_, report) =
+        common::passes::kept_pass(&fake, &applier, &PlanConfig::default(), t(3)).await;
     assert_eq!(report.backed_off, 1);
     assert!(report.errors.is_empty());
     assert_ne!(condition(&fake, "flaky", "Failed").as_deref(), Some("True"));

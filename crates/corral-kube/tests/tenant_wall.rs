@@ -8,7 +8,6 @@ mod common;
 
 use common::passes::*;
 use corral_kube::apply::{Applier, RateLimiter};
-use corral_kube::operator::reconcile_once;
 use corral_kube::plan::{Plan, PlanConfig};
 use kube::runtime::events::{Recorder, Reporter};
 use serde_json::{Value, json};
@@ -26,9 +25,8 @@ async fn pass_with_events(fake: &common::FakeApi, now: jiff::Timestamp) -> Plan 
         Some(Recorder::new(fake.client(), reporter)),
         RateLimiter::unlimited(),
     );
-    let (plan, report) = reconcile_once(&applier, &PlanConfig::default(), now)
-        .await
-        .expect("observe");
+    let (plan, report) =
+        common::passes::kept_pass(fake, &applier, &PlanConfig::default(), now).await;
     assert!(
         report.errors.is_empty(),
         "apply errors: {:?}",

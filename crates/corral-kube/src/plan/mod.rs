@@ -27,6 +27,7 @@
 //! [`crate::apply`] carries the plan out.
 
 mod bindings;
+mod kept;
 mod metrics;
 mod observe_jobs;
 mod snapshot;
@@ -40,9 +41,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 
 use corral_api::TrainingJobStatus;
 use corral_api::training_job::TrainingJob;
-use corral_core::control::{
-    ControlConfig, ControlPlane, LaunchRejection, RestoredJob, StartFailure, Step,
-};
+use corral_core::control::{ControlConfig, ControlPlane, RestoredJob, Step};
 use corral_core::lifecycle::{Incarnation, ReplicaId};
 use corral_core::sched::{ClusterSnapshot, CycleCounters, SchedError, SchedulerConfig};
 
@@ -50,6 +49,8 @@ use crate::build::BuildOptions;
 use crate::kubeflow::alongside::runs_elsewhere;
 use crate::observe::{self, World};
 use crate::record::LaunchRejectionAnnotation;
+pub use kept::Rebuild;
+use observe_jobs::ObservedJob;
 
 /// Settings of the plan.
 #[derive(Clone, Debug, Default)]
@@ -233,6 +234,9 @@ pub struct Plan {
     /// Pass again within this long even if nothing changes (back-off, deadlines, TTL).
     pub wake_in: Option<Duration>,
     pub warnings: Vec<String>,
+    /// Why this pass rebuilt the control plane from the world (`None`: the plane kept from
+    /// the last pass was fed what changed).
+    pub rebuilt: Option<Rebuild>,
 }
 
 impl Plan {
@@ -242,36 +246,36 @@ impl Plan {
     }
 }
 
-/// What the platform said about starts, by job: launches the API server refused for good,
-/// and pods whose program the kubelet cannot start.
-#[derive(Default)]
-struct PlatformReports {
-    /// Jobs restored by name only ([`restorable_by_name`]).
-    retired: Vec<String>,
-    rejections: Vec<(String, LaunchRejection)>,
-    start_failures: Vec<(String, StartFailure)>,
-}
-
 /// Restores the plane from what the API server holds and steps it once: the restore's
 /// step (admissions that no longer fit) and the pass's step, as one.
 fn control_step(
     cluster: ClusterSnapshot,
     config: ControlConfig,
-    jobs: Vec<RestoredJob>,
-    reports: PlatformReports,
+    observed: &[ObservedJob<'_>],
     now: Timestamp,
 ) -> Result<(ControlPlane, Step), SchedError> {
+    // A job finished for good with nothing of it left is handed over by name
+    // (`restorable_by_name`); one whose templates do not read is left out and reported.
+    let jobs: Vec<RestoredJob> = observed
+        .iter()
+        .filter(|o| !o.retired)
+        .filter_map(|o| o.restored(now))
+        .collect();
     let (mut plane, mut step) = ControlPlane::restore(cluster, config, jobs, now)?;
-    plane.restore_retired(reports.retired);
+    plane.restore_retired(observed.iter().filter(|o| o.retired).map(|o| o.key.clone()));
     // Launches the API server refused for good (recorded by an earlier pass): the plane
     // decides what they mean (it ignores one of an older incarnation or a finished job).
-    for (key, r) in reports.rejections {
-        plane.launch_rejected(&key, r);
+    for o in observed {
+        if let Some(r) = o.rejection.clone() {
+            plane.launch_rejected(&o.key, r);
+        }
     }
     // Pods the kubelet cannot start (an image it cannot pull, ...), with its words: the
     // plane backs the job off (once: the failed incarnation is stale after that).
-    for (key, f) in reports.start_failures {
-        plane.start_failed(&key, f);
+    for o in observed {
+        for f in o.pods.iter().filter_map(|p| observe::pod_start_failure(p)) {
+            plane.start_failed(&o.key, f);
+        }
     }
     let main = plane.step(now);
     step.changes.extend(main.changes);
@@ -285,79 +289,138 @@ fn control_step(
     Ok((plane, step))
 }
 
-/// One pass: rebuild the control plane from the world, step it once, and say what to do.
+/// One pass with a plane rebuilt from the world: step it once and say what to do (a test,
+/// a one-shot run).
 pub fn plan(world: &World, cfg: &PlanConfig, now: Timestamp) -> Plan {
-    let mut out = Plan {
-        warnings: world.warnings.clone(),
-        ..Plan::default()
-    };
+    Planner::rebuilding().plan(world, cfg, now)
+}
 
-    // 1. Jobs as the plane restores them (and a plan for each, in key order).
-    let observed = observe_jobs::observe_jobs(world);
-    let mut plans: BTreeMap<String, JobPlan> = BTreeMap::new();
-    let mut restored = Vec::new();
-    let mut retired = Vec::new();
-    for o in &observed {
-        if o.retired {
-            retired.push(o.key.clone());
-            // Nothing is planned for it (the plane retires it as it is).
-            if o.problems.is_empty() {
-                continue;
-            }
-        } else if let Some(r) = o.restored(now) {
-            restored.push(r);
+/// Plans passes. The operator keeps one for a leadership term ([`Planner::keeping`]): its
+/// control plane lives from pass to pass, fed what changed ([`kept`]).
+pub struct Planner {
+    keep: bool,
+    kept: Option<kept::Kept>,
+    /// Why the next pass must rebuild the plane, whatever it sees.
+    rebuild: Option<Rebuild>,
+}
+
+impl Planner {
+    /// A planner whose plane lives for as long as it does.
+    pub fn keeping() -> Self {
+        Planner {
+            keep: true,
+            kept: None,
+            rebuild: None,
         }
-        let mut jp = JobPlan::new(o.job);
-        for (reason, note) in &o.problems {
-            jp.event(true, reason, note.clone());
-        }
-        plans.insert(o.key.clone(), jp);
     }
 
-    // 2. The cluster and the plane's settings.
-    let cluster = snapshot::cluster(world, &observed, cfg.topology_label.as_deref());
-    out.warnings.extend(cluster.warnings);
-    let config = snapshot::control_config(world, cfg);
-
-    // 3. The control plane decides.
-    let reports = PlatformReports {
-        retired,
-        rejections: observed
-            .iter()
-            .filter_map(|o| o.rejection.clone().map(|r| (o.key.clone(), r)))
-            .collect(),
-        start_failures: observed
-            .iter()
-            .flat_map(|o| {
-                o.pods
-                    .iter()
-                    .filter_map(|p| observe::pod_start_failure(p).map(|f| (o.key.clone(), f)))
-            })
-            .collect(),
-    };
-    let (plane, step) = match control_step(cluster.snapshot, config, restored, reports, now) {
-        Ok(decided) => decided,
-        Err(e) => {
-            out.warnings.push(format!("cluster snapshot: {e}"));
-            out.jobs = plans.into_values().collect();
-            return out;
+    /// A planner that rebuilds the plane from the world on every pass.
+    pub fn rebuilding() -> Self {
+        Planner {
+            keep: false,
+            kept: None,
+            rebuild: None,
         }
-    };
-    out.counters = step.counters;
-    out.wake_in = step.wake_in;
+    }
 
-    // 4. The step as Kubernetes work.
-    let created = translate::translate(&step, &plane, &observed, world, &mut plans, &cfg.build);
+    /// What the apply of the last plan did: a write that did not land as planned makes
+    /// the next pass rebuild the plane from the API server.
+    pub fn applied(&mut self, report: &crate::apply::ApplyReport) {
+        if !kept::applied_as_planned(report) {
+            self.rebuild = Some(Rebuild::Unapplied);
+        }
+    }
 
-    // 5. Bindings of the gangs that hold an admission.
-    bindings::bind_admitted(&mut plans, &observed, &plane, &created, world);
-    // Workloads of Kubeflow jobs (alongside mode): Kubeflow's operator makes their pods.
-    strip_runner_work(&mut plans, world);
+    /// One pass: the plane decides (rebuilt from the world, or fed what changed since the
+    /// last pass), and says what to do.
+    pub fn plan(&mut self, world: &World, cfg: &PlanConfig, now: Timestamp) -> Plan {
+        let mut out = Plan {
+            warnings: world.warnings.clone(),
+            ..Plan::default()
+        };
 
-    // 6. Numbers for /metrics.
-    metrics::tally(&mut out, &observed, &plane);
-    out.jobs = plans.into_values().collect();
-    out
+        // 1. Jobs as observed (and a plan for each, in key order).
+        let observed = observe_jobs::observe_jobs(world);
+        let mut plans: BTreeMap<String, JobPlan> = BTreeMap::new();
+        for o in &observed {
+            // A retired job gets no plan unless something of it does not read.
+            if o.retired && o.problems.is_empty() {
+                continue;
+            }
+            let mut jp = JobPlan::new(o.job);
+            for (reason, note) in &o.problems {
+                jp.event(true, reason, note.clone());
+            }
+            plans.insert(o.key.clone(), jp);
+        }
+
+        // 2. The cluster and the plane's settings.
+        let cluster = snapshot::cluster(world, &observed, cfg.topology_label.as_deref());
+        out.warnings.extend(cluster.warnings);
+        let inputs = kept::ClusterInputs::of(&cluster.snapshot, world);
+
+        // 3. The control plane decides: the kept one fed what changed, or one rebuilt.
+        let fed = match (self.kept.take(), self.rebuild.take()) {
+            (Some(mut k), None) if k.cluster == inputs => match k.feed(&observed, now) {
+                Ok(()) => {
+                    let step = k.plane.step(now);
+                    Ok((k, step))
+                }
+                Err(why) => Err(why),
+            },
+            (Some(_), None) => Err(Rebuild::Cluster),
+            (_, Some(why)) => Err(why),
+            (None, None) => Err(Rebuild::Start),
+        };
+        let (kept, step) = match fed {
+            Ok(decided) => decided,
+            Err(why) => {
+                out.rebuilt = Some(why);
+                let config = snapshot::control_config(world, cfg);
+                match control_step(cluster.snapshot, config, &observed, now) {
+                    Ok((plane, step)) => {
+                        let seen = observed
+                            .iter()
+                            .map(|o| {
+                                let in_plane = o.retired || plane.job(&o.key).is_some();
+                                (o.key.clone(), kept::Seen::of(o, in_plane, None))
+                            })
+                            .collect();
+                        let k = kept::Kept {
+                            plane,
+                            cluster: inputs,
+                            seen,
+                        };
+                        (k, step)
+                    }
+                    Err(e) => {
+                        out.warnings.push(format!("cluster snapshot: {e}"));
+                        out.jobs = plans.into_values().collect();
+                        return out;
+                    }
+                }
+            }
+        };
+        out.counters = step.counters;
+        out.wake_in = step.wake_in;
+        let plane = &kept.plane;
+
+        // 4. The step as Kubernetes work.
+        let created = translate::translate(&step, plane, &observed, world, &mut plans, &cfg.build);
+
+        // 5. Bindings of the gangs that hold an admission.
+        bindings::bind_admitted(&mut plans, &observed, plane, &created, world);
+        // Workloads of Kubeflow jobs (alongside mode): Kubeflow's operator makes their pods.
+        strip_runner_work(&mut plans, world);
+
+        // 6. Numbers for /metrics.
+        metrics::tally(&mut out, &observed, plane);
+        out.jobs = plans.into_values().collect();
+        if self.keep {
+            self.kept = Some(kept);
+        }
+        out
+    }
 }
 
 /// The operator's plan makes no pods, Service, ConfigMap or Bindings for workloads: the

@@ -41,6 +41,8 @@ pub struct State {
 #[derive(Clone, Default)]
 pub struct FakeApi {
     pub state: Arc<Mutex<State>>,
+    /// The operator's planner across this fake's passes ([`passes::kept_pass`]).
+    pub planner: Arc<Mutex<Option<corral_kube::plan::Planner>>>,
 }
 
 fn status(code: u16, reason: &str, message: &str) -> Value {

@@ -2,8 +2,8 @@
 //! and workers, one pass (list, plan, apply), and readers of what the fake API server holds.
 
 use corral_kube::apply::{Applier, ApplyReport, RateLimiter};
-use corral_kube::operator::reconcile_once;
-use corral_kube::plan::{Plan, PlanConfig};
+use corral_kube::operator::observe_api;
+use corral_kube::plan::{self, Plan, PlanConfig, Planner};
 use jiff::Timestamp;
 use serde_json::{Value, json};
 
@@ -49,12 +49,47 @@ pub fn cluster(nodes: &[&str]) -> FakeApi {
 }
 
 pub async fn pass(fake: &FakeApi, now: Timestamp) -> (Plan, ApplyReport) {
+    pass_with(fake, &PlanConfig::default(), now).await
+}
+
+pub async fn pass_with(fake: &FakeApi, cfg: &PlanConfig, now: Timestamp) -> (Plan, ApplyReport) {
     let applier = Applier::new(fake.client(), None, RateLimiter::unlimited());
-    let out = reconcile_once(&applier, &PlanConfig::default(), now)
-        .await
-        .expect("observe");
+    let out = kept_pass(fake, &applier, cfg, now).await;
     assert!(out.1.errors.is_empty(), "apply errors: {:?}", out.1.errors);
     out
+}
+
+/// One pass as the operator makes it: its control plane kept from the fake's last pass and
+/// fed what changed since, checked against a plane rebuilt from the same world (what every
+/// pass did before the plane was kept): both must decide the same, job by job.
+pub async fn kept_pass(
+    fake: &FakeApi,
+    applier: &Applier,
+    cfg: &PlanConfig,
+    now: Timestamp,
+) -> (Plan, ApplyReport) {
+    let world = observe_api(&applier.client).await.expect("observe");
+    let kept = {
+        let mut slot = fake.planner.lock().expect("planner");
+        slot.get_or_insert_with(Planner::keeping)
+            .plan(&world, cfg, now)
+    };
+    let rebuilt = plan::plan(&world, cfg, now);
+    let (a, b) = (decisions(&kept), decisions(&rebuilt));
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!(
+            x, y,
+            "at {now} the kept plane (rebuilt: {:?}) planned otherwise than one rebuilt from the world",
+            kept.rebuilt
+        );
+    }
+    assert_eq!(a.len(), b.len());
+    assert_eq!(kept.jobs_by_state, rebuilt.jobs_by_state);
+    let report = applier.apply(&kept).await;
+    if let Some(p) = fake.planner.lock().expect("planner").as_mut() {
+        p.applied(&report);
+    }
+    (kept, report)
 }
 
 pub fn pods_of(fake: &FakeApi, job: &str) -> Vec<Value> {
@@ -91,5 +126,23 @@ pub fn event_reasons(plan: &Plan) -> Vec<String> {
     plan.jobs
         .iter()
         .flat_map(|j| j.events.iter().map(|e| e.reason.clone()))
+        .collect()
+}
+
+/// A plan's jobs without new words for a job that still waits, the same way: a plane
+/// rebuilt each pass plans them every pass (the applier writes them at most every few
+/// seconds), a kept one plans them itself at most every few seconds.
+fn decisions(p: &Plan) -> Vec<corral_kube::plan::JobPlan> {
+    p.jobs
+        .iter()
+        .cloned()
+        .map(|mut j| {
+            if j.status_words_only {
+                j.status = None;
+                j.status_words_only = false;
+            }
+            j
+        })
+        .filter(|j| !j.is_empty() || j.reject.is_some())
         .collect()
 }

@@ -127,11 +127,21 @@ impl ControlPlane {
                         job: job.clone(),
                         admission: None,
                     });
+                    let message =
+                        format!("the admission no longer holds: {e}; the job is requeued");
+                    // It stops and requeues as a preempted job does: back in its queue once
+                    // nothing of it runs, whether the plane lives on or is restored again.
+                    if let Some(entry) = entries.get_mut(&job) {
+                        entry.standing = Standing::Preempting {
+                            grace: entry.grace,
+                            message: message.clone(),
+                        };
+                    }
                     step.event(
                         &job,
                         EventType::Warning,
                         event_reason::ADMISSION_LOST,
-                        format!("the admission no longer holds: {e}; the job is requeued"),
+                        message,
                     );
                 }
             }

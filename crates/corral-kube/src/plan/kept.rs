@@ -1,0 +1,320 @@
+//! The control plane kept between passes while this replica leads, fed what changed, as the
+//! embedded cluster keeps its own: a pass costs what changed, not how many jobs exist.
+//!
+//! Each pass compares every job and its pods with what the last pass saw (resourceVersions:
+//! a string compare each) and hands the plane only the differences: a new job (`submit`, or
+//! by name when it finished for good), a pod's new phase (`observe`), a pod gone
+//! (`forget_replica`), a start the kubelet cannot make (`start_failed`), `suspend` set or
+//! cleared, a deletion, a launch refused for good. What the API server holds stays the
+//! truth: the plane is rebuilt from it ([`ControlPlane::restore`], as every pass did
+//! before) whenever the feed cannot say what changed ([`Rebuild`]): the first pass of a
+//! leadership term, a write of the last pass that did not land as planned, the cluster's
+//! nodes, pools, queues, priority classes or the room other pods take changed, a job's
+//! spec changed (beyond `suspend`) or a job holding an admission vanished.
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{DefaultHasher, Hash, Hasher};
+
+use jiff::Timestamp;
+
+use corral_api::{JobPriorityClass, Queue};
+use corral_core::control::ControlPlane;
+use corral_core::lifecycle::{Incarnation, ReplicaId, conditions};
+use corral_core::sched::ClusterSnapshot;
+
+use super::observe_jobs::ObservedJob;
+use crate::apply::ApplyReport;
+use crate::observe::{self, World};
+
+/// Why a pass rebuilt the plane from the API server instead of feeding it what changed
+/// (the label of `corral_plane_rebuilds_total`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rebuild {
+    /// The first pass of this leadership term (or a plan without a kept plane).
+    Start,
+    /// A write of the last pass failed, was backed off or abandoned: the API server may
+    /// hold something else than the plane decided.
+    Unapplied,
+    /// Nodes, node pools, queues, priority classes or the room other pods take changed.
+    Cluster,
+    /// A job changed in a way the feed does not carry (its spec beyond `suspend`, a new
+    /// job already holding an admission or pods, one the plane refuses as new).
+    Job,
+    /// A job that held an admission or had replicas left the API server.
+    Vanished,
+}
+
+impl Rebuild {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Rebuild::Start => "start",
+            Rebuild::Unapplied => "unapplied",
+            Rebuild::Cluster => "cluster",
+            Rebuild::Job => "job",
+            Rebuild::Vanished => "vanished",
+        }
+    }
+}
+
+/// What the last pass saw of one pod: its resourceVersion and the replica incarnation it
+/// stands for.
+type SeenPod = (Option<String>, Option<(ReplicaId, Incarnation)>);
+
+/// What the last pass saw of one job.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Seen {
+    resource_version: Option<String>,
+    generation: Option<i64>,
+    /// A hash of the spec with `runPolicy.suspend` cleared: a change the feed cannot carry.
+    spec: u64,
+    suspend: bool,
+    deleting: bool,
+    rejection: Option<String>,
+    /// Whether the plane holds it (a job whose templates do not read is left out of it).
+    in_plane: bool,
+    /// Its pods by name: resourceVersion and the replica incarnation each stands for.
+    pods: BTreeMap<String, SeenPod>,
+}
+
+fn spec_hash(o: &ObservedJob<'_>) -> u64 {
+    let mut spec = o.job.spec.clone();
+    spec.run_policy.suspend = false;
+    let mut h = DefaultHasher::new();
+    serde_json::to_vec(&spec).unwrap_or_default().hash(&mut h);
+    h.finish()
+}
+
+fn rejection_text(o: &ObservedJob<'_>) -> Option<String> {
+    o.job
+        .metadata
+        .annotations
+        .get(crate::consts::LAUNCH_REJECTED_ANNOTATION)
+        .cloned()
+}
+
+impl Seen {
+    pub(super) fn of(o: &ObservedJob<'_>, in_plane: bool, earlier: Option<&Seen>) -> Seen {
+        // The spec's hash is worked out again only when its generation moved.
+        let spec = match earlier {
+            Some(s) if s.generation == o.job.metadata.generation && s.generation.is_some() => {
+                s.spec
+            }
+            _ => spec_hash(o),
+        };
+        Seen {
+            resource_version: o.job.metadata.resource_version.clone(),
+            generation: o.job.metadata.generation,
+            spec,
+            suspend: o.job.spec.run_policy.suspend,
+            deleting: o.deleting,
+            rejection: rejection_text(o),
+            in_plane,
+            pods: o
+                .pods
+                .iter()
+                .filter_map(|p| {
+                    Some((
+                        p.metadata.name.clone()?,
+                        (p.metadata.resource_version.clone(), observe::replica_of(p)),
+                    ))
+                })
+                .collect(),
+        }
+    }
+}
+
+/// What the cluster looked like to the plane when it was built: a change rebuilds it.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct ClusterInputs {
+    pub snapshot: ClusterSnapshot,
+    pub queues: Vec<Queue>,
+    pub classes: Vec<JobPriorityClass>,
+}
+
+impl ClusterInputs {
+    pub(super) fn of(snapshot: &ClusterSnapshot, world: &World) -> Self {
+        ClusterInputs {
+            snapshot: snapshot.clone(),
+            queues: world.queues.clone(),
+            classes: world.classes.clone(),
+        }
+    }
+}
+
+/// The plane and what it was fed.
+pub(super) struct Kept {
+    pub plane: ControlPlane,
+    pub cluster: ClusterInputs,
+    pub seen: HashMap<String, Seen>,
+}
+
+impl Kept {
+    /// Hands the plane what changed since the last pass, or says why it cannot.
+    pub(super) fn feed(
+        &mut self,
+        observed: &[ObservedJob<'_>],
+        now: Timestamp,
+    ) -> Result<(), Rebuild> {
+        let mut present = std::collections::HashSet::with_capacity(observed.len());
+        for o in observed {
+            present.insert(o.key.as_str());
+            let earlier = self.seen.get(&o.key);
+            let unchanged = earlier.is_some_and(|s| {
+                s.resource_version == o.job.metadata.resource_version
+                    && s.pods.len() == o.pods.len()
+                    && o.pods.iter().all(|p| {
+                        p.metadata.name.as_ref().is_some_and(|n| {
+                            s.pods
+                                .get(n)
+                                .is_some_and(|(rv, _)| *rv == p.metadata.resource_version)
+                        })
+                    })
+            });
+            if unchanged {
+                continue;
+            }
+            let in_plane = match earlier.filter(|s| s.in_plane) {
+                None => self.take_new(o, now)?,
+                Some(s) => {
+                    let s = s.clone();
+                    self.take_change(o, &s)?;
+                    true
+                }
+            };
+            let seen = Seen::of(o, in_plane, self.seen.get(&o.key));
+            self.seen.insert(o.key.clone(), seen);
+        }
+        let gone: Vec<String> = self
+            .seen
+            .keys()
+            .filter(|k| !present.contains(k.as_str()))
+            .cloned()
+            .collect();
+        for key in gone {
+            let Some(s) = self.seen.remove(&key) else {
+                continue;
+            };
+            self.take_vanished(&key, &s)?;
+        }
+        Ok(())
+    }
+
+    /// A job the plane does not hold yet.
+    fn take_new(&mut self, o: &ObservedJob<'_>, now: Timestamp) -> Result<bool, Rebuild> {
+        if o.retired {
+            self.plane.restore_retired([o.key.clone()]);
+            return Ok(true);
+        }
+        // Anything but a job that has only just been created is the restore's to read.
+        if o.stored.is_some() || !o.pods.is_empty() || o.deleting || o.rejection.is_some() {
+            return Err(Rebuild::Job);
+        }
+        let Some(restored) = o.restored(now) else {
+            // Its templates do not read: left out of the plane and reported, as restored.
+            return Ok(false);
+        };
+        if self.plane.job(&o.key).is_some() || self.plane.is_retired(&o.key) {
+            return Err(Rebuild::Job);
+        }
+        self.plane
+            .submit(restored.record)
+            .map_err(|_| Rebuild::Job)?;
+        Ok(true)
+    }
+
+    /// A job the plane holds, changed since the last pass.
+    fn take_change(&mut self, o: &ObservedJob<'_>, s: &Seen) -> Result<(), Rebuild> {
+        if self.plane.is_retired(&o.key) {
+            // Its name is all the plane keeps: only a deletion (above: `gone`) concerns it.
+            return Ok(());
+        }
+        if self.plane.job(&o.key).is_none() {
+            // Removed by the plane (deleted): its object goes next.
+            return Ok(());
+        }
+        if s.resource_version != o.job.metadata.resource_version {
+            let spec_moved = s.generation.is_none() || s.generation != o.job.metadata.generation;
+            if spec_moved && spec_hash(o) != s.spec {
+                return Err(Rebuild::Job);
+            }
+            if o.job.spec.run_policy.suspend != s.suspend {
+                // A finished job keeps its state whatever its spec says, as restored.
+                let _ = self
+                    .plane
+                    .set_suspend(&o.key, o.job.spec.run_policy.suspend);
+            }
+            if o.deleting && !s.deleting {
+                let _ = self.plane.delete(&o.key);
+            }
+            let rejection = rejection_text(o);
+            if rejection != s.rejection
+                && let Some(r) = o.rejection.clone()
+            {
+                self.plane.launch_rejected(&o.key, r);
+            }
+        }
+        // Pods: a new phase, a start the kubelet cannot make, a pod gone.
+        for p in &o.pods {
+            let Some(name) = p.metadata.name.as_ref() else {
+                continue;
+            };
+            let before = s.pods.get(name);
+            if before.is_some_and(|(rv, _)| *rv == p.metadata.resource_version) {
+                continue;
+            }
+            let now_stands_for = observe::replica_of(p);
+            if let Some((_, Some((replica, incarnation)))) = before
+                && now_stands_for != Some((*replica, *incarnation))
+            {
+                self.plane.forget_replica(&o.key, *replica, *incarnation);
+            }
+            if let Some(r) = observe::observe_pod(p) {
+                self.plane.observe(&o.key, r);
+            }
+            if let Some(f) = observe::pod_start_failure(p) {
+                self.plane.start_failed(&o.key, f);
+            }
+        }
+        for (name, (_, stood_for)) in &s.pods {
+            let still = o
+                .pods
+                .iter()
+                .any(|p| p.metadata.name.as_deref() == Some(name.as_str()));
+            if let (false, Some((replica, incarnation))) = (still, stood_for) {
+                self.plane.forget_replica(&o.key, *replica, *incarnation);
+            }
+        }
+        Ok(())
+    }
+
+    /// A job the last pass saw is no longer stored.
+    fn take_vanished(&mut self, key: &str, s: &Seen) -> Result<(), Rebuild> {
+        if self.plane.is_retired(key) {
+            let _ = self.plane.delete(key);
+            return Ok(());
+        }
+        let Some(job) = self.plane.job(key) else {
+            return Ok(());
+        };
+        // A finished job that holds nothing (one kept for its TTL) goes as a retired one
+        // does; one that held an admission or ran pods is the restore's to account for.
+        let finished = job.status.as_ref().is_some_and(conditions::is_terminal);
+        if !finished || self.plane.admission(key).is_some() {
+            return Err(Rebuild::Vanished);
+        }
+        for (replica, incarnation) in s.pods.values().filter_map(|(_, r)| *r) {
+            self.plane.forget_replica(key, replica, incarnation);
+        }
+        let _ = self.plane.delete(key);
+        Ok(())
+    }
+}
+
+/// Whether the API server holds what the last pass planned: anything it refused, backed
+/// off or left undone makes the next pass rebuild the plane from what it holds.
+pub fn applied_as_planned(report: &ApplyReport) -> bool {
+    report.errors.is_empty()
+        && report.backed_off == 0
+        && report.abandoned == 0
+        && report.rejected.is_empty()
+}
