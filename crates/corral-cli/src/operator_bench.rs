@@ -36,7 +36,10 @@ use crate::programs;
 use crate::remote::Output;
 use crate::remote::print::{fail, print_structured};
 use fake_kubelet::FakeKubelet;
-use measure::{apiserver_requests, audit_offset, cpu_secs, memory_mb, operator_writes, quantile};
+use measure::{
+    apiserver_requests, audit_offset, cpu_secs, memory_mb, operator_counters, operator_writes,
+    quantile,
+};
 
 #[derive(Args, Debug, Clone)]
 pub struct BenchOperatorArgs {
@@ -69,6 +72,10 @@ pub struct BenchOperatorArgs {
     /// Seconds each phase may take before the bench reports what it has (lost pods count).
     #[arg(long, default_value_t = 600)]
     pub timeout_secs: u64,
+    /// Run the operator with `--rebuild-each-pass` (its control plane rebuilt from the API
+    /// server every pass, as before it was kept): the same work, compared.
+    #[arg(long)]
+    pub rebuild_each_pass: bool,
     /// Copy the logs (kube-apiserver, etcd, audit, operator) into this directory.
     #[arg(long)]
     pub keep_logs: Option<PathBuf>,
@@ -189,7 +196,7 @@ async fn run(args: &BenchOperatorArgs, env: &Env, operator_bin: &Path) -> Result
 
     // The burst.
     let audit = env.dir.join("audit.log");
-    let before = Snapshot::take(env, opid, &audit).await?;
+    let before = Snapshot::take(env, &operator, &audit).await?;
     let burst = jobs(&namespaces, "burst", args.jobs);
     let expected = pods_of(&burst);
     let start = Instant::now();
@@ -212,7 +219,7 @@ async fn run(args: &BenchOperatorArgs, env: &Env, operator_bin: &Path) -> Result
     )
     .await?;
     let all_succeeded = start.elapsed();
-    let after = Snapshot::take(env, opid, &audit).await?;
+    let after = Snapshot::take(env, &operator, &audit).await?;
 
     let mut latencies: Vec<f64> = bound_of(&kubelet, &created)
         .iter()
@@ -233,6 +240,7 @@ async fn run(args: &BenchOperatorArgs, env: &Env, operator_bin: &Path) -> Result
             "api_qps": args.api_qps.map_or(json!("shipped"), |q| json!(q)),
             "api_burst": args.api_burst.map_or(json!("shipped"), |b| json!(b)),
         },
+        "control_plane": if args.rebuild_each_pass { "rebuilt each pass" } else { "kept" },
         "finished": finished,
         "probe": probe,
         "burst": {
@@ -257,6 +265,7 @@ async fn run(args: &BenchOperatorArgs, env: &Env, operator_bin: &Path) -> Result
             "apiserver_cpu_ms_per_bound_pod":
                 per_pod(1000.0 * (after.apiserver_cpu - before.apiserver_cpu)),
             "etcd_cpu_secs": round(after.etcd_cpu - before.etcd_cpu, 2),
+            "operator_passes": counters_between(&before.counters, &after.counters),
         },
         "operator_rss_mb": memory_mb(opid, "VmRSS").map(|m| round(m, 1)),
         "operator_peak_rss_mb": memory_mb(opid, "VmHWM").map(|m| round(m, 1)),
@@ -284,6 +293,9 @@ async fn start_operator(
     }
     if let Some(b) = args.api_burst {
         cmd.arg("--api-burst").arg(b.to_string());
+    }
+    if args.rebuild_each_pass {
+        cmd.arg("--rebuild-each-pass");
     }
     let log = env.dir.join("operator.log");
     let mut operator = Operator {
@@ -494,19 +506,48 @@ struct Snapshot {
     operator_cpu: f64,
     apiserver_cpu: f64,
     etcd_cpu: f64,
+    /// The operator's passes and rebuilds so far ([`operator_counters`]).
+    counters: BTreeMap<String, f64>,
 }
 
 impl Snapshot {
-    async fn take(env: &Env, operator: u32, audit: &Path) -> Result<Snapshot, String> {
+    async fn take(env: &Env, operator: &Operator, audit: &Path) -> Result<Snapshot, String> {
         let cpu = |pid: Option<u32>| pid.and_then(cpu_secs).unwrap_or(0.0);
+        let port = operator.port;
+        let counters = tokio::task::spawn_blocking(move || operator_counters(port))
+            .await
+            .unwrap_or_default();
         Ok(Snapshot {
             audit: audit_offset(audit),
             requests: apiserver_requests(&env.admin).await?,
-            operator_cpu: cpu(Some(operator)),
+            operator_cpu: cpu(Some(operator.child.id())),
             apiserver_cpu: cpu(env.apiserver_pid()),
             etcd_cpu: cpu(env.etcd_pid()),
+            counters,
         })
     }
+}
+
+/// The operator's passes during the burst: how many, their mean seconds (plan and writes),
+/// their plans' mean seconds, and how many rebuilt the control plane, by why.
+fn counters_between(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> Value {
+    let delta =
+        |k: &str| after.get(k).copied().unwrap_or(0.0) - before.get(k).copied().unwrap_or(0.0);
+    let passes = delta("passes");
+    let rebuilds: BTreeMap<String, u64> = after
+        .keys()
+        .filter_map(|k| {
+            let reason = k.strip_prefix("rebuilds{")?.strip_suffix('}')?;
+            Some((reason.to_string(), delta(k).max(0.0) as u64))
+        })
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    json!({
+        "passes": passes as u64,
+        "mean_pass_secs": (passes > 0.0).then(|| round(delta("pass_secs") / passes, 4)),
+        "mean_plan_secs": (passes > 0.0).then(|| round(delta("plan_secs") / passes, 4)),
+        "rebuilds": rebuilds,
+    })
 }
 
 /// Lost and duplicated: every burst job's pods bound exactly once (by the kubelet's

@@ -8,9 +8,10 @@
 //!    allocatable and what is in use on it, replica states from pods, a job's node selector
 //!    and tolerations; GPU type from `nvidia.com/gpu.product`). The watch caches keep only
 //!    the fields the passes read ([`slim`]).
-//! 2. **plan** ([`plan::plan`], pure): the core's control plane
-//!    (`corral_core::control::ControlPlane`, the same as embedded) is restored from the
-//!    world and stepped once; its step becomes a [`plan::JobPlan`] per job (admission to
+//! 2. **plan** ([`plan::Planner`]): the core's control plane
+//!    (`corral_core::control::ControlPlane`, the same as embedded), kept while this replica
+//!    leads and fed what changed in the world (or restored from it when the feed cannot
+//!    say), is stepped once; its step becomes a [`plan::JobPlan`] per job (admission to
 //!    record, status, objects to create, pods to bind and delete, events). See [`plan`] for
 //!    its stages.
 //! 3. **build** ([`build`], pure): TrainingJob + placement + launch contract -> headless

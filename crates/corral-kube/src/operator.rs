@@ -91,6 +91,11 @@ pub struct OperatorArgs {
     /// waits), one write per job transition less.
     #[arg(long)]
     pub condition_events: bool,
+    /// Rebuild the control plane from the API server on every pass instead of keeping it
+    /// from pass to pass and feeding it what changed: what operators before the kept plane
+    /// did; costs CPU with every job stored (`corral bench operator --rebuild-each-pass`).
+    #[arg(long)]
+    pub rebuild_each_pass: bool,
     /// Appended to replica host names (Kubeflow's CUSTOM_CLUSTER_DOMAIN).
     #[arg(long, env = "CUSTOM_CLUSTER_DOMAIN")]
     pub cluster_domain: Option<String>,
@@ -327,7 +332,9 @@ pub async fn pass_with(
     applier: &Applier,
     now: Timestamp,
 ) -> (Plan, ApplyReport) {
-    let plan = planner.plan(world, cfg, now);
+    let started = Instant::now();
+    let mut plan = planner.plan(world, cfg, now);
+    plan.plan_seconds = started.elapsed().as_secs_f64();
     let report = applier.apply(&plan).await;
     planner.applied(&report);
     (plan, report)
@@ -898,7 +905,11 @@ async fn lead(
     tracing::info!("watch caches synced");
     let mut written = Written::default();
     // The control plane of this term, kept from pass to pass.
-    let mut planner = Planner::keeping();
+    let mut planner = if args.rebuild_each_pass {
+        Planner::rebuilding()
+    } else {
+        Planner::keeping()
+    };
     loop {
         if !written.is_empty() && !stores.catch_up(&written, &notify, CATCH_UP_LIMIT).await {
             tracing::debug!("the watch caches did not show the last pass's writes in time");

@@ -143,4 +143,18 @@ async fn a_finished_job_deleted_leaves_the_kept_plane_without_a_rebuild() {
     let (plan, report) = pass(&fake, t(4)).await;
     assert_eq!(plan.rebuilt, None);
     assert_eq!(report.pods_created, 2);
+
+    // Deleted and made again between two passes (another uid): the restore reads it.
+    fake.remove(JOBS, "ml", "c");
+    for p in pods_of(&fake, "c") {
+        let name = p["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        fake.remove(PODS, "ml", &name);
+    }
+    fake.insert(JOBS, job("c", 1, 2, json!({})));
+    let (plan, report) = pass(&fake, t(5)).await;
+    assert_eq!(plan.rebuilt, Some(Rebuild::Job));
+    assert_eq!(report.pods_created, 2);
 }

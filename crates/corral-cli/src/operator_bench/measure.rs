@@ -86,6 +86,40 @@ pub async fn apiserver_requests(admin: &Client) -> Result<f64, String> {
         .sum())
 }
 
+/// The operator's own counters from its /metrics: passes, their summed seconds, and the
+/// passes that rebuilt the control plane by why (`rebuilds{reason}`).
+pub fn operator_counters(port: u16) -> BTreeMap<String, f64> {
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    let text = ureq::get(&url)
+        .call()
+        .ok()
+        .and_then(|mut r| r.body_mut().read_to_string().ok())
+        .unwrap_or_default();
+    let mut out = BTreeMap::new();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((name, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let Ok(value) = value.parse::<f64>() else {
+            continue;
+        };
+        let key = match name {
+            "corral_scheduler_cycles_total" => "passes".to_string(),
+            "corral_scheduler_cycle_duration_seconds_sum" => "pass_secs".to_string(),
+            "corral_plan_duration_seconds_sum" => "plan_secs".to_string(),
+            n => match n
+                .strip_prefix("corral_plane_rebuilds_total{reason=\"")
+                .and_then(|r| r.strip_suffix("\"}"))
+            {
+                Some(reason) => format!("rebuilds{{{reason}}}"),
+                None => continue,
+            },
+        };
+        out.insert(key, value);
+    }
+    out
+}
+
 /// The `q`-quantile (0..=1) of sorted seconds, nearest rank.
 pub fn quantile(sorted: &[f64], q: f64) -> Option<f64> {
     if sorted.is_empty() {

@@ -12,7 +12,7 @@
 //! nodes, pools, queues, priority classes or the room other pods take changed, a job's
 //! spec changed (beyond `suspend`) or a job holding an admission vanished.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 
 use jiff::Timestamp;
@@ -30,8 +30,10 @@ use crate::observe::{self, World};
 /// (the label of `corral_plane_rebuilds_total`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rebuild {
-    /// The first pass of this leadership term (or a plan without a kept plane).
+    /// The first pass of this leadership term.
     Start,
+    /// A planner that keeps no plane (`--rebuild-each-pass`, one-shot passes).
+    EachPass,
     /// A write of the last pass failed, was backed off or abandoned: the API server may
     /// hold something else than the plane decided.
     Unapplied,
@@ -48,6 +50,7 @@ impl Rebuild {
     pub fn as_str(self) -> &'static str {
         match self {
             Rebuild::Start => "start",
+            Rebuild::EachPass => "each_pass",
             Rebuild::Unapplied => "unapplied",
             Rebuild::Cluster => "cluster",
             Rebuild::Job => "job",
@@ -56,44 +59,71 @@ impl Rebuild {
     }
 }
 
-/// What the last pass saw of one pod: its resourceVersion and the replica incarnation it
-/// stands for.
-type SeenPod = (Option<String>, Option<(ReplicaId, Incarnation)>);
+/// What the last pass saw of one pod: its resourceVersion's [`digest`] and the replica
+/// incarnation it stands for.
+type SeenPod = (u64, Option<(ReplicaId, Incarnation)>);
+
+/// A value as one number, for telling whether it changed.
+fn digest<T: Hash + ?Sized>(v: &T) -> u64 {
+    let mut h = DefaultHasher::new();
+    v.hash(&mut h);
+    h.finish()
+}
 
 /// What the last pass saw of one job.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Seen {
-    resource_version: Option<String>,
+    /// Hashes ([`digest`]) of its uid and resourceVersion, not copies: a long history of
+    /// small strings kept for the life of the plane would pin the allocator's pages.
+    uid: u64,
+    resource_version: u64,
     generation: Option<i64>,
     /// A hash of the spec with `runPolicy.suspend` cleared: a change the feed cannot carry.
     spec: u64,
     suspend: bool,
     deleting: bool,
-    rejection: Option<String>,
+    rejection: u64,
     /// Whether the plane holds it (a job whose templates do not read is left out of it).
     in_plane: bool,
-    /// Its pods by name: resourceVersion and the replica incarnation each stands for.
-    pods: BTreeMap<String, SeenPod>,
+    /// Its pods' names and resourceVersions, in one number ([`pods_fingerprint`]).
+    pods_fingerprint: u64,
+    /// Its pods by name, sorted: resourceVersion and the replica incarnation each stands
+    /// for. Only of a job the plane holds in full: of a retired one (most of a long
+    /// history) nothing but a deletion concerns the plane.
+    pods: Vec<(String, SeenPod)>,
+}
+
+/// The names and resourceVersions of a job's pods as one number, whatever their order.
+fn pods_fingerprint(o: &ObservedJob<'_>) -> u64 {
+    o.pods.iter().fold(o.pods.len() as u64, |acc, p| {
+        acc.wrapping_add(digest(&(&p.metadata.name, &p.metadata.resource_version)))
+    })
 }
 
 fn spec_hash(o: &ObservedJob<'_>) -> u64 {
     let mut spec = o.job.spec.clone();
     spec.run_policy.suspend = false;
-    let mut h = DefaultHasher::new();
-    serde_json::to_vec(&spec).unwrap_or_default().hash(&mut h);
-    h.finish()
+    digest(&serde_json::to_vec(&spec).unwrap_or_default())
 }
 
-fn rejection_text(o: &ObservedJob<'_>) -> Option<String> {
-    o.job
-        .metadata
-        .annotations
-        .get(crate::consts::LAUNCH_REJECTED_ANNOTATION)
-        .cloned()
+fn rejection_digest(o: &ObservedJob<'_>) -> u64 {
+    digest(
+        &o.job
+            .metadata
+            .annotations
+            .get(crate::consts::LAUNCH_REJECTED_ANNOTATION),
+    )
 }
 
 impl Seen {
-    pub(super) fn of(o: &ObservedJob<'_>, in_plane: bool, earlier: Option<&Seen>) -> Seen {
+    /// `detail`: the plane holds the job in full (not retired), so its pods are kept one by
+    /// one.
+    pub(super) fn of(
+        o: &ObservedJob<'_>,
+        in_plane: bool,
+        detail: bool,
+        earlier: Option<&Seen>,
+    ) -> Seen {
         // The spec's hash is worked out again only when its generation moved.
         let spec = match earlier {
             Some(s) if s.generation == o.job.metadata.generation && s.generation.is_some() => {
@@ -102,24 +132,41 @@ impl Seen {
             _ => spec_hash(o),
         };
         Seen {
-            resource_version: o.job.metadata.resource_version.clone(),
+            uid: digest(&o.job.metadata.uid),
+            resource_version: digest(&o.job.metadata.resource_version),
             generation: o.job.metadata.generation,
             spec,
             suspend: o.job.spec.run_policy.suspend,
             deleting: o.deleting,
-            rejection: rejection_text(o),
+            rejection: rejection_digest(o),
             in_plane,
-            pods: o
-                .pods
-                .iter()
-                .filter_map(|p| {
-                    Some((
-                        p.metadata.name.clone()?,
-                        (p.metadata.resource_version.clone(), observe::replica_of(p)),
-                    ))
-                })
-                .collect(),
+            pods_fingerprint: pods_fingerprint(o),
+            pods: if detail {
+                let mut pods: Vec<(String, SeenPod)> = o
+                    .pods
+                    .iter()
+                    .filter_map(|p| {
+                        Some((
+                            p.metadata.name.clone()?,
+                            (digest(&p.metadata.resource_version), observe::replica_of(p)),
+                        ))
+                    })
+                    .collect();
+                pods.sort_by(|a, b| a.0.cmp(&b.0));
+                pods.shrink_to_fit();
+                pods
+            } else {
+                Vec::new()
+            },
         }
+    }
+
+    fn pod(&self, name: &str) -> Option<&SeenPod> {
+        let i = self
+            .pods
+            .binary_search_by(|(n, _)| n.as_str().cmp(name))
+            .ok()?;
+        self.pods.get(i).map(|(_, p)| p)
     }
 }
 
@@ -160,15 +207,8 @@ impl Kept {
             present.insert(o.key.as_str());
             let earlier = self.seen.get(&o.key);
             let unchanged = earlier.is_some_and(|s| {
-                s.resource_version == o.job.metadata.resource_version
-                    && s.pods.len() == o.pods.len()
-                    && o.pods.iter().all(|p| {
-                        p.metadata.name.as_ref().is_some_and(|n| {
-                            s.pods
-                                .get(n)
-                                .is_some_and(|(rv, _)| *rv == p.metadata.resource_version)
-                        })
-                    })
+                s.resource_version == digest(&o.job.metadata.resource_version)
+                    && s.pods_fingerprint == pods_fingerprint(o)
             });
             if unchanged {
                 continue;
@@ -181,7 +221,8 @@ impl Kept {
                     true
                 }
             };
-            let seen = Seen::of(o, in_plane, self.seen.get(&o.key));
+            let detail = self.plane.job(&o.key).is_some();
+            let seen = Seen::of(o, in_plane, detail, self.seen.get(&o.key));
             self.seen.insert(o.key.clone(), seen);
         }
         let gone: Vec<String> = self
@@ -224,6 +265,10 @@ impl Kept {
 
     /// A job the plane holds, changed since the last pass.
     fn take_change(&mut self, o: &ObservedJob<'_>, s: &Seen) -> Result<(), Rebuild> {
+        // Deleted and made again under its name between two passes: another job.
+        if s.uid != digest(&o.job.metadata.uid) {
+            return Err(Rebuild::Job);
+        }
         if self.plane.is_retired(&o.key) {
             // Its name is all the plane keeps: only a deletion (above: `gone`) concerns it.
             return Ok(());
@@ -232,7 +277,7 @@ impl Kept {
             // Removed by the plane (deleted): its object goes next.
             return Ok(());
         }
-        if s.resource_version != o.job.metadata.resource_version {
+        if s.resource_version != digest(&o.job.metadata.resource_version) {
             let spec_moved = s.generation.is_none() || s.generation != o.job.metadata.generation;
             if spec_moved && spec_hash(o) != s.spec {
                 return Err(Rebuild::Job);
@@ -246,8 +291,7 @@ impl Kept {
             if o.deleting && !s.deleting {
                 let _ = self.plane.delete(&o.key);
             }
-            let rejection = rejection_text(o);
-            if rejection != s.rejection
+            if rejection_digest(o) != s.rejection
                 && let Some(r) = o.rejection.clone()
             {
                 self.plane.launch_rejected(&o.key, r);
@@ -258,8 +302,8 @@ impl Kept {
             let Some(name) = p.metadata.name.as_ref() else {
                 continue;
             };
-            let before = s.pods.get(name);
-            if before.is_some_and(|(rv, _)| *rv == p.metadata.resource_version) {
+            let before = s.pod(name);
+            if before.is_some_and(|(rv, _)| *rv == digest(&p.metadata.resource_version)) {
                 continue;
             }
             let now_stands_for = observe::replica_of(p);
@@ -302,7 +346,7 @@ impl Kept {
         if !finished || self.plane.admission(key).is_some() {
             return Err(Rebuild::Vanished);
         }
-        for (replica, incarnation) in s.pods.values().filter_map(|(_, r)| *r) {
+        for (replica, incarnation) in s.pods.iter().filter_map(|(_, (_, r))| *r) {
             self.plane.forget_replica(key, replica, incarnation);
         }
         let _ = self.plane.delete(key);

@@ -1,18 +1,20 @@
-//! Plan: the whole decision of one operator pass, pure. The operator keeps no state between
-//! passes; each pass rebuilds the core's control plane from what the API server holds, steps
-//! it once, and turns the step into Kubernetes work. Nothing here decides about a job: who is
+//! Plan: the whole decision of one operator pass. The control plane is kept while this
+//! replica leads and fed what changed in the world since the last pass ([`kept`]), or
+//! restored from what the API server holds when the feed cannot say; it is stepped once,
+//! and the step is turned into Kubernetes work. Nothing here decides about a job: who is
 //! offered to the scheduler, why a job waits, which events it gets and how long its replicas
 //! get to stop are the control plane's (`corral_core::control`), the same as embedded.
 //!
 //! ```text
-//!   World ─▶ observe_jobs ─▶ snapshot ─▶ ControlPlane::restore + step ─▶ translate ─▶ bindings ─▶ metrics
-//!            jobs, their     nodes with   (corral-core: scheduler,        Step ->       bind a       counts for
-//!            pods and the    foreign      lifecycle, reasons, events,     JobPlans:     whole gang   /metrics
-//!            stored          pods' usage, grace periods, default queue)   status,       where it     (by state,
-//!            admission       pools,                                       annotation,   was placed,  by queue)
-//!            (RestoredJob)   queues                                       pods, events  if it fits
+//!   World ─▶ observe_jobs ─▶ snapshot ─▶ control step ─────────────▶ translate ─▶ bindings ─▶ metrics
+//!            jobs, their     nodes with   the kept plane fed what     Step ->      bind a       counts for
+//!            pods and the    foreign      changed (kept), or one      JobPlans:    whole gang   /metrics
+//!            stored          pods' usage, restored; then step         status,      where it     (by state,
+//!            admission       pools,       (corral-core: scheduler,    pods,        was placed,  by queue)
+//!                            queues       lifecycle, reasons, events) events       if it fits
 //! ```
 //!
+//! - [`kept`]: what a pass hands the kept plane, and when it restores one instead.
 //! - [`observe_jobs`]: every TrainingJob with the pods it owns, its stored admission
 //!   ([`crate::record`]) and its node selector and tolerations, as a `RestoredJob`.
 //! - [`snapshot`]: the cluster for the scheduler (every node, with the requests of pods that
@@ -237,6 +239,8 @@ pub struct Plan {
     /// Why this pass rebuilt the control plane from the world (`None`: the plane kept from
     /// the last pass was fed what changed).
     pub rebuilt: Option<Rebuild>,
+    /// How long the plan took (set by the operator's loop, which reads the clock).
+    pub plan_seconds: f64,
 }
 
 impl Plan {
@@ -370,6 +374,7 @@ impl Planner {
             },
             (Some(_), None) => Err(Rebuild::Cluster),
             (_, Some(why)) => Err(why),
+            (None, None) if !self.keep => Err(Rebuild::EachPass),
             (None, None) => Err(Rebuild::Start),
         };
         let (kept, step) = match fed {
@@ -382,8 +387,9 @@ impl Planner {
                         let seen = observed
                             .iter()
                             .map(|o| {
-                                let in_plane = o.retired || plane.job(&o.key).is_some();
-                                (o.key.clone(), kept::Seen::of(o, in_plane, None))
+                                let detail = plane.job(&o.key).is_some();
+                                let in_plane = o.retired || detail;
+                                (o.key.clone(), kept::Seen::of(o, in_plane, detail, None))
                             })
                             .collect();
                         let k = kept::Kept {
