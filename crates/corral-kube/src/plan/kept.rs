@@ -12,7 +12,7 @@
 //! nodes, pools, queues, priority classes or the room other pods take changed, a job's
 //! spec changed (beyond `suspend`) or a job holding an admission vanished.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
 
 use jiff::Timestamp;
@@ -73,6 +73,8 @@ fn digest<T: Hash + ?Sized>(v: &T) -> u64 {
 /// What the last pass saw of one job.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Seen {
+    /// Where its key lies in [`SeenJobs`]' buffer: (start, length).
+    key: (u32, u32),
     /// Hashes ([`digest`]) of its uid and resourceVersion, not copies: a long history of
     /// small strings kept for the life of the plane would pin the allocator's pages.
     uid: u64,
@@ -132,6 +134,7 @@ impl Seen {
             _ => spec_hash(o),
         };
         Seen {
+            key: (0, 0),
             uid: digest(&o.job.metadata.uid),
             resource_version: digest(&o.job.metadata.resource_version),
             generation: o.job.metadata.generation,
@@ -186,13 +189,93 @@ impl ClusterInputs {
             classes: world.classes.clone(),
         }
     }
+
+    /// Whether the cluster is still the one the plane was built for (compared, not
+    /// copied: a pass copies nothing of an unchanged cluster).
+    pub(super) fn unchanged(&self, snapshot: &ClusterSnapshot, world: &World) -> bool {
+        self.snapshot == *snapshot && self.queues == world.queues && self.classes == world.classes
+    }
+}
+
+/// What the last pass saw, by job, found by the hash of the job's key. The keys are packed
+/// in one buffer: a long history of small strings kept for the life of the plane would pin
+/// the allocator's pages (the operator's resident memory after 2,000 jobs).
+#[derive(Default)]
+pub(super) struct SeenJobs {
+    by_hash: HashMap<u64, Seen>,
+    keys: String,
+    /// Bytes of `keys` no entry uses any more: packed again once they are half of it.
+    garbage: usize,
+}
+
+impl SeenJobs {
+    fn key_of(&self, s: &Seen) -> &str {
+        let (start, len) = (s.key.0 as usize, s.key.1 as usize);
+        self.keys.get(start..start + len).unwrap_or_default()
+    }
+
+    pub(super) fn get(&self, key: &str) -> Option<&Seen> {
+        let s = self.by_hash.get(&digest(key))?;
+        (self.key_of(s) == key).then_some(s)
+    }
+
+    /// Records what was seen of `key`; `false` when another key has the same hash (then
+    /// nothing is recorded).
+    pub(super) fn insert(&mut self, key: &str, mut seen: Seen) -> bool {
+        let h = digest(key);
+        match self.by_hash.get(&h) {
+            Some(old) if self.key_of(old) == key => seen.key = old.key,
+            Some(_) => return false,
+            None => {
+                let start = u32::try_from(self.keys.len()).unwrap_or(u32::MAX);
+                let len = u32::try_from(key.len()).unwrap_or(u32::MAX);
+                self.keys.push_str(key);
+                seen.key = (start, len);
+            }
+        }
+        self.by_hash.insert(h, seen);
+        true
+    }
+
+    /// Takes out every job whose key's hash is not in `present`, with its key.
+    fn take_absent(&mut self, present: &HashSet<u64>) -> Vec<(String, Seen)> {
+        let gone: Vec<u64> = self
+            .by_hash
+            .keys()
+            .filter(|h| !present.contains(h))
+            .copied()
+            .collect();
+        let mut out = Vec::with_capacity(gone.len());
+        for h in gone {
+            if let Some(s) = self.by_hash.remove(&h) {
+                self.garbage += s.key.1 as usize;
+                out.push((self.key_of(&s).to_string(), s));
+            }
+        }
+        if self.garbage > self.keys.len() / 2 {
+            self.pack();
+        }
+        out
+    }
+
+    fn pack(&mut self) {
+        let mut keys = String::with_capacity(self.keys.len() - self.garbage.min(self.keys.len()));
+        for s in self.by_hash.values_mut() {
+            let (start, len) = (s.key.0 as usize, s.key.1 as usize);
+            let key = self.keys.get(start..start + len).unwrap_or_default();
+            s.key = (u32::try_from(keys.len()).unwrap_or(u32::MAX), s.key.1);
+            keys.push_str(key);
+        }
+        self.keys = keys;
+        self.garbage = 0;
+    }
 }
 
 /// The plane and what it was fed.
 pub(super) struct Kept {
     pub plane: ControlPlane,
     pub cluster: ClusterInputs,
-    pub seen: HashMap<String, Seen>,
+    pub seen: SeenJobs,
 }
 
 impl Kept {
@@ -202,9 +285,9 @@ impl Kept {
         observed: &[ObservedJob<'_>],
         now: Timestamp,
     ) -> Result<(), Rebuild> {
-        let mut present = std::collections::HashSet::with_capacity(observed.len());
+        let mut present = HashSet::with_capacity(observed.len());
         for o in observed {
-            present.insert(o.key.as_str());
+            present.insert(digest(o.key.as_str()));
             let earlier = self.seen.get(&o.key);
             let unchanged = earlier.is_some_and(|s| {
                 s.resource_version == digest(&o.job.metadata.resource_version)
@@ -223,18 +306,11 @@ impl Kept {
             };
             let detail = self.plane.job(&o.key).is_some();
             let seen = Seen::of(o, in_plane, detail, self.seen.get(&o.key));
-            self.seen.insert(o.key.clone(), seen);
+            if !self.seen.insert(&o.key, seen) {
+                return Err(Rebuild::Job);
+            }
         }
-        let gone: Vec<String> = self
-            .seen
-            .keys()
-            .filter(|k| !present.contains(k.as_str()))
-            .cloned()
-            .collect();
-        for key in gone {
-            let Some(s) = self.seen.remove(&key) else {
-                continue;
-            };
+        for (key, s) in self.seen.take_absent(&present) {
             self.take_vanished(&key, &s)?;
         }
         Ok(())
@@ -361,4 +437,32 @@ pub fn applied_as_planned(report: &ApplyReport) -> bool {
         && report.backed_off == 0
         && report.abandoned == 0
         && report.rejected.is_empty()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Keys stay readable as jobs come and go and the buffer is packed again.
+    #[test]
+    fn seen_jobs_keep_their_keys_through_packing() {
+        let mut seen = SeenJobs::default();
+        for k in ["ml/a", "ml/bb", "team/ccc"] {
+            assert!(seen.insert(k, Seen::default()));
+        }
+        assert!(seen.insert("ml/a", Seen::default()), "again: the same key");
+        let present: HashSet<u64> = ["ml/bb"].iter().map(|k| digest(*k)).collect();
+        let mut gone: Vec<String> = seen
+            .take_absent(&present)
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        gone.sort();
+        assert_eq!(gone, ["ml/a", "team/ccc"]);
+        assert_eq!(seen.keys, "ml/bb", "packed once half of it was unused");
+        assert!(seen.get("ml/bb").is_some());
+        assert!(seen.get("ml/a").is_none());
+        assert!(seen.insert("ml/dddd", Seen::default()));
+        assert!(seen.get("ml/dddd").is_some() && seen.get("ml/bb").is_some());
+    }
 }

@@ -361,17 +361,18 @@ impl Planner {
         // 2. The cluster and the plane's settings.
         let cluster = snapshot::cluster(world, &observed, cfg.topology_label.as_deref());
         out.warnings.extend(cluster.warnings);
-        let inputs = kept::ClusterInputs::of(&cluster.snapshot, world);
 
         // 3. The control plane decides: the kept one fed what changed, or one rebuilt.
         let fed = match (self.kept.take(), self.rebuild.take()) {
-            (Some(mut k), None) if k.cluster == inputs => match k.feed(&observed, now) {
-                Ok(()) => {
-                    let step = k.plane.step(now);
-                    Ok((k, step))
+            (Some(mut k), None) if k.cluster.unchanged(&cluster.snapshot, world) => {
+                match k.feed(&observed, now) {
+                    Ok(()) => {
+                        let step = k.plane.step(now);
+                        Ok((k, step))
+                    }
+                    Err(why) => Err(why),
                 }
-                Err(why) => Err(why),
-            },
+            }
             (Some(_), None) => Err(Rebuild::Cluster),
             (_, Some(why)) => Err(why),
             (None, None) if !self.keep => Err(Rebuild::EachPass),
@@ -382,16 +383,17 @@ impl Planner {
             Err(why) => {
                 out.rebuilt = Some(why);
                 let config = snapshot::control_config(world, cfg);
+                let inputs = kept::ClusterInputs::of(&cluster.snapshot, world);
                 match control_step(cluster.snapshot, config, &observed, now) {
                     Ok((plane, step)) => {
-                        let seen = observed
-                            .iter()
-                            .map(|o| {
-                                let detail = plane.job(&o.key).is_some();
-                                let in_plane = o.retired || detail;
-                                (o.key.clone(), kept::Seen::of(o, in_plane, detail, None))
-                            })
-                            .collect();
+                        let mut seen = kept::SeenJobs::default();
+                        for o in &observed {
+                            let detail = plane.job(&o.key).is_some();
+                            let in_plane = o.retired || detail;
+                            // Two keys of one 64-bit hash (vanishingly rare): the second is
+                            // not recorded, and the next pass rebuilds.
+                            let _ = seen.insert(&o.key, kept::Seen::of(o, in_plane, detail, None));
+                        }
                         let k = kept::Kept {
                             plane,
                             cluster: inputs,
