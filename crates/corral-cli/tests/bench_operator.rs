@@ -64,6 +64,15 @@ fn bench_operator_tiny_loses_nothing() {
     let writes = &burst["operator_writes"]["by_verb_resource"];
     assert_eq!(writes["create pods"], 12, "{writes:#}");
     assert!(burst["operator_writes"]["per_pod"].as_f64() >= Some(1.0));
+    // The operator's passes, read from its /metrics: its plane kept, not restored each pass.
+    let passes = &burst["operator_passes"];
+    assert!(passes["passes"].as_u64() > Some(0), "{passes:#}");
+    assert!(passes["mean_plan_secs"].as_f64().is_some(), "{passes:#}");
+    assert_eq!(report["control_plane"], "kept");
+    assert!(
+        passes["rebuilds"].get("each_pass").is_none(),
+        "a kept plane is not rebuilt every pass: {passes:#}"
+    );
 
     assert_eq!(report["finished"]["jobs"], 2);
     assert_eq!(report["finished"]["not_succeeded"], serde_json::json!([]));

@@ -15,6 +15,18 @@ async fn rebuilt_at(fake: &FakeApi, secs: i64) -> Option<Rebuild> {
     pass(fake, t(secs)).await.0.rebuilt
 }
 
+/// The job and its pods gone at once, as the garbage collector leaves them.
+fn remove_with_pods(fake: &FakeApi, job: &str) {
+    fake.remove(JOBS, "ml", job);
+    for p in pods_of(fake, job) {
+        let name = p["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        fake.remove(PODS, "ml", &name);
+    }
+}
+
 #[tokio::test]
 async fn the_plane_is_fed_what_changed_and_rebuilt_only_when_it_must() {
     let fake = cluster(&["n1", "n2"]);
@@ -72,14 +84,7 @@ async fn the_plane_is_fed_what_changed_and_rebuilt_only_when_it_must() {
     assert_eq!(rebuilt_at(&fake, 9).await, Some(Rebuild::Cluster));
     fake.insert(JOBS, job("d", 1, 4, json!({})));
     assert_eq!(rebuilt_at(&fake, 10).await, None);
-    fake.remove(JOBS, "ml", "d");
-    for p in pods_of(&fake, "d") {
-        let name = p["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        fake.remove(PODS, "ml", &name);
-    }
+    remove_with_pods(&fake, "d");
     assert_eq!(rebuilt_at(&fake, 11).await, Some(Rebuild::Vanished));
 }
 
@@ -129,14 +134,7 @@ async fn a_finished_job_deleted_leaves_the_kept_plane_without_a_rebuild() {
     pass(&fake, t(1)).await;
     assert_eq!(condition(&fake, "c", "Succeeded").as_deref(), Some("True"));
     pass(&fake, t(2)).await;
-    fake.remove(JOBS, "ml", "c");
-    for p in pods_of(&fake, "c") {
-        let name = p["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        fake.remove(PODS, "ml", &name);
-    }
+    remove_with_pods(&fake, "c");
     assert_eq!(rebuilt_at(&fake, 3).await, None);
     // Its name is free again: a new job of that name is a new job.
     fake.insert(JOBS, job("c", 1, 1, json!({})));
@@ -145,14 +143,7 @@ async fn a_finished_job_deleted_leaves_the_kept_plane_without_a_rebuild() {
     assert_eq!(report.pods_created, 2);
 
     // Deleted and made again between two passes (another uid): the restore reads it.
-    fake.remove(JOBS, "ml", "c");
-    for p in pods_of(&fake, "c") {
-        let name = p["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        fake.remove(PODS, "ml", &name);
-    }
+    remove_with_pods(&fake, "c");
     fake.insert(JOBS, job("c", 1, 2, json!({})));
     let (plan, report) = pass(&fake, t(5)).await;
     assert_eq!(plan.rebuilt, Some(Rebuild::Job));
