@@ -32,12 +32,7 @@ fn a_compiled_pipeline_is_a_run_of_its_tasks() {
     assert_eq!(spec.parameters.len(), 1);
     assert_eq!(spec.parameters[0].name, "greeting");
     assert_eq!(spec.parameters[0].default, Some(serde_json::json!("hello")));
-    let step = |n: &str| {
-        spec.steps
-            .iter()
-            .find(|s| s.name == n)
-            .unwrap_or_else(|| panic!("no step {n}"))
-    };
+    let step = |n: &str| step_named(spec, n);
     let produce = step("produce");
     let task = produce.task.as_ref().expect("task");
     assert_eq!(task.image.as_deref(), Some("busybox"));
@@ -92,6 +87,17 @@ fn what_cannot_run_yet_is_refused_at_its_field() {
 }
 
 const SWEEP: &str = include_str!("fixtures/kfp/sweep.yaml");
+
+/// The step of that name, which must be there.
+fn step_named<'a>(
+    spec: &'a corral_api::pipeline::PipelineSpec,
+    name: &str,
+) -> &'a corral_api::pipeline::StepSpec {
+    spec.steps
+        .iter()
+        .find(|s| s.name == name)
+        .unwrap_or_else(|| panic!("no step {name}"))
+}
 
 fn the_run(text: &str) -> corral_api::PipelineRun {
     let parsed = parse_documents(text, &ValidationContext::default());
@@ -195,12 +201,7 @@ const FAN: &str = include_str!("fixtures/kfp/fan.yaml");
 fn output_parameters_are_outputs_read_as_values_and_a_loop_can_run_over_one() {
     let run = the_run(FAN);
     let spec = &run.spec.pipeline_spec;
-    let step = |n: &str| {
-        spec.steps
-            .iter()
-            .find(|s| s.name == n)
-            .unwrap_or_else(|| panic!("no step {n}"))
-    };
+    let step = |n: &str| step_named(spec, n);
     assert_eq!(spec.steps.len(), 2);
     let plan = step("plan");
     assert_eq!(plan.outputs, ["shards", "tag"]);
@@ -234,12 +235,7 @@ const COND: &str = include_str!("fixtures/kfp/cond.yaml");
 fn a_condition_is_a_when_on_each_of_its_tasks() {
     let run = the_run(COND);
     let spec = &run.spec.pipeline_spec;
-    let step = |n: &str| {
-        spec.steps
-            .iter()
-            .find(|s| s.name == n)
-            .unwrap_or_else(|| panic!("no step {n}"))
-    };
+    let step = |n: &str| step_named(spec, n);
     let heads = step("record");
     assert_eq!(heads.depends_on, ["flip"]);
     assert_eq!(heads.when.len(), 1);

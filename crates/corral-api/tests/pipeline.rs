@@ -280,6 +280,15 @@ spec:
         task: {command: [sh, -c, "echo $CORRAL_ITEM"]}
 "#;
 
+/// `text` is refused with a message at `path` that says `words`.
+fn refused_at(text: &str, path: &str, words: &str) {
+    let e = errors(text);
+    assert!(
+        e.iter().any(|m| m.starts_with(path) && m.contains(words)),
+        "{path} {words}: {e:?}"
+    );
+}
+
 fn the_run(text: &str) -> corral_api::PipelineRun {
     let parsed = parse_documents(text, &ValidationContext::default());
     let Ok(p) = &parsed[0] else {
@@ -322,13 +331,7 @@ fn a_fan_out_over_a_list_parameter_takes_the_runs_value() {
 
 #[test]
 fn fan_out_over_a_parameter_mistakes_are_refused_at_their_fields() {
-    let at = |text: &str, path: &str, words: &str| {
-        let e = errors(text);
-        assert!(
-            e.iter().any(|m| m.starts_with(path) && m.contains(words)),
-            "{path} {words}: {e:?}"
-        );
-    };
+    let at = refused_at;
     at(
         &OVER_PARAM.replace("withParam: lrs", "withParam: lr"),
         "spec.pipelineSpec.steps[0].withParam: ",
@@ -385,13 +388,7 @@ spec:
     let shard = &run.spec.pipeline_spec.steps[1];
     assert_eq!(shard.needs(), ["plan"]);
     assert!(shard.with_items.is_empty(), "its items come when plan ends");
-    let at = |text: &str, path: &str, words: &str| {
-        let e = errors(text);
-        assert!(
-            e.iter().any(|m| m.starts_with(path) && m.contains(words)),
-            "{path} {words}: {e:?}"
-        );
-    };
+    let at = refused_at;
     at(
         &OVER_OUTPUT.replace("steps.plan.outputs.shards", "steps.plam.outputs.shards"),
         "spec.pipelineSpec.steps[1].withParam",
@@ -440,13 +437,7 @@ spec:
 "#;
     let run = the_run(VALUE);
     assert_eq!(run.spec.pipeline_spec.steps[1].needs(), ["make"]);
-    let at = |text: &str, path: &str, words: &str| {
-        let e = errors(text);
-        assert!(
-            e.iter().any(|m| m.starts_with(path) && m.contains(words)),
-            "{path} {words}: {e:?}"
-        );
-    };
+    let at = refused_at;
     at(
         &VALUE.replace("outputs.n.value", "outputs.m.value"),
         "spec.pipelineSpec.steps[1].inputs.n",

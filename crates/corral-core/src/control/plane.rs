@@ -22,6 +22,7 @@ mod charging;
 mod cycle_outcome;
 mod progress;
 mod restore;
+mod vanished;
 mod views;
 mod waiting;
 use super::rules;

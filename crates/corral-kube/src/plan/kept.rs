@@ -10,7 +10,8 @@
 //! before) whenever the feed cannot say what changed ([`Rebuild`]): the first pass of a
 //! leadership term, a write of the last pass that did not land as planned, the cluster's
 //! nodes, pools, queues, priority classes or the room other pods take changed, a job's
-//! spec changed (beyond `suspend`) or a job holding an admission vanished.
+//! spec changed (beyond `suspend`), or a job vanished that the plane cannot let go by itself
+//! ([`ControlPlane::vanished`]: one holding an admission or not finished).
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -19,7 +20,7 @@ use jiff::Timestamp;
 
 use corral_api::{JobPriorityClass, Queue};
 use corral_core::control::ControlPlane;
-use corral_core::lifecycle::{Incarnation, ReplicaId, conditions};
+use corral_core::lifecycle::{Incarnation, ReplicaId};
 use corral_core::sched::ClusterSnapshot;
 
 use super::observe_jobs::ObservedJob;
@@ -174,7 +175,7 @@ impl Seen {
 }
 
 /// What the cluster looked like to the plane when it was built: a change rebuilds it.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Debug)]
 pub(super) struct ClusterInputs {
     pub snapshot: ClusterSnapshot,
     pub queues: Vec<Queue>,
@@ -237,8 +238,8 @@ impl SeenJobs {
         true
     }
 
-    /// Takes out every job whose key's hash is not in `present`, with its key.
-    fn take_absent(&mut self, present: &HashSet<u64>) -> Vec<(String, Seen)> {
+    /// Takes out every job whose key's hash is not in `present`; returns their keys.
+    fn take_absent(&mut self, present: &HashSet<u64>) -> Vec<String> {
         let gone: Vec<u64> = self
             .by_hash
             .keys()
@@ -249,7 +250,7 @@ impl SeenJobs {
         for h in gone {
             if let Some(s) = self.by_hash.remove(&h) {
                 self.garbage += s.key.1 as usize;
-                out.push((self.key_of(&s).to_string(), s));
+                out.push(self.key_of(&s).to_string());
             }
         }
         if self.garbage > self.keys.len() / 2 {
@@ -279,6 +280,27 @@ pub(super) struct Kept {
 }
 
 impl Kept {
+    /// A plane just restored from the world, and what it was restored from.
+    pub(super) fn new(
+        plane: ControlPlane,
+        cluster: ClusterInputs,
+        observed: &[ObservedJob<'_>],
+    ) -> Kept {
+        let mut seen = SeenJobs::default();
+        for o in observed {
+            let detail = plane.job(&o.key).is_some();
+            let in_plane = o.retired || detail;
+            // Two keys of one 64-bit hash (vanishingly rare): the second is not recorded,
+            // and the next pass rebuilds.
+            let _ = seen.insert(&o.key, Seen::of(o, in_plane, detail, None));
+        }
+        Kept {
+            plane,
+            cluster,
+            seen,
+        }
+    }
+
     /// Hands the plane what changed since the last pass, or says why it cannot.
     pub(super) fn feed(
         &mut self,
@@ -310,8 +332,11 @@ impl Kept {
                 return Err(Rebuild::Job);
             }
         }
-        for (key, s) in self.seen.take_absent(&present) {
-            self.take_vanished(&key, &s)?;
+        // Jobs no longer stored: the plane says whether it can let them go by itself.
+        for key in self.seen.take_absent(&present) {
+            if !self.plane.vanished(&key) {
+                return Err(Rebuild::Vanished);
+            }
         }
         Ok(())
     }
@@ -406,28 +431,6 @@ impl Kept {
         }
         Ok(())
     }
-
-    /// A job the last pass saw is no longer stored.
-    fn take_vanished(&mut self, key: &str, s: &Seen) -> Result<(), Rebuild> {
-        if self.plane.is_retired(key) {
-            let _ = self.plane.delete(key);
-            return Ok(());
-        }
-        let Some(job) = self.plane.job(key) else {
-            return Ok(());
-        };
-        // A finished job that holds nothing (one kept for its TTL) goes as a retired one
-        // does; one that held an admission or ran pods is the restore's to account for.
-        let finished = job.status.as_ref().is_some_and(conditions::is_terminal);
-        if !finished || self.plane.admission(key).is_some() {
-            return Err(Rebuild::Vanished);
-        }
-        for (replica, incarnation) in s.pods.iter().filter_map(|(_, (_, r))| *r) {
-            self.plane.forget_replica(key, replica, incarnation);
-        }
-        let _ = self.plane.delete(key);
-        Ok(())
-    }
 }
 
 /// Whether the API server holds what the last pass planned: anything it refused, backed
@@ -452,11 +455,7 @@ mod tests {
         }
         assert!(seen.insert("ml/a", Seen::default()), "again: the same key");
         let present: HashSet<u64> = ["ml/bb"].iter().map(|k| digest(*k)).collect();
-        let mut gone: Vec<String> = seen
-            .take_absent(&present)
-            .into_iter()
-            .map(|(k, _)| k)
-            .collect();
+        let mut gone = seen.take_absent(&present);
         gone.sort();
         assert_eq!(gone, ["ml/a", "team/ccc"]);
         assert_eq!(seen.keys, "ml/bb", "packed once half of it was unused");

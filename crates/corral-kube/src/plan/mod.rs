@@ -365,13 +365,10 @@ impl Planner {
         // 3. The control plane decides: the kept one fed what changed, or one rebuilt.
         let fed = match (self.kept.take(), self.rebuild.take()) {
             (Some(mut k), None) if k.cluster.unchanged(&cluster.snapshot, world) => {
-                match k.feed(&observed, now) {
-                    Ok(()) => {
-                        let step = k.plane.step(now);
-                        Ok((k, step))
-                    }
-                    Err(why) => Err(why),
-                }
+                k.feed(&observed, now).map(|()| {
+                    let step = k.plane.step(now);
+                    (k, step)
+                })
             }
             (Some(_), None) => Err(Rebuild::Cluster),
             (_, Some(why)) => Err(why),
@@ -385,22 +382,7 @@ impl Planner {
                 let config = snapshot::control_config(world, cfg);
                 let inputs = kept::ClusterInputs::of(&cluster.snapshot, world);
                 match control_step(cluster.snapshot, config, &observed, now) {
-                    Ok((plane, step)) => {
-                        let mut seen = kept::SeenJobs::default();
-                        for o in &observed {
-                            let detail = plane.job(&o.key).is_some();
-                            let in_plane = o.retired || detail;
-                            // Two keys of one 64-bit hash (vanishingly rare): the second is
-                            // not recorded, and the next pass rebuilds.
-                            let _ = seen.insert(&o.key, kept::Seen::of(o, in_plane, detail, None));
-                        }
-                        let k = kept::Kept {
-                            plane,
-                            cluster: inputs,
-                            seen,
-                        };
-                        (k, step)
-                    }
+                    Ok((plane, step)) => (kept::Kept::new(plane, inputs, &observed), step),
                     Err(e) => {
                         out.warnings.push(format!("cluster snapshot: {e}"));
                         out.jobs = plans.into_values().collect();
