@@ -27,6 +27,9 @@ fn bench_operator_tiny_loses_nothing() {
         .args(["bench", "operator", "--nodes", "4", "--jobs", "6"])
         .args(["--finished", "2", "--probes", "2", "--kubelet-secs", "1"])
         .args(["--timeout-secs", "40"])
+        // A pass budget so small that each pass admits one job: the burst in slices, on a
+        // real API server, nothing lost or bound twice.
+        .args(["--pass-budget-ms", "1"])
         .output()
         .expect("run corral bench operator");
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -68,6 +71,10 @@ fn bench_operator_tiny_loses_nothing() {
     let passes = &burst["operator_passes"];
     assert!(passes["passes"].as_u64() > Some(0), "{passes:#}");
     assert!(passes["mean_plan_secs"].as_f64().is_some(), "{passes:#}");
+    assert!(passes["passes_over_1s"].as_u64().is_some(), "{passes:#}");
+    assert_eq!(report["pass_budget_ms"], 1);
+    // One job admitted a pass: at least one pass per job of the burst.
+    assert!(passes["passes"].as_u64() >= Some(6), "{passes:#}");
     assert_eq!(report["control_plane"], "kept");
     assert!(
         passes["rebuilds"].get("each_pass").is_none(),

@@ -408,3 +408,47 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    /// A cycle cut into slices (the operator's bounded passes) decides what one whole
+    /// cycle decides: the same jobs admitted, in the same order, at the same placements;
+    /// each slice stops at the first job that reaches its limit (a gang is never cut) and
+    /// says how many it left for the next one.
+    #[test]
+    fn sliced_cycles_admit_what_one_cycle_admits(
+        nodes in arb_nodes(), (cohort, qs) in arb_queues(), jobs in arb_jobs(), slice in 1..6u32,
+    ) {
+        let snapshot = ClusterSnapshot { nodes, pools: vec![], queues: queues(cohort, &qs), running: vec![] };
+        let mut whole = Scheduler::new(&snapshot, SchedulerConfig::default()).unwrap();
+        let mut sliced = Scheduler::new(&snapshot, SchedulerConfig::default()).unwrap();
+        for (i, j) in jobs.iter().enumerate() {
+            whole.submit(job(i, j, qs.len())).unwrap();
+            sliced.submit(job(i, j, qs.len())).unwrap();
+        }
+        let once = whole.cycle(0);
+        prop_assert_eq!(once.counters.deferred, 0);
+        let mut admitted = Vec::new();
+        let mut cycles = 0;
+        loop {
+            cycles += 1;
+            prop_assert!(cycles <= jobs.len() + 1, "slices never end");
+            let out = sliced.cycle_sliced(0, Some(slice));
+            let sizes: Vec<u32> = out.admitted.iter().map(|a| a.placements.len() as u32).collect();
+            if let Some((_, before_last)) = sizes.split_last() {
+                prop_assert!(before_last.iter().sum::<u32>() < slice, "a slice went on past its limit: {:?}", sizes);
+            }
+            let placed: u32 = sizes.iter().sum();
+            if out.counters.deferred > 0 {
+                prop_assert!(placed >= slice, "{} jobs deferred with {} of {} placed", out.counters.deferred, placed, slice);
+            }
+            prop_assert!(out.preempted.is_empty());
+            admitted.extend(out.admitted);
+            if out.counters.deferred == 0 {
+                break;
+            }
+        }
+        prop_assert_eq!(admitted, once.admitted);
+    }
+}

@@ -107,6 +107,11 @@ pub struct ApplyReport {
 }
 
 impl ApplyReport {
+    /// The writes this report counts (pods created, bound and deleted, statuses, Events).
+    pub fn writes(&self) -> u64 {
+        self.pods_created + self.pods_bound + self.pods_deleted + self.status_updates + self.events
+    }
+
     /// Adds another job's report to this one.
     pub fn merge(&mut self, other: ApplyReport) {
         self.pods_created += other.pods_created;

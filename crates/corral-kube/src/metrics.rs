@@ -28,6 +28,8 @@ pub mod names {
     pub const LEADER: &str = "leader";
     pub const PLANE_REBUILDS: &str = "plane_rebuilds";
     pub const PLAN_SECONDS: &str = "plan_duration_seconds";
+    pub const PASS_SLICE: &str = "pass_slice_replicas";
+    pub const DEFERRED: &str = "scheduler_deferred_jobs";
 }
 
 pub struct Metrics {
@@ -51,6 +53,10 @@ pub struct Metrics {
     /// `corral_plane_rebuilds_total{reason}`: passes that rebuilt the control plane from
     /// the API server instead of feeding the kept one what changed.
     pub rebuilds: Family<Labels, Counter>,
+    /// Replicas the last pass could admit at most (`--pass-budget-ms`; absent: no budget).
+    pub slice: Gauge,
+    /// Pending jobs the last pass did not reach because its slice was spent.
+    pub deferred: Gauge,
 }
 
 impl Default for Metrics {
@@ -82,6 +88,8 @@ impl Metrics {
             errors: Counter::default(),
             leader: Gauge::default(),
             rebuilds: Family::default(),
+            slice: Gauge::default(),
+            deferred: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register(SCHEDULER_CYCLES, "Scheduling cycles run", m.cycles.clone());
@@ -136,6 +144,18 @@ impl Metrics {
              what changed",
             m.rebuilds.clone(),
         );
+        registry.register(
+            PASS_SLICE,
+            "Replicas a pass may admit at most, sized so that its writes end within \
+             --pass-budget-ms (0: no budget)",
+            m.slice.clone(),
+        );
+        registry.register(
+            DEFERRED,
+            "Pending jobs the last pass did not reach because its slice was spent; the next \
+             pass takes them up",
+            m.deferred.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -175,6 +195,8 @@ impl Metrics {
         self.pods_bound.inc_by(report.pods_bound);
         self.pods_deleted.inc_by(report.pods_deleted);
         self.errors.inc_by(report.errors.len() as u64);
+        self.slice.set(plan.slice.map_or(0, |n| int(u64::from(n))));
+        self.deferred.set(int(plan.counters.deferred));
         if let Some(why) = plan.rebuilt {
             self.rebuilds
                 .get_or_create(&vec![("reason".to_string(), why.as_str().to_string())])

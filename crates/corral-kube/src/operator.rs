@@ -96,6 +96,11 @@ pub struct OperatorArgs {
     /// did; costs CPU with every job stored (`corral bench operator --rebuild-each-pass`).
     #[arg(long)]
     pub rebuild_each_pass: bool,
+    /// A pass's writes should end within this many milliseconds: a pass admits no more
+    /// replicas than the API server took that long to write in recent passes, and the next
+    /// pass admits the rest, in the same order (0: a pass admits everything that fits).
+    #[arg(long, default_value_t = 1000)]
+    pub pass_budget_ms: u64,
     /// Appended to replica host names (Kubeflow's CUSTOM_CLUSTER_DOMAIN).
     #[arg(long, env = "CUSTOM_CLUSTER_DOMAIN")]
     pub cluster_domain: Option<String>,
@@ -335,8 +340,9 @@ pub async fn pass_with(
     let started = Instant::now();
     let mut plan = planner.plan(world, cfg, now);
     plan.plan_seconds = started.elapsed().as_secs_f64();
+    let applying = Instant::now();
     let report = applier.apply(&plan).await;
-    planner.applied(&report);
+    planner.applied(&report, plan.plan_seconds, applying.elapsed().as_secs_f64());
     (plan, report)
 }
 
@@ -909,7 +915,8 @@ async fn lead(
         Planner::rebuilding()
     } else {
         Planner::keeping()
-    };
+    }
+    .with_pass_budget(Some(Duration::from_millis(args.pass_budget_ms)));
     loop {
         if !written.is_empty() && !stores.catch_up(&written, &notify, CATCH_UP_LIMIT).await {
             tracing::debug!("the watch caches did not show the last pass's writes in time");
@@ -926,6 +933,10 @@ async fn lead(
         tracing::debug!(
             jobs = plan.jobs.len(),
             rebuilt = plan.rebuilt.map(|r| r.as_str()),
+            slice = plan.slice,
+            admitted = plan.counters.admitted,
+            deferred = plan.counters.deferred,
+            writes = report.writes(),
             errors = report.errors.len(),
             seconds = started.elapsed().as_secs_f64(),
             "pass"

@@ -107,6 +107,13 @@ pub fn operator_counters(port: u16) -> BTreeMap<String, f64> {
             "corral_scheduler_cycles_total" => "passes".to_string(),
             "corral_scheduler_cycle_duration_seconds_sum" => "pass_secs".to_string(),
             "corral_plan_duration_seconds_sum" => "plan_secs".to_string(),
+            // The pass histogram's buckets are 0.5 ms x 2^k: these two bound 1 s and 2 s.
+            "corral_scheduler_cycle_duration_seconds_bucket{le=\"1.024\"}" => {
+                "passes_within_1s".to_string()
+            }
+            "corral_scheduler_cycle_duration_seconds_bucket{le=\"2.048\"}" => {
+                "passes_within_2s".to_string()
+            }
             n => match n
                 .strip_prefix("corral_plane_rebuilds_total{reason=\"")
                 .and_then(|r| r.strip_suffix("\"}"))

@@ -20,6 +20,7 @@ use super::room::{self, Need, Room};
 // stored, why a job waits, and what it shows.
 mod charging;
 mod cycle_outcome;
+mod letting_go;
 mod progress;
 mod restore;
 mod vanished;
@@ -634,11 +635,22 @@ impl ControlPlane {
 
     /// One pass: ledger, reconcile, schedule, reconcile. See the module docs.
     pub fn step(&mut self, now: Timestamp) -> Step {
+        self.step_sliced(now, None)
+    }
+
+    /// A step whose scheduler cycle admits jobs until it has placed `slice` replicas
+    /// ([`Scheduler::cycle_sliced`]); the jobs it did not reach wait, with their last
+    /// reason, for the next step, which the shell should take at once (`wake_in` is zero).
+    /// For a shell that must end a pass within a time budget (the operator).
+    pub fn step_sliced(&mut self, now: Timestamp, slice: Option<u32>) -> Step {
         let mut step = Step::default();
         self.accrue(millis(now));
         self.reconcile_unsettled(now, &mut step);
         self.judge_budgets(millis(now), &mut step);
-        let outcome = self.scheduler.cycle(millis(now));
+        let outcome = self.scheduler.cycle_sliced(millis(now), slice);
+        if outcome.counters.deferred > 0 {
+            step.wake(Duration::ZERO);
+        }
         self.apply_outcome(outcome, now, &mut step);
         self.reconcile_unsettled(now, &mut step);
         dedup_actions(&mut step.actions);
@@ -828,99 +840,6 @@ impl ControlPlane {
         }
         settled
     }
-
-    /// Every replica has stopped after a preemption, a move or a resume: the job takes its
-    /// new placement (a move), or re-enters its queue with its history.
-    fn requeue(&mut self, key: &str, step: &mut Step) {
-        let Some(e) = self.jobs.get_mut(key) else {
-            return;
-        };
-        match std::mem::replace(&mut e.standing, Standing::Out) {
-            Standing::Moving { to, .. } => {
-                e.standing = Standing::Admitted(to);
-                self.sync_holding(key);
-                self.unsettled.insert(key.to_string());
-                return;
-            }
-            Standing::Preempting { .. } => step.event(
-                key,
-                EventType::Normal,
-                event_reason::REQUEUED,
-                "all replicas stopped; back in the queue".to_string(),
-            ),
-            Standing::Admitted(_) => {
-                self.scheduler.finish(key);
-                step.changes.push(Change::Admission {
-                    job: key.to_string(),
-                    admission: None,
-                });
-            }
-            Standing::Queued => e.standing = Standing::Queued,
-            Standing::Out => {}
-        }
-        self.sync_holding(key);
-        self.enqueue_if_waiting(key, step);
-        self.unsettled.insert(key.to_string());
-    }
-
-    /// The job finished or was suspended and nothing of it runs: out of the scheduler.
-    fn release(&mut self, key: &str, step: &mut Step) {
-        let Some(e) = self.jobs.get_mut(key) else {
-            return;
-        };
-        match std::mem::replace(&mut e.standing, Standing::Out) {
-            Standing::Admitted(_) | Standing::Moving { .. } => {
-                self.scheduler.finish(key);
-                step.changes.push(Change::Admission {
-                    job: key.to_string(),
-                    admission: None,
-                });
-            }
-            Standing::Queued => {
-                self.scheduler.finish(key);
-            }
-            Standing::Preempting { .. } | Standing::Out => {}
-        }
-        e.pending = None;
-        self.sync_holding(key);
-    }
-
-    /// A deleted job: stop every replica; once none runs, it is removed. Returns whether
-    /// it is settled (removed).
-    fn advance_deletion(&mut self, key: &str, step: &mut Step) -> bool {
-        let Some(e) = self.jobs.get(key) else {
-            return true;
-        };
-        let active: Vec<(ReplicaId, Incarnation)> = e
-            .replicas
-            .iter()
-            .filter(|(_, p)| p.is_active())
-            .map(|(k, _)| *k)
-            .collect();
-        if !active.is_empty() {
-            for (id, inc) in active {
-                step.actions.push(JobAction {
-                    job: key.to_string(),
-                    action: Action::Stop {
-                        replica: id,
-                        incarnation: inc,
-                        grace_period: e.grace,
-                        delete: true,
-                        reason: lifecycle::StopReason::Stale,
-                    },
-                });
-            }
-            return false;
-        }
-        self.release(key, step);
-        self.jobs.remove(key);
-        self.holding.remove(key);
-        self.ledger.forget_job(key);
-        step.changes.push(Change::Removed {
-            job: key.to_string(),
-        });
-        true
-    }
 }
 
 /// Records a phase for an incarnation, the most advanced phase winning. Returns whether
@@ -963,32 +882,4 @@ fn dedup_actions(actions: &mut Vec<JobAction>) {
         } => seen.insert((a.job.clone(), *replica, *incarnation, false)),
         _ => true,
     });
-}
-
-fn admitted_message(a: &Admission) -> String {
-    let nodes: BTreeSet<&str> = a.placements.iter().map(|p| p.node.as_str()).collect();
-    let ty = a
-        .gpu_type
-        .as_deref()
-        .map(|t| format!(", GPU type {t}"))
-        .unwrap_or_default();
-    let gpus: Vec<String> = a
-        .placements
-        .iter()
-        .filter(|p| !p.gpu_indices.is_empty())
-        .map(|p| format!("{}-{}: {:?}", p.role, p.index, p.gpu_indices))
-        .collect();
-    let mut msg = format!(
-        "admitted to pool {}{ty}: {} on {}",
-        a.pool,
-        match a.placements.len() {
-            1 => "1 replica".to_string(),
-            n => format!("{n} replicas"),
-        },
-        nodes.into_iter().collect::<Vec<_>>().join(", ")
-    );
-    if !gpus.is_empty() {
-        msg.push_str(&format!(" (GPUs {})", gpus.join(", ")));
-    }
-    msg
 }

@@ -469,6 +469,16 @@ impl Scheduler {
     /// then the queue with the lowest weighted dominant share, then submit time; then
     /// running jobs move to faster pools that kept room (rebalancing).
     pub fn cycle(&mut self, now: Millis) -> CycleOutcome {
+        self.cycle_sliced(now, None)
+    }
+
+    /// A cycle that stops admitting once it has placed `slice` replicas (`None`: no
+    /// limit), for a shell that writes each admission through a rate-bound API and must end
+    /// its pass in time. The jobs it did not reach keep their place and their last reason
+    /// (counted in `deferred`); nothing is rebalanced or grown in such a cycle, so the next
+    /// one takes up exactly where this one stopped. A gang is never cut: the job that
+    /// crosses the limit is admitted whole.
+    pub fn cycle_sliced(&mut self, now: Millis, slice: Option<u32>) -> CycleOutcome {
         self.cycle_no += 1;
         self.index.clear_reservations();
         let mut out = CycleOutcome::default();
@@ -535,16 +545,34 @@ impl Scheduler {
                 heap.push(head_key(self, q, slot));
             }
         }
+        let mut placed = 0u64;
+        let limit = slice.map(u64::from);
         while let Some(Reverse((_, _, _, _, _, q))) = heap.pop() {
+            if limit.is_some_and(|l| placed >= l) {
+                // The rest waits for the next cycle, in the same order.
+                out.counters.deferred = (cursor[q]..per_queue[q].len()).len() as u64
+                    + heap
+                        .iter()
+                        .map(|Reverse(k)| (cursor[k.5]..per_queue[k.5].len()).len() as u64)
+                        .sum::<u64>();
+                break;
+            }
             let slot = per_queue[q][cursor[q]];
             cursor[q] += 1;
+            let before = out.admitted.len();
             self.attempt(slot, now, &mut budget, &mut out);
+            placed += out.admitted[before..]
+                .iter()
+                .map(|a| a.placements.len() as u64)
+                .sum::<u64>();
             if let Some(&next) = per_queue[q].get(cursor[q]) {
                 heap.push(head_key(self, q, next));
             }
         }
-        self.rebalance(now, &mut budget, &mut out);
-        self.grow_elastic(now, &mut out);
+        if out.counters.deferred == 0 {
+            self.rebalance(now, &mut budget, &mut out);
+            self.grow_elastic(now, &mut out);
+        }
         self.settle_resizes(&mut out);
         out.counters.admitted = out.admitted.len() as u64;
         out.counters.preempted = out.preempted.len() as u64;

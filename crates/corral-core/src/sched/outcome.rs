@@ -59,6 +59,10 @@ pub struct CycleCounters {
     pub preemption_searches: u64,
     /// Node reservations made for blocked gangs.
     pub reservations: u64,
+    /// Pending jobs the cycle did not reach because its slice was spent
+    /// ([`super::Scheduler::cycle_sliced`]): the next cycle takes them up.
+    #[serde(default)]
+    pub deferred: u64,
 }
 
 /// Everything one cycle decided.

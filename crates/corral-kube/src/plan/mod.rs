@@ -32,6 +32,7 @@ mod bindings;
 mod kept;
 mod metrics;
 mod observe_jobs;
+mod slice;
 mod snapshot;
 mod translate;
 
@@ -53,6 +54,7 @@ use crate::observe::{self, World};
 use crate::record::LaunchRejectionAnnotation;
 pub use kept::Rebuild;
 use observe_jobs::ObservedJob;
+pub use slice::{PassCost, PassSlice};
 
 /// Settings of the plan.
 #[derive(Clone, Debug, Default)]
@@ -241,6 +243,9 @@ pub struct Plan {
     pub rebuilt: Option<Rebuild>,
     /// How long the plan took (set by the operator's loop, which reads the clock).
     pub plan_seconds: f64,
+    /// Replicas this pass could admit at most (`None`: no pass budget); the jobs it did not
+    /// reach are in `counters.deferred`, and the next pass comes at once.
+    pub slice: Option<u32>,
 }
 
 impl Plan {
@@ -257,6 +262,7 @@ fn control_step(
     config: ControlConfig,
     observed: &[ObservedJob<'_>],
     now: Timestamp,
+    slice: Option<u32>,
 ) -> Result<(ControlPlane, Step), SchedError> {
     // A job finished for good with nothing of it left is handed over by name
     // (`restorable_by_name`); one whose templates do not read is left out and reported.
@@ -281,7 +287,7 @@ fn control_step(
             plane.start_failed(&o.key, f);
         }
     }
-    let main = plane.step(now);
+    let main = plane.step_sliced(now, slice);
     step.changes.extend(main.changes);
     step.actions.extend(main.actions);
     step.events.extend(main.events);
@@ -306,6 +312,8 @@ pub struct Planner {
     kept: Option<kept::Kept>,
     /// Why the next pass must rebuild the plane, whatever it sees.
     rebuild: Option<Rebuild>,
+    /// How much a pass may admit, to end within its budget.
+    slice: PassSlice,
 }
 
 impl Planner {
@@ -315,6 +323,7 @@ impl Planner {
             keep: true,
             kept: None,
             rebuild: None,
+            slice: PassSlice::new(None),
         }
     }
 
@@ -324,22 +333,50 @@ impl Planner {
             keep: false,
             kept: None,
             rebuild: None,
+            slice: PassSlice::new(None),
         }
     }
 
-    /// What the apply of the last plan did: a write that did not land as planned makes
-    /// the next pass rebuild the plane from the API server.
-    pub fn applied(&mut self, report: &crate::apply::ApplyReport) {
+    /// Passes admit no more than their writes can do in `budget` ([`PassSlice`]);
+    /// `None` or zero: a pass admits everything that fits.
+    pub fn with_pass_budget(mut self, budget: Option<Duration>) -> Self {
+        self.slice = PassSlice::new(budget);
+        self
+    }
+
+    /// Passes admit no more than `slice` says.
+    pub fn with_slice(mut self, slice: PassSlice) -> Self {
+        self.slice = slice;
+        self
+    }
+
+    /// How much the next pass may admit.
+    pub fn slice(&self) -> &PassSlice {
+        &self.slice
+    }
+
+    /// What the apply of the last plan did, and how long its plan and writes took: a write
+    /// that did not land as planned makes the next pass rebuild the plane from the API
+    /// server.
+    pub fn applied(&mut self, report: &crate::apply::ApplyReport, plan_secs: f64, apply_secs: f64) {
         if !kept::applied_as_planned(report) {
             self.rebuild = Some(Rebuild::Unapplied);
         }
+        self.slice.measured(PassCost {
+            plan_secs,
+            apply_secs,
+            writes: report.writes(),
+            replicas: report.pods_created,
+        });
     }
 
     /// One pass: the plane decides (rebuilt from the world, or fed what changed since the
     /// last pass), and says what to do.
     pub fn plan(&mut self, world: &World, cfg: &PlanConfig, now: Timestamp) -> Plan {
+        let slice = self.slice.replicas();
         let mut out = Plan {
             warnings: world.warnings.clone(),
+            slice,
             ..Plan::default()
         };
 
@@ -366,7 +403,7 @@ impl Planner {
         let fed = match (self.kept.take(), self.rebuild.take()) {
             (Some(mut k), None) if k.cluster.unchanged(&cluster.snapshot, world) => {
                 k.feed(&observed, now).map(|()| {
-                    let step = k.plane.step(now);
+                    let step = k.plane.step_sliced(now, slice);
                     (k, step)
                 })
             }
@@ -381,7 +418,7 @@ impl Planner {
                 out.rebuilt = Some(why);
                 let config = snapshot::control_config(world, cfg);
                 let inputs = kept::ClusterInputs::of(&cluster.snapshot, world);
-                match control_step(cluster.snapshot, config, &observed, now) {
+                match control_step(cluster.snapshot, config, &observed, now, slice) {
                     Ok((plane, step)) => (kept::Kept::new(plane, inputs, &observed), step),
                     Err(e) => {
                         out.warnings.push(format!("cluster snapshot: {e}"));

@@ -3,7 +3,7 @@
 
 use corral_kube::apply::{Applier, ApplyReport, RateLimiter};
 use corral_kube::operator::observe_api;
-use corral_kube::plan::{self, Plan, PlanConfig, Planner};
+use corral_kube::plan::{Plan, PlanConfig, Planner};
 use jiff::Timestamp;
 use serde_json::{Value, json};
 
@@ -69,12 +69,16 @@ pub async fn kept_pass(
     now: Timestamp,
 ) -> (Plan, ApplyReport) {
     let world = observe_api(&applier.client).await.expect("observe");
-    let kept = {
+    let (kept, slice) = {
         let mut slot = fake.planner.lock().expect("planner");
-        slot.get_or_insert_with(Planner::keeping)
-            .plan(&world, cfg, now)
+        let planner = slot.get_or_insert_with(Planner::keeping);
+        let slice = planner.slice().clone();
+        (planner.plan(&world, cfg, now), slice)
     };
-    let rebuilt = plan::plan(&world, cfg, now);
+    // Sliced as the kept plane is, so that both admit the same jobs.
+    let rebuilt = Planner::rebuilding()
+        .with_slice(slice)
+        .plan(&world, cfg, now);
     let (a, b) = (decisions(&kept), decisions(&rebuilt));
     for (x, y) in a.iter().zip(&b) {
         assert_eq!(
@@ -87,7 +91,7 @@ pub async fn kept_pass(
     assert_eq!(kept.jobs_by_state, rebuilt.jobs_by_state);
     let report = applier.apply(&kept).await;
     if let Some(p) = fake.planner.lock().expect("planner").as_mut() {
-        p.applied(&report);
+        p.applied(&report, 0.0, 0.0);
     }
     (kept, report)
 }

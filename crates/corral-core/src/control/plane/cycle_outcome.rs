@@ -172,3 +172,31 @@ impl ControlPlane {
         self.unsettled.insert(key);
     }
 }
+
+fn admitted_message(a: &Admission) -> String {
+    let nodes: BTreeSet<&str> = a.placements.iter().map(|p| p.node.as_str()).collect();
+    let ty = a
+        .gpu_type
+        .as_deref()
+        .map(|t| format!(", GPU type {t}"))
+        .unwrap_or_default();
+    let gpus: Vec<String> = a
+        .placements
+        .iter()
+        .filter(|p| !p.gpu_indices.is_empty())
+        .map(|p| format!("{}-{}: {:?}", p.role, p.index, p.gpu_indices))
+        .collect();
+    let mut msg = format!(
+        "admitted to pool {}{ty}: {} on {}",
+        a.pool,
+        match a.placements.len() {
+            1 => "1 replica".to_string(),
+            n => format!("{n} replicas"),
+        },
+        nodes.into_iter().collect::<Vec<_>>().join(", ")
+    );
+    if !gpus.is_empty() {
+        msg.push_str(&format!(" (GPUs {})", gpus.join(", ")));
+    }
+    msg
+}
