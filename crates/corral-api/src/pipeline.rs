@@ -173,7 +173,8 @@ pub struct PipelineSpec {
     pub parallelism: Option<u32>,
     /// The exit handler: a step that runs once every other step has ended (or the run has
     /// failed and nothing else runs), whatever the outcome, with `CORRAL_RUN_PHASE` set to
-    /// it (`Succeeded` or `Failed`). Never cached; no step may read it. Its failure fails a
+    /// it (`Succeeded` or `Failed`) and `CORRAL_RUN_STATUS` to the run's final status in
+    /// Kubeflow's form ([`RUN_STATUS_ENV`]). Never cached; no step may read it. Its failure fails a
     /// run that had succeeded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_exit: Option<Box<StepSpec>>,
@@ -459,6 +460,13 @@ pub const GENERATED_SUFFIX_LEN: usize = 5;
 
 /// The variable the exit handler's processes read the run's outcome from.
 pub const RUN_PHASE_ENV: &str = "CORRAL_RUN_PHASE";
+
+/// The variable the exit handler's processes read the run's final status from, as Kubeflow
+/// Pipelines hands a `dsl.PipelineTaskFinalStatus` to an exit task: a JSON object with
+/// `state` (`SUCCEEDED` or `FAILED`), `pipelineJobResourceName` (the run),
+/// `pipelineTaskName` (the exit step) and `error` (`code` 0 or 1 and `message`, why the run
+/// failed).
+pub const RUN_STATUS_ENV: &str = "CORRAL_RUN_STATUS";
 
 /// The name of a step's job: `<run>-<step>`.
 pub fn step_job_name(run: &str, step: &str) -> String {

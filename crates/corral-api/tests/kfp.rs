@@ -257,3 +257,52 @@ fn a_condition_is_a_when_on_each_of_its_tasks() {
         "{e:?}"
     );
 }
+
+const EXIT_HANDLER: &str = include_str!("fixtures/kfp/exit_handler.yaml");
+
+/// `dsl.ExitHandler` (exit_handler.py, compiled by kfp): the tasks of its group are steps
+/// as they are, and its exit task is the run's `onExit`, reading the run's final status
+/// (`dsl.PipelineTaskFinalStatus`) from `$(CORRAL_RUN_STATUS)`.
+#[test]
+fn an_exit_handler_is_the_runs_on_exit_and_reads_its_final_status() {
+    let run = the_run(EXIT_HANDLER);
+    let spec = &run.spec.pipeline_spec;
+    let names: Vec<&str> = spec.steps.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["check", "produce"]);
+    let check = step_named(spec, "check");
+    assert_eq!(check.depends_on, ["produce"]);
+    assert_eq!(check.inputs["fail"], "params.fail");
+    assert_eq!(check.inputs["data"], "steps.produce.outputs.data");
+    let exit = spec.on_exit.as_deref().expect("onExit");
+    assert_eq!(exit.name, "report");
+    assert!(exit.depends_on.is_empty(), "{exit:?}");
+    assert_eq!(exit.outputs, ["note"]);
+    let task = exit.task.as_ref().expect("task");
+    assert_eq!(task.args[0], "$(CORRAL_RUN_STATUS)");
+    assert_eq!(task.args[1], "$(CORRAL_OUTPUT_NOTE)/note");
+
+    // An exit task that names something other than one group is refused at that field.
+    let not_a_group = EXIT_HANDLER.replace(
+        "        dependentTasks:\n        - exit-handler-1\n",
+        "        dependentTasks:\n        - nowhere\n",
+    );
+    let e = errors(&not_a_group);
+    assert!(
+        e.iter()
+            .any(|m| m.starts_with("root.dag.tasks.report.dependentTasks: ")
+                && m.contains("`nowhere`")),
+        "{e:?}"
+    );
+    // The final status is the exit task's to read, no other task's.
+    let elsewhere = EXIT_HANDLER.replace(
+        "              fail:\n                componentInputParameter: pipelinechannel--fail\n",
+        "              fail:\n                taskFinalStatus:\n                  producerTask: exit-handler-1\n",
+    );
+    let e = errors(&elsewhere);
+    assert!(
+        e.iter().any(|m| m.starts_with(
+            "components.comp-exit-handler-1.dag.tasks.check.inputs.parameters.fail: "
+        )),
+        "{e:?}"
+    );
+}

@@ -262,6 +262,17 @@ fn the_exit_handler_runs_after_a_failure_and_its_own_failure_fails_a_success() {
         env.iter()
             .any(|e| e.name == "CORRAL_RUN_PHASE" && e.value.as_deref() == Some("Failed"))
     );
+    // And in Kubeflow's words (a KFP exit task's dsl.PipelineTaskFinalStatus).
+    let status = env
+        .iter()
+        .find(|e| e.name == "CORRAL_RUN_STATUS")
+        .and_then(|e| e.value.as_deref())
+        .expect("CORRAL_RUN_STATUS");
+    let status: serde_json::Value = serde_json::from_str(status).expect("JSON");
+    assert_eq!(status["state"], "FAILED");
+    assert_eq!(status["pipelineTaskName"], "notify");
+    assert_eq!(status["pipelineJobResourceName"], r.metadata.name.as_str());
+    assert_eq!(status["error"]["message"], "step a failed: exit 1");
     r.status = Some(d.status);
     let mut jobs = jobs;
     jobs.insert("notify".into(), Observed::Succeeded);
@@ -278,6 +289,17 @@ fn the_exit_handler_runs_after_a_failure_and_its_own_failure_fails_a_success() {
     let mut jobs = BTreeMap::from([("a".to_string(), Observed::Succeeded)]);
     let d = settle(&r, &jobs, &BTreeMap::new());
     assert_eq!(d.create.len(), 1);
+    let succeeded = d.create[0].job.spec.replicas.values().next().map(|r| {
+        r.template
+            .env
+            .iter()
+            .find(|e| e.name == "CORRAL_RUN_STATUS")
+            .and_then(|e| e.value.clone())
+    });
+    let succeeded: serde_json::Value =
+        serde_json::from_str(&succeeded.flatten().expect("status")).expect("JSON");
+    assert_eq!(succeeded["state"], "SUCCEEDED");
+    assert_eq!(succeeded["error"], serde_json::json!({}));
     r.status = Some(d.status);
     jobs.insert("notify".into(), Observed::Failed("exit 2".into()));
     let d = settle(&r, &jobs, &BTreeMap::new());

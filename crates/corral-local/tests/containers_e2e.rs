@@ -772,6 +772,31 @@ fn kfp_conditions_run_or_skip_their_tasks() {
     );
 }
 
+/// `dsl.ExitHandler` (exit_handler.py, as kfp compiled it): `check` fails, the exit task
+/// runs anyway and writes the final status it was given (`dsl.PipelineTaskFinalStatus`),
+/// and the run fails with the step's reason.
+fn a_kfp_exit_handler_runs_after_a_failure_with_the_final_status() {
+    let Some((_h, _c, _name, status)) = run_compiled_kfp("exit_handler", 32800) else {
+        return;
+    };
+    use corral_api::pipeline::{RunPhase, StepPhase};
+    assert_eq!(status.phase, RunPhase::Failed, "{status:?}");
+    assert_eq!(status.steps["produce"].phase, StepPhase::Succeeded);
+    assert_eq!(status.steps["check"].phase, StepPhase::Failed);
+    let report = &status.steps["report"];
+    assert_eq!(report.phase, StepPhase::Succeeded, "{report:?}");
+    let note = std::fs::read_to_string(Path::new(&report.outputs["note"].path).join("note"))
+        .expect("the exit task's note");
+    let told: serde_json::Value = serde_json::from_str(note.trim()).expect("JSON");
+    assert_eq!(told["state"], "FAILED", "{note}");
+    assert!(
+        told["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("step check failed")),
+        "{note}"
+    );
+}
+
 /// `corral exec` (and the MPI launcher's rsh agent) into a replica that runs in a container:
 /// the runtime's `exec` enters it, so the command sees the image's files, the replica's
 /// working directory, contract env and user, and its input.
@@ -885,6 +910,10 @@ fn main() -> std::process::ExitCode {
         (
             "kfp_conditions_run_or_skip_their_tasks",
             kfp_conditions_run_or_skip_their_tasks,
+        ),
+        (
+            "a_kfp_exit_handler_runs_after_a_failure_with_the_final_status",
+            a_kfp_exit_handler_runs_after_a_failure_with_the_final_status,
         ),
         (
             "the_memory_limit_kills_the_hog_alone",

@@ -656,6 +656,23 @@ pub fn decide(
     d
 }
 
+/// The run's final status as Kubeflow Pipelines hands it to an exit task
+/// (`dsl.PipelineTaskFinalStatus`; [`corral_api::pipeline::RUN_STATUS_ENV`]).
+fn final_status(run: &str, exit: &str, phase: RunPhase, message: &str) -> String {
+    let failed = phase != RunPhase::Succeeded;
+    serde_json::json!({
+        "state": if failed { "FAILED" } else { "SUCCEEDED" },
+        "pipelineJobResourceName": run,
+        "pipelineTaskName": exit,
+        "error": if failed {
+            serde_json::json!({"code": 1, "message": message})
+        } else {
+            serde_json::json!({})
+        },
+    })
+    .to_string()
+}
+
 /// The run's steps have ended with `outcome`: start the exit handler, wait for it, or end
 /// the run (its failure fails a run that had succeeded).
 fn exit_handler(
@@ -670,10 +687,15 @@ fn exit_handler(
     match st.phase {
         StepPhase::Pending => {
             let mut job = step_job(&run.metadata, exit);
+            let status = final_status(&run.metadata.name, &exit.name, phase, &message);
             for r in job.spec.replicas.values_mut() {
                 r.template.env.push(corral_api::EnvVar::literal(
                     corral_api::pipeline::RUN_PHASE_ENV,
                     phase.as_str(),
+                ));
+                r.template.env.push(corral_api::EnvVar::literal(
+                    corral_api::pipeline::RUN_STATUS_ENV,
+                    &status,
                 ));
             }
             st.phase = StepPhase::Running;

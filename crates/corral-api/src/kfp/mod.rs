@@ -31,10 +31,19 @@
 //! condition (`when`), `inputs.parameter_values['x'] == 'v'` (or `!=`) on a pipeline
 //! parameter or another task's output parameter.
 //!
+//! A `dsl.ExitHandler` of the root DAG: the tasks of its group are steps as they are, and
+//! its exit task is the run's exit handler (`onExit`), which runs once every other step has
+//! ended, whatever the outcome; its `dsl.PipelineTaskFinalStatus` input is the run's final
+//! status as Kubeflow writes it (`{"state": "SUCCEEDED" | "FAILED", "error": {...}, ...}`,
+//! `$(CORRAL_RUN_STATUS)`). One exit handler a pipeline, as `onExit` is one step; tasks
+//! outside its group end before it runs too.
+//!
 //! What is refused, naming the field: executors that are not containers (importers,
-//! resolvers), other nested DAGs (`dsl.ExitHandler`, a loop of several tasks, a group in a
-//! group, a loop over artifacts), other conditions, a loop's output parameters, struct
-//! parameters, and any other placeholder.
+//! resolvers), other nested DAGs (a loop of several tasks, a group in a group, a loop over
+//! artifacts, a pipeline used as a component), other conditions, a loop's output
+//! parameters, struct parameters, and any other placeholder.
+
+mod groups;
 
 use std::collections::BTreeMap;
 
@@ -42,7 +51,7 @@ use serde_json::{Map, Value};
 
 use crate::pipeline::{
     CachePolicy, ParameterSpec, ParameterType, PipelineRun, PipelineRunSpec, PipelineSpec,
-    StepSpec, TaskSpec, WhenCondition,
+    StepSpec, TaskSpec,
 };
 use crate::quantity::Quantity;
 use crate::training_job::{EnvVar, Resources};
@@ -92,9 +101,10 @@ pub fn convert(doc: &Value) -> Result<PipelineRun, Errors> {
     // Groups first: the tasks after them read their outputs, and name them.
     let mut dag = Dag {
         loops: BTreeMap::new(),
-        conditions: BTreeMap::new(),
+        groups: BTreeMap::new(),
     };
-    let mut conditions = Vec::new();
+    let mut groups = Vec::new();
+    let mut exit: Option<(&String, &Value)> = None;
     for (task_name, task) in tasks {
         let iterates = ["parameterIterator", "iteratorPolicy", "artifactIterator"]
             .iter()
@@ -103,20 +113,38 @@ pub fn convert(doc: &Value) -> Result<PipelineRun, Errors> {
             if let Some(l) = parse_loop(doc, task_name, task, &mut errors) {
                 dag.loops.insert(task_name.clone(), l);
             }
+        } else if groups::is_exit_task(task) {
+            if exit.is_some() {
+                errors.push(FieldError::new(
+                    format!("root.dag.tasks.{task_name}"),
+                    "a second dsl.ExitHandler: a run has one exit handler (onExit)",
+                ));
+                continue;
+            }
+            exit = Some((task_name, task));
+            groups.extend(groups::parse_exit_group(
+                doc,
+                tasks,
+                task_name,
+                task,
+                &mut errors,
+            ));
         } else if task.get("triggerPolicy").is_some()
-            && let Some(c) = parse_condition(doc, task_name, task, &mut errors)
+            && let Some(c) = groups::parse_condition(doc, task_name, task, &mut errors)
         {
-            let names = c.tasks.iter().map(|(n, _)| n.clone()).collect();
-            dag.conditions.insert(task_name.clone(), names);
-            conditions.push(c);
+            groups.push(c);
         }
+    }
+    for g in &groups {
+        let names = g.tasks.iter().map(|(n, _)| n.clone()).collect();
+        dag.groups.insert(g.task_name.clone(), names);
     }
     let grouped = dag
         .loops
         .values()
         .map(|l| (&l.task_name, l.body_name.clone()))
         .chain(
-            conditions
+            groups
                 .iter()
                 .flat_map(|c| c.tasks.iter().map(|(n, _)| (&c.task_name, n.clone()))),
         );
@@ -137,8 +165,11 @@ pub fn convert(doc: &Value) -> Result<PipelineRun, Errors> {
             steps.extend(loop_step(doc, l, &dag, &mut errors));
             continue;
         }
-        if let Some(c) = conditions.iter().find(|c| &c.task_name == task_name) {
-            steps.extend(condition_steps(doc, c, &dag, &mut errors));
+        if let Some(g) = groups.iter().find(|g| &g.task_name == task_name) {
+            steps.extend(groups::group_steps(doc, g, &dag, &mut errors));
+            continue;
+        }
+        if exit.is_some_and(|(name, _)| name == task_name) {
             continue;
         }
         steps.extend(step(
@@ -151,6 +182,9 @@ pub fn convert(doc: &Value) -> Result<PipelineRun, Errors> {
             &mut errors,
         ));
     }
+    let on_exit = exit
+        .and_then(|(name, task)| groups::exit_step(doc, name, task, &dag, &mut errors))
+        .map(Box::new);
     if !errors.is_empty() {
         return Err(errors);
     }
@@ -161,7 +195,7 @@ pub fn convert(doc: &Value) -> Result<PipelineRun, Errors> {
                 parameters,
                 steps,
                 parallelism: None,
-                on_exit: None,
+                on_exit,
             },
             pipeline_ref: None,
             params: BTreeMap::new(),
@@ -233,6 +267,8 @@ enum Input {
     Collected,
     /// The loop's item, in a loop's task.
     Item,
+    /// The run's final status, in the exit task (`dsl.PipelineTaskFinalStatus`).
+    FinalStatus,
 }
 
 /// A `dsl.ParallelFor` over one container task (see the module docs).
@@ -263,6 +299,8 @@ enum Items {
 /// Where a task's `componentInput...` come from: the pipeline, or the loop it is in.
 enum Scope<'a> {
     Root,
+    /// The exit task: of the root DAG, and it may read the run's final status.
+    Exit,
     /// A task of a loop's or a condition's DAG: what it reads comes through that group's
     /// task of the root DAG; in a loop, one of its inputs is the item.
     Inside {
@@ -271,21 +309,22 @@ enum Scope<'a> {
     },
 }
 
-/// The root DAG's groups: loops, and conditions whose tasks run as steps of their own.
+/// The root DAG's groups: loops, and conditions and exit handlers whose tasks run as steps
+/// of their own.
 struct Dag<'a> {
     loops: BTreeMap<String, Loop<'a>>,
-    /// A condition's task of the root DAG -> the steps of its DAG's tasks.
-    conditions: BTreeMap<String, Vec<String>>,
+    /// A group's task of the root DAG -> the steps of its DAG's tasks.
+    groups: BTreeMap<String, Vec<String>>,
 }
 
 impl Dag<'_> {
-    /// The steps a task of the root DAG runs as: a loop as its task's step, a condition as
-    /// its tasks' steps, any other as itself.
+    /// The steps a task of the root DAG runs as: a loop as its task's step, a condition or
+    /// an exit handler's group as its tasks' steps, any other as itself.
     fn steps_of(&self, task: &str) -> Vec<String> {
         if let Some(l) = self.loops.get(task) {
             return vec![l.body_name.clone()];
         }
-        self.conditions
+        self.groups
             .get(task)
             .cloned()
             .unwrap_or_else(|| vec![task.to_string()])
@@ -407,119 +446,6 @@ fn parse_loop<'a>(
     })
 }
 
-/// A `dsl.If` of the root DAG (see the module docs).
-struct Condition<'a> {
-    task_name: String,
-    task: &'a Value,
-    /// Where its DAG's tasks are, and them.
-    at: String,
-    tasks: Vec<(String, &'a Value)>,
-    when: WhenCondition,
-}
-
-/// A condition of the root DAG: `inputs.parameter_values['<input>'] == '<value>'` (or `!=`;
-/// a number or boolean without quotes), the input bound to a pipeline parameter or another
-/// task's output parameter; anything else is refused at its field.
-fn parse_condition<'a>(
-    doc: &'a Value,
-    task_name: &str,
-    task: &'a Value,
-    errors: &mut Errors,
-) -> Option<Condition<'a>> {
-    let at = format!("root.dag.tasks.{task_name}");
-    let text = task
-        .get("triggerPolicy")
-        .and_then(|t| str_at(t, "condition"))
-        .unwrap_or("");
-    let refuse = |errors: &mut Errors, why: &str| {
-        errors.push(FieldError::new(
-            format!("{at}.triggerPolicy.condition"),
-            format!("`{text}`: {why}"),
-        ));
-    };
-    let parsed = ["==", "!="].iter().find_map(|op| {
-        let (left, right) = text.split_once(op)?;
-        let input = left
-            .trim()
-            .strip_prefix("inputs.parameter_values['")?
-            .strip_suffix("']")?;
-        let right = right.trim();
-        let literal = right
-            .strip_prefix('\'')
-            .and_then(|r| r.strip_suffix('\''))
-            .unwrap_or(right);
-        Some((input, *op, literal.to_string()))
-    });
-    let Some((input, op, literal)) = parsed else {
-        refuse(
-            errors,
-            "only `inputs.parameter_values['<input>'] == <value>` (or `!=`) is supported yet",
-        );
-        return None;
-    };
-    let bound = task
-        .get("inputs")
-        .and_then(|i| i.get("parameters"))
-        .and_then(|p| p.get(input));
-    let reference = bound
-        .and_then(|b| parameter_input(b, &Scope::Root))
-        .and_then(|(r, _)| r);
-    let Some(value) = reference else {
-        refuse(
-            errors,
-            "the condition reads neither a pipeline parameter nor another task's output \
-             parameter",
-        );
-        return None;
-    };
-    let component_name = task
-        .get("componentRef")
-        .and_then(|c| str_at(c, "name"))
-        .unwrap_or("");
-    let body = doc
-        .get("components")
-        .and_then(|c| c.get(component_name))
-        .and_then(|c| c.get("dag"))
-        .and_then(|d| obj_at(d, "tasks"));
-    let Some(body) = body.filter(|b| !b.is_empty()) else {
-        refuse(errors, "its DAG has no tasks");
-        return None;
-    };
-    let (equals, not_equals) = if op == "==" {
-        (Some(literal), None)
-    } else {
-        (None, Some(literal))
-    };
-    Some(Condition {
-        task_name: task_name.to_string(),
-        task,
-        at: format!("components.{component_name}.dag.tasks"),
-        tasks: body.iter().map(|(n, t)| (n.clone(), t)).collect(),
-        when: WhenCondition {
-            value,
-            equals,
-            not_equals,
-        },
-    })
-}
-
-/// A condition's steps: each of its tasks, under its condition.
-fn condition_steps(doc: &Value, c: &Condition, dag: &Dag, errors: &mut Errors) -> Vec<StepSpec> {
-    let scope = Scope::Inside {
-        task: c.task,
-        item_input: None,
-    };
-    let mut out = Vec::new();
-    for (name, task) in &c.tasks {
-        let at = format!("{}.{name}", c.at);
-        if let Some(mut step) = step(doc, &at, name, task, &scope, dag, errors) {
-            step.when.push(c.when.clone());
-            out.push(step);
-        }
-    }
-    out
-}
-
 /// A loop's step: its task, once per item.
 fn loop_step(doc: &Value, l: &Loop, dag: &Dag, errors: &mut Errors) -> Option<StepSpec> {
     let mut step = step(
@@ -574,9 +500,12 @@ fn parameter_input(p: &Value, scope: &Scope) -> Option<(Option<String>, Input)> 
         };
         return Some((None, Input::Constant(text)));
     }
+    if matches!(scope, Scope::Exit) && p.get("taskFinalStatus").is_some() {
+        return Some((None, Input::FinalStatus));
+    }
     let from = str_at(p, "componentInputParameter")?;
     match scope {
-        Scope::Root => Some((Some(format!("params.{from}")), Input::Param)),
+        Scope::Root | Scope::Exit => Some((Some(format!("params.{from}")), Input::Param)),
         Scope::Inside {
             item_input: Some(item),
             ..
@@ -649,9 +578,9 @@ fn step(
     let Some(label) = str_at(component, "executorLabel") else {
         errors.push(FieldError::new(
             format!("components.{component_name}"),
-            "a nested DAG (dsl.ExitHandler, a pipeline used as a component, a loop or a \
-             condition inside a loop or a condition) is not supported yet: container \
-             components, dsl.ParallelFor of one and dsl.If of the root DAG are",
+            "a nested DAG (a pipeline used as a component, or a loop, condition or exit \
+             handler inside a group) is not supported yet: container components, and \
+             dsl.ParallelFor of one, dsl.If and dsl.ExitHandler of the root DAG are",
         ));
         return None;
     };
@@ -887,6 +816,7 @@ fn placeholder(
             Some(Input::Param) => Ok(var("INPUT")),
             Some(Input::Item) => Ok(format!("$({})", crate::pipeline::ITEM_ENV)),
             Some(Input::Constant(text)) => Ok(text.clone()),
+            Some(Input::FinalStatus) => Ok(format!("$({})", crate::pipeline::RUN_STATUS_ENV)),
             _ => Err(format!(
                 "input parameter `{name}` is not among the task's inputs"
             )),
