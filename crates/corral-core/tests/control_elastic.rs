@@ -2,6 +2,7 @@
 //! that fits, grown when another job ends, shrunk for a higher-priority job (replica 0, the
 //! rendezvous host, kept), each resize one `Resized` event, and it still succeeds.
 
+use corral_api::progress::ProgressReport;
 use corral_api::training_job::Role;
 use corral_core::control::{ControlConfig, ControlPlane};
 use corral_core::lifecycle::{JobState, ReplicaPhase};
@@ -163,4 +164,52 @@ fn an_elastic_job_shrunk_for_another_namespace_does_not_learn_its_name() {
         ),
         "{messages:?}"
     );
+}
+
+/// Free GPUs go to the elastic job that buys the most with them, as the jobs themselves
+/// measure it (their progress reports' samplesPerSecond, per GPU held), not by arrival.
+#[test]
+fn the_elastic_job_that_reports_more_samples_per_gpu_grows_first() {
+    for (faster, slower) in [("b", "a"), ("a", "b")] {
+        let plane = ControlPlane::new(cluster(4), dwell_config(0)).expect("plane");
+        let mut shell = FakeShell::new(plane);
+        shell
+            .plane
+            .submit(record(job("other", 2, 1, Some("low")), 1))
+            .expect("submit other");
+        shell.run(1);
+        for (name, at) in [("a", 2), ("b", 3)] {
+            shell
+                .plane
+                .submit(record(elastic_job(name, 1, 3), at))
+                .expect("submit");
+            shell.run(1);
+        }
+        assert_eq!(workers(&shell, "team/a"), [0]);
+        assert_eq!(workers(&shell, "team/b"), [0]);
+        for (name, rate) in [(faster, 900.0), (slower, 300.0)] {
+            shell.plane.observe_progress(
+                &format!("team/{name}"),
+                format!("{name}-worker-0"),
+                ProgressReport {
+                    step: 10,
+                    samples_per_second: Some(rate),
+                    ..ProgressReport::default()
+                },
+            );
+        }
+        shell.run(1);
+        // other ends: its 2 GPUs go to the faster job, whatever the order of arrival.
+        for (id, inc) in shell.running_replicas("team/other") {
+            shell.end("team/other", id, inc, ReplicaPhase::Succeeded);
+        }
+        shell.run(2);
+        assert_eq!(
+            workers(&shell, &format!("team/{faster}")),
+            [0, 1, 2],
+            "{faster} reported more samples a GPU"
+        );
+        assert_eq!(workers(&shell, &format!("team/{slower}")), [0]);
+        assert!(!shell.shared_a_gpu);
+    }
 }

@@ -756,6 +756,15 @@ impl ControlPlane {
             let status = e.job.status.get_or_insert_with(Default::default);
             lifecycle::record_progress(status, &replica, &report, now);
         }
+        // The rate its reporter measured, as recorded now, orders elastic growth and
+        // shrinking (recorded with the GPUs the job holds as it is measured).
+        let measured = e.job.status.as_ref().and_then(|s| s.progress.as_ref());
+        if let (Standing::Admitted(_), Some(p)) = (&e.standing, measured)
+            && p.updated == now
+            && let Some(rate) = p.samples_per_second
+        {
+            self.scheduler.set_measured_throughput(key, rate);
+        }
         let e = &*e;
         let admission = match &e.standing {
             Standing::Admitted(a) => AdmissionState::Admitted(a.admission.clone()),

@@ -214,7 +214,7 @@ impl Scheduler {
             .expect("slot of a live job")
     }
 
-    fn entry_mut(&mut self, slot: u32) -> &mut JobEntry {
+    pub(crate) fn entry_mut(&mut self, slot: u32) -> &mut JobEntry {
         self.jobs[slot as usize]
             .as_mut()
             .expect("slot of a live job")

@@ -7,9 +7,12 @@
 //! - **Growth** (end of each cycle): running elastic jobs take free room, one replica at a
 //!   time, up to `max`. Room that reserved nodes hold for blocked gangs is not free, and a
 //!   job grows only within its queue's nominal quota (borrowed room would be reclaimed by
-//!   preempting the whole job). Which job grows first: the highest measured throughput per
-//!   GPU at its current size and pool (`JobRequest::throughput`, Gavel/Sia style: a GPU
-//!   goes where it buys the most), jobs without a measurement after those, by arrival.
+//!   preempting the whole job). Which job grows first: the highest throughput per GPU
+//!   (Gavel/Sia style: a GPU goes where it buys the most), as the job itself last reported
+//!   it while running ([`Scheduler::set_measured_throughput`], from its progress reports'
+//!   `samplesPerSecond`), else as its speeds say at its current size and pool
+//!   (`JobRequest::throughput`, the simulator's profiles); jobs with neither after those, by
+//!   arrival.
 //! - **Shrink** (before any preemption): a pending job that does not fit takes replicas
 //!   from running elastic jobs of equal or lower priority in the pool, down to their `min`,
 //!   lowest priority first, then the least throughput per GPU, then the youngest; only if
@@ -42,6 +45,9 @@ pub(crate) struct ElasticState {
     /// which cycle.
     pub resized_at: Millis,
     pub resized_cycle: u64,
+    /// What the job last reported of its throughput while it ran: samples a second over
+    /// the GPUs it held then.
+    pub measured: Option<(f64, u64)>,
 }
 
 /// The request as a pending job is admitted: its elastic group at `min`.
@@ -103,6 +109,7 @@ pub(crate) fn state_of(req: &JobRequest) -> Result<Option<ElasticState>, SchedEr
         max: range.max,
         resized_at: 0,
         resized_cycle: 0,
+        measured: None,
     }))
 }
 
@@ -282,9 +289,34 @@ impl Scheduler {
         self.set_size(slot, size + 1);
     }
 
-    /// The job's measured throughput per GPU where it runs now (`None`: not measured).
+    /// A running elastic job reported `samples_per_second` (its progress, summed over its
+    /// replicas as its script counts them): its growth and shrink order follow it from now
+    /// on. Returns whether it was taken (a running elastic job, a positive finite rate).
+    pub fn set_measured_throughput(&mut self, key: &str, samples_per_second: f64) -> bool {
+        let Some(&slot) = self.by_key.get(key) else {
+            return false;
+        };
+        if !(samples_per_second.is_finite() && samples_per_second > 0.0) {
+            return false;
+        }
+        let e = self.entry_mut(slot);
+        let gpus = e.total[0];
+        match (&mut e.elastic, &e.running) {
+            (Some(state), Some(_)) if gpus > 0 => {
+                state.measured = Some((samples_per_second, gpus));
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The job's throughput per GPU where it runs now: as it reported it, else as its
+    /// speeds say (`None`: neither).
     fn throughput_per_gpu(&self, slot: u32) -> Option<f64> {
         let e = self.entry(slot);
+        if let Some((rate, gpus)) = e.elastic.as_ref().and_then(|s| s.measured) {
+            return Some(rate / gpus.max(1) as f64);
+        }
         if e.req.throughput.is_empty() {
             return None;
         }
