@@ -123,6 +123,7 @@ async fn router_bench(args: &BenchServeArgs) -> Result<Value, String> {
                 name: "trivial-0".into(),
                 addr: upstream,
                 revision: "trivial-00001".into(),
+                draining: false,
             }],
             // Through the revision split, as every served model is.
             traffic: vec![("trivial-00001".into(), 100)],

@@ -161,6 +161,7 @@ fn the_serving_plan_creates_on_load_and_removes_after_idle() {
             ready: true,
             finished: false,
             deleting: false,
+            in_flight: 0,
         }],
     );
     // Idle for the whole period (300 s by default): removed.
@@ -186,7 +187,20 @@ fn the_serving_plan_creates_on_load_and_removes_after_idle() {
             },
         );
     }
+    // Scaled to zero: the replica first leaves rotation, and goes once nothing is under
+    // way on it (a request that came in just before is answered, not dropped).
     let plan = serving.decide("team/llm", one_revision(&spec, &up), t(400));
+    assert_eq!(actions(&plan, "llm-00001"), vec![ReplicaAction::Drain(0)]);
+    assert_eq!(plan.draining, [0]);
+    let mut busy = up.clone();
+    busy[0].replicas[0].in_flight = 1;
+    let plan = serving.decide("team/llm", one_revision(&spec, &busy), t(401));
+    assert!(
+        actions(&plan, "llm-00001").is_empty(),
+        "a request still under way"
+    );
+    assert_eq!(plan.current, 0, "a draining replica serves no new request");
+    let plan = serving.decide("team/llm", one_revision(&spec, &up), t(402));
     assert_eq!(actions(&plan, "llm-00001"), vec![ReplicaAction::Remove(0)]);
 }
 
@@ -273,7 +287,7 @@ proptest! {
     #[test]
     fn the_plan_reaches_the_desired_count(desired in 0u32..10, n in 0u32..10, ready in any::<u16>()) {
         let existing: Vec<ReplicaView> = (0..n)
-            .map(|i| ReplicaView { index: i * 2, ready: ready & (1 << i) != 0, finished: false, deleting: false })
+            .map(|i| ReplicaView { index: i * 2, ready: ready & (1 << i) != 0, finished: false, deleting: false, in_flight: 0 })
             .collect();
         let actions = plan_replicas(desired, &existing, &mut Default::default());
         let created = actions.iter().filter(|a| matches!(a, ReplicaAction::Create(_))).count();

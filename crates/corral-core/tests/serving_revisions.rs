@@ -95,6 +95,7 @@ impl World {
                         ready,
                         finished: false,
                         deleting: false,
+                        in_flight: 0,
                     })
                     .collect(),
                 // What the router sent it, if it has anyone to send it to.
@@ -148,6 +149,12 @@ impl World {
             for a in &r.actions {
                 match *a {
                     ReplicaAction::Create(i) => rs.push((i, false)),
+                    // Out of rotation: it stays until it is removed.
+                    ReplicaAction::Drain(i) => {
+                        if let Some(x) = rs.iter_mut().find(|x| x.0 == i) {
+                            x.1 = false;
+                        }
+                    }
                     ReplicaAction::Remove(i) => rs.retain(|x| x.0 != i),
                 }
             }

@@ -621,7 +621,9 @@ pub use exec::{ExecAuth, ExecError};
 pub use node::{build_cluster, control_config, local_node, unhealthy_gpus, validation_context};
 pub use pipelines::{PipelineRunDetails, StepRow};
 pub use progress::JobProgressRow;
-pub use serving::{ServingEndpoint, ServingObservation, has_served_models, serving_path};
+pub use serving::{
+    EndpointReplica, ServingEndpoint, ServingObservation, has_served_models, serving_path,
+};
 pub use submission::{CheckedSubmission, SubmitContext, names_stored_pipelines};
 
 #[cfg(test)]

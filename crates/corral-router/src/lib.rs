@@ -145,7 +145,8 @@ impl Router {
                     .map(|r| ReplicaState {
                         name: r.name.clone(),
                         revision: r.revision.to_string(),
-                        ready: r.is_ready(),
+                        // In rotation: ready and not draining.
+                        ready: r.is_ready() && !r.is_draining(),
                         outstanding: r.outstanding(),
                     })
                     .collect()

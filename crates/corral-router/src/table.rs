@@ -20,6 +20,9 @@ pub struct ReplicaTarget {
     pub addr: SocketAddr,
     /// The model's revision it runs (empty: the model has one).
     pub revision: String,
+    /// Out of rotation for a scale-down: it gets no new request, and those under way on it
+    /// end (its outstanding count is still kept, for the shell to see them end).
+    pub draining: bool,
 }
 
 /// A served model as the router should serve it.
@@ -53,6 +56,8 @@ pub struct Replica {
     /// Requests sent to it whose response has not ended.
     pub(crate) outstanding: AtomicU32,
     pub(crate) probing: AtomicBool,
+    /// Gets no new request ([`ReplicaTarget::draining`]).
+    pub(crate) draining: AtomicBool,
 }
 
 impl Replica {
@@ -65,11 +70,16 @@ impl Replica {
             failures: AtomicU32::new(0),
             outstanding: AtomicU32::new(0),
             probing: AtomicBool::new(false),
+            draining: AtomicBool::new(t.draining),
         }
     }
 
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Acquire)
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
     }
 
     pub fn outstanding(&self) -> u32 {
@@ -153,11 +163,16 @@ impl Model {
             .replicas
             .iter()
             .map(|t| {
-                replicas
+                match replicas
                     .iter()
                     .find(|r| r.name == t.name && r.addr == t.addr && *r.revision == *t.revision)
-                    .cloned()
-                    .unwrap_or_else(|| Arc::new(Replica::new(t)))
+                {
+                    Some(r) => {
+                        r.draining.store(t.draining, Ordering::Release);
+                        r.clone()
+                    }
+                    None => Arc::new(Replica::new(t)),
+                }
             })
             .collect();
         *replicas = kept;
@@ -205,7 +220,10 @@ impl Model {
             .iter()
             .find(|(alias, _)| alias == name)
             .map_or(name, |(_, revision)| revision.as_str());
-        let served = target.replicas.iter().any(|r| r.revision == name)
+        let served = target
+            .replicas
+            .iter()
+            .any(|r| r.revision == name && !r.draining)
             || target.traffic.iter().any(|(r, p)| r == name && *p > 0);
         served.then(|| Arc::from(name))
     }
@@ -268,7 +286,7 @@ impl Model {
         let mut any_ready = false;
         for i in 0..n {
             let r = &replicas[(start + i) % n];
-            if !r.is_ready() || !counts(r) {
+            if !r.is_ready() || r.is_draining() || !counts(r) {
                 continue;
             }
             any_ready = true;

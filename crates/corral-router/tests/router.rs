@@ -143,6 +143,7 @@ fn target(replicas: &[(&str, SocketAddr)]) -> ModelTarget {
                 name: n.to_string(),
                 addr: *a,
                 revision: String::new(),
+                draining: false,
             })
             .collect(),
         traffic: Vec::new(),
@@ -199,6 +200,7 @@ fn split_target(replicas: &[(&str, SocketAddr, &str)], traffic: &[(&str, u32)]) 
             name: n.to_string(),
             addr: *a,
             revision: r.to_string(),
+            draining: false,
         })
         .collect();
     t.traffic = traffic.iter().map(|(r, p)| (r.to_string(), *p)).collect();

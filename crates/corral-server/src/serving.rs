@@ -32,8 +32,10 @@ pub(crate) async fn serving_pass(state: &AppState) {
         let load = router.take_load(&key).unwrap_or_default();
         let replicas = router.replicas(&key);
         let mut in_flight_by_revision: BTreeMap<String, u32> = BTreeMap::new();
+        let mut outstanding = BTreeMap::new();
         for r in &replicas {
             *in_flight_by_revision.entry(r.revision.clone()).or_default() += r.outstanding;
+            outstanding.insert(r.name.clone(), r.outstanding);
         }
         let ready: BTreeSet<String> = replicas
             .into_iter()
@@ -47,6 +49,7 @@ pub(crate) async fn serving_pass(state: &AppState) {
                 arrived: load.arrived,
                 ready,
                 in_flight_by_revision,
+                outstanding,
             },
         );
     }
@@ -73,10 +76,11 @@ fn apply(router: &corral_router::Router, endpoints: Vec<ServingEndpoint>) {
         let replicas = e
             .replicas
             .into_iter()
-            .map(|(name, port, revision)| ReplicaTarget {
-                name,
-                addr: SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
-                revision,
+            .map(|r| ReplicaTarget {
+                name: r.name,
+                addr: SocketAddr::from((Ipv4Addr::LOCALHOST, r.port)),
+                revision: r.revision,
+                draining: r.draining,
             })
             .collect();
         router.set_model(

@@ -1,8 +1,9 @@
 //! A served model end to end: examples/serving (a Python standard-library model server,
 //! submitted with its code) behind the router of the real server. The first request waits
 //! for the cold start and succeeds; a streamed answer arrives chunk by chunk; a bounded
-//! load scales the model up; a replica killed mid-request loses no idempotent request; after
-//! the idle period the model is back at zero; the router's series are on /metrics. Waits are
+//! load scales the model up; a replica killed mid-request loses no idempotent request; a
+//! scale-down cuts no stream (the replica drains first); after the idle period the model is
+//! back at zero; the router's series are on /metrics. Waits are
 //! bounded polls of the model's status, never sleeps that a slow machine could outrun.
 
 use std::io::Read;
@@ -180,6 +181,51 @@ pub(crate) fn a_served_model_scales_streams_and_survives_a_crash() -> TestResult
     let (code, body) = get(&c, &format!("/predict?x=4&exit={}", once.display()))?;
     check(once.exists(), "the replica was not killed")?;
     check(code == 200, format!("after a crash: {code} {body}"))?;
+
+    // A scale-down drops no request: two streams held open (one on each of two replicas),
+    // 2 in flight asks for one replica; the replica scaled away leaves rotation and keeps
+    // running until its stream has ended.
+    wait_until(&c, Duration::from_secs(30), "two ready", |s| {
+        s["readyReplicas"].as_u64() >= Some(2)
+    })?;
+    let mut streams = Vec::new();
+    for k in 0..2 {
+        let gate = gates.path().join(format!("held-{k}"));
+        let mut r = agent()
+            .get(c.url(&format!(
+                "/serve/default/tiny/stream?n=3&gate={}",
+                gate.display()
+            )))
+            .call()?
+            .into_body()
+            .into_reader();
+        let mut got = String::new();
+        let mut buf = [0u8; 256];
+        while !got.contains("\n\n") {
+            let n = r.read(&mut buf)?;
+            check(n > 0, format!("stream {k} ended at once: {got:?}"))?;
+            got.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+        streams.push((gate, r, got));
+    }
+    let replicas_then: Vec<String> = streams
+        .iter()
+        .filter_map(|(_, _, got)| got.split("\"replica\": ").nth(1).map(str::to_string))
+        .collect();
+    wait_until(&c, Duration::from_secs(40), "scaled down to one", |s| {
+        s["desiredReplicas"] == 1 && s["replicas"] == 1
+    })?;
+    for (k, (gate, mut r, mut got)) in streams.into_iter().enumerate() {
+        std::fs::write(format!("{}.1", gate.display()), "")?;
+        std::fs::write(format!("{}.2", gate.display()), "")?;
+        let mut rest = String::new();
+        r.read_to_string(&mut rest)?;
+        got.push_str(&rest);
+        check(
+            got.contains("\"token\": 2"),
+            format!("stream {k} (of {replicas_then:?}) was cut by the scale-down: {got:?}"),
+        )?;
+    }
 
     // Idle: back to zero replicas, and the next request is a cold start again.
     wait_until(&c, Duration::from_secs(60), "scaled to zero", |s| {

@@ -33,6 +33,20 @@ pub struct ServingObservation {
     pub ready: BTreeSet<String>,
     /// Requests under way on each revision's replicas, by revision name.
     pub in_flight_by_revision: BTreeMap<String, u32>,
+    /// Requests under way on each replica, by replica job name.
+    pub outstanding: BTreeMap<String, u32>,
+}
+
+/// One replica of a served model as the router should reach it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EndpointReplica {
+    /// Its job's name.
+    pub name: String,
+    /// Its port on this machine.
+    pub port: u16,
+    pub revision: String,
+    /// Out of rotation for a scale-down: no new request, those under way end.
+    pub draining: bool,
 }
 
 /// Where one model's replicas listen, and how the router should treat them.
@@ -40,9 +54,8 @@ pub struct ServingObservation {
 pub struct ServingEndpoint {
     /// `namespace/name`.
     pub key: String,
-    /// Replica job name, its port on this machine and its revision, for every replica
-    /// that runs.
-    pub replicas: Vec<(String, u16, String)>,
+    /// Every replica that runs: where the router reaches it and whether it drains.
+    pub replicas: Vec<EndpointReplica>,
     /// Percent of new requests per revision (summing to 100), as the core split them.
     pub traffic: Vec<(String, u32)>,
     pub readiness_path: String,
@@ -506,6 +519,7 @@ impl Cluster {
                     ready: seen.ready.contains(row.name()),
                     finished: matches!(row.state(), JobState::Succeeded | JobState::Failed),
                     deleting: row.state() == JobState::Deleting,
+                    in_flight: seen.outstanding.get(row.name()).copied().unwrap_or(0),
                 };
                 match views.iter_mut().find(|v| v.name == revision) {
                     Some(v) => v.replicas.push(view),
@@ -552,6 +566,8 @@ impl Cluster {
                             .map_or(Ok(()), |s| self.create_replica(&s.model, n, i, now)),
                         // The core creates only for revisions it was given.
                         (ReplicaAction::Create(_), None) => Ok(()),
+                        // The router is told below, with the replicas' endpoints.
+                        (ReplicaAction::Drain(_), _) => Ok(()),
                         (ReplicaAction::Remove(i), _) => self
                             .delete(&ns, &replica_job_name(&name, i), now)
                             .map(|_| ()),
@@ -575,8 +591,18 @@ impl Cluster {
                     .get(&format!("{ns}/{}", row.name()))
                     .and_then(|j| serving_revision_of(&j.job).map(str::to_string))
                     .unwrap_or_else(|| revision_name(&name, 1));
+                let draining = row
+                    .name()
+                    .strip_prefix(&format!("{name}-serving-"))
+                    .and_then(|i| i.parse::<u32>().ok())
+                    .is_some_and(|i| plan.draining.contains(&i));
                 if let Some(port) = self.executor.ports_mut().ports_of(row.uid()).first() {
-                    replicas.push((row.name().to_string(), *port, revision));
+                    replicas.push(EndpointReplica {
+                        name: row.name().to_string(),
+                        port: *port,
+                        revision,
+                        draining,
+                    });
                 }
             }
             let spec = &model.spec;

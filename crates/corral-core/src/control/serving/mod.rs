@@ -27,7 +27,7 @@ pub use autoscale::{Autoscaler, LoadSample, ScaleDecision};
 pub use model::{
     ModelSourceProblem, output_pinned, outputs_released, resolve_model, resolve_model_from_run,
 };
-pub use replicas::{ReplicaAction, ReplicaView, plan_replicas};
+pub use replicas::{DRAIN_LIMIT, ReplicaAction, ReplicaDrains, ReplicaView, plan_replicas};
 pub use traffic::{Share, promotes, revision_hash, split};
 
 /// One revision of a model as the shell sees it: its replica jobs and the requests under
@@ -78,6 +78,9 @@ pub struct ModelPlan {
     /// Revisions neither latest nor stable without any replica job left: the shell forgets
     /// them (and what it kept for them).
     pub retired: Vec<String>,
+    /// Replicas (by index) out of rotation after this decision: the router sends them no
+    /// new request while those under way end (`ReplicaAction::Drain`).
+    pub draining: Vec<u32>,
     /// Sums over the revisions, and whether any autoscaler is in panic.
     pub desired: u32,
     pub current: u32,
@@ -96,6 +99,8 @@ struct ModelState {
     /// Revisions that drained in the last decision: the router has been told to send them
     /// nothing, so what it counts on them now is all they will get.
     draining: BTreeSet<String>,
+    /// Replicas taken out of rotation for a scale-down.
+    replica_drains: ReplicaDrains,
     last_request: Option<Timestamp>,
 }
 
@@ -138,10 +143,14 @@ impl Serving {
                 });
             }
         }
+        m.replica_drains
+            .forget_gone(revisions.iter().flat_map(|r| &r.replicas));
+        // A replica draining for a scale-down serves no new request: not live.
+        let out_of_rotation: BTreeSet<u32> = m.replica_drains.indices().collect();
         let live = |r: &RevisionView| {
             r.replicas
                 .iter()
-                .filter(|x| !x.finished && !x.deleting)
+                .filter(|x| !x.finished && !x.deleting && !out_of_rotation.contains(&x.index))
                 .copied()
                 .collect::<Vec<_>>()
         };
@@ -205,7 +214,11 @@ impl Serving {
                 let drained = m.draining.contains(&r.name) && r.in_flight == 0;
                 (None, if drained { 0 } else { current })
             };
-            let actions = plan_replicas(desired, &r.replicas, &mut taken);
+            // A revision that drained whole has nothing under way left: its replicas go at
+            // once; one that carries requests drains those it scales down.
+            let actions =
+                m.replica_drains
+                    .plan(desired, &r.replicas, &mut taken, now, share.sized_for > 0);
             plans.push(RevisionPlan {
                 name: r.name.clone(),
                 share,
@@ -232,6 +245,7 @@ impl Serving {
             stable,
             promoted,
             retired,
+            draining: m.replica_drains.indices().collect(),
             last_request: m.last_request,
         }
     }
