@@ -306,3 +306,40 @@ fn an_exit_handler_is_the_runs_on_exit_and_reads_its_final_status() {
         "{e:?}"
     );
 }
+
+const EXIT_NESTED: &str = include_str!("fixtures/kfp/exit_nested.yaml");
+
+/// An exit handler around a loop and a condition (exit_nested.py, compiled by kfp): its
+/// group is hoisted, so the loop and the condition are steps as at the root, reading the
+/// pipeline's parameters through the group's inputs.
+#[test]
+fn an_exit_handler_may_hold_loops_and_conditions() {
+    let run = the_run(EXIT_NESTED);
+    let spec = &run.spec.pipeline_spec;
+    let mut names: Vec<&str> = spec.steps.iter().map(|s| s.name.as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["check", "produce", "say"]);
+    let say = step_named(spec, "say");
+    assert_eq!(say.with_param.as_deref(), Some("words"));
+    assert_eq!(say.parallelism, Some(1));
+    let check = step_named(spec, "check");
+    assert_eq!(check.when.len(), 1);
+    assert_eq!(check.when[0].value, "params.mode");
+    assert_eq!(check.when[0].equals.as_deref(), Some("fast"));
+    assert_eq!(check.inputs["data"], "steps.produce.outputs.data");
+    assert_eq!(check.depends_on, ["produce"]);
+    let exit = spec.on_exit.as_deref().expect("onExit");
+    assert_eq!(exit.name, "report");
+    // Where a hoisted task is written is where a message about it points.
+    let bad = EXIT_NESTED.replace(
+        "condition: inputs.parameter_values['pipelinechannel--mode'] == 'fast'",
+        "condition: inputs.parameter_values['pipelinechannel--mode'] > 'fast'",
+    );
+    let e = errors(&bad);
+    assert!(
+        e.iter().any(|m| m.starts_with(
+            "components.comp-exit-handler-1.dag.tasks.condition-3.triggerPolicy.condition: "
+        )),
+        "{e:?}"
+    );
+}

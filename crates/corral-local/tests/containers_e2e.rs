@@ -797,6 +797,34 @@ fn a_kfp_exit_handler_runs_after_a_failure_with_the_final_status() {
     );
 }
 
+/// A `dsl.ExitHandler` around a `dsl.ParallelFor` and a `dsl.If` (exit_nested.py, as kfp
+/// compiled it): every task runs, the loop once per word, and the exit task is told the run
+/// succeeded.
+fn a_kfp_exit_handler_around_a_loop_and_a_condition_runs_them() {
+    let Some((_h, _c, _name, status)) = run_compiled_kfp("exit_nested", 32850) else {
+        return;
+    };
+    use corral_api::pipeline::{RunPhase, StepPhase};
+    assert_eq!(status.phase, RunPhase::Succeeded, "{status:?}");
+    let mut steps: Vec<&str> = status.steps.keys().map(String::as_str).collect();
+    steps.sort();
+    assert_eq!(steps, ["check", "produce", "report", "say-0", "say-1"]);
+    for (step, s) in &status.steps {
+        assert_eq!(s.phase, StepPhase::Succeeded, "{step}: {status:?}");
+    }
+    let said = std::fs::read_to_string(
+        Path::new(&status.steps["say-1"].outputs["said"].path).join("said"),
+    )
+    .expect("the second word");
+    assert_eq!(said.trim(), "two");
+    let note = std::fs::read_to_string(
+        Path::new(&status.steps["report"].outputs["note"].path).join("note"),
+    )
+    .expect("the exit task's note");
+    let told: serde_json::Value = serde_json::from_str(note.trim()).expect("JSON");
+    assert_eq!(told["state"], "SUCCEEDED", "{note}");
+}
+
 /// `corral exec` (and the MPI launcher's rsh agent) into a replica that runs in a container:
 /// the runtime's `exec` enters it, so the command sees the image's files, the replica's
 /// working directory, contract env and user, and its input.
@@ -914,6 +942,10 @@ fn main() -> std::process::ExitCode {
         (
             "a_kfp_exit_handler_runs_after_a_failure_with_the_final_status",
             a_kfp_exit_handler_runs_after_a_failure_with_the_final_status,
+        ),
+        (
+            "a_kfp_exit_handler_around_a_loop_and_a_condition_runs_them",
+            a_kfp_exit_handler_around_a_loop_and_a_condition_runs_them,
         ),
         (
             "the_memory_limit_kills_the_hog_alone",

@@ -1,6 +1,7 @@
 //! The root DAG's groups whose tasks run as steps of their own: a `dsl.If` (each task under
-//! its condition) and a `dsl.ExitHandler` (its tasks as they are; the task it names runs as
-//! the run's exit handler, `PipelineSpec::on_exit`).
+//! its condition) and a `dsl.ExitHandler` (its group hoisted into the root DAG, so that a
+//! loop or a condition inside it is one of the root DAG; the task it names runs as the
+//! run's exit handler, `PipelineSpec::on_exit`).
 
 use serde_json::Value;
 
@@ -8,15 +9,15 @@ use super::{Dag, Errors, Scope, parameter_input, step, str_at};
 use crate::pipeline::{StepSpec, WhenCondition};
 use crate::validate::FieldError;
 
-/// A group of the root DAG whose DAG's tasks are steps of the run.
+/// A condition of the root DAG, whose DAG's tasks are steps of the run.
 pub(super) struct Group<'a> {
     pub task_name: String,
     pub task: &'a Value,
     /// Where its DAG's tasks are, and them.
     pub at: String,
     pub tasks: Vec<(String, &'a Value)>,
-    /// A `dsl.If`'s condition, on each of its steps; none for an exit handler's group.
-    pub when: Option<WhenCondition>,
+    /// The `dsl.If`'s condition, on each of its steps.
+    pub when: WhenCondition,
 }
 
 /// The tasks of a group's DAG (a component with a `dag`), and where they are.
@@ -47,7 +48,7 @@ pub(super) fn parse_condition<'a>(
     task: &'a Value,
     errors: &mut Errors,
 ) -> Option<Group<'a>> {
-    let at = format!("root.dag.tasks.{task_name}");
+    let at = task_at(task_name, task);
     let text = task
         .get("triggerPolicy")
         .and_then(|t| str_at(t, "condition"))
@@ -107,15 +108,15 @@ pub(super) fn parse_condition<'a>(
         task,
         at: tasks_at,
         tasks,
-        when: Some(WhenCondition {
+        when: WhenCondition {
             value,
             equals,
             not_equals,
-        }),
+        },
     })
 }
 
-/// A group's steps: each of its tasks, under its condition where it has one.
+/// A condition's steps: each of its tasks, under its condition.
 pub(super) fn group_steps(doc: &Value, g: &Group, dag: &Dag, errors: &mut Errors) -> Vec<StepSpec> {
     let scope = Scope::Inside {
         task: g.task,
@@ -125,7 +126,7 @@ pub(super) fn group_steps(doc: &Value, g: &Group, dag: &Dag, errors: &mut Errors
     for (name, task) in &g.tasks {
         let at = format!("{}.{name}", g.at);
         if let Some(mut step) = step(doc, &at, name, task, &scope, dag, errors) {
-            step.when.extend(g.when.clone());
+            step.when.push(g.when.clone());
             out.push(step);
         }
     }
@@ -141,15 +142,34 @@ pub(super) fn is_exit_task(task: &Value) -> bool {
     })
 }
 
-/// The group an exit task waits for (the `dsl.ExitHandler`'s DAG), refused at its field
-/// when it is not one group of the root DAG.
-pub(super) fn parse_exit_group<'a>(
-    doc: &'a Value,
-    tasks: &'a serde_json::Map<String, Value>,
-    exit_name: &str,
-    exit: &Value,
-    errors: &mut Errors,
-) -> Option<Group<'a>> {
+/// Marks a task hoisted out of an exit handler's group with where its DAG is written, for
+/// the paths of messages about it.
+const HOISTED_FROM: &str = "corral.dev/hoistedFrom";
+
+/// Where a task of the root DAG is written: `root.dag.tasks.<name>`, or, for one hoisted out
+/// of an exit handler's group, in that group's component.
+pub(super) fn task_at(name: &str, task: &Value) -> String {
+    match str_at(task, HOISTED_FROM) {
+        Some(at) => format!("{at}.{name}"),
+        None => format!("root.dag.tasks.{name}"),
+    }
+}
+
+/// A `dsl.ExitHandler`'s group, hoisted: its tasks become tasks of the root DAG, reading
+/// what the group was given (its inputs' bindings in the root DAG) and waiting for what it
+/// waited for, so that a loop or a condition inside it is one of the root DAG as any. The
+/// exit task stays, and becomes the run's exit handler. `None`: no exit handler (or one
+/// refused, in `errors`).
+pub(super) fn hoist_exit_group(doc: &Value, errors: &mut Errors) -> Option<Value> {
+    let tasks = doc.get("root")?.get("dag")?.get("tasks")?.as_object()?;
+    let exits: Vec<(&String, &Value)> = tasks.iter().filter(|(_, t)| is_exit_task(t)).collect();
+    for (name, _) in exits.iter().skip(1) {
+        errors.push(FieldError::new(
+            format!("root.dag.tasks.{name}"),
+            "a second dsl.ExitHandler: a run has one exit handler (onExit)",
+        ));
+    }
+    let (exit_name, exit) = exits.first()?;
     let at = format!("root.dag.tasks.{exit_name}.dependentTasks");
     let upstream: Vec<&str> = exit
         .get("dependentTasks")
@@ -165,22 +185,86 @@ pub(super) fn parse_exit_group<'a>(
         return None;
     };
     let found = tasks
-        .get_key_value(group_name)
-        .and_then(|(name, task)| Some((name, task, group_tasks(doc, task)?)));
-    let Some((name, task, (tasks_at, body))) = found else {
+        .get(group_name)
+        .and_then(|group| Some((group, group_tasks(doc, group)?)));
+    let Some((group, (tasks_at, body))) = found else {
         errors.push(FieldError::new(
             at,
             format!("`{group_name}` is not a group of the root DAG with tasks"),
         ));
         return None;
     };
-    Some(Group {
-        task_name: name.clone(),
-        task,
-        at: tasks_at,
-        tasks: body,
-        when: None,
-    })
+    let bound = |kind: &str, input: &str| -> Option<Value> {
+        group.get("inputs")?.get(kind)?.get(input).cloned()
+    };
+    let waits: Vec<Value> = group
+        .get("dependentTasks")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut root = tasks.clone();
+    root.remove(group_name);
+    let hoisted: Vec<String> = body.iter().map(|(n, _)| n.clone()).collect();
+    for (name, task) in body {
+        if root.contains_key(&name) {
+            errors.push(FieldError::new(
+                format!("{tasks_at}.{name}"),
+                format!(
+                    "names a task of the root DAG too; the tasks of `{group_name}` become \
+                     tasks of the run"
+                ),
+            ));
+            continue;
+        }
+        let mut task = task.clone();
+        let Some(t) = task.as_object_mut() else {
+            continue;
+        };
+        for (kind, from) in [
+            ("parameters", "componentInputParameter"),
+            ("artifacts", "componentInputArtifact"),
+        ] {
+            let inputs = t
+                .get_mut("inputs")
+                .and_then(|i| i.get_mut(kind))
+                .and_then(Value::as_object_mut);
+            for binding in inputs.into_iter().flat_map(|i| i.values_mut()) {
+                let through = str_at(binding, from).and_then(|input| bound(kind, input));
+                if let Some(b) = through {
+                    *binding = b;
+                }
+            }
+        }
+        if !waits.is_empty() {
+            let deps = t
+                .entry("dependentTasks")
+                .or_insert_with(|| Value::Array(Vec::new()));
+            if let Some(d) = deps.as_array_mut() {
+                d.extend(waits.iter().cloned());
+            }
+        }
+        t.insert(HOISTED_FROM.to_string(), Value::String(tasks_at.clone()));
+        root.insert(name, task);
+    }
+    // Whatever waited for the group waits for its tasks.
+    for (name, task) in root.iter_mut() {
+        if name == *exit_name {
+            continue;
+        }
+        if let Some(deps) = task.get_mut("dependentTasks").and_then(Value::as_array_mut)
+            && deps.iter().any(|d| d.as_str() == Some(group_name))
+        {
+            deps.retain(|d| d.as_str() != Some(group_name));
+            deps.extend(hoisted.iter().map(|h| Value::String(h.clone())));
+        }
+    }
+    let mut out = doc.clone();
+    let slot = out
+        .get_mut("root")
+        .and_then(|r| r.get_mut("dag"))
+        .and_then(|d| d.get_mut("tasks"))?;
+    *slot = Value::Object(root);
+    Some(out)
 }
 
 /// The exit task as the run's exit handler: what it reads of the group's outcome
@@ -198,7 +282,7 @@ pub(super) fn exit_step(
         t.remove("triggerPolicy");
         t.remove("dependentTasks");
     }
-    let at = format!("root.dag.tasks.{name}");
+    let at = task_at(name, &task);
     let mut step = step(doc, &at, name, &task, &Scope::Exit, dag, errors)?;
     step.depends_on.clear();
     Some(step)

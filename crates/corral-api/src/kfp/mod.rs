@@ -31,8 +31,9 @@
 //! condition (`when`), `inputs.parameter_values['x'] == 'v'` (or `!=`) on a pipeline
 //! parameter or another task's output parameter.
 //!
-//! A `dsl.ExitHandler` of the root DAG: the tasks of its group are steps as they are, and
-//! its exit task is the run's exit handler (`onExit`), which runs once every other step has
+//! A `dsl.ExitHandler` of the root DAG: its group is hoisted into the root DAG (its tasks,
+//! loops and conditions are taken as the root's), and its exit task is the run's exit
+//! handler (`onExit`), which runs once every other step has
 //! ended, whatever the outcome; its `dsl.PipelineTaskFinalStatus` input is the run's final
 //! status as Kubeflow writes it (`{"state": "SUCCEEDED" | "FAILED", "error": {...}, ...}`,
 //! `$(CORRAL_RUN_STATUS)`). One exit handler a pipeline, as `onExit` is one step; tasks
@@ -89,6 +90,8 @@ pub fn convert(doc: &Value) -> Result<PipelineRun, Errors> {
         errors.push(FieldError::new("pipelineInfo.name", "is required"));
     }
     let parameters = pipeline_parameters(doc, &mut errors);
+    let hoisted = groups::hoist_exit_group(doc, &mut errors);
+    let doc = hoisted.as_ref().unwrap_or(doc);
     let empty = Map::new();
     let tasks = doc
         .get("root")
@@ -114,21 +117,8 @@ pub fn convert(doc: &Value) -> Result<PipelineRun, Errors> {
                 dag.loops.insert(task_name.clone(), l);
             }
         } else if groups::is_exit_task(task) {
-            if exit.is_some() {
-                errors.push(FieldError::new(
-                    format!("root.dag.tasks.{task_name}"),
-                    "a second dsl.ExitHandler: a run has one exit handler (onExit)",
-                ));
-                continue;
-            }
-            exit = Some((task_name, task));
-            groups.extend(groups::parse_exit_group(
-                doc,
-                tasks,
-                task_name,
-                task,
-                &mut errors,
-            ));
+            // The first (hoist_exit_group refused the others).
+            exit = exit.or(Some((task_name, task)));
         } else if task.get("triggerPolicy").is_some()
             && let Some(c) = groups::parse_condition(doc, task_name, task, &mut errors)
         {
@@ -174,7 +164,7 @@ pub fn convert(doc: &Value) -> Result<PipelineRun, Errors> {
         }
         steps.extend(step(
             doc,
-            &format!("root.dag.tasks.{task_name}"),
+            &groups::task_at(task_name, task),
             task_name,
             task,
             &Scope::Root,
@@ -338,7 +328,7 @@ fn parse_loop<'a>(
     task: &'a Value,
     errors: &mut Errors,
 ) -> Option<Loop<'a>> {
-    let at = format!("root.dag.tasks.{task_name}");
+    let at = groups::task_at(task_name, task);
     if task.get("artifactIterator").is_some() {
         errors.push(FieldError::new(
             format!("{at}.artifactIterator"),
@@ -578,9 +568,10 @@ fn step(
     let Some(label) = str_at(component, "executorLabel") else {
         errors.push(FieldError::new(
             format!("components.{component_name}"),
-            "a nested DAG (a pipeline used as a component, or a loop, condition or exit \
-             handler inside a group) is not supported yet: container components, and \
-             dsl.ParallelFor of one, dsl.If and dsl.ExitHandler of the root DAG are",
+            "a nested DAG (a pipeline used as a component, or a loop or condition inside \
+             a loop or condition) is not supported yet: container components, and \
+             dsl.ParallelFor of one, dsl.If and dsl.ExitHandler of the root DAG (loops and \
+             conditions inside the exit handler too) are",
         ));
         return None;
     };
