@@ -46,6 +46,9 @@
 //!   retentionSeconds: 2592000           # a deleted run's artifacts that no run reuses and
 //!                                       # no served model serves go once this old
 //!                                       # (default 30 days)
+//!   jobOutputRetentionSeconds: 86400    # a job's output ($CORRAL_OUTPUT_DIR) stays this
+//!                                       # long after its job and the models serving from
+//!                                       # it are gone (default 1 day; 0: at once)
 //! tenants:                              # when the server runs as root, each namespace's
 //!   uidRange: {start: 1879048192, count: 65536}   # replicas run as a uid (and gid) of
 //!                                       # their own from this range (the default shown);
@@ -185,6 +188,9 @@ pub struct Settings {
 /// Default retention of a deleted run's artifacts: 30 days.
 pub const DEFAULT_ARTIFACT_RETENTION_SECONDS: u64 = 30 * 24 * 3600;
 
+/// Default retention of a deleted job's output directory: 1 day.
+pub const DEFAULT_JOB_OUTPUT_RETENTION_SECONDS: u64 = 24 * 3600;
+
 /// The `artifacts` settings.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -193,6 +199,15 @@ pub struct ArtifactSettings {
     /// serves from go once this old (default 30 days); the cache forgets them with them.
     #[serde(default = "default_artifact_retention")]
     pub retention_seconds: u64,
+    /// A TrainingJob's output directory (`$CORRAL_OUTPUT_DIR`) stays this long after its
+    /// job was deleted, or after the last served model serving from it went (default 1 day;
+    /// 0: at once), so that what the job wrote can still be copied out.
+    #[serde(default = "default_job_output_retention")]
+    pub job_output_retention_seconds: u64,
+}
+
+fn default_job_output_retention() -> u64 {
+    DEFAULT_JOB_OUTPUT_RETENTION_SECONDS
 }
 
 fn default_artifact_retention() -> u64 {
@@ -203,6 +218,7 @@ impl Default for ArtifactSettings {
     fn default() -> Self {
         ArtifactSettings {
             retention_seconds: DEFAULT_ARTIFACT_RETENTION_SECONDS,
+            job_output_retention_seconds: DEFAULT_JOB_OUTPUT_RETENTION_SECONDS,
         }
     }
 }

@@ -768,6 +768,10 @@ fn main() -> std::process::ExitCode {
             artifacts::a_deleted_runs_artifacts_go_once_nothing_reuses_them,
         ),
         (
+            "a_deleted_jobs_output_stays_for_its_retention",
+            artifacts::a_deleted_jobs_output_stays_for_its_retention,
+        ),
+        (
             "a_checkpoint_on_notice_ends_the_stop_early_and_the_resume_gets_it",
             progress::a_checkpoint_on_notice_ends_the_stop_early_and_the_resume_gets_it,
         ),

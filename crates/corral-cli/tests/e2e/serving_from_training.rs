@@ -67,7 +67,9 @@ pub(crate) fn a_model_trained_by_a_job_is_served_from_its_output() -> TestResult
     if !prerequisite(python3_available(), "python3") {
         return Ok(());
     }
-    let c = TestCluster::start("")?;
+    // Outputs go as soon as nothing holds them (no retention), so that the test sees them
+    // go; the retention itself is corral-local's cluster_e2e `job_outputs`.
+    let c = TestCluster::start("kind: CorralConfig\nartifacts: {jobOutputRetentionSeconds: 0}\n")?;
     let client = c.client(None);
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/serving");
     let train = std::fs::read_to_string(example.join("train.yaml"))?;

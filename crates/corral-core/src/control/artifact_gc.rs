@@ -6,6 +6,10 @@
 //!
 //! Until then a deleted run's artifacts stay for the cache, as Kubeflow Pipelines keeps
 //! them; the retention bounds the disk they take, as Argo's artifact GC does.
+//!
+//! A TrainingJob's output directory ([`collect_job_outputs`]) stays while its job exists
+//! and while a served model serves from it, then for its own retention after the last of
+//! them let go, so that what a deleted job wrote can still be copied out.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -75,6 +79,36 @@ impl Holders {
                     .is_some_and(|rest| rest.starts_with('/'))
         })
     }
+}
+
+/// One TrainingJob's output directory a shell found (`.jobs/<job>.<uid>` embedded).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobOutputDir {
+    pub path: String,
+    /// When the last thing that held it let go (the shell marks it so: its job deleted, the
+    /// last model serving from it gone), or it was last written.
+    pub since: Timestamp,
+}
+
+/// The job output directories to remove now: of no job that exists (`live`, their paths),
+/// from which no served model serves (`holders`' paths), once `retention` has passed since
+/// they were let go.
+pub fn collect_job_outputs(
+    dirs: &[JobOutputDir],
+    live: &BTreeSet<String>,
+    holders: &Holders,
+    retention: Duration,
+    now: Timestamp,
+) -> Vec<String> {
+    dirs.iter()
+        .filter(|d| !live.contains(&d.path) && !holders.holds(&d.path))
+        .filter(|d| {
+            now.duration_since(d.since)
+                .try_into()
+                .is_ok_and(|age: Duration| age >= retention)
+        })
+        .map(|d| d.path.clone())
+        .collect()
 }
 
 /// What to remove: directories, then the cache entries that name them.
@@ -184,5 +218,35 @@ mod tests {
         // With no retention, the young one goes too; held ones never do.
         let c = collect(&dirs, &cache, &holders, Duration::ZERO, now);
         assert_eq!(c.dirs, ["/a/ns/gone/new/out", "/a/ns/gone/old/out"]);
+    }
+
+    #[test]
+    fn a_job_output_goes_after_its_retention_once_nothing_holds_it() {
+        let t = |s: i64| Timestamp::from_second(1_000_000 + s).unwrap_or_default();
+        let dir = |name: &str, since: i64| JobOutputDir {
+            path: format!("/a/ns/.jobs/{name}"),
+            since: t(since),
+        };
+        let dirs = [
+            dir("live.1", 0),
+            dir("served.2", 0),
+            dir("gone.3", 0),
+            dir("fresh.4", 50),
+        ];
+        let live = BTreeSet::from(["/a/ns/.jobs/live.1".to_string()]);
+        let holders = Holders {
+            paths: BTreeSet::from(["/a/ns/.jobs/served.2/model.json".to_string()]),
+            ..Holders::default()
+        };
+        let day = Duration::from_secs(100);
+        assert_eq!(
+            collect_job_outputs(&dirs, &live, &holders, day, t(120)),
+            ["/a/ns/.jobs/gone.3"]
+        );
+        assert!(collect_job_outputs(&dirs, &live, &holders, day, t(99)).is_empty());
+        assert_eq!(
+            collect_job_outputs(&dirs, &live, &holders, Duration::ZERO, t(50)),
+            ["/a/ns/.jobs/gone.3", "/a/ns/.jobs/fresh.4"]
+        );
     }
 }

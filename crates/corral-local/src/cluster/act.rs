@@ -61,7 +61,7 @@ impl Cluster {
             self.store.begin_batch()?;
             let mut persisted = Ok(());
             for change in step.changes {
-                persisted = self.persist(change, report);
+                persisted = self.persist(change, now, report);
                 if persisted.is_err() {
                     break;
                 }
@@ -134,7 +134,12 @@ impl Cluster {
         Ok(acted)
     }
 
-    fn persist(&mut self, change: Change, report: &mut TickReport) -> Result<(), ClusterError> {
+    fn persist(
+        &mut self,
+        change: Change,
+        now: Timestamp,
+        report: &mut TickReport,
+    ) -> Result<(), ClusterError> {
         match change {
             Change::Status { job, status } => {
                 // The row changes in the store and in the cache alike, without reading it back.
@@ -237,7 +242,7 @@ impl Cluster {
                 self.ports_to_release.remove(&uid);
                 self.store.remove_job(&uid)?;
                 if let Some((namespace, name)) = job.split_once('/')
-                    && let Err(e) = self.discard_job_output(namespace, name, &uid)
+                    && let Err(e) = self.discard_job_output(namespace, name, &uid, now)
                 {
                     report.errors.push(format!("{job}: {e}"));
                 }

@@ -1,13 +1,18 @@
 //! Pipeline artifacts collected, embedded: at most once a minute, the output directories
-//! under `<data>/artifacts/<namespace>/<run>/<step>/<output>` (job outputs, `.jobs`, go with
-//! their jobs instead) are handed to the core's rule (`control::artifact_gc::collect`) with
-//! the runs that exist, what their statuses name and what served models serve from; what
-//! it names is removed, then the cache entries that named it.
+//! under `<data>/artifacts/<namespace>/<run>/<step>/<output>` are handed to the core's rule
+//! (`control::artifact_gc::collect`) with the runs that exist, what their statuses name and
+//! what served models serve from; what it names is removed, then the cache entries that
+//! named it. Job outputs (`<namespace>/.jobs/<job>.<uid>`) go by
+//! `control::artifact_gc::collect_job_outputs`: of jobs that no longer exist, served by no
+//! model, once `artifacts.jobOutputRetentionSeconds` have passed since they were let go
+//! (their modification time, set then).
 
 use std::path::Path;
 use std::time::Duration;
 
-use corral_core::control::artifact_gc::{ArtifactDir, Holders, collect};
+use corral_core::control::artifact_gc::{
+    ArtifactDir, Holders, JobOutputDir, collect, collect_job_outputs,
+};
 use jiff::Timestamp;
 
 use super::TickReport;
@@ -30,6 +35,7 @@ impl Cluster {
         }
         self.artifacts_collected = Some(now);
         let root = crate::artifacts::root(&self.config.data_dir);
+        self.collect_job_outputs(&root, now, report);
         let dirs = output_dirs(&root);
         if dirs.is_empty() {
             return;
@@ -67,6 +73,61 @@ impl Cluster {
         }
         report.artifacts_removed.extend(decided.dirs);
     }
+}
+
+impl Cluster {
+    fn collect_job_outputs(&mut self, root: &Path, now: Timestamp, report: &mut TickReport) {
+        let dirs = job_output_dirs(root);
+        if dirs.is_empty() {
+            return;
+        }
+        let data = &self.config.data_dir;
+        let live = self
+            .summaries
+            .iter()
+            .map(|r| {
+                let dir = crate::artifacts::job_output_dir(data, r.namespace(), r.name(), r.uid());
+                dir.to_string_lossy().into_owned()
+            })
+            .collect();
+        let served = self.model_pins().into_iter().map(|o| o.path);
+        let holders = Holders::of([], served);
+        let retention = Duration::from_secs(
+            self.config
+                .file
+                .settings
+                .artifacts
+                .job_output_retention_seconds,
+        );
+        for dir in collect_job_outputs(&dirs, &live, &holders, retention, now) {
+            match std::fs::remove_dir_all(&dir) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    report
+                        .errors
+                        .push(format!("removing job output {dir}: {e}"));
+                }
+                _ => report.artifacts_removed.push(dir),
+            }
+        }
+    }
+}
+
+/// Every `<namespace>/.jobs/<job>.<uid>` directory under `root`, with its modification
+/// time; what cannot be read is left out (and so kept).
+fn job_output_dirs(root: &Path) -> Vec<JobOutputDir> {
+    subdirs(root)
+        .flat_map(|ns| subdirs(&ns.join(JOBS_DIR)).collect::<Vec<_>>())
+        .filter_map(|dir| {
+            let since = std::fs::metadata(&dir)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| Timestamp::try_from(t).ok())?;
+            Some(JobOutputDir {
+                path: dir.to_string_lossy().into_owned(),
+                since,
+            })
+        })
+        .collect()
 }
 
 /// Every `<namespace>/<run>/<step>/<output>` directory under `root`, with when it was last

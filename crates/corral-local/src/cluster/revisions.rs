@@ -241,7 +241,7 @@ impl Cluster {
                 .cloned()
                 .collect();
         for o in gone {
-            if let Err(e) = self.discard_job_output(namespace, &o.training_job, &o.uid) {
+            if let Err(e) = self.discard_job_output(namespace, &o.training_job, &o.uid, now) {
                 self.event(
                     namespace,
                     &o.training_job,
@@ -271,22 +271,38 @@ impl Cluster {
         origins(self.served.revisions.values().flatten())
     }
 
-    /// A gone job's output directory goes too, unless a served model serves from it
-    /// (the core's [`output_pinned`](corral_core::control::serving::output_pinned)).
+    /// A gone job's output directory is let go, unless a served model serves from it
+    /// (the core's [`output_pinned`](corral_core::control::serving::output_pinned)): it
+    /// stays for `artifacts.jobOutputRetentionSeconds` from now, marked by its modification
+    /// time, and the artifact collection removes it then (at once with no retention).
     pub(super) fn discard_job_output(
         &self,
         namespace: &str,
         name: &str,
         uid: &str,
+        now: jiff::Timestamp,
     ) -> Result<(), String> {
         if corral_core::control::serving::output_pinned(uid, &self.model_pins()) {
             return Ok(());
         }
         let dir = crate::artifacts::job_output_dir(&self.config.data_dir, namespace, name, uid);
+        let failed = |e: std::io::Error| format!("its output {}: {e}", dir.display());
+        if self
+            .config
+            .file
+            .settings
+            .artifacts
+            .job_output_retention_seconds
+            > 0
+        {
+            let let_go = std::time::SystemTime::from(now);
+            return match std::fs::File::open(&dir).and_then(|f| f.set_modified(let_go)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(failed(e)),
+                _ => Ok(()),
+            };
+        }
         match std::fs::remove_dir_all(&dir) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                Err(format!("removing its output {}: {e}", dir.display()))
-            }
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(failed(e)),
             _ => Ok(()),
         }
     }

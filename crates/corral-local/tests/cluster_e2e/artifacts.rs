@@ -76,3 +76,53 @@ pub(super) fn a_deleted_runs_artifacts_go_once_nothing_reuses_them() {
     assert!(removed.is_empty(), "{removed:?}");
     assert!(data.join("artifacts/default/r3/make/out/f").exists());
 }
+
+/// A deleted job's output directory stays for `artifacts.jobOutputRetentionSeconds` (here 2
+/// minutes), so that what it wrote can still be copied out, then goes.
+pub(super) fn a_deleted_jobs_output_stays_for_its_retention() {
+    let (mut h, mut c) = Harness::new(
+        WAITS,
+        33850,
+        "artifacts: {jobOutputRetentionSeconds: 120}\n",
+    );
+    c.submit(
+        &super::job("writer", 1, "", "echo trained > $CORRAL_OUTPUT_DIR/model"),
+        "default",
+        h.now,
+    )
+    .expect("submit");
+    h.until(&mut c, "writer ended", |c| {
+        crate::common::cluster::state(c, "writer").is_some_and(|s| s.is_finished())
+    });
+    let jobs = h.path("data").join("artifacts/default/.jobs");
+    let outputs = || -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(&jobs)
+            .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+            .unwrap_or_default()
+    };
+    let [output] = &outputs()[..] else {
+        panic!("one output directory: {:?}", outputs());
+    };
+    let output = output.clone();
+    assert_eq!(
+        std::fs::read_to_string(output.join("model"))
+            .expect("model")
+            .trim(),
+        "trained"
+    );
+    c.delete("default", "writer", h.now).expect("delete");
+    h.until(&mut c, "writer gone", |c| {
+        crate::common::cluster::state(c, "writer").is_none()
+    });
+    // Within its retention it stays, though its job is gone.
+    let removed = a_minute(&mut h, &mut c);
+    assert!(removed.is_empty(), "{removed:?}");
+    assert!(
+        output.join("model").exists(),
+        "the output went with its job"
+    );
+    // Past it, it goes.
+    let removed: Vec<String> = (0..2).flat_map(|_| a_minute(&mut h, &mut c)).collect();
+    assert_eq!(removed, [output.to_string_lossy().to_string()]);
+    assert!(!output.exists());
+}
