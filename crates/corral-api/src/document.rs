@@ -219,11 +219,14 @@ pub fn parse_documents(text: &str, ctx: &ValidationContext) -> ParseResult {
             Document::NodePool(np) => upsert(&mut full.node_pools, np),
             Document::Queue(q) => upsert(&mut full.queues, q),
             Document::JobPriorityClass(pc) => upsert(&mut full.priority_classes, pc),
-            // A new version: no generation until stored.
+            // A new version: no generation until stored; the kept ones stay nameable.
             Document::Pipeline(p) => {
                 let mut p = (**p).clone();
                 p.metadata.generation = None;
-                upsert(&mut full.pipelines, &p)
+                full.pipelines.retain(|x| {
+                    x.metadata.name != p.metadata.name || x.metadata.generation.is_some()
+                });
+                full.pipelines.push(p);
             }
             Document::TrainingJob(_) | Document::PipelineRun(_) | Document::ServedModel(_) => {}
         }

@@ -67,19 +67,28 @@ pub struct PipelineRunSpec {
 }
 
 impl PipelineRunSpec {
-    /// Copies the pipeline `pipelineRef` names into `pipelineSpec`, from `known` (the
-    /// namespace's stored pipelines and those of the same submission), and records its
-    /// version. A run without a reference is left as it is. Refused at `spec.pipelineRef.name`
-    /// for a pipeline that is not there (naming those that are), at `.generation` for a
-    /// version that is not the current one, and at `spec.pipelineSpec` for an inline spec
-    /// besides that is not the pipeline's.
+    /// Copies the pipeline `pipelineRef` names into `pipelineSpec`, from `known` (every kept
+    /// version of the namespace's stored pipelines, and those of the same submission, which
+    /// have no generation yet and are the current ones), and records its version: the one
+    /// `generation` names, else the current one. A run without a reference is left as it
+    /// is. Refused at `spec.pipelineRef.name` for a pipeline that is not there (naming those
+    /// that are), at `.generation` for a version that is not kept (naming those that are),
+    /// and at `spec.pipelineSpec` for an inline spec besides that is not that version's.
     pub fn resolve(&mut self, known: &[Pipeline]) -> Result<(), crate::validate::FieldError> {
         use crate::validate::FieldError;
         let Some(r) = self.pipeline_ref.as_mut() else {
             return Ok(());
         };
-        let Some(p) = known.iter().find(|p| p.metadata.name == r.name) else {
-            let names: Vec<&str> = known.iter().map(|p| p.metadata.name.as_str()).collect();
+        let versions: Vec<&Pipeline> = known.iter().filter(|p| p.metadata.name == r.name).collect();
+        // The current version: one of this submission (no generation yet), else the last.
+        let current = versions
+            .iter()
+            .find(|p| p.metadata.generation.is_none())
+            .or_else(|| versions.iter().max_by_key(|p| p.metadata.generation))
+            .copied();
+        let Some(current) = current else {
+            let mut names: Vec<&str> = known.iter().map(|p| p.metadata.name.as_str()).collect();
+            names.dedup();
             let hint = if names.is_empty() {
                 "; there is none: submit one (kind: Pipeline) first".to_string()
             } else {
@@ -90,37 +99,52 @@ impl PipelineRunSpec {
                 format!("there is no Pipeline `{}` in this namespace{hint}", r.name),
             ));
         };
-        match (r.generation, p.metadata.generation) {
-            (Some(asked), Some(now)) if asked != now => {
-                return Err(FieldError::new(
-                    "spec.pipelineRef.generation",
-                    format!(
-                        "Pipeline `{}` is at generation {now}, not {asked}; older versions \
-                         are not kept (leave generation out to run the current one)",
-                        r.name
-                    ),
-                ));
+        let p = match r.generation {
+            None => current,
+            Some(asked) => {
+                let kept = versions
+                    .iter()
+                    .find(|p| p.metadata.generation == Some(asked))
+                    .copied();
+                match (kept, current.metadata.generation) {
+                    (Some(p), _) => p,
+                    (None, None) => {
+                        return Err(FieldError::new(
+                            "spec.pipelineRef.generation",
+                            format!(
+                                "Pipeline `{}` is a new version in this submission, not \
+                                 generation {asked}; leave generation out",
+                                r.name
+                            ),
+                        ));
+                    }
+                    (None, Some(now)) => {
+                        let mut kept: Vec<String> = versions
+                            .iter()
+                            .filter_map(|p| p.metadata.generation.map(|g| g.to_string()))
+                            .collect();
+                        kept.dedup();
+                        return Err(FieldError::new(
+                            "spec.pipelineRef.generation",
+                            format!(
+                                "Pipeline `{}` has no generation {asked}; it keeps {} (the \
+                                 current one is {now}; leave generation out to run it)",
+                                r.name,
+                                kept.join(", ")
+                            ),
+                        ));
+                    }
+                }
             }
-            (Some(asked), None) => {
-                return Err(FieldError::new(
-                    "spec.pipelineRef.generation",
-                    format!(
-                        "Pipeline `{}` is a new version in this submission, not generation \
-                         {asked}; leave generation out",
-                        r.name
-                    ),
-                ));
-            }
-            _ => {}
-        }
-        // A run read back and submitted again carries both: the copy must be the current
-        // version's.
+        };
+        // A run read back and submitted again carries both: the copy must be the version's
+        // it names.
         if self.pipeline_spec != PipelineSpec::default() && self.pipeline_spec != p.spec {
             return Err(FieldError::new(
                 "spec.pipelineSpec",
                 format!(
-                    "differs from Pipeline `{}`'s current version, which spec.pipelineRef \
-                     names; give one of them",
+                    "differs from the version of Pipeline `{}` that spec.pipelineRef names; \
+                     give one of them",
                     r.name
                 ),
             ));

@@ -147,7 +147,7 @@ fn what_cannot_be_resolved_is_refused_at_the_reference() {
         &RUN.replace("{name: train-eval}", "{name: train-eval, generation: 2}"),
         &with_stored(3),
         "spec.pipelineRef.generation",
-        "is at generation 3, not 2",
+        "has no generation 2; it keeps 3 (the current one is 3",
     );
     // The version it names is accepted.
     let pinned = RUN.replace("{name: train-eval}", "{name: train-eval, generation: 3}");
@@ -161,7 +161,7 @@ fn what_cannot_be_resolved_is_refused_at_the_reference() {
         &inline,
         &with_stored(3),
         "spec.pipelineSpec",
-        "differs from Pipeline `train-eval`'s current version",
+        "differs from the version of Pipeline `train-eval` that spec.pipelineRef names",
     );
 }
 
@@ -204,4 +204,42 @@ impl Filled for Pipeline {
         spec.steps[0].with_items = items.iter().map(|&x| serde_json::json!(x)).collect();
         spec
     }
+}
+
+/// Earlier versions are kept: a run may name one, and gets that version's steps; without a
+/// generation it gets the current one.
+#[test]
+fn a_run_may_name_an_earlier_version() {
+    let mut old = stored(1);
+    if let Some(t) = old.spec.steps[1].task.as_mut() {
+        t.command = vec!["sh".into(), "-c".into(), "echo first".into()];
+    }
+    let ctx = ValidationContext {
+        pipelines: vec![old, stored(2)],
+        ..ValidationContext::default()
+    };
+    let command = |text: &str| {
+        let docs = parsed(text, &ctx);
+        let Document::PipelineRun(run) = &docs[0] else {
+            panic!("not a run");
+        };
+        let generation = run.spec.pipeline_ref.as_ref().and_then(|r| r.generation);
+        let step = &run.spec.pipeline_spec.steps[1];
+        (generation, step.task.as_ref().map(|t| t.command.join(" ")))
+    };
+    assert_eq!(
+        command(&RUN.replace("{name: train-eval}", "{name: train-eval, generation: 1}")),
+        (Some(1), Some("sh -c echo first".to_string()))
+    );
+    assert_eq!(command(RUN), (Some(2), Some("sh -c echo done".to_string())));
+    let e = errors(
+        &RUN.replace("{name: train-eval}", "{name: train-eval, generation: 5}"),
+        &ctx,
+    );
+    assert!(
+        e.iter()
+            .any(|m| m.starts_with("spec.pipelineRef.generation")
+                && m.contains("it keeps 1, 2 (the current one is 2")),
+        "{e:?}"
+    );
 }

@@ -235,7 +235,9 @@ impl AppState {
             return Ok(ctx);
         }
         let ns = namespace.to_string();
-        let pipelines = self.with_cluster(move |c| c.pipelines(Some(&ns))).await??;
+        let pipelines = self
+            .with_cluster(move |c| c.pipeline_versions(&ns, None))
+            .await??;
         Ok(Arc::new((*ctx).clone().with_pipelines(pipelines)))
     }
 

@@ -26,8 +26,9 @@ pub struct ValidationContext {
     /// The cluster runs replicas from container images only (Kubernetes): every role with
     /// replicas needs `template.image`.
     pub requires_image: bool,
-    /// The stored Pipelines of the namespace a submission goes to, which its runs may name
-    /// (`spec.pipelineRef`); those of the submission itself are added to them.
+    /// The stored Pipelines of the namespace a submission goes to, every kept version,
+    /// which its runs may name (`spec.pipelineRef`); those of the submission itself are
+    /// added to them.
     pub pipelines: Vec<Pipeline>,
 }
 

@@ -175,7 +175,7 @@ pub(super) fn a_stored_pipeline_runs_with_its_code_and_keeps_its_versions() -> T
     refused(
         &up,
         &["run", "fit", "-p", "tag=a", "--generation", "3"],
-        "spec.pipelineRef.generation: Pipeline `fit` is at generation 1, not 3",
+        "spec.pipelineRef.generation: Pipeline `fit` has no generation 3; it keeps 1 (the current one is 1",
     )?;
     check(
         client.pipeline_runs(Some("default"))?.len() == 1,
@@ -208,6 +208,31 @@ pub(super) fn a_stored_pipeline_runs_with_its_code_and_keeps_its_versions() -> T
     check(
         generation("r1")? == Some(1) && generation("r3")? == Some(2),
         "each run records the version it ran",
+    )?;
+    // The earlier version is kept, its code with it (across a kill -9 and the restart's
+    // sweep of code snapshots): a run may name it.
+    up.kill()?;
+    let up = UpProcess::start(dir.path(), usage::free_port()?)?;
+    let client = up.client(ADMIN_TOKEN);
+    ok(
+        &up,
+        &[
+            "run",
+            "fit",
+            "-p",
+            "tag=d",
+            "--generation",
+            "1",
+            "--name",
+            "r4",
+        ],
+        "r4",
+    )?;
+    check(first_output(&client, "r4")? == "v1 1 d", "r4 ran v1's code")?;
+    refused(
+        &up,
+        &["run", "fit", "-p", "tag=e", "--generation", "3"],
+        "it keeps 1, 2 (the current one is 2",
     )?;
     ok(
         &up,

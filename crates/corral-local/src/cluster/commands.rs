@@ -43,7 +43,7 @@ impl Cluster {
         }
         let mut ctx = self.submit_context();
         if super::submission::names_stored_pipelines(text) {
-            ctx = ctx.with_pipelines(self.pipelines(Some(namespace))?);
+            ctx = ctx.with_pipelines(self.pipeline_versions(namespace, None)?);
         }
         let checked = Self::check_submission(&ctx, text, namespace)?;
         self.submit_checked(checked, now)

@@ -122,10 +122,10 @@ fn open(config: ClusterConfig, now: Timestamp) -> Result<(Cluster, Vec<String>),
     for run in store.runs(None)? {
         all_uids.insert(run.uid);
     }
-    // A stored pipeline keeps one for the runs made from it later.
+    // A stored pipeline keeps one per kept version for the runs made from it later.
     all_uids.extend(
         store
-            .pipelines(None)?
+            .pipeline_versions(None, None)?
             .into_iter()
             .filter_map(|p| p.metadata.uid),
     );

@@ -1,5 +1,6 @@
 //! Stored Pipelines, embedded: kept with the submission that brings them (a new version
-//! replaces the one of its name), listed, read and deleted. A run that names one
+//! becomes the current one of its name; earlier versions and their code snapshots are
+//! kept, for runs that name them), listed, read and deleted. A run that names one
 //! (`spec.pipelineRef`) was given a copy of its spec when it was parsed
 //! (`corral_api::pipeline::PipelineRunSpec::resolve`, against the namespace's pipelines and
 //! the submission's own); here it gets the version's number and, when it brings no code of
@@ -24,7 +25,8 @@ pub(super) struct StoredPipelines {
     /// What each stored name held before (to put back) and the code directory the new
     /// version placed (to remove), if the submission is refused after all.
     undo: Vec<(Pipeline, Option<Pipeline>, bool)>,
-    /// Code directories of the versions replaced: removed once the batch is committed.
+    /// Code directories to remove once the batch is committed (none: every version keeps
+    /// its own).
     pub(super) replaced_code: Vec<String>,
 }
 
@@ -111,9 +113,6 @@ impl Cluster {
                 self.undo_pipelines(&out);
                 return Err(e.into());
             }
-            if let Some(old) = before.as_ref().and_then(|b| b.metadata.uid.clone()) {
-                out.replaced_code.push(old);
-            }
             out.generations.insert(name.clone(), generation);
             out.results
                 .push(pipeline_result(namespace, &p, generation, true));
@@ -127,7 +126,13 @@ impl Cluster {
         for (new, before, placed) in stored.undo.iter().rev() {
             let ns = new.metadata.namespace_or_default();
             let _ = match before {
-                Some(b) => self.store.put_pipeline(b),
+                Some(b) => self.store.put_pipeline(b).and_then(|()| {
+                    self.store.remove_pipeline_version(
+                        ns,
+                        &new.metadata.name,
+                        new.metadata.generation.unwrap_or(1),
+                    )
+                }),
                 None => self
                     .store
                     .remove_pipeline(ns, &new.metadata.name)
@@ -152,23 +157,28 @@ impl Cluster {
         let Some(r) = run.spec.pipeline_ref.as_mut() else {
             return Ok(None);
         };
-        let Some(p) = self.store.pipeline(namespace, &r.name)? else {
+        let versions = self
+            .store
+            .pipeline_versions(Some(namespace), Some(&r.name))?;
+        if versions.is_empty() {
             return Err(ClusterError::Conflict(format!(
                 "Pipeline {namespace}/{} was deleted while PipelineRun {} was submitted",
                 r.name, run.metadata.name
             )));
-        };
-        match (r.generation, generations.get(&r.name)) {
-            (None, Some(&g)) => r.generation = Some(g),
-            (Some(g), _) if Some(g) == p.metadata.generation => {}
-            _ => {
-                return Err(ClusterError::Conflict(format!(
-                    "Pipeline {namespace}/{} changed while PipelineRun {} was submitted; \
-                     submit the run again",
-                    r.name, run.metadata.name
-                )));
-            }
         }
+        if let (None, Some(&g)) = (r.generation, generations.get(&r.name)) {
+            r.generation = Some(g);
+        }
+        let Some(p) = versions
+            .into_iter()
+            .find(|v| v.metadata.generation.is_some() && v.metadata.generation == r.generation)
+        else {
+            return Err(ClusterError::Conflict(format!(
+                "Pipeline {namespace}/{} changed while PipelineRun {} was submitted; \
+                 submit the run again",
+                r.name, run.metadata.name
+            )));
+        };
         if run
             .metadata
             .annotations
@@ -196,7 +206,17 @@ impl Cluster {
         {
             return None;
         }
-        let p = self.store.pipeline(namespace, &r.name).ok()??;
+        let versions = self
+            .store
+            .pipeline_versions(Some(namespace), Some(&r.name))
+            .ok()?;
+        // The version the run names, else the current one (the last).
+        let p = match r.generation {
+            Some(g) => versions
+                .into_iter()
+                .find(|v| v.metadata.generation == Some(g))?,
+            None => versions.into_iter().last()?,
+        };
         code_of(&p)?;
         Some(self.code_store().job_dir(p.metadata.uid.as_deref()?))
     }
@@ -210,18 +230,29 @@ impl Cluster {
         Ok(self.store.pipeline(namespace, name)?)
     }
 
-    /// Deletes a pipeline and its code snapshot; the runs made from it keep their copies.
-    /// `None`: no such pipeline.
+    /// Every kept version of the pipelines of a namespace (of one name, or all), oldest
+    /// first, the current one last.
+    pub fn pipeline_versions(
+        &self,
+        namespace: &str,
+        name: Option<&str>,
+    ) -> Result<Vec<Pipeline>, ClusterError> {
+        Ok(self.store.pipeline_versions(Some(namespace), name)?)
+    }
+
+    /// Deletes a pipeline, every version of it and their code snapshots; the runs made
+    /// from it keep their copies. `None`: no such pipeline.
     pub fn delete_pipeline(
         &mut self,
         namespace: &str,
         name: &str,
     ) -> Result<Option<()>, ClusterError> {
-        let Some(p) = self.store.pipeline(namespace, name)? else {
+        if self.store.pipeline(namespace, name)?.is_none() {
             return Ok(None);
-        };
+        }
+        let versions = self.store.pipeline_versions(Some(namespace), Some(name))?;
         self.store.remove_pipeline(namespace, name)?;
-        if let Some(uid) = &p.metadata.uid {
+        for uid in versions.iter().filter_map(|v| v.metadata.uid.as_deref()) {
             let _ = self.code_store().remove(uid);
         }
         Ok(Some(()))

@@ -32,7 +32,8 @@ pub fn names_stored_pipelines(text: &str) -> bool {
 }
 
 impl SubmitContext {
-    /// With the stored Pipelines of the namespace submitted to, which its runs may name.
+    /// With the stored Pipelines of the namespace submitted to, every kept version of
+    /// them, which its runs may name.
     pub fn with_pipelines(mut self, pipelines: Vec<Pipeline>) -> Self {
         self.validation.pipelines = pipelines;
         self

@@ -1,7 +1,9 @@
 //! Stored Pipelines (kind `Pipeline`), which runs name (`spec.pipelineRef`): one row per
-//! namespace and name, its current version only (`metadata.generation` counts them; a run
-//! keeps its own copy of the version it was made from). A table made on open when missing
-//! (no schema version change).
+//! namespace and name for its current version, and one per version in `pipeline_versions`
+//! (`metadata.generation` counts them; a run keeps its own copy of the version it was made
+//! from), so that a run may name an earlier one. Tables made on open when missing (no
+//! schema version change); a store made before versions were kept has its current
+//! versions only.
 
 use corral_api::pipeline::Pipeline;
 use rusqlite::{OptionalExtension, params};
@@ -15,11 +17,33 @@ CREATE TABLE IF NOT EXISTS pipelines (
     pipeline  TEXT NOT NULL,
     PRIMARY KEY (namespace, name)
 );
+CREATE TABLE IF NOT EXISTS pipeline_versions (
+    namespace  TEXT NOT NULL,
+    name       TEXT NOT NULL,
+    generation INTEGER NOT NULL,
+    pipeline   TEXT NOT NULL,
+    PRIMARY KEY (namespace, name, generation)
+);
 ";
 
 impl Store {
-    /// Stores a pipeline, replacing the one of its name (inside the open batch).
+    /// Stores a pipeline as the current version of its name, and keeps it as version
+    /// `metadata.generation` (inside the open batch).
     pub fn put_pipeline(&self, p: &Pipeline) -> Result<(), StoreError> {
+        let ns = p.metadata.namespace_or_default();
+        let text = json(p)?;
+        self.conn
+            .prepare_cached(
+                "INSERT INTO pipeline_versions (namespace, name, generation, pipeline)
+                 VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (namespace, name, generation) DO UPDATE SET pipeline = excluded.pipeline",
+            )?
+            .execute(params![
+                ns,
+                p.metadata.name,
+                p.metadata.generation.unwrap_or(1),
+                text
+            ])?;
         self.conn
             .prepare_cached(
                 "INSERT INTO pipelines (namespace, name, pipeline) VALUES (?1, ?2, ?3)
@@ -68,12 +92,80 @@ impl Store {
             .transpose()
     }
 
-    /// Removes a pipeline; whether there was one.
+    /// Every kept version of the pipelines of a namespace (or of every namespace), the
+    /// current ones included, by namespace, name and generation.
+    pub fn pipeline_versions(
+        &self,
+        namespace: Option<&str>,
+        name: Option<&str>,
+    ) -> Result<Vec<Pipeline>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT namespace, name, pipeline FROM pipeline_versions
+             WHERE (?1 IS NULL OR namespace = ?1) AND (?2 IS NULL OR name = ?2)
+             ORDER BY namespace, name, generation",
+        )?;
+        let rows = stmt.query_map(params![namespace, name], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+            ))
+        })?;
+        let mut out: Vec<Pipeline> = Vec::new();
+        for row in rows {
+            let (ns, name, text) = row?;
+            out.push(parse(&format!("pipeline {ns}/{name}"), &text)?);
+        }
+        // A current version stored before versions were kept.
+        for p in self.pipelines(namespace)? {
+            let kept = out.iter().any(|v| {
+                v.metadata.name == p.metadata.name
+                    && v.metadata.namespace == p.metadata.namespace
+                    && v.metadata.generation == p.metadata.generation
+            });
+            if !kept && name.is_none_or(|n| n == p.metadata.name) {
+                out.push(p);
+            }
+        }
+        out.sort_by(|a, b| {
+            (
+                &a.metadata.namespace,
+                &a.metadata.name,
+                a.metadata.generation,
+            )
+                .cmp(&(
+                    &b.metadata.namespace,
+                    &b.metadata.name,
+                    b.metadata.generation,
+                ))
+        });
+        Ok(out)
+    }
+
+    /// Removes a pipeline with every version of it; whether there was one.
     pub fn remove_pipeline(&self, namespace: &str, name: &str) -> Result<bool, StoreError> {
+        self.conn
+            .prepare_cached("DELETE FROM pipeline_versions WHERE namespace = ?1 AND name = ?2")?
+            .execute([namespace, name])?;
         let n = self
             .conn
             .prepare_cached("DELETE FROM pipelines WHERE namespace = ?1 AND name = ?2")?
             .execute([namespace, name])?;
         Ok(n > 0)
+    }
+
+    /// Forgets one version (a submission refused after it was stored).
+    pub fn remove_pipeline_version(
+        &self,
+        namespace: &str,
+        name: &str,
+        generation: i64,
+    ) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached(
+                "DELETE FROM pipeline_versions WHERE namespace = ?1 AND name = ?2 AND generation = ?3",
+            )?
+            .execute(params![namespace, name, generation])?;
+        Ok(())
     }
 }
