@@ -53,6 +53,10 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/api/v1/namespaces/{namespace}/pipelines"),
     ("get", "/api/v1/namespaces/{namespace}/pipelines/{name}"),
     ("delete", "/api/v1/namespaces/{namespace}/pipelines/{name}"),
+    (
+        "get",
+        "/api/v1/namespaces/{namespace}/pipelines/{name}/versions",
+    ),
     ("get", "/api/v1/pipelines"),
     ("get", "/api/v1/namespaces/{namespace}/servedmodels"),
     ("get", "/api/v1/servedmodels"),
@@ -603,7 +607,13 @@ fn pipeline_paths() -> Vec<(&'static str, Value)> {
             "/api/v1/namespaces/{namespace}/pipelines/{name}",
             json!({
                 "get": job_op("getPipeline", "The stored pipeline (its current version)", json_response("The pipeline", reference("Pipeline")), &[]),
-                "delete": job_op("deletePipeline", "Delete a stored pipeline and its code snapshot (the runs made from it keep their copies)", changed, &[]),
+                "delete": job_op("deletePipeline", "Delete a stored pipeline, every version of it and their code snapshots (the runs made from it keep their copies)", changed, &[]),
+            }),
+        ),
+        (
+            "/api/v1/namespaces/{namespace}/pipelines/{name}/versions",
+            json!({
+                "get": job_op("listPipelineVersions", "Every kept version of a stored pipeline, oldest first (the current one last); a run names one by spec.pipelineRef.generation", json_response("Pipeline versions", list_of("Pipeline")), &[]),
             }),
         ),
         (

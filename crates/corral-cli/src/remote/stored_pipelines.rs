@@ -107,8 +107,13 @@ pub fn get(client: &Client, ns: Option<&str>, names: &[String], output: Output) 
     out(&table(&header, &rows))
 }
 
-/// The report of `corral describe pipeline/NAME`: the pipeline and the runs made from it.
-pub fn describe_text(p: &Pipeline, runs: &[corral_api::PipelineRun]) -> String {
+/// The report of `corral describe pipeline/NAME`: the pipeline, its kept versions and the
+/// runs made from it.
+pub fn describe_text(
+    p: &Pipeline,
+    versions: &[Pipeline],
+    runs: &[corral_api::PipelineRun],
+) -> String {
     let mut s = String::new();
     s.push_str(&format!("Name:        {}\n", p.metadata.name));
     s.push_str(&format!(
@@ -136,6 +141,35 @@ pub fn describe_text(p: &Pipeline, runs: &[corral_api::PipelineRun]) -> String {
             })
             .collect();
         for line in table(&["NAME", "TYPE", "DEFAULT"], &rows).lines() {
+            s.push_str(&format!("  {line}\n"));
+        }
+    }
+    let now = Timestamp::now();
+    if versions.len() > 1 {
+        let rows: Vec<Vec<String>> = versions
+            .iter()
+            .map(|v| {
+                vec![
+                    generation(v),
+                    v.metadata
+                        .annotations
+                        .get("corral.dev/code")
+                        .map_or_else(|| "-".into(), |c| c.chars().take(19).collect()),
+                    v.spec.steps.len().to_string(),
+                    if v.metadata.generation == p.metadata.generation {
+                        "current".into()
+                    } else {
+                        format!(
+                            "corral run {} --generation {}",
+                            p.metadata.name,
+                            generation(v)
+                        )
+                    },
+                ]
+            })
+            .collect();
+        s.push_str("Versions:\n");
+        for line in table(&["GENERATION", "CODE", "STEPS", "RUN WITH"], &rows).lines() {
             s.push_str(&format!("  {line}\n"));
         }
     }
@@ -172,7 +206,6 @@ pub fn describe_text(p: &Pipeline, runs: &[corral_api::PipelineRun]) -> String {
         ));
         return s;
     }
-    let now = Timestamp::now();
     let rows: Vec<Vec<String>> = runs
         .iter()
         .map(|r| {
@@ -226,8 +259,10 @@ pub fn describe(client: &Client, ns: &str, names: &[String], output: Output) -> 
                     })
                     .cloned()
                     .collect();
+                // A server that keeps no versions answers 404: the current one alone.
+                let versions = client.pipeline_versions(ns, name).unwrap_or_default();
                 let sep = if i > 0 { "\n" } else { "" };
-                out(&format!("{sep}{}", describe_text(&p, &made)))
+                out(&format!("{sep}{}", describe_text(&p, &versions, &made)))
             }
             Ok(_) if output == Output::Name => out(&format!("pipeline/{name}\n")),
             Ok(p) => print_structured(&p, output),

@@ -239,6 +239,11 @@ pub(super) fn a_stored_pipeline_runs_with_its_code_and_keeps_its_versions() -> T
         &["describe", "pipeline/fit"],
         "r3     2            Succeeded",
     )?;
+    ok(
+        &up,
+        &["describe", "pipeline/fit"],
+        "corral run fit --generation 1",
+    )?;
     // Deleted: its runs stay, a new run is refused.
     ok(&up, &["delete", "pipeline/fit"], "pipeline/fit deleted")?;
     ok(&up, &["get", "pipelineruns"], "r1")?;

@@ -63,6 +63,18 @@ impl Client {
         serde_json::from_value(v).map_err(|e| ClientError::Protocol(e.to_string()))
     }
 
+    /// Every kept version of a stored pipeline, oldest first.
+    pub fn pipeline_versions(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Vec<Pipeline>, ClientError> {
+        self.get_items(&format!(
+            "{}/versions",
+            Self::pipeline_path(namespace, name)
+        ))
+    }
+
     /// Deletes a stored pipeline (the runs made from it stay).
     pub fn delete_pipeline(&self, namespace: &str, name: &str) -> Result<bool, ClientError> {
         let req = self.auth(

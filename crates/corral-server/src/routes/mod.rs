@@ -10,7 +10,7 @@
 //! - `series`: the history store's time series, for charts.
 //! - `usage`: the usage ledger (GPU-hours per period, namespace, queue, GPU type, job).
 //! - `pipelines`: pipeline runs (list, get, describe, delete) and stored pipelines (list,
-//!   get, delete).
+//!   get, their kept versions, delete).
 //! - `list_body`: the `{"items": [...]}` body every list answers with.
 //!
 //! The dashboard's page and assets (`/`, `/ui/...`) are `crate::dashboard`'s.
@@ -97,6 +97,10 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/api/v1/namespaces/{namespace}/pipelines/{name}",
             get(pipelines::get_pipeline).delete(pipelines::delete_pipeline),
+        )
+        .route(
+            "/api/v1/namespaces/{namespace}/pipelines/{name}/versions",
+            get(pipelines::pipeline_versions),
         )
         .route("/api/v1/pipelines", get(pipelines::list_all_pipelines))
         .route("/api/v1/servedmodels", get(crate::serving::list_all))

@@ -136,6 +136,23 @@ pub(super) async fn get_pipeline(
     }
 }
 
+/// `GET .../pipelines/{name}/versions`: every kept version, oldest first.
+pub(super) async fn pipeline_versions(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((namespace, name)): Path<(String, String)>,
+) -> ApiResult {
+    caller.check(&namespace)?;
+    let (ns, n) = (namespace.clone(), name.clone());
+    let items = state
+        .with_cluster(move |c| c.pipeline_versions(&ns, Some(&n)))
+        .await??;
+    if items.is_empty() {
+        return Err(pipeline_not_found(&namespace, &name));
+    }
+    Ok(Json(json!({ "items": items })).into_response())
+}
+
 pub(super) async fn delete_pipeline(
     State(state): State<AppState>,
     caller: Caller,
