@@ -472,7 +472,7 @@ impl Scheduler {
         self.cycle_sliced(now, None)
     }
 
-    /// A cycle that stops admitting once it has placed `slice` replicas (`None`: no
+    /// A cycle that stops admitting once it has placed `slice` replicas (at least one; `None`: no
     /// limit), for a shell that writes each admission through a rate-bound API and must end
     /// its pass in time. The jobs it did not reach keep their place and their last reason
     /// (counted in `deferred`); nothing is rebalanced or grown in such a cycle, so the next
@@ -546,7 +546,8 @@ impl Scheduler {
             }
         }
         let mut placed = 0u64;
-        let limit = slice.map(u64::from);
+        // A slice of none would admit nothing and defer everything for ever: one at least.
+        let limit = slice.map(|l| u64::from(l.max(1)));
         while let Some(Reverse((_, _, _, _, _, q))) = heap.pop() {
             if limit.is_some_and(|l| placed >= l) {
                 // The rest waits for the next cycle, in the same order.

@@ -110,6 +110,11 @@ pub(super) fn a_deleted_jobs_output_stays_for_its_retention() {
             .trim(),
         "trained"
     );
+    // Written 3 minutes before its job is deleted: the retention counts from the delete.
+    for _ in 0..3 {
+        let removed = a_minute(&mut h, &mut c);
+        assert!(removed.is_empty(), "a live job's output went: {removed:?}");
+    }
     c.delete("default", "writer", h.now).expect("delete");
     h.until(&mut c, "writer gone", |c| {
         crate::common::cluster::state(c, "writer").is_none()
