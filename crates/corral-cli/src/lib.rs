@@ -20,6 +20,7 @@ pub mod code_archive;
 pub mod doctor;
 pub mod document_summary;
 pub mod input;
+pub mod kfp_upload;
 pub mod manifests;
 pub mod operator_bench;
 pub mod output;

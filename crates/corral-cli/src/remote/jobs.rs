@@ -30,6 +30,12 @@ pub struct SubmitArgs {
     /// pipeline) of the input.
     #[arg(short = 'p', long = "param", value_name = "NAME=VALUE")]
     pub params: Vec<String>,
+    /// Store each compiled Kubeflow pipeline of the input as a Pipeline named after its
+    /// `pipelineInfo.name` (a new version when it changed), for `corral run NAME` later,
+    /// instead of running it at once (as `kfp pipeline upload`); `-p` then sets its
+    /// parameters' defaults.
+    #[arg(long)]
+    pub as_pipeline: bool,
     #[command(flatten)]
     pub namespace: NamespaceArgs,
     #[command(flatten)]
@@ -199,16 +205,23 @@ pub fn run_submit(args: &SubmitArgs) -> ExitCode {
     let mut failed = false;
     for file in &files {
         let shown = if file == "-" { "stdin" } else { file.as_str() };
-        let text = match crate::input::read(file) {
-            Ok(t) if params.is_empty() => t,
-            Ok(t) => match crate::params::with_params(&t, &params) {
-                Ok(t) => t,
-                Err(e) => {
-                    eprintln!("{shown}: {e}");
-                    failed = true;
-                    continue;
+        let text = crate::input::read(file)
+            .and_then(|t| {
+                if params.is_empty() {
+                    Ok(t)
+                } else {
+                    crate::params::with_params(&t, &params)
                 }
-            },
+            })
+            .and_then(|t| {
+                if args.as_pipeline {
+                    crate::kfp_upload::as_pipelines(&t)
+                } else {
+                    Ok(t)
+                }
+            });
+        let text = match text {
+            Ok(t) => t,
             Err(e) => {
                 eprintln!("{shown}: {e}");
                 failed = true;

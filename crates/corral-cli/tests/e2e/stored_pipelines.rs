@@ -244,10 +244,51 @@ pub(super) fn a_stored_pipeline_runs_with_its_code_and_keeps_its_versions() -> T
         &["describe", "pipeline/fit"],
         "corral run fit --generation 1",
     )?;
+    // A compiled Kubeflow pipeline stored as a Pipeline (as `kfp pipeline upload`), then run
+    // by name: the run is the pipeline's version, with the parameter given.
+    let kfp_file = dir.path().join("two_steps.yaml");
+    std::fs::write(
+        &kfp_file,
+        include_str!("../../../corral-api/tests/fixtures/kfp/two_steps.yaml"),
+    )?;
+    let kfp_file = kfp_file.to_string_lossy().to_string();
+    ok(
+        &up,
+        &["submit", &kfp_file, "--as-pipeline"],
+        "pipeline/two-steps submitted in namespace default (generation 1)",
+    )?;
+    ok(
+        &up,
+        &["run", "two-steps", "-p", "greeting=hi", "--name", "k1"],
+        "pipelinerun/k1 submitted",
+    )?;
+    let k1 = client.describe_pipeline_run("default", "k1")?.run;
+    check(
+        k1.spec
+            .pipeline_ref
+            .as_ref()
+            .map(|r| (r.name.as_str(), r.generation))
+            == Some(("two-steps", Some(1)))
+            && k1.spec.pipeline_spec.steps.len() == 2
+            && k1.spec.params.get("greeting") == Some(&serde_json::json!("hi")),
+        format!("k1 is not a run of two-steps: {:?}", k1.spec),
+    )?;
+    // Its steps name an image this machine may not pull: it is not waited for.
+    ok(&up, &["delete", "pipelinerun/k1"], "deleted")?;
+    refused(
+        &up,
+        &["submit", &file, "--as-pipeline"],
+        "--as-pipeline stores compiled Kubeflow pipelines",
+    )?;
+
     // Deleted: its runs stay, a new run is refused.
     ok(&up, &["delete", "pipeline/fit"], "pipeline/fit deleted")?;
     ok(&up, &["get", "pipelineruns"], "r1")?;
-    refused(&up, &["run", "fit", "-p", "tag=d"], "there is none")?;
+    refused(
+        &up,
+        &["run", "fit", "-p", "tag=d"],
+        "no Pipeline `fit` in this namespace; there are: two-steps",
+    )?;
     check(
         client.describe_pipeline_run("default", "r1").is_ok(),
         "r1 went with its pipeline",
