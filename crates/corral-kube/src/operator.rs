@@ -36,7 +36,7 @@ use crate::leader::{Election, spawn_election};
 use crate::metrics::Metrics;
 use crate::observe::World;
 use crate::own_writes::{CATCH_UP_LIMIT, Written, version_at_least};
-use crate::plan::{Plan, PlanConfig, Planner};
+use crate::plan::{PassSlice, Plan, PlanConfig, Planner};
 
 /// `corral operator`: run Corral as a Kubernetes operator.
 #[derive(Clone, Debug, clap::Args)]
@@ -916,7 +916,9 @@ async fn lead(
     } else {
         Planner::keeping()
     }
-    .with_pass_budget(Some(Duration::from_millis(args.pass_budget_ms)));
+    .with_slice(PassSlice::new(Some(Duration::from_millis(
+        args.pass_budget_ms,
+    ))));
     loop {
         if !written.is_empty() && !stores.catch_up(&written, &notify, CATCH_UP_LIMIT).await {
             tracing::debug!("the watch caches did not show the last pass's writes in time");

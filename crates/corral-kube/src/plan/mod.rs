@@ -337,14 +337,8 @@ impl Planner {
         }
     }
 
-    /// Passes admit no more than their writes can do in `budget` ([`PassSlice`]);
-    /// `None` or zero: a pass admits everything that fits.
-    pub fn with_pass_budget(mut self, budget: Option<Duration>) -> Self {
-        self.slice = PassSlice::new(budget);
-        self
-    }
-
-    /// Passes admit no more than `slice` says.
+    /// Passes admit no more than `slice` says (`PassSlice::new(budget)`: what their writes
+    /// can do in `budget`).
     pub fn with_slice(mut self, slice: PassSlice) -> Self {
         self.slice = slice;
         self

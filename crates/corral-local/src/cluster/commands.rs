@@ -22,9 +22,6 @@ pub(super) struct Inserted {
     seqs: Vec<i64>,
     warnings: Vec<Vec<String>>,
     code_dirs: Vec<std::path::PathBuf>,
-    /// Code snapshots of pipeline versions this submission replaced: removed once it is
-    /// committed.
-    replaced_code: Vec<String>,
 }
 
 impl Cluster {
@@ -160,7 +157,6 @@ impl Cluster {
                 i.runs = run_results;
                 i.code_dirs.extend(kept.placed_code(self.code_store()));
                 i.runs.extend(kept.results);
-                i.replaced_code = kept.replaced_code;
                 i
             }));
         }
@@ -276,7 +272,6 @@ impl Cluster {
                     seqs,
                     warnings,
                     code_dirs,
-                    replaced_code: Vec::new(),
                 })
             }
             Err(e) => {
@@ -339,12 +334,8 @@ impl Cluster {
             runs,
             seqs,
             warnings,
-            replaced_code,
             ..
         } = inserted;
-        for uid in replaced_code {
-            let _ = self.code_store().remove(&uid);
-        }
         let mut out = Vec::with_capacity(jobs.len());
         for ((j, seq), warnings) in jobs.into_iter().zip(seqs).zip(warnings) {
             self.counters.jobs_submitted += 1;

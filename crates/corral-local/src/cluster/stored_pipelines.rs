@@ -25,9 +25,6 @@ pub(super) struct StoredPipelines {
     /// What each stored name held before (to put back) and the code directory the new
     /// version placed (to remove), if the submission is refused after all.
     undo: Vec<(Pipeline, Option<Pipeline>, bool)>,
-    /// Code directories to remove once the batch is committed (none: every version keeps
-    /// its own).
-    pub(super) replaced_code: Vec<String>,
 }
 
 impl StoredPipelines {

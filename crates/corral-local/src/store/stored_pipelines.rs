@@ -2,8 +2,8 @@
 //! namespace and name for its current version, and one per version in `pipeline_versions`
 //! (`metadata.generation` counts them; a run keeps its own copy of the version it was made
 //! from), so that a run may name an earlier one. Tables made on open when missing (no
-//! schema version change); a store made before versions were kept has its current
-//! versions only.
+//! schema version change); a store made before versions were kept gets its current
+//! versions copied in on open.
 
 use corral_api::pipeline::Pipeline;
 use rusqlite::{OptionalExtension, params};
@@ -24,6 +24,10 @@ CREATE TABLE IF NOT EXISTS pipeline_versions (
     pipeline   TEXT NOT NULL,
     PRIMARY KEY (namespace, name, generation)
 );
+-- A current version stored before versions were kept (idempotent, on every open).
+INSERT OR IGNORE INTO pipeline_versions (namespace, name, generation, pipeline)
+    SELECT namespace, name, COALESCE(json_extract(pipeline, '$.metadata.generation'), 1), pipeline
+    FROM pipelines;
 ";
 
 impl Store {
@@ -111,34 +115,11 @@ impl Store {
                 r.get::<_, String>(2)?,
             ))
         })?;
-        let mut out: Vec<Pipeline> = Vec::new();
+        let mut out = Vec::new();
         for row in rows {
             let (ns, name, text) = row?;
             out.push(parse(&format!("pipeline {ns}/{name}"), &text)?);
         }
-        // A current version stored before versions were kept.
-        for p in self.pipelines(namespace)? {
-            let kept = out.iter().any(|v| {
-                v.metadata.name == p.metadata.name
-                    && v.metadata.namespace == p.metadata.namespace
-                    && v.metadata.generation == p.metadata.generation
-            });
-            if !kept && name.is_none_or(|n| n == p.metadata.name) {
-                out.push(p);
-            }
-        }
-        out.sort_by(|a, b| {
-            (
-                &a.metadata.namespace,
-                &a.metadata.name,
-                a.metadata.generation,
-            )
-                .cmp(&(
-                    &b.metadata.namespace,
-                    &b.metadata.name,
-                    b.metadata.generation,
-                ))
-        });
         Ok(out)
     }
 
