@@ -10,6 +10,7 @@ use crate::NoStatus;
 use crate::job_priority_class::{JobPriorityClassSpec, LEGACY_KIND, LEGACY_PLURAL, LEGACY_WARNING};
 use crate::meta::{API_GROUP, Kind};
 use crate::node_pool::NodePoolSpec;
+use crate::pipeline::{PipelineRunSpec, PipelineRunStatus};
 use crate::queue::QueueSpec;
 use crate::training_job::{TrainingJobSpec, TrainingJobStatus};
 
@@ -254,13 +255,22 @@ pub fn all_crds() -> Vec<Value> {
             &["jpc"],
             json!([
                 {"name": "Value", "type": "integer", "jsonPath": ".spec.value"},
-                age,
+                age.clone(),
             ]),
         ),
     ];
     require_images(&mut crds[0]);
     let legacy = legacy_priority_class_crd(&crds[3]);
     crds.push(legacy);
+    let runs = crd::<PipelineRunSpec, PipelineRunStatus>(
+        &["plr"],
+        json!([
+            {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+            {"name": "Message", "type": "string", "jsonPath": ".status.message", "priority": 1},
+            age,
+        ]),
+    );
+    crds.push(runs);
     crds
 }
 

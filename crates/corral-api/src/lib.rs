@@ -4,6 +4,7 @@
 //!
 //! Pure data and functions: no I/O. Shells read files and call [`parse_documents`].
 
+pub mod artifacts_report;
 pub mod crd;
 pub mod document;
 pub mod gpu_type;

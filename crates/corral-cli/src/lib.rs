@@ -16,6 +16,7 @@
 //! - [`code_archive`]: the code snapshot `submit --code DIR` ships, as a tar archive.
 
 pub mod api_bench;
+pub mod artifacts_tool;
 pub mod code_archive;
 pub mod doctor;
 pub mod document_summary;

@@ -6,8 +6,8 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use corral_cli::output::{Format, emit, print_values};
 use corral_cli::{
-    api_bench, doctor, manifests, operator_bench, pipeline_bench, plan, programs, quickstart,
-    remote, sched_bench, serve_bench, sim, up,
+    api_bench, artifacts_tool, doctor, manifests, operator_bench, pipeline_bench, plan, programs,
+    quickstart, remote, sched_bench, serve_bench, sim, up,
 };
 use serde_json::Value;
 
@@ -111,6 +111,13 @@ enum Command {
         /// Fill in every default (restart policies, ports, queue) as Corral applies them.
         #[arg(long)]
         with_defaults: bool,
+    },
+    /// Make or read pipeline artifacts from inside a pod: what the Kubernetes operator runs
+    /// in the pods it makes around a pipeline's steps (not for people).
+    #[command(hide = true)]
+    Artifacts {
+        #[command(subcommand)]
+        what: artifacts_tool::ArtifactsCommand,
     },
     /// Print the CustomResourceDefinitions of Corral's kinds (apiextensions.k8s.io/v1).
     Crd {
@@ -271,6 +278,7 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::Artifacts { what } => artifacts_tool::run(&what),
         Command::Operator { args } => programs::exec_operator(args),
         Command::Validate(args) => manifests::validate(&args),
         Command::Convert {

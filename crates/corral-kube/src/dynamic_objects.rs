@@ -28,6 +28,9 @@ pub fn queues() -> ApiResource {
 pub fn node_pools() -> ApiResource {
     api_resource::<NodePoolSpec>()
 }
+pub fn pipeline_runs() -> ApiResource {
+    api_resource::<corral_api::pipeline::PipelineRunSpec>()
+}
 pub fn job_priority_classes() -> ApiResource {
     api_resource::<JobPriorityClassSpec>()
 }

@@ -30,6 +30,9 @@
 //! labels. An operator that restarts anywhere in
 //! the pipeline re-reads them and repeats only idempotent steps.
 //!
+//! After each pass, [`pipelines`] moves PipelineRuns on by the core's decision: their steps
+//! become TrainingJobs the next pass admits like any other.
+//!
 //! Beside the pipeline, [`webhook`] refuses at `kubectl apply` what the pipeline could
 //! never run (with `--webhook-cert-dir`), in the embedded shell's words.
 
@@ -45,6 +48,7 @@ pub mod metrics;
 pub mod observe;
 pub mod operator;
 pub mod own_writes;
+pub mod pipelines;
 pub mod plan;
 pub mod record;
 pub mod slim;

@@ -125,6 +125,14 @@ pub struct OperatorArgs {
     /// `alongside` Kubeflow's operator. See deploy/README.md.
     #[arg(long, value_enum, default_value_t = crate::kubeflow::Mode::Off)]
     pub kubeflow: crate::kubeflow::Mode,
+    /// The PersistentVolumeClaim, in each namespace that runs pipelines, that holds their
+    /// artifacts (ReadWriteMany: every step's pods mount it). See deploy/README.md.
+    #[arg(long, default_value = "corral-artifacts")]
+    pub artifacts_claim: String,
+    /// The image of the short pods that make a step's output directories and hash or read
+    /// artifacts (`corral artifacts`): the operator's own.
+    #[arg(long, env = "CORRAL_TOOLS_IMAGE", default_value = concat!("ghcr.io/corral-dev/corral:", env!("CARGO_PKG_VERSION")))]
+    pub tools_image: String,
     /// Log lines as text (for a terminal) or JSON (one object per line, for a log
     /// collector). The level and targets come from RUST_LOG (default: info).
     #[arg(long, env = "CORRAL_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
@@ -903,8 +911,18 @@ async fn lead(
     };
     let kubeflow =
         crate::kubeflow::watch::start(args.kubeflow, client, notify.clone(), &mut tasks.0).await;
+    let runs = crate::pipelines::watch::start(
+        client,
+        crate::pipelines::PipelineConfig {
+            claim: args.artifacts_claim.clone(),
+            tools_image: args.tools_image.clone(),
+        },
+        notify.clone(),
+        &mut tasks.0,
+    )
+    .await;
     tokio::select! {
-        ok = stores.ready() => if !ok { return; },
+        ok = async { stores.ready().await && runs.ready().await } => if !ok { return; },
         _ = stop.wait_for(|s| *s) => return,
     }
     health.set_synced();
@@ -948,6 +966,12 @@ async fn lead(
         for e in &kf.errors {
             tracing::warn!("kubeflow: {e}");
         }
+        let pipelines = runs.pass(&world, &applier, Timestamp::now()).await;
+        for e in &pipelines.errors {
+            tracing::warn!("pipelines: {e}");
+        }
+        written.jobs.extend(pipelines.written.jobs);
+        written.pods.extend(pipelines.written.pods);
         drop(world);
         give_back_freed_memory();
         let next_after = plan

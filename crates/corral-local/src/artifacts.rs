@@ -19,6 +19,7 @@ use std::fs;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
+use corral_api::artifacts_report::{ArtifactsReport, REPORT_TEXT_LIMIT};
 use corral_core::tenancy::TenantIdentity;
 use sha2::{Digest, Sha256};
 
@@ -199,6 +200,53 @@ pub fn condition_text(path: &Path) -> String {
     let _ =
         open_no_follow(&file).and_then(|f| f.take(MAX_CONDITION_TEXT).read_to_string(&mut text));
     text.trim().to_string()
+}
+
+/// `corral artifacts hash PATH...`: each path's hash, for a shell that cannot read the
+/// volume the artifacts are on (the operator; see `corral_api::artifacts_report`).
+pub fn report_hashes(paths: &[PathBuf]) -> io::Result<ArtifactsReport> {
+    let sha256 = paths
+        .iter()
+        .map(|p| hash(p).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", p.display()))))
+        .collect::<io::Result<_>>()?;
+    Ok(ArtifactsReport {
+        sha256,
+        text: Vec::new(),
+    })
+}
+
+/// `corral artifacts read PATH...`: each path's text as a condition reads it; a text longer
+/// than a report carries is refused (cut, a condition would compare the wrong words).
+pub fn report_texts(paths: &[PathBuf]) -> Result<ArtifactsReport, String> {
+    let mut text = Vec::new();
+    for p in paths {
+        let t = condition_text(p);
+        if t.len() > REPORT_TEXT_LIMIT {
+            return Err(format!(
+                "{}: {} bytes; on Kubernetes a condition or a fan-out reads at most \
+                 {REPORT_TEXT_LIMIT} bytes of an artifact",
+                p.display(),
+                t.len()
+            ));
+        }
+        text.push(t);
+    }
+    Ok(ArtifactsReport {
+        sha256: Vec::new(),
+        text,
+    })
+}
+
+/// `corral artifacts prepare DIR...`: a step's output directories, made before it starts
+/// (as embedded) and writable whatever user its image runs as: the volume is its
+/// namespace's alone, which is the wall between tenants there.
+pub fn prepare_for_pod(dirs: &[PathBuf]) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    for d in dirs {
+        fs::create_dir_all(d)?;
+        fs::set_permissions(d, fs::Permissions::from_mode(0o777))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -776,6 +776,22 @@ fn finish(d: &mut Decision, phase: RunPhase, message: String, now: Timestamp) {
     d.finished = true;
 }
 
+/// A run that cannot run as written (a shell that stores what it has not validated, as the
+/// Kubernetes API server without Corral's webhook does, finds out later): it ends Failed at
+/// once, with why, and no step of it starts.
+pub fn refused(run: &PipelineRun, why: String, now: Timestamp) -> Decision {
+    let mut d = Decision {
+        status: run.status.clone().unwrap_or_default(),
+        ..Decision::default()
+    };
+    if d.status.phase.is_finished() {
+        return d;
+    }
+    d.status.start_time.get_or_insert(now);
+    finish(&mut d, RunPhase::Failed, format!("Invalid: {why}"), now);
+    d
+}
+
 /// `Ok(None)`: every condition holds; `Ok(Some(why))`: one does not; `Err(path)`: an
 /// artifact must be read first.
 fn conditions(

@@ -1,0 +1,224 @@
+//! Carries out the pipelines' plan: the steps' jobs and the artifact pods first, then each
+//! run's status (over the version it was decided from: a status decided from a stale view
+//! is refused and decided again next pass), then events. A crash between any two writes
+//! leaves what the next pass finds and finishes: a job made again is already there (409),
+//! a status not written is decided again from the jobs that exist.
+
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use kube::Error;
+use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
+use kube::runtime::events::{Event, EventType};
+use serde_json::json;
+
+use super::RunAction;
+use crate::apply::{Applier, ApplyReport};
+use crate::dynamic_objects;
+
+fn code(e: &Error) -> Option<u16> {
+    match e {
+        Error::Api(s) => Some(s.code),
+        _ => None,
+    }
+}
+
+/// What a pass of the pipelines wrote, and the step jobs it made (`namespace/name`, those
+/// already there included), which the next passes count as running until the watch shows
+/// them.
+#[derive(Debug, Default)]
+pub struct Applied {
+    pub report: ApplyReport,
+    pub jobs: Vec<String>,
+}
+
+pub async fn apply(applier: &Applier, actions: &[RunAction]) -> Applied {
+    let mut out = Applied::default();
+    let client = &applier.client;
+    for a in actions {
+        match a {
+            RunAction::CreateJob {
+                namespace,
+                name,
+                job,
+            } => {
+                let api: Api<DynamicObject> = Api::namespaced_with(
+                    client.clone(),
+                    namespace,
+                    &dynamic_objects::training_jobs(),
+                );
+                let obj: DynamicObject = match serde_json::from_value(job.clone()) {
+                    Ok(o) => o,
+                    Err(e) => {
+                        out.report
+                            .errors
+                            .push(format!("{namespace}/{name}: the step's job: {e}"));
+                        continue;
+                    }
+                };
+                applier.limiter.acquire().await;
+                match api.create(&PostParams::default(), &obj).await {
+                    Ok(made) => {
+                        out.report.status_updates += 1;
+                        if let Some(rv) = made.metadata.resource_version {
+                            out.report
+                                .written
+                                .jobs
+                                .push((namespace.clone(), name.clone(), rv));
+                        }
+                        out.jobs.push(format!("{namespace}/{name}"));
+                    }
+                    Err(e) if code(&e) == Some(409) => out.jobs.push(format!("{namespace}/{name}")),
+                    Err(e) => out
+                        .report
+                        .errors
+                        .push(format!("{namespace}/{name}: creating the step's job: {e}")),
+                }
+            }
+            RunAction::CreatePod { namespace, pod } => {
+                let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+                let name = pod.metadata.name.clone().unwrap_or_default();
+                applier.limiter.acquire().await;
+                match api.create(&PostParams::default(), pod).await {
+                    Ok(_) => {
+                        out.report.pods_created += 1;
+                        out.report.written.pods.push((namespace.clone(), name));
+                    }
+                    Err(e) if code(&e) == Some(409) => {}
+                    Err(e) => out.report.errors.push(format!(
+                        "{namespace}/{name}: creating the artifact pod: {e}"
+                    )),
+                }
+            }
+            RunAction::DeletePod { namespace, name } => {
+                let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+                applier.limiter.acquire().await;
+                match api.delete(name, &DeleteParams::default()).await {
+                    Ok(_) => out.report.pods_deleted += 1,
+                    Err(e) if code(&e) == Some(404) => {}
+                    Err(e) => out.report.errors.push(format!(
+                        "{namespace}/{name}: deleting the artifact pod: {e}"
+                    )),
+                }
+            }
+            RunAction::Status { .. } | RunAction::Event { .. } => {}
+        }
+    }
+    // A run's events say what its status says: none where that status was not written.
+    let mut unwritten = std::collections::BTreeSet::new();
+    for a in actions {
+        if let RunAction::Status {
+            namespace,
+            name,
+            resource_version,
+            status,
+        } = a
+        {
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(client.clone(), namespace, &dynamic_objects::pipeline_runs());
+            let body = json!({
+                "apiVersion": corral_api::API_VERSION,
+                "kind": "PipelineRun",
+                "metadata": {"name": name, "namespace": namespace,
+                             "resourceVersion": resource_version},
+                "status": status,
+            });
+            let obj: DynamicObject = match serde_json::from_value(body) {
+                Ok(o) => o,
+                Err(e) => {
+                    out.report
+                        .errors
+                        .push(format!("{namespace}/{name}: the run's status: {e}"));
+                    unwritten.insert((namespace.clone(), name.clone()));
+                    continue;
+                }
+            };
+            applier.limiter.acquire().await;
+            match api.replace_status(name, &PostParams::default(), &obj).await {
+                Ok(_) => out.report.status_updates += 1,
+                // Decided from a view older than the run: decided again next pass.
+                Err(e) if code(&e) == Some(409) => {
+                    tracing::debug!("{namespace}/{name}: run status from a stale view: {e}");
+                    unwritten.insert((namespace.clone(), name.clone()));
+                }
+                Err(e) => {
+                    out.report
+                        .errors
+                        .push(format!("{namespace}/{name}: writing the run's status: {e}"));
+                    unwritten.insert((namespace.clone(), name.clone()));
+                }
+            }
+        }
+    }
+    for a in actions {
+        if let RunAction::Event {
+            namespace,
+            run,
+            uid,
+            warning,
+            reason,
+            note,
+        } = a
+        {
+            if unwritten.contains(&(namespace.clone(), run.clone())) {
+                continue;
+            }
+            if *warning {
+                tracing::warn!(namespace = %namespace, run = %run, event = %reason, "{note}");
+            } else {
+                tracing::info!(namespace = %namespace, run = %run, event = %reason, "{note}");
+            }
+            let Some(recorder) = &applier.recorder else {
+                continue;
+            };
+            let reference = ObjectReference {
+                api_version: Some(corral_api::API_VERSION.to_string()),
+                kind: Some("PipelineRun".into()),
+                name: Some(run.clone()),
+                namespace: Some(namespace.clone()),
+                uid: uid.clone(),
+                ..ObjectReference::default()
+            };
+            let ev = Event {
+                type_: if *warning {
+                    EventType::Warning
+                } else {
+                    EventType::Normal
+                },
+                reason: reason.clone(),
+                note: Some(note.chars().take(1000).collect()),
+                action: reason.clone(),
+                secondary: None,
+            };
+            applier.limiter.acquire().await;
+            match recorder.publish(&ev, &reference).await {
+                Ok(()) => out.report.events += 1,
+                Err(e) => out
+                    .report
+                    .errors
+                    .push(format!("{namespace}/{run}: event {reason}: {e}")),
+            }
+        }
+    }
+    out
+}
+
+/// Lists the runs and everything else the plan reads, plans and applies once (what a test
+/// or a one-shot run does).
+pub async fn reconcile_once(
+    applier: &Applier,
+    cfg: &super::PipelineConfig,
+    now: jiff::Timestamp,
+) -> Result<(Vec<RunAction>, ApplyReport), Error> {
+    let world = crate::operator::observe_api(&applier.client).await?;
+    let api: Api<DynamicObject> =
+        Api::all_with(applier.client.clone(), &dynamic_objects::pipeline_runs());
+    let mut runs = Vec::new();
+    for o in api.list(&kube::api::ListParams::default()).await?.items {
+        match dynamic_objects::decode::<corral_api::PipelineRun>(&o) {
+            Ok(r) => runs.push(std::sync::Arc::new(r)),
+            Err(e) => tracing::warn!("PipelineRun {e}"),
+        }
+    }
+    let actions = super::plan(&runs, &world, &Default::default(), cfg, now);
+    let applied = apply(applier, &actions).await;
+    Ok((actions, applied.report))
+}

@@ -1,0 +1,599 @@
+//! Pipelines on Kubernetes: PipelineRun objects advanced after each operator pass by the
+//! core's decision (`corral_core::control::pipeline`), the same decision the embedded
+//! cluster applies. The steps are TrainingJobs this module creates (owned by their run, so
+//! deleting the run deletes them), queued, admitted and placed by the operator's own pass
+//! like any job.
+//!
+//! Artifacts live on a PersistentVolumeClaim of the run's namespace (`--artifacts-claim`,
+//! ReadWriteMany: every step's pods mount it at [`ARTIFACTS_MOUNT`], an output at
+//! `<mount>/<run>/<step>/<output>`). The operator mounts no tenant's volume: what the
+//! decision asks of artifacts (the content hash of a finished step's outputs, the text a
+//! condition compares) is answered by a short pod of the operator's own image
+//! (`corral artifacts hash|read`) that mounts the claim and reports through its
+//! termination message; the run waits for it and goes on when the pod ends. The cache is
+//! what the namespace's runs recorded in their statuses (a deleted run takes its results
+//! out of the cache).
+//!
+//! Pure: [`plan`] reads the runs and the operator's [`World`] and returns [`RunAction`]s;
+//! [`apply`] carries them out, [`watch`] runs it in the operator.
+
+pub mod apply;
+pub mod watch;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+
+use corral_api::artifacts_report::ArtifactsReport;
+use corral_api::pipeline::{ArtifactRecord, StepPhase};
+use corral_api::validate::{ValidationContext, validate_pipeline_run};
+use corral_api::{PipelineRun, PipelineRunStatus, TrainingJob};
+use corral_core::control::pipeline::{
+    CacheHit, Decision, Facts, Observed, StepLaunch, Wants, decide, observe_job, refused,
+    step_job_with_artifacts, watched_jobs,
+};
+
+use crate::observe::World;
+
+/// Where every step's pods (and the artifact pods) mount the namespace's artifact claim.
+pub const ARTIFACTS_MOUNT: &str = "/corral/artifacts";
+/// The volume's name in those pods.
+pub const ARTIFACTS_VOLUME: &str = "corral-artifacts";
+/// Label of the pods that hash or read a run's artifacts; its value is the run's name.
+pub const ARTIFACTS_OF_LABEL: &str = "corral.dev/artifacts-of";
+/// A failed artifact pod is left this long (its message shown in a Warning) before it is
+/// made again.
+const RETRY_FAILED_READ: SignedDuration = SignedDuration::from_secs(30);
+/// The pod's container; its termination message is the report.
+const TOOL_CONTAINER: &str = "artifacts";
+
+/// What the pipelines need beyond the runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PipelineConfig {
+    /// The PersistentVolumeClaim, in each namespace that runs pipelines, that holds its
+    /// artifacts.
+    pub claim: String,
+    /// The image of the pods that make output directories and read artifacts: the
+    /// operator's own (it holds `corral`).
+    pub tools_image: String,
+}
+
+/// One write of the pipelines' plan.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RunAction {
+    /// A step's TrainingJob (JSON, owned by its run).
+    CreateJob {
+        namespace: String,
+        name: String,
+        job: Value,
+    },
+    /// A pod that hashes or reads artifacts.
+    CreatePod {
+        namespace: String,
+        pod: Box<Pod>,
+    },
+    DeletePod {
+        namespace: String,
+        name: String,
+    },
+    /// The run's new status, written only over the version it was decided from.
+    Status {
+        namespace: String,
+        name: String,
+        resource_version: Option<String>,
+        status: PipelineRunStatus,
+    },
+    Event {
+        namespace: String,
+        run: String,
+        uid: Option<String>,
+        warning: bool,
+        reason: String,
+        note: String,
+    },
+}
+
+/// What one pass reads, indexed.
+struct View<'a> {
+    runs: &'a [Arc<PipelineRun>],
+    jobs: HashMap<String, &'a TrainingJob>,
+    pods: HashMap<(String, String), &'a Pod>,
+    /// Step jobs created moments ago, which the watch may not show yet (`namespace/name`).
+    recent: &'a BTreeSet<String>,
+    cfg: &'a PipelineConfig,
+    now: Timestamp,
+}
+
+/// Everything to write so that every run moves on as far as it can now.
+pub fn plan(
+    runs: &[Arc<PipelineRun>],
+    world: &World,
+    recent: &BTreeSet<String>,
+    cfg: &PipelineConfig,
+    now: Timestamp,
+) -> Vec<RunAction> {
+    let view = View {
+        runs,
+        jobs: world
+            .jobs
+            .iter()
+            .map(|j| (crate::observe::job_key(j), j.as_ref()))
+            .collect(),
+        pods: world
+            .pods
+            .iter()
+            .filter(|p| crate::observe::label(&p.metadata, ARTIFACTS_OF_LABEL).is_some())
+            .map(|p| {
+                let ns = p.metadata.namespace.clone().unwrap_or_default();
+                (
+                    (ns, p.metadata.name.clone().unwrap_or_default()),
+                    p.as_ref(),
+                )
+            })
+            .collect(),
+        recent,
+        cfg,
+        now,
+    };
+    let mut order: Vec<&PipelineRun> = runs.iter().map(Arc::as_ref).collect();
+    order.sort_by(|a, b| {
+        (a.metadata.namespace_or_default(), &a.metadata.name)
+            .cmp(&(b.metadata.namespace_or_default(), &b.metadata.name))
+    });
+    let mut out = Vec::new();
+    for run in order {
+        plan_run(run, &view, &mut out);
+    }
+    out
+}
+
+fn plan_run(run: &PipelineRun, view: &View, out: &mut Vec<RunAction>) {
+    let ns = run.metadata.namespace_or_default().to_string();
+    let name = run.metadata.name.clone();
+    let finished = run.status.as_ref().is_some_and(|s| s.phase.is_finished());
+    if finished {
+        // Its artifact pods have said what they had to.
+        for (pns, pod) in view.pods.keys() {
+            let p = view.pods[&(pns.clone(), pod.clone())];
+            if *pns == ns
+                && crate::observe::label(&p.metadata, ARTIFACTS_OF_LABEL) == Some(name.as_str())
+                && p.metadata.deletion_timestamp.is_none()
+            {
+                out.push(RunAction::DeletePod {
+                    namespace: ns.clone(),
+                    name: pod.clone(),
+                });
+            }
+        }
+        return;
+    }
+    if run.status.is_none()
+        && let Err(why) = check(run)
+    {
+        let d = refused(run, why, view.now);
+        record(run, d.status, d.events, out);
+        return;
+    }
+    let mut jobs = BTreeMap::new();
+    for (step, job) in watched_jobs(run) {
+        let key = format!("{ns}/{job}");
+        let seen = match view.jobs.get(&key) {
+            Some(j) => observe_job(Some(j)),
+            None if view.recent.contains(&key) => Observed::Active,
+            None => Observed::Gone,
+        };
+        jobs.insert(step, seen);
+    }
+    let mut run = run.clone();
+    let original = run.status.clone();
+    let mut facts = Facts::default();
+    let mut events = Vec::new();
+    for _ in 0..max_rounds(&run) {
+        let d: Decision = decide(&run, &jobs, &facts, view.now);
+        if !d.wants.is_empty() {
+            if gather(&run, d.wants, view, &mut facts, out) {
+                continue;
+            }
+            break;
+        }
+        events.extend(d.events);
+        run.status = Some(d.status);
+        if d.create.is_empty() {
+            break;
+        }
+        for launch in d.create {
+            jobs.insert(launch.step.clone(), Observed::Active);
+            out.push(step_job(&run, &launch, view.cfg));
+        }
+    }
+    let status = run.status.clone().unwrap_or_default();
+    if original.as_ref() != Some(&status) {
+        record(&run, status, events, out);
+    }
+}
+
+/// What a run must be to run here, beyond what the API server's schema checked: what the
+/// embedded cluster checks at submit, with images required as on Kubernetes.
+fn check(run: &PipelineRun) -> Result<(), String> {
+    if run.spec.pipeline_ref.is_some() {
+        return Err(
+            "spec.pipelineRef: the operator does not keep stored Pipelines; write \
+                    the pipeline in spec.pipelineSpec (`corral convert` writes a run of a \
+                    stored pipeline's file out in full)"
+                .into(),
+        );
+    }
+    let ctx = ValidationContext {
+        requires_image: true,
+        ..ValidationContext::default()
+    };
+    validate_pipeline_run(run, &ctx).map_err(|e| e.to_string().replace('\n', "; "))
+}
+
+fn record(
+    run: &PipelineRun,
+    status: PipelineRunStatus,
+    events: Vec<String>,
+    out: &mut Vec<RunAction>,
+) {
+    let ns = run.metadata.namespace_or_default().to_string();
+    let failed = status.phase == corral_api::pipeline::RunPhase::Failed;
+    out.push(RunAction::Status {
+        namespace: ns.clone(),
+        name: run.metadata.name.clone(),
+        resource_version: run.metadata.resource_version.clone(),
+        status,
+    });
+    let last = events.len();
+    for (i, note) in events.into_iter().enumerate() {
+        out.push(RunAction::Event {
+            namespace: ns.clone(),
+            run: run.metadata.name.clone(),
+            uid: run.metadata.uid.clone(),
+            warning: failed && i + 1 == last,
+            reason: "Pipeline".into(),
+            note,
+        });
+    }
+}
+
+/// Rounds of gathering facts for one decision at most (as embedded).
+fn max_rounds(run: &PipelineRun) -> usize {
+    4 * run.expanded_spec().steps.len() + 4
+}
+
+/// Where a step's output is, as its pods (and the artifact pods) see it.
+pub fn output_path(run: &str, step: &str, output: &str) -> String {
+    format!("{ARTIFACTS_MOUNT}/{run}/{step}/{output}")
+}
+
+/// Answers what the decision wants from what the pass sees; `false` when some answer needs
+/// an artifact pod that has not reported yet (made here if missing).
+fn gather(
+    run: &PipelineRun,
+    wants: Wants,
+    view: &View,
+    facts: &mut Facts,
+    out: &mut Vec<RunAction>,
+) -> bool {
+    let ns = run.metadata.namespace_or_default();
+    for key in wants.lookup {
+        let hit = cache_hit(ns, &key, view.runs);
+        facts.cache.insert(key, hit);
+    }
+    let mut ready = true;
+    for (step, outputs) in wants.hash {
+        let paths: Vec<String> = outputs
+            .iter()
+            .map(|o| output_path(&run.metadata.name, &step, o))
+            .collect();
+        match ask(run, Question::Hash, &paths, view, out) {
+            Some(report) => {
+                let records = outputs
+                    .into_iter()
+                    .zip(paths)
+                    .zip(report.sha256)
+                    .map(|((o, path), sha256)| (o, ArtifactRecord { path, sha256 }))
+                    .collect();
+                facts.outputs.insert(step, records);
+            }
+            None => ready = false,
+        }
+    }
+    for path in wants.read {
+        match ask(run, Question::Read, std::slice::from_ref(&path), view, out) {
+            Some(mut report) => {
+                facts
+                    .contents
+                    .insert(path, report.text.pop().unwrap_or_default());
+            }
+            None => ready = false,
+        }
+    }
+    ready
+}
+
+/// The earliest result a namespace's runs recorded under `key`.
+fn cache_hit(namespace: &str, key: &str, runs: &[Arc<PipelineRun>]) -> Option<CacheHit> {
+    let mut hits: Vec<(Option<Timestamp>, String, CacheHit)> = Vec::new();
+    for r in runs
+        .iter()
+        .filter(|r| r.metadata.namespace_or_default() == namespace)
+    {
+        for (step, st) in r.status.iter().flat_map(|s| &s.steps) {
+            if st.phase == StepPhase::Succeeded && st.cache_key.as_deref() == Some(key) {
+                let from = format!("{}/{step}", r.metadata.name);
+                let hit = CacheHit {
+                    from: from.clone(),
+                    outputs: st.outputs.clone(),
+                };
+                hits.push((r.metadata.creation_timestamp, from, hit));
+            }
+        }
+    }
+    hits.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+    hits.into_iter().next().map(|(_, _, h)| h)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Question {
+    Hash,
+    Read,
+}
+
+impl Question {
+    fn verb(self) -> &'static str {
+        match self {
+            Question::Hash => "hash",
+            Question::Read => "read",
+        }
+    }
+}
+
+/// The name of the pod that answers `question` about `paths` for `run`: the same question
+/// finds the same pod, pass after pass.
+pub fn artifacts_pod_name(run: &str, verb: &str, paths: &[String]) -> String {
+    let mut h = Sha256::new();
+    h.update(verb);
+    for p in paths {
+        h.update([0]);
+        h.update(p);
+    }
+    let digest = format!("{:x}", h.finalize());
+    format!("{run}-{verb}-{}", &digest[..10])
+}
+
+/// The answer of the pod that answers `question`, once it reported; otherwise the pod is
+/// made (or, failed a while ago, made again) and `None`.
+fn ask(
+    run: &PipelineRun,
+    question: Question,
+    paths: &[String],
+    view: &View,
+    out: &mut Vec<RunAction>,
+) -> Option<ArtifactsReport> {
+    let ns = run.metadata.namespace_or_default().to_string();
+    let name = artifacts_pod_name(&run.metadata.name, question.verb(), paths);
+    let Some(pod) = view.pods.get(&(ns.clone(), name.clone())) else {
+        out.push(RunAction::CreatePod {
+            namespace: ns,
+            pod: Box::new(artifacts_pod(run, &name, question, paths, view.cfg)),
+        });
+        return None;
+    };
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    let message = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.name == TOOL_CONTAINER))
+        .and_then(|c| c.state.as_ref()?.terminated.as_ref()?.message.clone());
+    let failed = |why: String, out: &mut Vec<RunAction>| {
+        let created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
+        let old = created.is_none_or(|t| view.now.duration_since(t) >= RETRY_FAILED_READ);
+        if old && pod.metadata.deletion_timestamp.is_none() {
+            out.push(RunAction::Event {
+                namespace: ns.clone(),
+                run: run.metadata.name.clone(),
+                uid: run.metadata.uid.clone(),
+                warning: true,
+                reason: "ArtifactsUnreadable".into(),
+                note: format!(
+                    "pod {name} could not {} {}: {why}; it is made again",
+                    question.verb(),
+                    paths.join(", ")
+                ),
+            });
+            out.push(RunAction::DeletePod {
+                namespace: ns.clone(),
+                name: name.clone(),
+            });
+        }
+    };
+    match phase {
+        Some("Succeeded") => {
+            let parsed = message
+                .as_deref()
+                .ok_or_else(|| "it left no termination message".to_string())
+                .and_then(|m| {
+                    serde_json::from_str::<ArtifactsReport>(m).map_err(|e| e.to_string())
+                });
+            let want = paths.len();
+            match parsed {
+                Ok(r) if question == Question::Hash && r.sha256.len() == want => Some(r),
+                Ok(r) if question == Question::Read && r.text.len() == want => Some(r),
+                Ok(_) => {
+                    failed("its report does not answer every path".into(), out);
+                    None
+                }
+                Err(e) => {
+                    failed(format!("its report does not read: {e}"), out);
+                    None
+                }
+            }
+        }
+        Some("Failed") => {
+            failed(message.unwrap_or_else(|| "it failed".into()), out);
+            None
+        }
+        _ => None,
+    }
+}
+
+/// The volume and its mount, as a pod template's JSON lists them.
+fn artifacts_volume(cfg: &PipelineConfig) -> Value {
+    json!({"name": ARTIFACTS_VOLUME, "persistentVolumeClaim": {"claimName": cfg.claim}})
+}
+
+fn artifacts_mount() -> Value {
+    json!({"name": ARTIFACTS_VOLUME, "mountPath": ARTIFACTS_MOUNT})
+}
+
+fn owner(run: &PipelineRun) -> Value {
+    json!({
+        "apiVersion": corral_api::API_VERSION,
+        "kind": "PipelineRun",
+        "name": run.metadata.name,
+        "uid": run.metadata.uid.clone().unwrap_or_default(),
+        "controller": true,
+        "blockOwnerDeletion": true,
+    })
+}
+
+/// A pod of the operator's image that answers one question about a run's artifacts.
+fn artifacts_pod(
+    run: &PipelineRun,
+    name: &str,
+    question: Question,
+    paths: &[String],
+    cfg: &PipelineConfig,
+) -> Pod {
+    let mut command = vec![
+        "corral".to_string(),
+        "artifacts".into(),
+        question.verb().into(),
+    ];
+    command.extend(paths.iter().cloned());
+    let pod = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": run.metadata.namespace_or_default(),
+            "labels": {
+                ARTIFACTS_OF_LABEL: run.metadata.name,
+                corral_api::pipeline::RUN_LABEL: run.metadata.name,
+            },
+            "ownerReferences": [owner(run)],
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{
+                "name": TOOL_CONTAINER,
+                "image": cfg.tools_image,
+                "command": command,
+                "volumeMounts": [{"name": ARTIFACTS_VOLUME, "mountPath": ARTIFACTS_MOUNT, "readOnly": true}],
+                "resources": {"requests": {"cpu": "50m", "memory": "64Mi"},
+                              "limits": {"memory": "256Mi"}},
+                "terminationMessagePolicy": "File",
+            }],
+            "volumes": [artifacts_volume(cfg)],
+        },
+    });
+    // Built from literals of the right shapes: it decodes.
+    serde_json::from_value(pod).unwrap_or_default()
+}
+
+/// A step's TrainingJob as the API server takes it: the decision's job with the artifact
+/// paths, every replica mounting the claim, its output directories made before it starts,
+/// owned by its run.
+fn step_job(run: &PipelineRun, launch: &StepLaunch, cfg: &PipelineConfig) -> RunAction {
+    let dirs: BTreeMap<String, String> = launch
+        .outputs
+        .iter()
+        .map(|o| (o.clone(), output_path(&run.metadata.name, &launch.step, o)))
+        .collect();
+    let mut job = step_job_with_artifacts(launch, &dirs);
+    let reads_or_writes = !dirs.is_empty()
+        || launch
+            .inputs
+            .values()
+            .any(|i| matches!(i, corral_core::control::pipeline::StepInput::Artifact(_)));
+    if reads_or_writes {
+        let dirs: Vec<String> = dirs.into_values().collect();
+        for replica in job.spec.replicas.values_mut() {
+            let t = replica.template.pod_template.get_or_insert_with(Map::new);
+            with_artifacts(t, &dirs, cfg);
+        }
+    }
+    let name = job.metadata.name.clone();
+    let namespace = run.metadata.namespace_or_default().to_string();
+    job.metadata.namespace = Some(namespace.clone());
+    let mut value = serde_json::to_value(&job).unwrap_or(Value::Null);
+    if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.insert("ownerReferences".into(), json!([owner(run)]));
+    }
+    RunAction::CreateJob {
+        namespace,
+        name,
+        job: value,
+    }
+}
+
+/// Adds the claim, its mount in the main container (the one without an image, as the pod
+/// build reads it) and an init container that makes `dirs` to a pod template's JSON.
+fn with_artifacts(template: &mut Map<String, Value>, dirs: &[String], cfg: &PipelineConfig) {
+    let spec = template
+        .entry("spec")
+        .or_insert_with(|| json!({}))
+        .as_object_mut();
+    let Some(spec) = spec else {
+        return;
+    };
+    push(spec, "volumes", artifacts_volume(cfg));
+    let containers = spec.entry("containers").or_insert_with(|| json!([]));
+    if let Some(list) = containers.as_array_mut() {
+        let main = match list.iter().position(|c| c.get("image").is_none()) {
+            Some(i) => i,
+            None => {
+                list.push(json!({}));
+                list.len() - 1
+            }
+        };
+        if let Some(c) = list[main].as_object_mut() {
+            push(c, "volumeMounts", artifacts_mount());
+        }
+    }
+    if !dirs.is_empty() {
+        let mut command = vec!["corral".to_string(), "artifacts".into(), "prepare".into()];
+        command.extend(dirs.iter().cloned());
+        push(
+            spec,
+            "initContainers",
+            json!({
+                "name": "corral-outputs",
+                "image": cfg.tools_image,
+                "command": command,
+                "volumeMounts": [artifacts_mount()],
+                "resources": {"requests": {"cpu": "50m", "memory": "64Mi"},
+                              "limits": {"memory": "256Mi"}},
+            }),
+        );
+    }
+}
+
+fn push(obj: &mut Map<String, Value>, key: &str, item: Value) {
+    match obj.get_mut(key).and_then(Value::as_array_mut) {
+        Some(list) => list.push(item),
+        None => {
+            obj.insert(key.into(), json!([item]));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,341 @@
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::{Value, json};
+
+use corral_api::pipeline::{RunPhase, StepPhase};
+use corral_api::{PipelineRun, TrainingJob};
+
+use super::*;
+
+fn cfg() -> PipelineConfig {
+    PipelineConfig {
+        claim: "corral-artifacts".into(),
+        tools_image: "corral:test".into(),
+    }
+}
+
+fn now() -> Timestamp {
+    "2026-11-28T03:00:00Z".parse().expect("time")
+}
+
+/// produce -> consume, passing an artifact; as the API server serves it (uid, version).
+fn run(name: &str, status: Option<Value>) -> Arc<PipelineRun> {
+    let mut v = json!({
+        "apiVersion": "corral.dev/v1alpha1",
+        "kind": "PipelineRun",
+        "metadata": {"name": name, "namespace": "ml", "uid": format!("uid-{name}"),
+                     "resourceVersion": "7", "creationTimestamp": "2026-11-28T02:00:00Z"},
+        "spec": {"pipelineSpec": {"steps": [
+            {"name": "produce", "outputs": ["data"],
+             "task": {"image": "busybox", "command": ["sh", "-c", "echo 3 > $(CORRAL_OUTPUT_DATA)/n"]}},
+            {"name": "consume", "inputs": {"data": "steps.produce.outputs.data"},
+             "task": {"image": "busybox", "command": ["cat", "$(CORRAL_INPUT_DATA)/n"]}},
+        ]}},
+    });
+    if let Some(s) = status {
+        v["status"] = s;
+    }
+    Arc::new(serde_json::from_value(v).expect("run"))
+}
+
+fn succeeded_job(name: &str) -> Arc<TrainingJob> {
+    Arc::new(
+        serde_json::from_value(json!({
+            "apiVersion": "corral.dev/v1alpha1", "kind": "TrainingJob",
+            "metadata": {"name": name, "namespace": "ml"},
+            "spec": {"framework": "generic", "replicas": {"worker": {"count": 1,
+                     "template": {"image": "busybox"}}}},
+            "status": {"conditions": [{"type": "Succeeded", "status": "True",
+                       "reason": "Done", "message": "", "lastTransitionTime": "2026-11-28T02:30:00Z"}]},
+        }))
+        .expect("job"),
+    )
+}
+
+fn tool_pod(name: &str, phase: &str, message: &str, created: &str) -> Arc<Pod> {
+    Arc::new(
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ml", "creationTimestamp": created,
+                         "labels": {ARTIFACTS_OF_LABEL: "r1"}},
+            "status": {"phase": phase, "containerStatuses": [{"name": "artifacts",
+                "image": "corral:test", "imageID": "", "ready": false, "restartCount": 0,
+                "state": {"terminated": {"exitCode": if phase == "Succeeded" { 0 } else { 1 },
+                                         "message": message}}}]},
+        }))
+        .expect("pod"),
+    )
+}
+
+fn plan_of(runs: &[Arc<PipelineRun>], world: &World) -> Vec<RunAction> {
+    plan(runs, world, &BTreeSet::new(), &cfg(), now())
+}
+
+fn status_of(actions: &[RunAction]) -> Option<&PipelineRunStatus> {
+    actions.iter().find_map(|a| match a {
+        RunAction::Status { status, .. } => Some(status),
+        _ => None,
+    })
+}
+
+fn jobs_of(actions: &[RunAction]) -> Vec<&Value> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            RunAction::CreateJob { job, .. } => Some(job),
+            _ => None,
+        })
+        .collect()
+}
+
+fn env(job: &Value, name: &str) -> Option<String> {
+    job.pointer("/spec/replicas/worker/template/env")?
+        .as_array()?
+        .iter()
+        .find(|e| e["name"] == name)
+        .and_then(|e| e["value"].as_str().map(str::to_string))
+}
+
+#[test]
+fn a_new_run_starts_its_first_step_on_the_artifact_claim_owned_by_the_run() {
+    let actions = plan_of(&[run("r1", None)], &World::default());
+    let jobs = jobs_of(&actions);
+    assert_eq!(jobs.len(), 1, "{actions:?}");
+    let job = jobs[0];
+    assert_eq!(job["metadata"]["name"], "r1-produce");
+    assert_eq!(job["metadata"]["ownerReferences"][0]["kind"], "PipelineRun");
+    assert_eq!(job["metadata"]["ownerReferences"][0]["uid"], "uid-r1");
+    let out = env(job, "CORRAL_OUTPUT_DATA").expect("output env");
+    assert_eq!(out, "/corral/artifacts/r1/produce/data");
+    let command = &job["spec"]["replicas"]["worker"]["template"]["command"];
+    assert_eq!(command[2], "echo 3 > /corral/artifacts/r1/produce/data/n");
+    let spec = &job["spec"]["replicas"]["worker"]["template"]["podTemplate"]["spec"];
+    assert_eq!(
+        spec["volumes"][0]["persistentVolumeClaim"]["claimName"],
+        "corral-artifacts"
+    );
+    assert_eq!(
+        spec["containers"][0]["volumeMounts"][0]["mountPath"],
+        ARTIFACTS_MOUNT
+    );
+    assert!(
+        spec["containers"][0].get("image").is_none(),
+        "the main container: no image"
+    );
+    assert_eq!(
+        spec["initContainers"][0]["command"],
+        json!([
+            "corral",
+            "artifacts",
+            "prepare",
+            "/corral/artifacts/r1/produce/data"
+        ])
+    );
+    let status = status_of(&actions).expect("status");
+    assert_eq!(status.steps["produce"].phase, StepPhase::Running);
+    assert_eq!(status.steps["produce"].job.as_deref(), Some("r1-produce"));
+    assert_eq!(status.steps["consume"].phase, StepPhase::Pending);
+    // Written over the version it was decided from.
+    assert!(actions.iter().any(|a| matches!(a,
+        RunAction::Status { resource_version: Some(v), .. } if v == "7")));
+}
+
+#[test]
+fn a_finished_step_is_hashed_by_a_pod_then_its_successor_reads_the_artifact() {
+    let first = plan_of(&[run("r1", None)], &World::default());
+    let status = serde_json::to_value(status_of(&first).expect("status")).expect("json");
+    let r = run("r1", Some(status));
+    let mut world = World {
+        jobs: vec![succeeded_job("r1-produce")],
+        ..World::default()
+    };
+    // The step's job succeeded: a pod is asked to hash its output; nothing else moves.
+    let asked = plan_of(std::slice::from_ref(&r), &world);
+    let pod = asked
+        .iter()
+        .find_map(|a| match a {
+            RunAction::CreatePod { pod, .. } => Some(pod),
+            _ => None,
+        })
+        .expect("an artifact pod");
+    let c = &pod.spec.as_ref().expect("spec").containers[0];
+    assert_eq!(
+        c.command.as_deref(),
+        Some(
+            &[
+                "corral".to_string(),
+                "artifacts".into(),
+                "hash".into(),
+                "/corral/artifacts/r1/produce/data".into()
+            ][..]
+        )
+    );
+    assert_eq!(c.image.as_deref(), Some("corral:test"));
+    assert!(status_of(&asked).is_none(), "waits: {asked:?}");
+    assert!(jobs_of(&asked).is_empty());
+    // Asked again while the pod runs: the same pod, not another.
+    let name = pod.metadata.name.clone().expect("name");
+    world.pods = vec![tool_pod(&name, "Running", "", "2026-11-28T02:59:00Z")];
+    let waiting = plan_of(std::slice::from_ref(&r), &world);
+    assert!(waiting.is_empty(), "{waiting:?}");
+    // It reported: the step succeeded with that hash, the next step reads the path.
+    let report = r#"{"sha256":["sha256:abc"]}"#;
+    world.pods = vec![tool_pod(&name, "Succeeded", report, "2026-11-28T02:59:00Z")];
+    let next = plan_of(std::slice::from_ref(&r), &world);
+    let status = status_of(&next).expect("status");
+    let produce = &status.steps["produce"];
+    assert_eq!(produce.phase, StepPhase::Succeeded);
+    assert_eq!(produce.outputs["data"].sha256, "sha256:abc");
+    assert_eq!(
+        produce.outputs["data"].path,
+        "/corral/artifacts/r1/produce/data"
+    );
+    let jobs = jobs_of(&next);
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0]["metadata"]["name"], "r1-consume");
+    assert_eq!(
+        env(jobs[0], "CORRAL_INPUT_DATA").as_deref(),
+        Some("/corral/artifacts/r1/produce/data")
+    );
+    let spec = &jobs[0]["spec"]["replicas"]["worker"]["template"]["podTemplate"]["spec"];
+    assert_eq!(
+        spec["containers"][0]["volumeMounts"][0]["name"],
+        ARTIFACTS_VOLUME
+    );
+    assert!(spec.get("initContainers").is_none(), "no outputs to make");
+}
+
+#[test]
+fn a_step_an_earlier_run_recorded_is_cached_from_its_status() {
+    let done = run("r0", Some(json!({"phase": "Succeeded", "steps": {}})));
+    // What r0 recorded for `produce`: the key its first decision gives.
+    let first = plan_of(&[run("r1", None)], &World::default());
+    let key = status_of(&first).expect("status").steps["produce"]
+        .cache_key
+        .clone()
+        .expect("a cache key");
+    let mut recorded: PipelineRun = (*done).clone();
+    let s = recorded.status.get_or_insert_default();
+    s.steps.insert(
+        "produce".into(),
+        serde_json::from_value(json!({"phase": "Succeeded", "job": "r0-produce",
+            "cacheKey": key, "outputs": {"data": {"path": "/corral/artifacts/r0/produce/data",
+            "sha256": "sha256:abc"}}}))
+        .expect("step status"),
+    );
+    let actions = plan_of(&[Arc::new(recorded), run("r1", None)], &World::default());
+    let status = status_of(&actions).expect("status of r1");
+    assert_eq!(status.steps["produce"].phase, StepPhase::Cached);
+    assert_eq!(
+        status.steps["produce"].cached_from.as_deref(),
+        Some("r0/produce")
+    );
+    let jobs = jobs_of(&actions);
+    assert_eq!(jobs.len(), 1, "only consume runs");
+    assert_eq!(
+        env(jobs[0], "CORRAL_INPUT_DATA").as_deref(),
+        Some("/corral/artifacts/r0/produce/data")
+    );
+}
+
+#[test]
+fn a_run_that_cannot_run_here_fails_at_once_saying_which_field() {
+    let mut r: PipelineRun = (*run("r1", None)).clone();
+    r.spec.pipeline_spec.steps[0]
+        .task
+        .as_mut()
+        .expect("task")
+        .image = None;
+    let actions = plan_of(&[Arc::new(r)], &World::default());
+    assert!(jobs_of(&actions).is_empty());
+    let status = status_of(&actions).expect("status");
+    assert_eq!(status.phase, RunPhase::Failed);
+    let message = status.message.clone().unwrap_or_default();
+    assert!(message.starts_with("Invalid: "), "{message}");
+    assert!(message.contains("image"), "{message}");
+}
+
+#[test]
+fn a_step_job_gone_fails_the_step_unless_just_made() {
+    let first = plan_of(&[run("r1", None)], &World::default());
+    let status = serde_json::to_value(status_of(&first).expect("status")).expect("json");
+    let r = run("r1", Some(status));
+    let recent: BTreeSet<String> = ["ml/r1-produce".to_string()].into();
+    let waiting = plan(
+        std::slice::from_ref(&r),
+        &World::default(),
+        &recent,
+        &cfg(),
+        now(),
+    );
+    assert!(waiting.is_empty(), "just made: {waiting:?}");
+    let gone = plan_of(std::slice::from_ref(&r), &World::default());
+    let status = status_of(&gone).expect("status");
+    assert_eq!(status.steps["produce"].phase, StepPhase::Failed);
+    assert_eq!(status.phase, RunPhase::Failed);
+}
+
+#[test]
+fn a_failed_artifact_pod_is_reported_and_made_again_after_a_while() {
+    let first = plan_of(&[run("r1", None)], &World::default());
+    let status = serde_json::to_value(status_of(&first).expect("status")).expect("json");
+    let r = run("r1", Some(status));
+    let name = artifacts_pod_name("r1", "hash", &["/corral/artifacts/r1/produce/data".into()]);
+    let mut world = World {
+        jobs: vec![succeeded_job("r1-produce")],
+        pods: vec![tool_pod(
+            &name,
+            "Failed",
+            "permission denied",
+            "2026-11-28T02:59:50Z",
+        )],
+        ..World::default()
+    };
+    assert!(
+        plan_of(std::slice::from_ref(&r), &world).is_empty(),
+        "failed 10 s ago: left"
+    );
+    world.pods = vec![tool_pod(
+        &name,
+        "Failed",
+        "permission denied",
+        "2026-11-28T02:59:00Z",
+    )];
+    let actions = plan_of(std::slice::from_ref(&r), &world);
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, RunAction::Event { warning: true, note, .. }
+        if note.contains("permission denied"))),
+        "{actions:?}"
+    );
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, RunAction::DeletePod { name: n, .. } if *n == name))
+    );
+}
+
+#[test]
+fn a_finished_runs_artifact_pods_are_deleted() {
+    let r = run("r1", Some(json!({"phase": "Succeeded"})));
+    let world = World {
+        pods: vec![tool_pod(
+            "r1-hash-0123456789",
+            "Succeeded",
+            "{}",
+            "2026-11-28T02:59:00Z",
+        )],
+        ..World::default()
+    };
+    let actions = plan_of(&[r], &world);
+    assert_eq!(
+        actions,
+        vec![RunAction::DeletePod {
+            namespace: "ml".into(),
+            name: "r1-hash-0123456789".into()
+        }]
+    );
+}

@@ -1,0 +1,119 @@
+//! The running operator's side of pipelines: a watch (reflector) of PipelineRuns, and the
+//! pass run after the operator's own.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use jiff::Timestamp;
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Error};
+use tokio::sync::Notify;
+
+use corral_api::PipelineRun;
+
+use super::{PipelineConfig, plan};
+use crate::apply::{Applier, ApplyReport};
+use crate::dynamic_objects::{self, Decoded};
+use crate::observe::World;
+
+/// How long a step job this operator made counts as running while the watch does not show
+/// it yet (the watch shows a write within milliseconds, seconds under load).
+const SHOWN_WITHIN: Duration = Duration::from_secs(60);
+
+/// The watched runs (none where the PipelineRun CRD is not installed).
+pub struct Runs {
+    store: Option<Store<DynamicObject>>,
+    decoded: Decoded<PipelineRun>,
+    cfg: PipelineConfig,
+    /// Step jobs made, and when: see [`SHOWN_WITHIN`].
+    made: Mutex<BTreeMap<String, Instant>>,
+}
+
+/// Starts the reflector of PipelineRuns when the API server serves them; where the CRD is
+/// missing (an install from before pipelines) it says so and runs none.
+pub async fn start(
+    client: &Client,
+    cfg: PipelineConfig,
+    notify: Arc<Notify>,
+    tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+) -> Runs {
+    let ar = dynamic_objects::pipeline_runs();
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+    let mut runs = Runs {
+        store: None,
+        decoded: Decoded::default(),
+        cfg,
+        made: Mutex::default(),
+    };
+    match api.list(&ListParams::default().limit(1)).await {
+        Ok(_) => {}
+        Err(Error::Api(s)) if s.code == 404 => {
+            tracing::warn!(
+                "pipelineruns.corral.dev is not served (apply deploy/crds.yaml): no pipelines run"
+            );
+            return runs;
+        }
+        Err(e) => tracing::warn!("listing pipelineruns: {e}"),
+    }
+    let writer = reflector::store::Writer::<DynamicObject>::new(ar);
+    runs.store = Some(writer.as_reader());
+    let stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .modify(crate::slim::object)
+        .reflect(writer);
+    tasks.push(tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(ev) = stream.next().await {
+            if let Err(e) = ev {
+                tracing::warn!("watch pipelineruns: {e}");
+            }
+            notify.notify_one();
+        }
+    }));
+    runs
+}
+
+impl Runs {
+    /// Whether the runs' cache is filled (at once where none are watched).
+    pub async fn ready(&self) -> bool {
+        match &self.store {
+            Some(s) => s.wait_until_ready().await.is_ok(),
+            None => true,
+        }
+    }
+
+    /// Moves every run on as far as it goes now, from the runs watched and the operator's
+    /// world.
+    pub async fn pass(&self, world: &World, applier: &Applier, now: Timestamp) -> ApplyReport {
+        let Some(store) = &self.store else {
+            return ApplyReport::default();
+        };
+        let mut warnings = Vec::new();
+        let runs = self.decoded.decode_all(&store.state(), &mut warnings);
+        for w in warnings {
+            tracing::warn!("PipelineRun {w}");
+        }
+        let recent: BTreeSet<String> = match self.made.lock() {
+            Ok(mut made) => {
+                made.retain(|_, at| at.elapsed() < SHOWN_WITHIN);
+                made.keys().cloned().collect()
+            }
+            Err(_) => BTreeSet::new(),
+        };
+        let actions = plan(&runs, world, &recent, &self.cfg, now);
+        if actions.is_empty() {
+            return ApplyReport::default();
+        }
+        let applied = super::apply::apply(applier, &actions).await;
+        if let Ok(mut made) = self.made.lock() {
+            for j in applied.jobs {
+                made.insert(j, Instant::now());
+            }
+        }
+        applied.report
+    }
+}
