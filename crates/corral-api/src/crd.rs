@@ -81,15 +81,23 @@ fn make_structural(v: &mut Value) {
     // `oneOf`/`anyOf` of single-value strings (documented unit enum variants): one `enum`.
     for key in ["oneOf", "anyOf"] {
         if let Some(Value::Array(branches)) = obj.get(key) {
-            let values: Option<Vec<Value>> = branches
+            // Undocumented variants come together as one branch of several values.
+            let values: Option<Vec<Vec<Value>>> = branches
                 .iter()
                 .map(|b| {
-                    b.get("const").cloned().or_else(|| match b.get("enum") {
-                        Some(Value::Array(e)) if e.len() == 1 => Some(e[0].clone()),
-                        _ => None,
-                    })
+                    b.get("const")
+                        .map(|c| vec![c.clone()])
+                        .or_else(|| match b.get("enum") {
+                            Some(Value::Array(e))
+                                if !e.is_empty() && e.iter().all(Value::is_string) =>
+                            {
+                                Some(e.clone())
+                            }
+                            _ => None,
+                        })
                 })
                 .collect();
+            let values: Option<Vec<Value>> = values.map(|v| v.into_iter().flatten().collect());
             if let Some(values) = values {
                 obj.remove(key);
                 obj.insert("type".into(), json!("string"));
@@ -149,15 +157,37 @@ fn make_structural(v: &mut Value) {
         _ => {}
     }
     obj.retain(|k, _| KEPT_KEYWORDS.contains(&k.as_str()));
+    // Any JSON value (`serde_json::Value`, whose schema says nothing of its type): kept as
+    // written, which a structural schema must say.
+    if !obj.contains_key("type")
+        && !obj.contains_key("anyOf")
+        && !obj.contains_key("x-kubernetes-int-or-string")
+    {
+        obj.insert("x-kubernetes-preserve-unknown-fields".into(), json!(true));
+    }
     for key in ["properties"] {
         if let Some(Value::Object(props)) = obj.get_mut(key) {
             for p in props.values_mut() {
+                if *p == Value::Bool(true) {
+                    *p = json!({});
+                }
                 make_structural(p);
             }
         }
     }
     for key in ["items", "additionalProperties"] {
-        if let Some(sub @ Value::Object(_)) = obj.get_mut(key) {
+        // Any JSON value (`serde_json::Value`): schemars says `true` or `{}`.
+        let any = match obj.get(key) {
+            Some(Value::Bool(true)) => true,
+            Some(Value::Object(o)) => o.is_empty(),
+            _ => false,
+        };
+        if any {
+            obj.insert(
+                key.into(),
+                json!({"x-kubernetes-preserve-unknown-fields": true}),
+            );
+        } else if let Some(sub @ Value::Object(_)) = obj.get_mut(key) {
             make_structural(sub);
         }
     }

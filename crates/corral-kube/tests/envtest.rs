@@ -48,6 +48,8 @@ mod manifests;
 mod operator_binary;
 #[path = "envtest/passes.rs"]
 mod passes;
+#[path = "envtest/pipelines.rs"]
+mod pipelines;
 #[path = "envtest/trainingjobs.rs"]
 mod trainingjobs;
 #[path = "envtest/webhook.rs"]
@@ -63,6 +65,7 @@ use crate::kubelet::gpu_node;
 use crate::leadership::{REPLICA_ARGS_ENV, two_replicas_paused_leader};
 use crate::operator_binary::operator_binary;
 use crate::passes::operator;
+use crate::pipelines::pipeline_runs;
 use crate::webhook::admission_webhook;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -104,6 +107,8 @@ async fn envtest() {
     mpi_hostfile_and_ttl(&env, &op).await;
     eprintln!("envtest: suspend_resume");
     suspend_resume(&env, &op).await;
+    eprintln!("envtest: pipeline_runs");
+    pipeline_runs(&env, &op).await;
     eprintln!("envtest: kubeflow_served");
     kubeflow_served(&env, &op).await;
     eprintln!("envtest: operator_binary");

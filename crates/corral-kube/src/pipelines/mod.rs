@@ -287,6 +287,11 @@ fn gather(
     }
     let mut ready = true;
     for (step, outputs) in wants.hash {
+        if outputs.is_empty() {
+            // Nothing to hash: no pod to ask.
+            facts.outputs.insert(step, BTreeMap::new());
+            continue;
+        }
         let paths: Vec<String> = outputs
             .iter()
             .map(|o| output_path(&run.metadata.name, &step, o))

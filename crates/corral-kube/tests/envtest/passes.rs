@@ -30,6 +30,12 @@ pub(crate) fn operator(env: &Env) -> Operator {
     }
 }
 
+impl Operator {
+    pub(crate) fn applier(&self) -> &Applier {
+        &self.applier
+    }
+}
+
 /// One operator pass with the ServiceAccount's identity; every write must succeed.
 pub(crate) async fn pass(op: &Operator, now: Timestamp) {
     let (_, report) = reconcile_once(&op.applier, &PlanConfig::default(), now)
