@@ -1,5 +1,6 @@
 //! The validating admission webhook: `POST /validate/trainingjobs` over HTTPS, so that
-//! `kubectl apply` of a TrainingJob that cannot run as written fails at once with the
+//! `kubectl apply` of a TrainingJob (or a PipelineRun, [`check_run`], sent to the same
+//! path) that cannot run as written fails at once with the
 //! words `corral submit` gives for the same document, instead of being stored and held
 //! `Invalid` by the operator (issue 31, item 8).
 //!
@@ -133,6 +134,50 @@ pub fn check(object: &Value, opts: &BuildOptions) -> Verdict {
     verdict
 }
 
+/// Checks a PipelineRun as the API server holds it: as a submit parses it, with what the
+/// operator cannot run ([`crate::pipelines::check`]) in the operator's words.
+pub fn check_run(object: &Value) -> Verdict {
+    let doc = as_written(object);
+    let name = doc
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let mut verdict = Verdict {
+        what: format!("PipelineRun {name}").trim_end().to_string(),
+        ..Verdict::default()
+    };
+    if doc
+        .pointer("/spec/pipelineRef")
+        .is_some_and(|r| !r.is_null())
+    {
+        verdict.errors.push(FieldError::new(
+            "spec.pipelineRef",
+            crate::pipelines::NO_STORED_PIPELINES,
+        ));
+        return verdict;
+    }
+    for r in parse_documents(&doc.to_string(), &validation_context()) {
+        match r {
+            Err(e) => {
+                if let Some(w) = e.what {
+                    verdict.what = w;
+                }
+                verdict.errors.extend(e.errors.0);
+            }
+            Ok(p) => {
+                verdict.warnings.extend(p.warnings);
+                if !matches!(p.document, Document::PipelineRun(_)) {
+                    verdict.errors.push(FieldError::new(
+                        "kind",
+                        format!("expected a PipelineRun, not {}", p.document.kind()),
+                    ));
+                }
+            }
+        }
+    }
+    verdict
+}
+
 /// The document as its author wrote it: the metadata Corral reads (the rest is the API
 /// server's: managedFields, finalizers, ownerReferences, ...), no status (the operator's).
 fn as_written(object: &Value) -> Value {
@@ -237,7 +282,7 @@ pub fn review(
     let allow = AdmissionResponse::from(&req);
     let checked = matches!(req.operation, Operation::Create | Operation::Update)
         && req.sub_resource.is_none()
-        && req.kind.kind == "TrainingJob";
+        && matches!(req.kind.kind.as_str(), "TrainingJob" | "PipelineRun");
     if !checked {
         return Ok(allow.into_review());
     }
@@ -269,7 +314,10 @@ pub fn review(
         // Status, annotations, labels, finalizers: nothing to run differently.
         return Ok(allow.into_review());
     }
-    let verdict = check(&object, opts);
+    let verdict = match req.kind.kind.as_str() {
+        "PipelineRun" => check_run(&object),
+        _ => check(&object, opts),
+    };
     let mut resp = allow;
     if !verdict.warnings.is_empty() {
         resp.warnings = Some(verdict.warnings.iter().map(ToString::to_string).collect());
@@ -284,7 +332,7 @@ pub fn review(
     resp.result.details = Some(StatusDetails {
         name: req.name.clone(),
         group: corral_api::meta::API_GROUP.into(),
-        kind: "TrainingJob".into(),
+        kind: req.kind.kind.clone(),
         causes: verdict
             .errors
             .iter()

@@ -229,3 +229,37 @@ fn a_job_no_node_could_hold_is_admitted() {
     let r = respond(&request("CREATE", Some(j), None));
     assert_eq!(r["allowed"], json!(true), "{r}");
 }
+
+#[test]
+fn a_pipeline_run_is_refused_as_the_operator_would_fail_it() {
+    let run = json!({
+        "apiVersion": "corral.dev/v1alpha1", "kind": "PipelineRun",
+        "metadata": {"name": "r", "namespace": "ml"},
+        "spec": {"pipelineSpec": {"steps": [{"name": "only", "task": {"command": ["true"]}}]}},
+    });
+    let v = check_run(&run);
+    assert_eq!(v.what, "PipelineRun r");
+    let decoded: corral_api::PipelineRun = serde_json::from_value(run.clone()).expect("run");
+    let operator = crate::pipelines::check(&decoded).expect_err("the operator refuses it too");
+    assert_eq!(v.errors, operator, "the same fields, the same words");
+    let mut by_ref = run.clone();
+    by_ref["spec"] = json!({"pipelineRef": {"name": "stored"}});
+    let v = check_run(&by_ref);
+    assert_eq!(v.errors[0].path, "spec.pipelineRef");
+    let mut good = run;
+    good["spec"]["pipelineSpec"]["steps"][0]["task"]["image"] = json!("busybox");
+    assert!(
+        check_run(&good).errors.is_empty(),
+        "{:?}",
+        check_run(&good).errors
+    );
+    // Sent to the same path: the review answers by kind.
+    let mut review = request("CREATE", Some(by_ref), None);
+    review["request"]["kind"]["kind"] = json!("PipelineRun");
+    let resp = respond(&review);
+    assert_eq!(resp["allowed"], json!(false), "{resp}");
+    assert_eq!(
+        resp["status"]["details"]["kind"],
+        json!("PipelineRun")
+    );
+}

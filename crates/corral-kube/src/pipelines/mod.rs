@@ -30,7 +30,7 @@ use sha2::{Digest, Sha256};
 
 use corral_api::artifacts_report::ArtifactsReport;
 use corral_api::pipeline::{ArtifactRecord, StepPhase};
-use corral_api::validate::{ValidationContext, validate_pipeline_run};
+use corral_api::validate::{FieldError, ValidationContext, validate_pipeline_run};
 use corral_api::{PipelineRun, PipelineRunStatus, TrainingJob};
 use corral_core::control::pipeline::{
     CacheHit, Decision, Facts, Observed, StepLaunch, Wants, decide, observe_job, refused,
@@ -172,9 +172,10 @@ fn plan_run(run: &PipelineRun, view: &View, out: &mut Vec<RunAction>) {
         return;
     }
     if run.status.is_none()
-        && let Err(why) = check(run)
+        && let Err(errors) = check(run)
     {
-        let d = refused(run, why, view.now);
+        let why: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        let d = refused(run, why.join("; "), view.now);
         record(run, d.status, d.events, out);
         return;
     }
@@ -216,22 +217,25 @@ fn plan_run(run: &PipelineRun, view: &View, out: &mut Vec<RunAction>) {
     }
 }
 
+/// Why the operator cannot run a stored PipelineRun that names a stored Pipeline.
+pub const NO_STORED_PIPELINES: &str = "the operator does not keep stored Pipelines; write the \
+     pipeline in spec.pipelineSpec (a Pipeline's spec goes there as it is)";
+
 /// What a run must be to run here, beyond what the API server's schema checked: what the
-/// embedded cluster checks at submit, with images required as on Kubernetes.
-fn check(run: &PipelineRun) -> Result<(), String> {
+/// embedded cluster checks at submit, with images required as on Kubernetes. The webhook
+/// refuses the same at `kubectl apply` (`crate::webhook::check_run`).
+pub fn check(run: &PipelineRun) -> Result<(), Vec<FieldError>> {
     if run.spec.pipeline_ref.is_some() {
-        return Err(
-            "spec.pipelineRef: the operator does not keep stored Pipelines; write \
-                    the pipeline in spec.pipelineSpec (`corral convert` writes a run of a \
-                    stored pipeline's file out in full)"
-                .into(),
-        );
+        return Err(vec![FieldError::new(
+            "spec.pipelineRef",
+            NO_STORED_PIPELINES,
+        )]);
     }
     let ctx = ValidationContext {
         requires_image: true,
         ..ValidationContext::default()
     };
-    validate_pipeline_run(run, &ctx).map_err(|e| e.to_string().replace('\n', "; "))
+    validate_pipeline_run(run, &ctx).map_err(|e| e.0)
 }
 
 fn record(

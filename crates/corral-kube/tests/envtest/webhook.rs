@@ -206,6 +206,30 @@ pub(crate) async fn admission_webhook(env: &Env) {
         .await
         .expect("a delete is admitted");
 
+    // A PipelineRun whose step names no image: refused in the words the operator would
+    // fail it with (`corral_kube::pipelines::check`, the same check).
+    let runs: Api<DynamicObject> = Api::namespaced_with(
+        env.admin.clone(),
+        ns,
+        &crate::manifests::ar("corral.dev", "v1alpha1", "PipelineRun", "pipelineruns"),
+    );
+    let run = json!({
+        "apiVersion": "corral.dev/v1alpha1", "kind": "PipelineRun",
+        "metadata": {"name": "no-image", "namespace": ns},
+        "spec": {"pipelineSpec": {"steps": [{"name": "only", "task": {"command": ["true"]}}]}},
+    });
+    let refused = runs
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(run.clone()).expect("run"),
+        )
+        .await
+        .expect_err("a run whose step has no image was stored");
+    let expected = webhook::check_run(&run).message();
+    assert!(expected.contains("image"), "{expected}");
+    assert!(refused.to_string().contains(&expected), "{refused}");
+    assert!(runs.get_opt("no-image").await.expect("get").is_none());
+
     configs
         .delete("corral-envtest-trainingjobs", &DeleteParams::default())
         .await
