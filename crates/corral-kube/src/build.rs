@@ -26,6 +26,9 @@ pub struct BuildOptions {
     /// Appended to replica host names (`<job>-<role>-<i>.<job>.<ns>.svc.<domain>`), as
     /// Kubeflow's CUSTOM_CLUSTER_DOMAIN.
     pub cluster_domain: Option<String>,
+    /// Where replicas send their progress (`--progress-url`): each gets it with a token
+    /// projected for it ([`crate::progress`]). None: replicas are not told.
+    pub progress_url: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -92,6 +95,9 @@ fn owner_reference(job: &TrainingJob) -> Result<OwnerReference, BuildError> {
         block_owner_deletion: Some(true),
     })
 }
+
+/// The volume of the token replicas report progress with.
+const PROGRESS_VOLUME: &str = "corral-progress";
 
 fn job_port(job: &TrainingJob) -> Option<u16> {
     job.spec.port.or(job.spec.framework.default_port())
@@ -364,6 +370,17 @@ pub fn build_pod(
     if let Some(wd) = &spec.template.working_dir {
         main.insert("workingDir".into(), json!(wd));
     }
+    let mut launch = launch;
+    if let Some(url) = &opts.progress_url {
+        use crate::progress::{TOKEN_DIR, TOKEN_FILE, TOKEN_FILE_ENV, URL_ENV};
+        launch
+            .env
+            .push(corral_api::training_job::EnvVar::literal(URL_ENV, url));
+        launch.env.push(corral_api::training_job::EnvVar::literal(
+            TOKEN_FILE_ENV,
+            &format!("{TOKEN_DIR}/{TOKEN_FILE}"),
+        ));
+    }
     let env: Vec<Value> = launch
         .env
         .iter()
@@ -398,7 +415,8 @@ pub fn build_pod(
     }
     let mut files_mounted = false;
     let ssh = ssh_mount_path(job);
-    if !launch.files.is_empty() || ssh.is_some() {
+    let progress = opts.progress_url.is_some();
+    if !launch.files.is_empty() || ssh.is_some() || progress {
         let mut mounts: Vec<Value> = match main.remove("volumeMounts") {
             Some(Value::Array(m)) => m,
             _ => Vec::new(),
@@ -414,6 +432,12 @@ pub fn build_pod(
         if let Some(path) = ssh {
             mounts.push(json!({"name": SSH_VOLUME, "mountPath": path}));
         }
+        if progress {
+            mounts.push(
+                json!({"name": PROGRESS_VOLUME, "mountPath": crate::progress::TOKEN_DIR,
+                               "readOnly": true}),
+            );
+        }
         main.insert("volumeMounts".into(), Value::Array(mounts));
         files_mounted = !launch.files.is_empty();
     }
@@ -424,7 +448,7 @@ pub fn build_pod(
         }
     }
     pod_spec.insert("containers".into(), Value::Array(all_containers));
-    if files_mounted || ssh.is_some() {
+    if files_mounted || ssh.is_some() || progress {
         let mut volumes: Vec<Value> = match pod_spec.remove("volumes") {
             Some(Value::Array(v)) => v,
             _ => Vec::new(),
@@ -449,6 +473,17 @@ pub fn build_pod(
                         {"key": SSH_PUBLIC_KEY, "path": "authorized_keys"},
                     ],
                 },
+            }));
+        }
+        if progress {
+            // Bound to this pod, for the operator alone, renewed by the kubelet.
+            volumes.push(json!({
+                "name": PROGRESS_VOLUME,
+                "projected": {"sources": [{"serviceAccountToken": {
+                    "audience": crate::progress::AUDIENCE,
+                    "expirationSeconds": crate::progress::TOKEN_SECONDS,
+                    "path": crate::progress::TOKEN_FILE,
+                }}]},
             }));
         }
         pod_spec.insert("volumes".into(), Value::Array(volumes));

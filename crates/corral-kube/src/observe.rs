@@ -36,6 +36,8 @@ pub struct World {
     pub classes: Vec<JobPriorityClass>,
     /// Objects that could not be decoded, in words (reported, never fatal).
     pub warnings: Vec<String>,
+    /// Progress reports replicas sent since the last pass ([`crate::progress`]).
+    pub progress: Vec<crate::progress::Reported>,
 }
 
 /// Resources one pod requests (or one node offers).

@@ -258,8 +258,5 @@ fn a_pipeline_run_is_refused_as_the_operator_would_fail_it() {
     review["request"]["kind"]["kind"] = json!("PipelineRun");
     let resp = respond(&review);
     assert_eq!(resp["allowed"], json!(false), "{resp}");
-    assert_eq!(
-        resp["status"]["details"]["kind"],
-        json!("PipelineRun")
-    );
+    assert_eq!(resp["status"]["details"]["kind"], json!("PipelineRun"));
 }

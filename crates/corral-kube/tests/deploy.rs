@@ -492,7 +492,7 @@ fn the_webhook_overlay_is_consistent() {
     );
     assert_eq!(
         r.resources.as_deref(),
-        Some(&["trainingjobs".to_string()][..])
+        Some(&["trainingjobs".to_string(), "pipelineruns".to_string()][..])
     );
     assert_eq!(
         r.operations.as_deref(),

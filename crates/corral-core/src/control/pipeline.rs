@@ -905,6 +905,18 @@ pub fn watched_jobs(run: &PipelineRun) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The results a run's status holds for the cache: each step that succeeded under a key,
+/// as `(step, key, outputs)`. What a shell without a store of its own (the operator) looks
+/// cache keys up in.
+pub fn recorded_results(run: &PipelineRun) -> Vec<(&str, &str, &BTreeMap<String, ArtifactRecord>)> {
+    run.status
+        .iter()
+        .flat_map(|s| &s.steps)
+        .filter(|(_, st)| st.phase == StepPhase::Succeeded)
+        .filter_map(|(step, st)| Some((step.as_str(), st.cache_key.as_deref()?, &st.outputs)))
+        .collect()
+}
+
 /// The jobs a deleted run's steps left, by step: those a shell deletes with it.
 pub fn step_jobs(run: &PipelineRun) -> Vec<String> {
     run.status

@@ -29,12 +29,12 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use corral_api::artifacts_report::ArtifactsReport;
-use corral_api::pipeline::{ArtifactRecord, StepPhase};
+use corral_api::pipeline::ArtifactRecord;
 use corral_api::validate::{FieldError, ValidationContext, validate_pipeline_run};
 use corral_api::{PipelineRun, PipelineRunStatus, TrainingJob};
 use corral_core::control::pipeline::{
-    CacheHit, Decision, Facts, Observed, StepLaunch, Wants, decide, observe_job, refused,
-    step_job_with_artifacts, watched_jobs,
+    CacheHit, Decision, Facts, Observed, StepLaunch, Wants, decide, observe_job, recorded_results,
+    refused, step_job_with_artifacts, watched_jobs,
 };
 
 use crate::observe::World;
@@ -333,12 +333,12 @@ fn cache_hit(namespace: &str, key: &str, runs: &[Arc<PipelineRun>]) -> Option<Ca
         .iter()
         .filter(|r| r.metadata.namespace_or_default() == namespace)
     {
-        for (step, st) in r.status.iter().flat_map(|s| &s.steps) {
-            if st.phase == StepPhase::Succeeded && st.cache_key.as_deref() == Some(key) {
+        for (step, recorded, outputs) in recorded_results(r) {
+            if recorded == key {
                 let from = format!("{}/{step}", r.metadata.name);
                 let hit = CacheHit {
                     from: from.clone(),
-                    outputs: st.outputs.clone(),
+                    outputs: outputs.clone(),
                 };
                 hits.push((r.metadata.creation_timestamp, from, hit));
             }

@@ -255,12 +255,20 @@ impl Plan {
     }
 }
 
+/// The progress replicas reported since the last pass: the plane records what it means.
+fn observe_progress(plane: &mut ControlPlane, world: &World) {
+    for r in &world.progress {
+        plane.observe_progress(&r.job, r.replica.clone(), r.report.clone());
+    }
+}
+
 /// Restores the plane from what the API server holds and steps it once: the restore's
 /// step (admissions that no longer fit) and the pass's step, as one.
 fn control_step(
     cluster: ClusterSnapshot,
     config: ControlConfig,
     observed: &[ObservedJob<'_>],
+    world: &World,
     now: Timestamp,
     slice: Option<u32>,
 ) -> Result<(ControlPlane, Step), SchedError> {
@@ -287,6 +295,7 @@ fn control_step(
             plane.start_failed(&o.key, f);
         }
     }
+    observe_progress(&mut plane, world);
     let main = plane.step_sliced(now, slice);
     step.changes.extend(main.changes);
     step.actions.extend(main.actions);
@@ -397,6 +406,7 @@ impl Planner {
         let fed = match (self.kept.take(), self.rebuild.take()) {
             (Some(mut k), None) if k.cluster.unchanged(&cluster.snapshot, world) => {
                 k.feed(&observed, now).map(|()| {
+                    observe_progress(&mut k.plane, world);
                     let step = k.plane.step_sliced(now, slice);
                     (k, step)
                 })
@@ -412,7 +422,7 @@ impl Planner {
                 out.rebuilt = Some(why);
                 let config = snapshot::control_config(world, cfg);
                 let inputs = kept::ClusterInputs::of(&cluster.snapshot, world);
-                match control_step(cluster.snapshot, config, &observed, now, slice) {
+                match control_step(cluster.snapshot, config, &observed, world, now, slice) {
                     Ok((plane, step)) => (kept::Kept::new(plane, inputs, &observed), step),
                     Err(e) => {
                         out.warnings.push(format!("cluster snapshot: {e}"));

@@ -4,7 +4,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use kube::api::{Api, DynamicObject, PostParams};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::harness::{Env, OPERATOR_TOKEN, free_port, kubeconfig, prerequisite, spawn};
 use crate::kubelet::{kubelet_phase, pods};
@@ -35,6 +35,8 @@ pub(crate) async fn operator_binary(env: &Env) {
                 "--identity",
                 "envtest-op",
             ])
+            .arg("--progress-url")
+            .arg(format!("http://127.0.0.1:{port}/progress"))
             .env("KUBECONFIG", &kc)
             .env("RUST_LOG", "info"),
         &env.dir.join("operator.log"),
@@ -130,6 +132,8 @@ pub(crate) async fn operator_binary(env: &Env) {
         "no Succeeded condition; operator log:\n{}",
         log()
     );
+    live_pipeline_run(env, ns, &log).await;
+    live_progress(env, ns, port, &log).await;
     let _ = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status();
@@ -142,4 +146,200 @@ pub(crate) async fn operator_binary(env: &Env) {
     }
     let _ = child.wait();
     assert!(stopped, "the operator did not stop on SIGTERM");
+}
+
+/// The running operator's watches move a PipelineRun on by themselves: its one step's job
+/// is made, placed and, once its pod ended, the run succeeds (no artifact: no claim here).
+async fn live_pipeline_run(env: &Env, ns: &str, log: &dyn Fn() -> String) {
+    let runs: Api<DynamicObject> = Api::namespaced_with(
+        env.admin.clone(),
+        ns,
+        &ar("corral.dev", "v1alpha1", "PipelineRun", "pipelineruns"),
+    );
+    runs.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "apiVersion": "corral.dev/v1alpha1", "kind": "PipelineRun",
+            "metadata": {"name": "live-run", "namespace": ns},
+            "spec": {"pipelineSpec": {"steps": [{"name": "only", "task": {
+                "image": "busybox:1.36", "command": ["true"],
+                "resources": {"cpu": "1", "memory": "1Gi"}}}]}},
+        }))
+        .expect("PipelineRun"),
+    )
+    .await
+    .expect("create PipelineRun");
+    let pod = "live-run-only-worker-0";
+    let mut bound = false;
+    for _ in 0..120 {
+        bound = pods(env, ns).await.iter().any(|p| {
+            p.metadata.name.as_deref() == Some(pod)
+                && p.spec.as_ref().is_some_and(|s| s.node_name.is_some())
+        });
+        if bound {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(
+        bound,
+        "the step's pod was not placed; operator log:\n{}",
+        log()
+    );
+    kubelet_phase(env, ns, pod, "Succeeded", Some(0)).await;
+    let mut phase = Value::Null;
+    for _ in 0..120 {
+        let run = serde_json::to_value(runs.get("live-run").await.expect("run")).expect("json");
+        phase = run["status"]["phase"].clone();
+        if phase == json!("Succeeded") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(phase, json!("Succeeded"), "operator log:\n{}", log());
+}
+
+/// `POST /progress` to the running operator: `status` and what it answered.
+async fn post_progress(port: u16, token: Option<&str>, body: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect to the operator");
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    let req = format!(
+        "POST /progress HTTP/1.1\r\nHost: operator\r\n{auth}Content-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    conn.write_all(req.as_bytes()).await.expect("send");
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).await.expect("answer");
+    let status = answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, answer)
+}
+
+/// A replica reports its progress to the running operator with the token projected for
+/// it: the job's status shows it; without a token, or with one for another audience, the
+/// report is refused.
+async fn live_progress(env: &Env, ns: &str, port: u16, log: &dyn Fn() -> String) {
+    use k8s_openapi::api::authentication::v1::{
+        BoundObjectReference, TokenRequest, TokenRequestSpec,
+    };
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let jobs: Api<DynamicObject> = Api::namespaced_with(
+        env.admin.clone(),
+        ns,
+        &ar("corral.dev", "v1alpha1", "TrainingJob", "trainingjobs"),
+    );
+    jobs.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "apiVersion": "corral.dev/v1alpha1", "kind": "TrainingJob",
+            "metadata": {"name": "reporter", "namespace": ns},
+            "spec": {"framework": "generic", "replicas": {"worker": {"count": 1,
+                "resources": {"cpu": "1", "memory": "1Gi"},
+                "template": {"image": "busybox:1.36", "command": ["sleep", "600"]}}}},
+        }))
+        .expect("job"),
+    )
+    .await
+    .expect("create job");
+    let name = "reporter-worker-0";
+    let mut pod = None;
+    for _ in 0..120 {
+        pod = pods(env, ns).await.into_iter().find(|p| {
+            p.metadata.name.as_deref() == Some(name)
+                && p.spec.as_ref().is_some_and(|s| s.node_name.is_some())
+        });
+        if pod.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let pod = pod.unwrap_or_else(|| panic!("the replica was not placed; operator log:\n{}", log()));
+    assert_eq!(
+        crate::kubelet::env_of(&pod, "CORRAL_PROGRESS_URL"),
+        Some(format!("http://127.0.0.1:{port}/progress"))
+    );
+    let token_file =
+        crate::kubelet::env_of(&pod, "CORRAL_PROGRESS_TOKEN_FILE").expect("token file");
+    let spec = pod.spec.as_ref().expect("spec");
+    let projected = spec
+        .volumes
+        .iter()
+        .flatten()
+        .find_map(|v| v.projected.as_ref())
+        .and_then(|p| p.sources.as_ref())
+        .and_then(|s| s.first())
+        .and_then(|s| s.service_account_token.as_ref())
+        .expect("a projected service-account token");
+    assert_eq!(projected.audience.as_deref(), Some("corral"));
+    assert!(token_file.ends_with(&projected.path), "{token_file}");
+    kubelet_phase(env, ns, name, "Running", None).await;
+    // What the kubelet projects: a token for the pod's service account, bound to the pod.
+    let sa_name = spec
+        .service_account_name
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let sas: Api<ServiceAccount> = Api::namespaced(env.admin.clone(), ns);
+    if sas.get_opt(&sa_name).await.expect("get sa").is_none() {
+        sas.create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": sa_name}})).expect("sa"),
+        )
+        .await
+        .expect("service account");
+    }
+    let token_for = |audience: &str| TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: vec![audience.to_string()],
+            expiration_seconds: Some(600),
+            bound_object_ref: Some(BoundObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: pod.metadata.name.clone(),
+                uid: pod.metadata.uid.clone(),
+            }),
+        },
+        ..TokenRequest::default()
+    };
+    let token = |r: TokenRequest| r.status.map(|s| s.token).expect("a token");
+    let good = token(
+        sas.create_token_request(&sa_name, &PostParams::default(), &token_for("corral"))
+            .await
+            .expect("a token for the pod"),
+    );
+    let other = token(
+        sas.create_token_request(&sa_name, &PostParams::default(), &token_for("someone-else"))
+            .await
+            .expect("a token for another audience"),
+    );
+    let report = r#"{"step": 42, "totalSteps": 100, "samplesPerSecond": 12.5}"#;
+    let (code, answer) = post_progress(port, None, report).await;
+    assert_eq!(code, 401, "{answer}");
+    let (code, answer) = post_progress(port, Some(&other), report).await;
+    assert_eq!(code, 401, "{answer}");
+    let (code, answer) = post_progress(port, Some(&good), "{\"steps\": 1}").await;
+    assert_eq!(code, 400, "{answer}");
+    let (code, answer) = post_progress(port, Some(&good), report).await;
+    assert_eq!(code, 202, "{answer}; operator log:\n{}", log());
+    let mut shown = Value::Null;
+    for _ in 0..120 {
+        let j = serde_json::to_value(jobs.get("reporter").await.expect("job")).expect("json");
+        shown = j["status"]["progress"].clone();
+        if shown["step"] == json!(42) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(shown["step"], json!(42), "operator log:\n{}", log());
+    assert_eq!(shown["replica"], json!(name));
+    assert_eq!(shown["percent"], json!(42.0));
+    kubelet_phase(env, ns, name, "Succeeded", Some(0)).await;
 }

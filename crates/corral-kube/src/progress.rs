@@ -1,0 +1,255 @@
+//! Progress on Kubernetes: a replica reports its progress (the JSON of the embedded progress
+//! file, `corral_api::progress::ProgressReport`) by `POST`ing it to the operator at
+//! `CORRAL_PROGRESS_URL`, with the token Kubernetes projects into its pod at
+//! `CORRAL_PROGRESS_TOKEN_FILE` (audience `corral`, bound to the pod, renewed by the
+//! kubelet), as Kubeflow Trainer's progress server takes them. The pod needs no RBAC of its
+//! own.
+//!
+//! The operator asks the API server who the token is (a TokenReview): a pod-bound
+//! service-account token names its pod, and a report counts only for the replica that pod
+//! is, in the token's namespace. The leader hands the reports to its next pass
+//! ([`World::progress`](crate::World)), whose control plane records them as embedded
+//! (`ControlPlane::observe_progress`: status, ETA, the rate elastic growth follows, a
+//! checkpoint saved after a stop notice); a standby answers 503 and the replica's next
+//! report goes to whichever replica its connection reaches.
+
+use std::sync::{Arc, Mutex};
+
+use axum::body::Bytes;
+use axum::http::{HeaderMap, StatusCode, header};
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Client;
+use kube::api::{Api, PostParams};
+use kube::runtime::reflector::{ObjectRef, Store};
+use tokio::sync::Notify;
+
+use corral_api::progress::ProgressReport;
+
+use crate::consts::JOB_NAME_LABEL;
+
+/// The audience of the tokens replicas report with: a token made for the API server (or
+/// anything else) is not taken, and these are good for nothing else.
+pub const AUDIENCE: &str = "corral";
+/// Where a replica sends its reports.
+pub const URL_ENV: &str = "CORRAL_PROGRESS_URL";
+/// The file holding the replica's token (the kubelet renews it in place).
+pub const TOKEN_FILE_ENV: &str = "CORRAL_PROGRESS_TOKEN_FILE";
+/// Where the token is projected in every replica's main container.
+pub const TOKEN_DIR: &str = "/var/run/secrets/corral.dev/progress";
+pub const TOKEN_FILE: &str = "token";
+/// How long a projected token lasts before the kubelet renews it.
+pub const TOKEN_SECONDS: i64 = 3600;
+/// A report is a few hundred bytes.
+pub const MAX_BODY: usize = 64 * 1024;
+/// The extra field a pod-bound service-account token carries its pod's name in.
+const POD_NAME_EXTRA: &str = "authentication.kubernetes.io/pod-name";
+
+/// One report, attributed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reported {
+    /// The job's key (`namespace/name`).
+    pub job: String,
+    /// The replica (its pod's name, as embedded names it).
+    pub replica: String,
+    pub report: ProgressReport,
+}
+
+/// Reports taken and not yet handed to a pass, while this replica leads.
+#[derive(Default)]
+pub struct Inbox {
+    state: Mutex<Option<Leading>>,
+}
+
+struct Leading {
+    pods: Store<Pod>,
+    notify: Arc<Notify>,
+    reports: Vec<Reported>,
+}
+
+/// Why a report is refused, as the HTTP answer says it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    pub status: StatusCode,
+    pub message: String,
+}
+
+impl Refusal {
+    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        Refusal {
+            status,
+            message: message.into(),
+        }
+    }
+}
+
+impl Inbox {
+    /// This replica leads: reports are checked against `pods` and wake the pass loop.
+    pub fn lead(&self, pods: Store<Pod>, notify: Arc<Notify>) {
+        if let Ok(mut s) = self.state.lock() {
+            *s = Some(Leading {
+                pods,
+                notify,
+                reports: Vec::new(),
+            });
+        }
+    }
+
+    /// This replica no longer leads: what it held is dropped (the replicas report again).
+    pub fn follow(&self) {
+        if let Ok(mut s) = self.state.lock() {
+            *s = None;
+        }
+    }
+
+    /// The reports taken since the last pass.
+    pub fn take(&self) -> Vec<Reported> {
+        match self.state.lock() {
+            Ok(mut s) => s
+                .as_mut()
+                .map(|l| std::mem::take(&mut l.reports))
+                .unwrap_or_default(),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// Files a report from pod `namespace/pod`, if that pod is a replica of a job.
+    fn file(&self, namespace: &str, pod: &str, report: ProgressReport) -> Result<(), Refusal> {
+        let mut s = self
+            .state
+            .lock()
+            .map_err(|_| Refusal::new(StatusCode::SERVICE_UNAVAILABLE, "try again"))?;
+        let Some(leading) = s.as_mut() else {
+            return Err(Refusal::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "this operator replica does not lead: report again",
+            ));
+        };
+        let found = leading
+            .pods
+            .get(&ObjectRef::<Pod>::new(pod).within(namespace));
+        let job = found
+            .as_ref()
+            .and_then(|p| crate::observe::label(&p.metadata, JOB_NAME_LABEL))
+            .ok_or_else(|| {
+                Refusal::new(
+                    StatusCode::FORBIDDEN,
+                    format!("pod {namespace}/{pod} is not a replica of a Corral job"),
+                )
+            })?;
+        leading.reports.push(Reported {
+            job: format!("{namespace}/{job}"),
+            replica: pod.to_string(),
+            report,
+        });
+        leading.notify.notify_one();
+        Ok(())
+    }
+}
+
+/// The pod a token is bound to (`namespace`, `pod`), as the API server says.
+pub async fn authenticate(client: &Client, token: &str) -> Result<(String, String), Refusal> {
+    let review = TokenReview {
+        spec: TokenReviewSpec {
+            token: Some(token.to_string()),
+            audiences: Some(vec![AUDIENCE.to_string()]),
+        },
+        ..TokenReview::default()
+    };
+    let api: Api<TokenReview> = Api::all(client.clone());
+    let answer = api
+        .create(&PostParams::default(), &review)
+        .await
+        .map_err(|e| {
+            Refusal::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("the API server did not review the token: {e}"),
+            )
+        })?;
+    let status = answer.status.unwrap_or_default();
+    let audiences = status.audiences.unwrap_or_default();
+    if status.authenticated != Some(true) || !audiences.iter().any(|a| a == AUDIENCE) {
+        return Err(Refusal::new(
+            StatusCode::UNAUTHORIZED,
+            format!(
+                "the token is not one for audience `{AUDIENCE}`{}",
+                status.error.map(|e| format!(": {e}")).unwrap_or_default()
+            ),
+        ));
+    }
+    let user = status.user.unwrap_or_default();
+    let namespace = user
+        .username
+        .as_deref()
+        .and_then(|u| u.strip_prefix("system:serviceaccount:"))
+        .and_then(|rest| rest.split_once(':'))
+        .map(|(ns, _)| ns.to_string());
+    let pod = user
+        .extra
+        .as_ref()
+        .and_then(|e| e.get(POD_NAME_EXTRA))
+        .and_then(|v| v.first())
+        .cloned();
+    match (namespace, pod) {
+        (Some(ns), Some(pod)) => Ok((ns, pod)),
+        _ => Err(Refusal::new(
+            StatusCode::FORBIDDEN,
+            "the token is not a service-account token bound to a pod (project one: \
+             serviceAccountToken with audience `corral`)",
+        )),
+    }
+}
+
+/// `POST /progress`: a report from a replica, checked and filed for the next pass.
+pub async fn receive(
+    client: &Client,
+    inbox: &Inbox,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<(), Refusal> {
+    let token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| {
+            Refusal::new(
+                StatusCode::UNAUTHORIZED,
+                format!("send `Authorization: Bearer <the token in ${TOKEN_FILE_ENV}>`"),
+            )
+        })?;
+    if body.len() > MAX_BODY {
+        return Err(Refusal::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("a report is at most {MAX_BODY} bytes"),
+        ));
+    }
+    let report: ProgressReport = serde_json::from_slice(body).map_err(|e| {
+        Refusal::new(
+            StatusCode::BAD_REQUEST,
+            format!("not a progress report (docs/progress.md): {e}"),
+        )
+    })?;
+    let (namespace, pod) = authenticate(client, token).await?;
+    inbox.file(&namespace, &pod, report)
+}
+
+/// The `/progress` route of the operator's HTTP listener.
+pub fn routes(client: Client, inbox: Arc<Inbox>) -> axum::Router {
+    axum::Router::new().route(
+        "/progress",
+        axum::routing::post(move |headers: HeaderMap, body: Bytes| {
+            let (client, inbox) = (client.clone(), inbox.clone());
+            async move {
+                match receive(&client, &inbox, &headers, &body).await {
+                    Ok(()) => (StatusCode::ACCEPTED, String::new()),
+                    Err(r) => {
+                        tracing::debug!(status = %r.status, "progress report refused: {}", r.message);
+                        (r.status, r.message + "\n")
+                    }
+                }
+            }
+        }),
+    )
+}
