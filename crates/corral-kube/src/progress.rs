@@ -253,3 +253,115 @@ pub fn routes(client: Client, inbox: Arc<Inbox>) -> axum::Router {
         }),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::reflector::store::Writer;
+    use kube::runtime::watcher::Event;
+    use serde_json::json;
+
+    fn store(pods: Vec<serde_json::Value>) -> Store<Pod> {
+        let mut w = Writer::<Pod>::default();
+        w.apply_watcher_event(&Event::Init);
+        for p in pods {
+            w.apply_watcher_event(&Event::InitApply(serde_json::from_value(p).expect("pod")));
+        }
+        w.apply_watcher_event(&Event::InitDone);
+        w.as_reader()
+    }
+
+    #[test]
+    fn a_report_counts_for_the_replica_its_pod_is_and_only_while_leading() {
+        let inbox = Inbox::default();
+        let report = ProgressReport {
+            step: 7,
+            ..ProgressReport::default()
+        };
+        let refused = inbox.file("ml", "ddp-worker-0", report.clone());
+        assert_eq!(
+            refused.map_err(|r| r.status),
+            Err(StatusCode::SERVICE_UNAVAILABLE)
+        );
+        let pods = store(vec![
+            json!({"metadata": {"name": "ddp-worker-0", "namespace": "ml",
+                                "labels": {JOB_NAME_LABEL: "ddp"}}}),
+            json!({"metadata": {"name": "web-0", "namespace": "ml"}}),
+        ]);
+        inbox.lead(pods, Arc::new(Notify::new()));
+        inbox
+            .file("ml", "ddp-worker-0", report.clone())
+            .expect("taken");
+        // Another namespace's pod of that name, or a pod of no job: not a replica.
+        let other = inbox.file("other", "ddp-worker-0", report.clone());
+        assert_eq!(other.map_err(|r| r.status), Err(StatusCode::FORBIDDEN));
+        let web = inbox.file("ml", "web-0", report.clone());
+        assert_eq!(web.map_err(|r| r.status), Err(StatusCode::FORBIDDEN));
+        assert_eq!(
+            inbox.take(),
+            vec![Reported {
+                job: "ml/ddp".into(),
+                replica: "ddp-worker-0".into(),
+                report,
+            }]
+        );
+        assert!(inbox.take().is_empty(), "handed over once");
+        inbox.follow();
+        assert!(
+            inbox
+                .file("ml", "ddp-worker-0", ProgressReport::default())
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn replicas_are_told_where_to_report_with_a_token_bound_to_their_pod() {
+        use corral_core::lifecycle::{Incarnation, ReplicaId};
+        use corral_core::sched::ReplicaPlacement;
+        let job: corral_api::TrainingJob = serde_json::from_value(json!({
+            "apiVersion": "corral.dev/v1alpha1", "kind": "TrainingJob",
+            "metadata": {"name": "j", "namespace": "ml", "uid": "u1"},
+            "spec": {"framework": "generic", "replicas": {"worker": {"count": 1,
+                     "template": {"image": "busybox", "command": ["true"]}}}},
+        }))
+        .expect("job");
+        let replica = ReplicaId::new(corral_api::training_job::Role::Worker, 0);
+        let placement = ReplicaPlacement {
+            role: "worker".into(),
+            index: 0,
+            node: "n1".into(),
+            gpu_indices: Vec::new(),
+        };
+        let build = |opts| {
+            let pod =
+                crate::build::build_pod(&job, replica, Incarnation::default(), &placement, &opts)
+                    .expect("pod");
+            serde_json::to_value(pod).expect("json")
+        };
+        let without = build(crate::build::BuildOptions::default());
+        assert!(without.to_string().find("CORRAL_PROGRESS_URL").is_none());
+        let with = build(crate::build::BuildOptions {
+            progress_url: Some("http://op:8080/progress".into()),
+            ..Default::default()
+        });
+        let env = &with["spec"]["containers"][0]["env"];
+        let var = |n: &str| {
+            env.as_array()
+                .and_then(|e| e.iter().find(|v| v["name"] == n))
+                .map(|v| v["value"].clone())
+        };
+        assert_eq!(var(URL_ENV), Some(json!("http://op:8080/progress")));
+        assert_eq!(
+            var(TOKEN_FILE_ENV),
+            Some(json!(format!("{TOKEN_DIR}/{TOKEN_FILE}")))
+        );
+        let volume = &with["spec"]["volumes"][0];
+        let source = &volume["projected"]["sources"][0]["serviceAccountToken"];
+        assert_eq!(source["audience"], json!(AUDIENCE));
+        assert_eq!(source["path"], json!(TOKEN_FILE));
+        let mount = &with["spec"]["containers"][0]["volumeMounts"][0];
+        assert_eq!(mount["name"], volume["name"]);
+        assert_eq!(mount["mountPath"], json!(TOKEN_DIR));
+        assert_eq!(mount["readOnly"], json!(true));
+    }
+}
