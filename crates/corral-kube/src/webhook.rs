@@ -31,7 +31,7 @@ use kube::core::response::{StatusCause, StatusDetails};
 use serde_json::Value;
 use tokio::sync::watch;
 
-use corral_api::document::{Document, parse_documents};
+use corral_api::document::parse_documents;
 use corral_api::training_job::TrainingJob;
 use corral_api::validate::{FieldError, ValidationContext};
 use corral_core::lifecycle::{Incarnation, ReplicaId};
@@ -91,37 +91,7 @@ impl Verdict {
 /// Checks a TrainingJob as the API server holds it (JSON): validation, then the build.
 pub fn check(object: &Value, opts: &BuildOptions) -> Verdict {
     let doc = as_written(object);
-    let name = doc
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let mut verdict = Verdict {
-        what: format!("TrainingJob {name}").trim_end().to_string(),
-        ..Verdict::default()
-    };
-    // The embedded shell's parser: JSON is YAML, and this is the text `corral submit` reads.
-    for r in parse_documents(&doc.to_string(), &validation_context()) {
-        match r {
-            Err(e) => {
-                if let Some(w) = e.what {
-                    verdict.what = w;
-                }
-                verdict.errors.extend(e.errors.0);
-            }
-            Ok(p) => {
-                verdict.warnings.extend(p.warnings);
-                if !matches!(p.document, Document::TrainingJob(_)) {
-                    verdict.errors.push(FieldError::new(
-                        "kind",
-                        format!(
-                            "this webhook reviews TrainingJobs, not {}",
-                            p.document.kind()
-                        ),
-                    ));
-                }
-            }
-        }
-    }
+    let mut verdict = parsed(&doc, "TrainingJob");
     // The operator decodes stored jobs without defaults (dynamic_objects::decode): so here.
     if let Ok(job) = serde_json::from_value::<TrainingJob>(doc) {
         for e in build_errors(&job, opts) {
@@ -138,24 +108,38 @@ pub fn check(object: &Value, opts: &BuildOptions) -> Verdict {
 /// operator cannot run ([`crate::pipelines::check`]) in the operator's words.
 pub fn check_run(object: &Value) -> Verdict {
     let doc = as_written(object);
-    let name = doc
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let mut verdict = Verdict {
-        what: format!("PipelineRun {name}").trim_end().to_string(),
-        ..Verdict::default()
-    };
     if doc
         .pointer("/spec/pipelineRef")
         .is_some_and(|r| !r.is_null())
     {
+        let mut verdict = Verdict {
+            what: format!("PipelineRun {}", name_of(&doc))
+                .trim_end()
+                .to_string(),
+            ..Verdict::default()
+        };
         verdict.errors.push(FieldError::new(
             "spec.pipelineRef",
             crate::pipelines::NO_STORED_PIPELINES,
         ));
         return verdict;
     }
+    parsed(&doc, "PipelineRun")
+}
+
+fn name_of(doc: &Value) -> &str {
+    doc.pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+/// A document as the embedded shell's parser reads it (JSON is YAML, and this is the text
+/// `corral submit` reads): its errors and warnings, and an error unless it is a `kind`.
+fn parsed(doc: &Value, kind: &str) -> Verdict {
+    let mut verdict = Verdict {
+        what: format!("{kind} {}", name_of(doc)).trim_end().to_string(),
+        ..Verdict::default()
+    };
     for r in parse_documents(&doc.to_string(), &validation_context()) {
         match r {
             Err(e) => {
@@ -166,10 +150,13 @@ pub fn check_run(object: &Value) -> Verdict {
             }
             Ok(p) => {
                 verdict.warnings.extend(p.warnings);
-                if !matches!(p.document, Document::PipelineRun(_)) {
+                if p.document.kind() != kind {
                     verdict.errors.push(FieldError::new(
                         "kind",
-                        format!("expected a PipelineRun, not {}", p.document.kind()),
+                        format!(
+                            "this webhook reviews {kind}s here, not {}",
+                            p.document.kind()
+                        ),
                     ));
                 }
             }
