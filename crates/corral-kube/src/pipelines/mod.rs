@@ -235,7 +235,13 @@ pub fn check(run: &PipelineRun) -> Result<(), Vec<FieldError>> {
         requires_image: true,
         ..ValidationContext::default()
     };
-    validate_pipeline_run(run, &ctx).map_err(|e| e.0)
+    // The API server completed a generateName into the name and keeps both: the name is
+    // the run's (as the webhook reads it, which keeps no generateName).
+    let mut stored = run.clone();
+    if !stored.metadata.name.is_empty() {
+        stored.metadata.generate_name = None;
+    }
+    validate_pipeline_run(&stored, &ctx).map_err(|e| e.0)
 }
 
 fn record(

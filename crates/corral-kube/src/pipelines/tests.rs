@@ -339,3 +339,13 @@ fn a_finished_runs_artifact_pods_are_deleted() {
         }]
     );
 }
+
+#[test]
+fn a_run_named_by_the_server_from_its_generate_name_runs() {
+    let mut r: PipelineRun = (*run("r1", None)).clone();
+    r.metadata.generate_name = Some("r".into());
+    let actions = plan_of(&[Arc::new(r)], &World::default());
+    let status = status_of(&actions).expect("status");
+    assert_eq!(status.phase, RunPhase::Running, "{:?}", status.message);
+    assert_eq!(jobs_of(&actions).len(), 1);
+}

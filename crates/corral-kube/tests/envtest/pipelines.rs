@@ -229,6 +229,50 @@ pub(crate) async fn pipeline_runs(env: &Env, op: &Operator) {
     }
     assert!(job(env, ns, "r2-produce").await.is_none());
 
+    // A pipeline the `kfp` package compiled, as `corral convert FILE | kubectl create -f -`
+    // sends it (generateName kept): taken as it is, its first step started.
+    let text = std::fs::read_to_string(
+        crate::harness::repo_root().join("crates/corral-api/tests/fixtures/kfp/two_steps.yaml"),
+    )
+    .expect("compiled pipeline");
+    let ctx = corral_api::validate::ValidationContext {
+        requires_image: true,
+        ..Default::default()
+    };
+    let converted = corral_api::document::parse_documents(&text, &ctx)
+        .into_iter()
+        .next()
+        .expect("a document")
+        .expect("it converts")
+        .document
+        .to_value();
+    let mut kfp_run = converted;
+    kfp_run["metadata"]["namespace"] = json!(ns);
+    let made = api
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(kfp_run).expect("run"),
+        )
+        .await
+        .expect("a converted Kubeflow pipeline is taken as it is");
+    let name = made.metadata.name.clone().expect("a generated name");
+    assert!(name.starts_with("two-steps-"), "{name}");
+    passes(env, op).await;
+    let run = run_of(env, ns, &name).await;
+    assert_eq!(
+        run["status"]["steps"]["produce"]["phase"], "Running",
+        "{}",
+        run["status"]
+    );
+    let produce = job(env, ns, &format!("{name}-produce"))
+        .await
+        .expect("its first step's job");
+    let env_vars = produce["spec"]["replicas"]["worker"]["template"]["env"].to_string();
+    assert!(
+        env_vars.contains("\"hello\""),
+        "the parameter's default: {env_vars}"
+    );
+
     // A run that cannot run here (a step without an image) fails saying which field.
     let mut bad = pipeline_run(ns, "r3");
     bad["spec"]["pipelineSpec"]["steps"][0]["task"]
