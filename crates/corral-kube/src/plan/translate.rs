@@ -126,9 +126,15 @@ pub(super) fn translate(
                 for p in &o.pods {
                     let same = p.metadata.name.as_deref() == Some(name.as_str())
                         && observe::replica_of(p).map(|(_, inc)| inc) == Some(*incarnation);
-                    // A terminating pod is never deleted again (that would cut its grace
-                    // short).
-                    if !same || p.metadata.deletion_timestamp.is_some() {
+                    // A terminating pod is deleted again only to shorten its grace period
+                    // (the plane's stop without one, once the job saved a checkpoint);
+                    // otherwise never, which would cut its grace short.
+                    let terminating = p.metadata.deletion_timestamp.is_some();
+                    let shortens = p
+                        .metadata
+                        .deletion_grace_period_seconds
+                        .is_some_and(|g| u64::try_from(g).unwrap_or(0) > grace_period.as_secs());
+                    if !same || (terminating && !shortens) {
                         continue;
                     }
                     // On Kubernetes a pod stops only by being deleted; a finished pod's

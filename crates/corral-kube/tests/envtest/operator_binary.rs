@@ -341,5 +341,56 @@ async fn live_progress(env: &Env, ns: &str, port: u16, log: &dyn Fn() -> String)
     assert_eq!(shown["step"], json!(42), "operator log:\n{}", log());
     assert_eq!(shown["replica"], json!(name));
     assert_eq!(shown["percent"].as_f64(), Some(42.0));
-    kubelet_phase(env, ns, name, "Succeeded", Some(0)).await;
+
+    // Suspended, its replica is told to stop (deleted with the grace period); the checkpoint
+    // it then reports ends the wait: deleted again, at once.
+    jobs.patch(
+        "reporter",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"spec": {"runPolicy": {"suspend": true}}})),
+    )
+    .await
+    .expect("suspend");
+    let pods_api: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(env.admin.clone(), ns);
+    let mut grace = None;
+    for _ in 0..120 {
+        let p = pods_api.get_opt(name).await.expect("get pod");
+        grace = p.and_then(|p| p.metadata.deletion_grace_period_seconds);
+        if grace.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(
+        grace.is_some_and(|g| g > 0),
+        "not stopped with a grace period: {grace:?}; operator log:\n{}",
+        log()
+    );
+    let saved = r#"{"step": 50, "checkpoint": {"step": 50, "path": "/ckpt/step-50"}}"#;
+    let (code, answer) = post_progress(port, Some(&good), saved).await;
+    assert_eq!(code, 202, "{answer}");
+    let mut gone = false;
+    for _ in 0..120 {
+        if pods_api.get_opt(name).await.expect("get pod").is_none() {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(
+        gone,
+        "the replica was not stopped once its checkpoint was saved; operator log:\n{}",
+        log()
+    );
+    let j = serde_json::to_value(jobs.get("reporter").await.expect("job")).expect("json");
+    assert_eq!(
+        j["status"]["lastCheckpoint"]["step"],
+        json!(50),
+        "{}",
+        j["status"]
+    );
+    assert_eq!(
+        j["status"]["lastCheckpoint"]["path"],
+        json!("/ckpt/step-50")
+    );
 }
