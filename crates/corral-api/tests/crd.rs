@@ -87,7 +87,8 @@ fn crds_are_structural_and_complete() {
             "Queue",
             "NodePool",
             "JobPriorityClass",
-            "PriorityClass"
+            "PriorityClass",
+            "PipelineRun"
         ]
     );
     // The former name is served one more release, deprecated (kubectl prints the warning),
