@@ -677,3 +677,46 @@ proptest! {
         prop_assert!(started.values().all(|n| *n == 1), "an item ran twice");
     }
 }
+
+#[test]
+fn a_refused_run_fails_once_saying_why_and_starts_nothing() {
+    use corral_core::control::pipeline::refused;
+    let r = run(vec![step("a", &[])], None);
+    let d = refused(&r, "spec.x: wrong".into(), now());
+    assert!(d.finished && d.create.is_empty());
+    assert_eq!(d.status.phase, RunPhase::Failed);
+    assert_eq!(d.status.message.as_deref(), Some("Invalid: spec.x: wrong"));
+    assert_eq!(d.status.start_time, Some(now()));
+    // Ended already: nothing changes, no second ending.
+    let mut ended = r.clone();
+    ended.status = Some(d.status.clone());
+    let again = refused(&ended, "other".into(), now());
+    assert!(!again.finished);
+    assert_eq!(again.status, d.status);
+}
+
+#[test]
+fn only_steps_that_succeeded_under_a_key_are_results_for_the_cache() {
+    use corral_core::control::pipeline::recorded_results;
+    let mut r = run(vec![step("a", &[]), step("b", &[]), step("c", &[])], None);
+    let out = BTreeMap::from([(
+        "out".to_string(),
+        ArtifactRecord {
+            path: "/p".into(),
+            sha256: "sha256:1".into(),
+        },
+    )]);
+    let status = r.status.get_or_insert_default();
+    for (name, phase, key) in [
+        ("a", StepPhase::Succeeded, Some("k1")),
+        ("b", StepPhase::Cached, Some("k2")),
+        ("c", StepPhase::Succeeded, None),
+    ] {
+        let st = status.steps.entry(name.into()).or_default();
+        st.phase = phase;
+        st.cache_key = key.map(str::to_string);
+        st.outputs = out.clone();
+    }
+    let got = recorded_results(&r);
+    assert_eq!(got, vec![("a", "k1", &out)]);
+}

@@ -284,4 +284,28 @@ mod tests {
         fs::write(dir.path().join("other"), "x").unwrap();
         assert_eq!(condition_text(dir.path()), "", "two files: no text");
     }
+
+    #[test]
+    fn the_operators_artifact_pods_report_what_the_embedded_cluster_reads() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("run/step/model");
+        prepare_for_pod(std::slice::from_ref(&out)).unwrap();
+        let mode = fs::metadata(&out).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o777, "writable whatever user the step runs as");
+        fs::write(out.join("score"), "0.93\n").unwrap();
+        let missing = dir.path().join("nothing");
+        let hashes = report_hashes(&[out.clone(), missing.clone()]).unwrap();
+        assert_eq!(
+            hashes.sha256,
+            vec![hash(&out).unwrap(), hash(&missing).unwrap()]
+        );
+        let texts = report_texts(std::slice::from_ref(&out)).unwrap();
+        assert_eq!(texts.text, vec!["0.93".to_string()]);
+        assert!(hashes.to_message().unwrap().len() < 200);
+        // Longer than a termination message carries: refused, never cut.
+        fs::write(out.join("score"), "x".repeat(REPORT_TEXT_LIMIT + 1)).unwrap();
+        let e = report_texts(std::slice::from_ref(&out)).unwrap_err();
+        assert!(e.contains("at most 3072 bytes"), "{e}");
+    }
 }
