@@ -48,6 +48,8 @@ pub const ARTIFACTS_OF_LABEL: &str = "corral.dev/artifacts-of";
 /// A failed artifact pod is left this long (its message shown in a Warning) before it is
 /// made again.
 const RETRY_FAILED_READ: SignedDuration = SignedDuration::from_secs(30);
+/// The non-root user of the operator's image (as deploy/operator.yaml runs it).
+const TOOLS_USER: i64 = 65532;
 /// The pod's container; its termination message is the report.
 const TOOL_CONTAINER: &str = "artifacts";
 
@@ -354,8 +356,9 @@ fn cache_hit(namespace: &str, key: &str, runs: &[Arc<PipelineRun>]) -> Option<Ca
     hits.into_iter().next().map(|(_, _, h)| h)
 }
 
+/// What an artifact pod is asked about its paths.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Question {
+pub enum Question {
     Hash,
     Read,
 }
@@ -479,8 +482,20 @@ fn owner(run: &PipelineRun) -> Value {
     })
 }
 
-/// A pod of the operator's image that answers one question about a run's artifacts.
-fn artifacts_pod(
+/// What the operator's own containers in tenants' pods run with: what Kubernetes' `restricted`
+/// Pod Security Standard asks of a container, so that a namespace enforcing it takes them.
+fn restricted_container() -> Value {
+    json!({
+        "allowPrivilegeEscalation": false,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    })
+}
+
+/// A pod of the operator's image that answers one question about a run's artifacts; it
+/// meets the `restricted` Pod Security Standard (it runs as the image's non-root user and
+/// only reads the claim).
+pub fn artifacts_pod(
     run: &PipelineRun,
     name: &str,
     question: Question,
@@ -507,8 +522,15 @@ fn artifacts_pod(
         },
         "spec": {
             "restartPolicy": "Never",
+            "securityContext": {
+                "runAsNonRoot": true,
+                "runAsUser": TOOLS_USER,
+                "runAsGroup": TOOLS_USER,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
             "containers": [{
                 "name": TOOL_CONTAINER,
+                "securityContext": restricted_container(),
                 "image": cfg.tools_image,
                 "command": command,
                 "volumeMounts": [{"name": ARTIFACTS_VOLUME, "mountPath": ARTIFACTS_MOUNT, "readOnly": true}],
@@ -589,8 +611,10 @@ fn with_artifacts(template: &mut Map<String, Value>, dirs: &[String], cfg: &Pipe
         push(
             spec,
             "initContainers",
+            // As the step's own user (the pod's): its outputs are its to write.
             json!({
                 "name": "corral-outputs",
+                "securityContext": restricted_container(),
                 "image": cfg.tools_image,
                 "command": command,
                 "volumeMounts": [artifacts_mount()],

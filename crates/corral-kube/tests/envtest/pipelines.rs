@@ -295,6 +295,8 @@ pub(crate) async fn pipeline_runs(env: &Env, op: &Operator) {
     );
     assert!(job(env, ns, "r3-produce").await.is_none());
 
+    restricted_namespace_takes_the_artifact_pods(env).await;
+
     if env.gc {
         // Deleting a run deletes its steps' jobs (the garbage collector; up to a few seconds).
         api.delete("r1", &DeleteParams::default())
@@ -322,4 +324,65 @@ pub(crate) async fn pipeline_runs(env: &Env, op: &Operator) {
         }
         assert!(gone, "the run's step jobs are deleted with it");
     }
+}
+
+/// A namespace that enforces the `restricted` Pod Security Standard (the API server's own
+/// PodSecurity admission) takes the operator's artifact pods: a server-side dry run of one
+/// is admitted, and the same pod without its security context is refused there.
+async fn restricted_namespace_takes_the_artifact_pods(env: &Env) {
+    let ns = "pipes-restricted";
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(env.admin.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": ns, "labels": {
+                "pod-security.kubernetes.io/enforce": "restricted"}}}))
+            .expect("namespace"),
+        )
+        .await
+        .expect("a restricted namespace");
+    // Pods need their namespace's `default` ServiceAccount (the controller-manager's
+    // service-account controller may not have made it yet).
+    let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        Api::namespaced(env.admin.clone(), ns);
+    let _ = sas
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "default"}})).expect("sa"),
+        )
+        .await;
+    let run: corral_api::PipelineRun = serde_json::from_value({
+        let mut r = pipeline_run(ns, "r");
+        r["metadata"]["uid"] = json!("0c7f1d6e-0000-4000-8000-000000000001");
+        r
+    })
+    .expect("run");
+    let paths = vec![pipelines::output_path("r", "produce", "data")];
+    let pod = pipelines::artifacts_pod(
+        &run,
+        "r-hash-x",
+        pipelines::Question::Hash,
+        &paths,
+        &config(),
+    );
+    let pods: Api<Pod> = Api::namespaced(env.admin.clone(), ns);
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    pods.create(&dry, &pod)
+        .await
+        .expect("the restricted Pod Security Standard admits the artifact pod");
+    let mut bare = pod.clone();
+    if let Some(spec) = bare.spec.as_mut() {
+        spec.security_context = None;
+        for c in &mut spec.containers {
+            c.security_context = None;
+        }
+    }
+    let refused = pods
+        .create(&dry, &bare)
+        .await
+        .expect_err("the namespace enforces the standard");
+    assert!(refused.to_string().contains("restricted"), "{refused}");
 }
