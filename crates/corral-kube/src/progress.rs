@@ -13,7 +13,9 @@
 //! checkpoint saved after a stop notice); a standby answers 503 and the replica's next
 //! report goes to whichever replica its connection reaches.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode, header};
@@ -22,6 +24,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::{Api, PostParams};
 use kube::runtime::reflector::{ObjectRef, Store};
+use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
 
 use corral_api::progress::ProgressReport;
@@ -55,10 +58,44 @@ pub struct Reported {
     pub report: ProgressReport,
 }
 
+/// How long a token the API server vouched for is taken without asking it again: a replica
+/// may report every batch, and a TokenReview per report would load the API server with the
+/// replicas' reports. A report still counts only while its pod is a replica (the pod cache),
+/// so a token that outlives its pod gains nothing.
+pub const REVIEW_TTL: Duration = Duration::from_secs(60);
+/// Tokens remembered at most (expired ones go first; past it, all).
+const REVIEWS_KEPT: usize = 10_000;
+
+/// Tokens the API server vouched for lately, by SHA-256 (the tokens themselves are not kept):
+/// the pod each is bound to, and when it was asked.
+#[derive(Default)]
+struct Reviews(HashMap<[u8; 32], ((String, String), Instant)>);
+
+impl Reviews {
+    fn get(&self, key: &[u8; 32], now: Instant) -> Option<(String, String)> {
+        self.0
+            .get(key)
+            .filter(|(_, at)| now.saturating_duration_since(*at) < REVIEW_TTL)
+            .map(|(who, _)| who.clone())
+    }
+
+    fn put(&mut self, key: [u8; 32], who: (String, String), now: Instant) {
+        if self.0.len() >= REVIEWS_KEPT {
+            self.0
+                .retain(|_, (_, at)| now.saturating_duration_since(*at) < REVIEW_TTL);
+            if self.0.len() >= REVIEWS_KEPT {
+                self.0.clear();
+            }
+        }
+        self.0.insert(key, (who, now));
+    }
+}
+
 /// Reports taken and not yet handed to a pass, while this replica leads.
 #[derive(Default)]
 pub struct Inbox {
     state: Mutex<Option<Leading>>,
+    reviews: Mutex<Reviews>,
 }
 
 struct Leading {
@@ -231,7 +268,19 @@ pub async fn receive(
             format!("not a progress report (docs/progress.md): {e}"),
         )
     })?;
-    let (namespace, pod) = authenticate(client, token).await?;
+    let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+    let now = Instant::now();
+    let known = inbox.reviews.lock().ok().and_then(|r| r.get(&key, now));
+    let (namespace, pod) = match known {
+        Some(who) => who,
+        None => {
+            let who = authenticate(client, token).await?;
+            if let Ok(mut r) = inbox.reviews.lock() {
+                r.put(key, who.clone(), now);
+            }
+            who
+        }
+    };
     inbox.file(&namespace, &pod, report)
 }
 
@@ -312,6 +361,41 @@ mod tests {
                 .file("ml", "ddp-worker-0", ProgressReport::default())
                 .is_err()
         );
+    }
+
+    #[test]
+    fn a_vouched_token_is_taken_for_a_minute_without_asking_again() {
+        let mut r = Reviews::default();
+        let t0 = Instant::now();
+        let who = ("ml".to_string(), "ddp-worker-0".to_string());
+        r.put([1; 32], who.clone(), t0);
+        assert_eq!(
+            r.get(&[1; 32], t0 + Duration::from_secs(59)),
+            Some(who.clone())
+        );
+        assert_eq!(
+            r.get(&[1; 32], t0 + REVIEW_TTL),
+            None,
+            "asked again after a minute"
+        );
+        assert_eq!(r.get(&[2; 32], t0), None, "another token");
+        // Bounded: at the limit, the expired go first; if none has, all go.
+        let fill = |r: &mut Reviews, at: Instant| {
+            *r = Reviews::default();
+            for i in 0..REVIEWS_KEPT {
+                let mut k = [0u8; 32];
+                k[..8].copy_from_slice(&(i as u64).to_le_bytes());
+                r.put(k, who.clone(), at);
+            }
+            assert_eq!(r.0.len(), REVIEWS_KEPT);
+        };
+        fill(&mut r, t0);
+        r.put([3; 32], who.clone(), t0 + REVIEW_TTL);
+        assert_eq!(r.0.len(), 1, "all expired: only the new one");
+        fill(&mut r, t0);
+        r.put([3; 32], who.clone(), t0);
+        assert_eq!(r.0.len(), 1, "none expired: cleared, then the new one");
+        assert_eq!(r.get(&[3; 32], t0), Some(who));
     }
 
     #[test]
