@@ -747,17 +747,7 @@ impl Applier {
             let Some(recorder) = &self.recorder else {
                 continue;
             };
-            let ev = Event {
-                type_: if e.warning {
-                    EventType::Warning
-                } else {
-                    EventType::Normal
-                },
-                reason: e.reason.clone(),
-                note: Some(truncate(&e.note, 1000)),
-                action: e.reason.clone(),
-                secondary: None,
-            };
+            let ev = event(e.warning, &e.reason, &e.note);
             self.limiter.acquire().await;
             match recorder.publish(&ev, &reference).await {
                 Ok(()) => report.events += 1,
@@ -770,6 +760,21 @@ impl Applier {
                 }
             }
         }
+    }
+}
+
+/// An Event of Corral's as it is published (about any object): its note cut to 1,000 bytes.
+pub(crate) fn event(warning: bool, reason: &str, note: &str) -> Event {
+    Event {
+        type_: if warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
+        reason: reason.to_string(),
+        note: Some(truncate(note, 1000)),
+        action: reason.to_string(),
+        secondary: None,
     }
 }
 

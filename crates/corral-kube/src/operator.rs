@@ -341,7 +341,7 @@ impl Stores {
 }
 
 /// Starts a reflector for one kind; every change wakes the pass loop.
-fn reflect<K>(
+pub(crate) fn reflect<K>(
     api: Api<K>,
     cfg: watcher::Config,
     dyntype: K::DynamicType,

@@ -905,6 +905,12 @@ pub fn watched_jobs(run: &PipelineRun) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Rounds of gathering facts and deciding again that a shell gives one run in one pass, at
+/// most: each round answers at least one step, so a run needs no more than a few per step.
+pub fn max_rounds(run: &PipelineRun) -> usize {
+    4 * run.expanded_spec().steps.len() + 4
+}
+
 /// The results a run's status holds for the cache: each step that succeeded under a key,
 /// as `(step, key, outputs)`. What a shell without a store of its own (the operator) looks
 /// cache keys up in.

@@ -3,7 +3,7 @@
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, Preconditions};
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::Recorder;
 use kube::{Client, Error};
 use serde_json::json;
 
@@ -172,17 +172,7 @@ pub async fn apply(
                     uid: uid.clone(),
                     ..Default::default()
                 };
-                let ev = Event {
-                    type_: if *warning {
-                        EventType::Warning
-                    } else {
-                        EventType::Normal
-                    },
-                    reason: reason.clone(),
-                    note: Some(note.chars().take(1000).collect()),
-                    action: reason.clone(),
-                    secondary: None,
-                };
+                let ev = crate::apply::event(*warning, reason, note);
                 match rec.publish(&ev, &reference).await {
                     Ok(()) => {
                         report.events += 1;

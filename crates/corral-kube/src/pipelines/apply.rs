@@ -7,7 +7,6 @@
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::Error;
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
-use kube::runtime::events::{Event, EventType};
 use serde_json::json;
 
 use super::RunAction;
@@ -177,17 +176,7 @@ pub async fn apply(applier: &Applier, actions: &[RunAction]) -> Applied {
                 uid: uid.clone(),
                 ..ObjectReference::default()
             };
-            let ev = Event {
-                type_: if *warning {
-                    EventType::Warning
-                } else {
-                    EventType::Normal
-                },
-                reason: reason.clone(),
-                note: Some(note.chars().take(1000).collect()),
-                action: reason.clone(),
-                secondary: None,
-            };
+            let ev = crate::apply::event(*warning, reason, note);
             applier.limiter.acquire().await;
             match recorder.publish(&ev, &reference).await {
                 Ok(()) => out.report.events += 1,

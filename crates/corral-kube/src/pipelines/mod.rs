@@ -33,8 +33,8 @@ use corral_api::pipeline::ArtifactRecord;
 use corral_api::validate::{FieldError, ValidationContext, validate_pipeline_run};
 use corral_api::{PipelineRun, PipelineRunStatus, TrainingJob};
 use corral_core::control::pipeline::{
-    CacheHit, Decision, Facts, Observed, StepLaunch, Wants, decide, observe_job, recorded_results,
-    refused, step_job_with_artifacts, watched_jobs,
+    CacheHit, Decision, Facts, Observed, StepLaunch, Wants, decide, max_rounds, observe_job,
+    recorded_results, refused, step_job_with_artifacts, watched_jobs,
 };
 
 use crate::observe::World;
@@ -159,8 +159,7 @@ fn plan_run(run: &PipelineRun, view: &View, out: &mut Vec<RunAction>) {
     let finished = run.status.as_ref().is_some_and(|s| s.phase.is_finished());
     if finished {
         // Its artifact pods have said what they had to.
-        for (pns, pod) in view.pods.keys() {
-            let p = view.pods[&(pns.clone(), pod.clone())];
+        for ((pns, pod), p) in &view.pods {
             if *pns == ns
                 && crate::observe::label(&p.metadata, ARTIFACTS_OF_LABEL) == Some(name.as_str())
                 && p.metadata.deletion_timestamp.is_none()
@@ -273,11 +272,6 @@ fn record(
     }
 }
 
-/// Rounds of gathering facts for one decision at most (as embedded).
-fn max_rounds(run: &PipelineRun) -> usize {
-    4 * run.expanded_spec().steps.len() + 4
-}
-
 /// Where a step's output is, as its pods (and the artifact pods) see it.
 pub fn output_path(run: &str, step: &str, output: &str) -> String {
     format!("{ARTIFACTS_MOUNT}/{run}/{step}/{output}")
@@ -352,8 +346,9 @@ fn cache_hit(namespace: &str, key: &str, runs: &[Arc<PipelineRun>]) -> Option<Ca
             }
         }
     }
-    hits.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
-    hits.into_iter().next().map(|(_, _, h)| h)
+    hits.into_iter()
+        .min_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)))
+        .map(|(_, _, h)| h)
 }
 
 /// What an artifact pod is asked about its paths.

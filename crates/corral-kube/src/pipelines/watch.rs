@@ -5,11 +5,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use jiff::Timestamp;
 use kube::api::{Api, DynamicObject, ListParams};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
 use kube::{Client, Error};
 use tokio::sync::Notify;
 
@@ -59,21 +58,14 @@ pub async fn start(
         }
         Err(e) => tracing::warn!("listing pipelineruns: {e}"),
     }
-    let writer = reflector::store::Writer::<DynamicObject>::new(ar);
-    runs.store = Some(writer.as_reader());
-    let stream = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .modify(crate::slim::object)
-        .reflect(writer);
-    tasks.push(tokio::spawn(async move {
-        let mut stream = std::pin::pin!(stream);
-        while let Some(ev) = stream.next().await {
-            if let Err(e) = ev {
-                tracing::warn!("watch pipelineruns: {e}");
-            }
-            notify.notify_one();
-        }
-    }));
+    runs.store = Some(crate::operator::reflect(
+        api,
+        watcher::Config::default(),
+        ar,
+        crate::slim::object,
+        notify,
+        tasks,
+    ));
     runs
 }
 

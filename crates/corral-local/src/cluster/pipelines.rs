@@ -15,8 +15,8 @@ use corral_api::PipelineRun;
 use corral_api::pipeline::{ArtifactRecord, StepPhase};
 use corral_core::control::EventType;
 use corral_core::control::pipeline::{
-    Decision, Facts, Observed, Recorded, StepLaunch, Wants, decide, listing, observe_job,
-    step_job_with_artifacts, step_jobs, watched_jobs,
+    Decision, Facts, Observed, Recorded, StepLaunch, Wants, decide, listing, max_rounds,
+    observe_job, step_job_with_artifacts, step_jobs, watched_jobs,
 };
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
@@ -68,12 +68,6 @@ pub(super) fn generated_name(prefix: &str) -> String {
         bits /= ALPHABET.len() as u64;
     }
     name
-}
-
-/// Rounds of gathering facts for one decision at most: each round answers at least one
-/// step, so a run needs no more than a few per step.
-fn max_rounds(run: &PipelineRun) -> usize {
-    4 * run.expanded_spec().steps.len() + 4
 }
 
 impl Cluster {
