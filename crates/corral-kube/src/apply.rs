@@ -90,6 +90,8 @@ pub struct ApplyReport {
     pub pods_deleted: u64,
     pub status_updates: u64,
     pub events: u64,
+    /// Usage ledger ConfigMaps written.
+    pub ledger_writes: u64,
     /// Calls that failed, in words (each counted in `corral_reconcile_errors_total`; a
     /// transient one is retried with back-off, a refusal for good is handed to the control
     /// plane through [`LAUNCH_REJECTED_ANNOTATION`]).
@@ -109,7 +111,12 @@ pub struct ApplyReport {
 impl ApplyReport {
     /// The writes this report counts (pods created, bound and deleted, statuses, Events).
     pub fn writes(&self) -> u64 {
-        self.pods_created + self.pods_bound + self.pods_deleted + self.status_updates + self.events
+        self.pods_created
+            + self.pods_bound
+            + self.pods_deleted
+            + self.status_updates
+            + self.events
+            + self.ledger_writes
     }
 
     /// Adds another job's report to this one.
@@ -119,6 +126,7 @@ impl ApplyReport {
         self.pods_deleted += other.pods_deleted;
         self.status_updates += other.status_updates;
         self.events += other.events;
+        self.ledger_writes += other.ledger_writes;
         self.errors.extend(other.errors);
         self.rejected.extend(other.rejected);
         self.backed_off += other.backed_off;
@@ -129,6 +137,7 @@ impl ApplyReport {
         self.abandoned += other.abandoned;
         self.written.jobs.extend(other.written.jobs);
         self.written.pods.extend(other.written.pods);
+        self.written.ledger.extend(other.written.ledger);
     }
 }
 
@@ -208,6 +217,8 @@ pub struct Applier {
     /// When each job's status was last written: a waiting job's status that changed in
     /// words only is refreshed at most every [`WAITING_WORDS_EVERY`].
     status_written: std::sync::Mutex<HashMap<String, Instant>>,
+    /// Where the usage ledger is kept (the operator's namespace).
+    ledger_namespace: String,
 }
 
 /// How often a waiting job's status is rewritten when only its words changed (which GPUs
@@ -233,7 +244,19 @@ impl Applier {
             window: DEFAULT_APPLY_WINDOW,
             condition_events: false,
             status_written: Default::default(),
+            ledger_namespace: crate::ledger::DEFAULT_NAMESPACE.to_string(),
         }
+    }
+
+    /// Keeps the usage ledger in `namespace` (the operator's own).
+    pub fn with_ledger_namespace(mut self, namespace: &str) -> Self {
+        self.ledger_namespace = namespace.to_string();
+        self
+    }
+
+    /// Where the usage ledger is kept.
+    pub fn ledger_namespace(&self) -> &str {
+        &self.ledger_namespace
     }
 
     /// Also publishes the events that the status written with them keeps as conditions
@@ -274,8 +297,40 @@ impl Applier {
         }
         let work: Vec<&JobPlan> = plan.jobs.iter().filter(|jp| !jp.is_empty()).collect();
         let mut report = ApplyReport::default();
+        // The usage the pass closed is stored before any job's release: if it cannot be,
+        // nothing of the pass is written, and the next pass (rebuilt from the API server,
+        // which still holds the admissions) closes it again.
+        if !plan.ledger.is_empty() && self.leading() {
+            for _ in &plan.ledger {
+                self.limiter.acquire().await;
+            }
+            match crate::ledger::write(&self.client, &self.ledger_namespace, &plan.ledger).await {
+                Ok(written) => {
+                    report.ledger_writes = written.len() as u64;
+                    report.written.ledger = written;
+                }
+                Err(e) => {
+                    tracing::warn!("{e}");
+                    report.errors.push(e);
+                    report.retry_in = Some(BACKOFF_BASE);
+                    return report;
+                }
+            }
+        }
         for (_, r) in self.apply_jobs(work, now).await {
             report.merge(r);
+        }
+        if !plan.ledger_expired.is_empty() && self.leading() {
+            // Not the pass's decision: a failure is said and tried again next pass.
+            if let Err(e) = crate::ledger::delete_expired(
+                &self.client,
+                &self.ledger_namespace,
+                &plan.ledger_expired,
+            )
+            .await
+            {
+                tracing::warn!("{e}");
+            }
         }
         if report.abandoned > 0 {
             let term = self.fence.as_ref().map_or(0, |f| f.term);

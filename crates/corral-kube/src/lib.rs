@@ -26,8 +26,9 @@
 //! Durable state lives in the API server only: the admission (with its placements) in the
 //! job's `status.admission` (written with the status that announces it; the
 //! `corral.dev/admission` annotation of earlier operators is still read, [`record`]),
-//! counts and conditions in its status, and the incarnation of every replica in its pod's
-//! labels. An operator that restarts anywhere in
+//! counts and conditions in its status, the incarnation of every replica in its pod's
+//! labels, and the usage ledger (what each admission held) in ConfigMaps of the
+//! operator's namespace ([`ledger`]). An operator that restarts anywhere in
 //! the pipeline re-reads them and repeats only idempotent steps.
 //!
 //! After each pass, [`pipelines`] moves PipelineRuns on by the core's decision: their steps
@@ -44,6 +45,7 @@ pub mod dynamic_objects;
 pub mod fence;
 pub mod kubeflow;
 pub mod leader;
+pub mod ledger;
 pub mod metrics;
 pub mod observe;
 pub mod operator;

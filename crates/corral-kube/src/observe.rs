@@ -38,6 +38,8 @@ pub struct World {
     pub warnings: Vec<String>,
     /// Progress reports replicas sent since the last pass ([`crate::progress`]).
     pub progress: Vec<crate::progress::Reported>,
+    /// The usage ledger's ConfigMaps, of the operator's namespace only ([`crate::ledger`]).
+    pub ledger: Vec<Arc<k8s_openapi::api::core::v1::ConfigMap>>,
 }
 
 /// Resources one pod requests (or one node offers).

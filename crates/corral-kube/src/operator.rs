@@ -16,7 +16,7 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use futures::StreamExt;
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Service};
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use kube::client::ClientBuilder;
 use kube::runtime::events::{Recorder, Reporter};
@@ -106,6 +106,11 @@ pub fn run_operator(args: OperatorArgs) -> Result<(), OperatorError> {
 
 /// Lists everything the plan reads (the operator's start, and tests).
 pub async fn observe_api(client: &Client) -> Result<World, Error> {
+    observe_api_in(client, crate::ledger::DEFAULT_NAMESPACE).await
+}
+
+/// As [`observe_api`], with the usage ledger kept in `ledger_namespace`.
+pub async fn observe_api_in(client: &Client, ledger_namespace: &str) -> Result<World, Error> {
     let lp = ListParams::default();
     let mut world = World::default();
     let dynamic = |ar: ApiResource| Api::<DynamicObject>::all_with(client.clone(), &ar);
@@ -138,6 +143,12 @@ pub async fn observe_api(client: &Client) -> Result<World, Error> {
     world.services = shared_items(
         Api::<Service>::all(client.clone())
             .list(&ListParams::default().labels(JOB_NAME_LABEL))
+            .await?
+            .items,
+    );
+    world.ledger = shared_items(
+        Api::<ConfigMap>::namespaced(client.clone(), ledger_namespace)
+            .list(&ListParams::default().labels(crate::ledger::LEDGER_LABEL))
             .await?
             .items,
     );
@@ -248,7 +259,7 @@ pub async fn reconcile_once(
     cfg: &PlanConfig,
     now: Timestamp,
 ) -> Result<(Plan, ApplyReport), Error> {
-    let world = observe_api(&applier.client).await?;
+    let world = observe_api_in(&applier.client, applier.ledger_namespace()).await?;
     Ok(pass(&world, cfg, applier, now).await)
 }
 
@@ -262,6 +273,9 @@ struct Stores {
     pods: Store<Pod>,
     nodes: Store<Node>,
     services: Store<Service>,
+    /// The usage ledger's ConfigMaps, of the operator's namespace.
+    ledger: Store<ConfigMap>,
+    ledger_namespace: String,
     /// The jobs as the passes read them, decoded once per version.
     decoded_jobs: Decoded<TrainingJob>,
 }
@@ -285,6 +299,7 @@ impl Stores {
         world.pods = self.pods.state();
         world.nodes = self.nodes.state();
         world.services = self.services.state();
+        world.ledger = self.ledger.state();
         world
     }
 
@@ -306,7 +321,19 @@ impl Stores {
                 .get(&ObjectRef::<Pod>::new(name).within(ns))
                 .is_some()
         };
-        written.jobs.iter().all(job_seen) && written.pods.iter().all(pod_seen)
+        let ledger_seen = |(name, rv): &(String, String)| {
+            self.ledger
+                .get(&ObjectRef::<ConfigMap>::new(name).within(&self.ledger_namespace))
+                .is_some_and(|cm| {
+                    cm.metadata
+                        .resource_version
+                        .as_deref()
+                        .is_some_and(|have| version_at_least(have, rv))
+                })
+        };
+        written.jobs.iter().all(job_seen)
+            && written.pods.iter().all(pod_seen)
+            && written.ledger.iter().all(ledger_seen)
     }
 
     /// Waits until the caches show what the last pass wrote, at most `limit`: the next
@@ -337,6 +364,7 @@ impl Stores {
             && self.pods.wait_until_ready().await.is_ok()
             && self.nodes.wait_until_ready().await.is_ok()
             && self.services.wait_until_ready().await.is_ok()
+            && self.ledger.wait_until_ready().await.is_ok()
     }
 }
 
@@ -780,6 +808,15 @@ async fn lead(
             notify.clone(),
             &mut tasks.0,
         ),
+        ledger: reflect(
+            Api::namespaced(client.clone(), &args.lease_namespace),
+            wc().labels(crate::ledger::LEDGER_LABEL),
+            (),
+            |_| {},
+            notify.clone(),
+            &mut tasks.0,
+        ),
+        ledger_namespace: args.lease_namespace.clone(),
         decoded_jobs: Decoded::default(),
     };
     let reporter = Reporter {
@@ -792,6 +829,7 @@ async fn lead(
         RateLimiter::new(args.api_qps, args.api_burst),
     )
     .with_fence(fence.clone())
+    .with_ledger_namespace(&args.lease_namespace)
     .with_window(args.apply_window)
     .with_condition_events(args.condition_events);
     let cfg = PlanConfig {
@@ -804,6 +842,7 @@ async fn lead(
         grace_period: args.grace_period_secs.map(Duration::from_secs),
         preemption_protection_seconds: args.preemption_protection_secs,
         resize_dwell_seconds: args.resize_dwell_secs,
+        ledger_retention_days: Some(args.usage_retention_days),
     };
     let kubeflow =
         crate::kubeflow::watch::start(args.kubeflow, client, notify.clone(), &mut tasks.0).await;

@@ -95,6 +95,10 @@ pub struct OperatorArgs {
     /// `alongside` Kubeflow's operator. See deploy/README.md.
     #[arg(long, value_enum, default_value_t = crate::kubeflow::Mode::Off)]
     pub kubeflow: crate::kubeflow::Mode,
+    /// Days the usage ledger (ConfigMaps `corral-usage-*` in the operator's namespace, see
+    /// docs/usage.md) keeps what each admission held; older days are deleted.
+    #[arg(long, default_value_t = crate::ledger::DEFAULT_RETENTION_DAYS)]
+    pub usage_retention_days: u64,
     /// The PersistentVolumeClaim, in each namespace that runs pipelines, that holds their
     /// artifacts (ReadWriteMany: every step's pods mount it). See deploy/README.md.
     #[arg(long, default_value = "corral-artifacts")]

@@ -16,11 +16,15 @@ pub struct Written {
     pub jobs: Vec<(String, String, String)>,
     /// (namespace, name) of each pod created.
     pub pods: Vec<(String, String)>,
+    /// (name, resourceVersion) of each usage ledger ConfigMap as the write left it: a
+    /// plane rebuilt from a view without them would count a closed admission's time
+    /// nowhere.
+    pub ledger: Vec<(String, String)>,
 }
 
 impl Written {
     pub fn is_empty(&self) -> bool {
-        self.jobs.is_empty() && self.pods.is_empty()
+        self.jobs.is_empty() && self.pods.is_empty() && self.ledger.is_empty()
     }
 }
 

@@ -12,6 +12,8 @@ use corral_kube::plan::{Plan, PlanConfig};
 use kube::runtime::events::{Recorder, Reporter};
 use serde_json::{Value, json};
 
+/// Where the operator keeps the usage ledger (its own namespace).
+const LEDGER_NAMESPACE: &str = "corral-system";
 const NAMESPACES: [&str; 2] = ["team-a", "team-b"];
 
 /// One pass as the operator makes it, publishing its Events (`passes::pass` does not).
@@ -86,7 +88,12 @@ async fn what_the_operator_makes_and_says_stays_in_the_jobs_namespace() {
         "api/v1/secrets",
         PODS,
     ] {
-        let objects = fake.list(collection);
+        // The usage ledger is the operator's, in its own namespace (below).
+        let objects: Vec<Value> = fake
+            .list(collection)
+            .into_iter()
+            .filter(|o| o["metadata"]["namespace"] != json!(LEDGER_NAMESPACE))
+            .collect();
         // team-a's pods went with the preemption.
         for ns in NAMESPACES.iter().filter(|_| collection != PODS) {
             assert!(
@@ -112,7 +119,31 @@ async fn what_the_operator_makes_and_says_stays_in_the_jobs_namespace() {
             && let Some(rest) = path.split("/namespaces/").nth(1)
         {
             let ns = rest.split('/').next().unwrap_or_default();
-            assert!(NAMESPACES.contains(&ns), "{line}");
+            let ledger = ns == LEDGER_NAMESPACE && rest.contains("/configmaps");
+            assert!(NAMESPACES.contains(&ns) || ledger, "{line}");
+        }
+    }
+
+    // The ledger keeps each namespace's usage apart: team-a's preempted admission is in
+    // a ConfigMap of team-a's alone.
+    let ledger: Vec<Value> = fake
+        .list("api/v1/configmaps")
+        .into_iter()
+        .filter(|o| o["metadata"]["namespace"] == json!(LEDGER_NAMESPACE))
+        .collect();
+    assert!(
+        !ledger.is_empty(),
+        "team-a's preempted admission was charged"
+    );
+    for cm in &ledger {
+        let ns = cm["metadata"]["labels"]["corral.dev/usage-namespace"].clone();
+        for v in cm["data"].as_object().into_iter().flat_map(|d| d.values()) {
+            let i: Value = serde_json::from_str(v.as_str().unwrap_or_default()).expect("json");
+            let job_ns = i["job"]
+                .as_str()
+                .and_then(|j| j.split_once('/'))
+                .map(|x| x.0);
+            assert_eq!(Some(ns.as_str().unwrap_or_default()), job_ns, "{cm:#}");
         }
     }
 

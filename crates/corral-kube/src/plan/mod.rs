@@ -44,6 +44,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 
 use corral_api::TrainingJobStatus;
 use corral_api::training_job::TrainingJob;
+use corral_core::control::accounting::UsageInterval;
 use corral_core::control::{ControlConfig, ControlPlane, RestoredJob, Step};
 use corral_core::lifecycle::{Incarnation, ReplicaId};
 use corral_core::sched::{ClusterSnapshot, CycleCounters, SchedError, SchedulerConfig};
@@ -72,6 +73,8 @@ pub struct PlanConfig {
     /// How long at least between two resizes of one elastic job (`None`: the scheduler's
     /// default, 60 s), as `resizeDwellSeconds` embedded.
     pub resize_dwell_seconds: Option<u64>,
+    /// Days the usage ledger keeps (`None`: [`crate::ledger::DEFAULT_RETENTION_DAYS`]).
+    pub ledger_retention_days: Option<u64>,
 }
 
 /// The `corral.dev/admission` annotation that earlier operators wrote: kept, or removed
@@ -246,6 +249,13 @@ pub struct Plan {
     /// Replicas this pass could admit at most (`None`: no pass budget); the jobs it did not
     /// reach are in `counters.deferred`, and the next pass comes at once.
     pub slice: Option<u32>,
+    /// What admissions held, closed by this pass (the plane's, and those of jobs removed
+    /// while they held one).
+    pub usage: Vec<UsageInterval>,
+    /// Where they go in the usage ledger: written before anything else of the pass.
+    pub ledger: Vec<crate::ledger::LedgerWrite>,
+    /// Ledger ConfigMaps past their retention, to delete.
+    pub ledger_expired: Vec<String>,
 }
 
 impl Plan {
@@ -279,8 +289,14 @@ fn control_step(
         .filter(|o| !o.retired)
         .filter_map(|o| o.restored(now))
         .collect();
+    let budgets = !config.budgets.is_empty();
     let (mut plane, mut step) = ControlPlane::restore(cluster, config, jobs, now)?;
     plane.restore_retired(observed.iter().filter(|o| o.retired).map(|o| o.key.clone()));
+    // What budgeted queues held before, from the ledger (open admissions came back with
+    // their jobs).
+    if budgets {
+        plane.restore_usage(crate::ledger::recent(&world.ledger, now));
+    }
     // Launches the API server refused for good (recorded by an earlier pass): the plane
     // decides what they mean (it ignores one of an older incarnation or a finished job).
     for o in observed {
@@ -300,6 +316,7 @@ fn control_step(
     step.changes.extend(main.changes);
     step.actions.extend(main.actions);
     step.events.extend(main.events);
+    step.usage.extend(main.usage);
     step.counters = main.counters;
     step.wake_in = match (step.wake_in, main.wake_in) {
         (Some(a), Some(b)) => Some(a.min(b)),
@@ -405,21 +422,30 @@ impl Planner {
         // 3. The control plane decides: the kept one fed what changed, or one rebuilt.
         let fed = match (self.kept.take(), self.rebuild.take()) {
             (Some(mut k), None) if k.cluster.unchanged(&cluster.snapshot, world) => {
-                k.feed(&observed, now).map(|()| {
-                    observe_progress(&mut k.plane, world);
-                    let step = k.plane.step_sliced(now, slice);
-                    (k, step)
-                })
+                match k.feed(&observed, now) {
+                    Ok(()) => {
+                        observe_progress(&mut k.plane, world);
+                        let step = k.plane.step_sliced(now, slice);
+                        Ok((k, step))
+                    }
+                    Err(why) => Err((why, Some(k))),
+                }
             }
-            (Some(_), None) => Err(Rebuild::Cluster),
-            (_, Some(why)) => Err(why),
-            (None, None) if !self.keep => Err(Rebuild::EachPass),
-            (None, None) => Err(Rebuild::Start),
+            (Some(k), None) => Err((Rebuild::Cluster, Some(k))),
+            (k, Some(why)) => Err((why, k)),
+            (None, None) if !self.keep => Err((Rebuild::EachPass, None)),
+            (None, None) => Err((Rebuild::Start, None)),
         };
-        let (kept, step) = match fed {
+        let (kept, mut step) = match fed {
             Ok(decided) => decided,
-            Err(why) => {
+            Err((why, old)) => {
                 out.rebuilt = Some(why);
+                // Jobs removed from the API server while they held an admission: what
+                // they held until now is known to the plane that goes, not to the one
+                // rebuilt without them.
+                if let Some(old) = old {
+                    out.usage.extend(gone_charges(&old.plane, &observed, now));
+                }
                 let config = snapshot::control_config(world, cfg);
                 let inputs = kept::ClusterInputs::of(&cluster.snapshot, world);
                 match control_step(cluster.snapshot, config, &observed, world, now, slice) {
@@ -434,6 +460,14 @@ impl Planner {
         };
         out.counters = step.counters;
         out.wake_in = step.wake_in;
+        out.usage.append(&mut step.usage);
+        out.ledger = crate::ledger::writes(&out.usage, &world.ledger);
+        out.ledger_expired = crate::ledger::expired(
+            &world.ledger,
+            crate::ledger::millis(now),
+            cfg.ledger_retention_days
+                .unwrap_or(crate::ledger::DEFAULT_RETENTION_DAYS),
+        );
         let plane = &kept.plane;
 
         // 4. The step as Kubernetes work.
@@ -452,6 +486,20 @@ impl Planner {
         }
         out
     }
+}
+
+/// The open charges of jobs no longer stored, closed at `now`.
+fn gone_charges(
+    plane: &ControlPlane,
+    observed: &[ObservedJob<'_>],
+    now: Timestamp,
+) -> Vec<UsageInterval> {
+    let stored: std::collections::HashSet<&str> = observed.iter().map(|o| o.key.as_str()).collect();
+    plane
+        .open_usage(now)
+        .into_iter()
+        .filter(|c| !stored.contains(c.job.as_str()))
+        .collect()
 }
 
 /// The operator's plan makes no pods, Service, ConfigMap or Bindings for workloads: the

@@ -292,4 +292,42 @@ pub(crate) async fn suspend_resume(env: &Env, op: &Operator) {
         .expect("delete");
     pass(op, now + SignedDuration::from_secs(4)).await;
     kubelet_reap(env, ns).await;
+    // What it held until it was suspended is in the usage ledger, written with the
+    // operator's identity into its namespace (deploy/rbac.yaml allows it), where a
+    // rebuilt plane reads it back.
+    let maps: Api<ConfigMap> = Api::namespaced(env.admin.clone(), "corral-system");
+    let ledger = maps
+        .list(&ListParams::default().labels("corral.dev/usage-ledger=v1"))
+        .await
+        .expect("the ledger");
+    let (intervals, warnings) = corral_kube::ledger::intervals(
+        &ledger
+            .items
+            .iter()
+            .cloned()
+            .map(std::sync::Arc::new)
+            .collect::<Vec<_>>(),
+    );
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let nap: Vec<_> = intervals.iter().filter(|i| i.job == "sus/nap").collect();
+    assert_eq!(nap.len(), 1, "{intervals:?}");
+    let ms = |t: Timestamp| u64::try_from(t.as_millisecond()).unwrap_or(0);
+    assert_eq!((nap[0].gpus, nap[0].start), (1, ms(now)), "{nap:?}");
+    assert_eq!(
+        nap[0].end,
+        ms(now + SignedDuration::from_secs(2)),
+        "{nap:?}"
+    );
+    let cm = ledger
+        .items
+        .iter()
+        .find(|cm| cm.data.iter().flatten().any(|(_, v)| v.contains("sus/nap")))
+        .expect("its ConfigMap");
+    assert_eq!(
+        cm.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("corral.dev/usage-namespace")),
+        Some(&ns.to_string())
+    );
 }

@@ -43,10 +43,17 @@ impl ControlPlane {
     }
 
     /// Intervals a shell recorded before (closed, of the last month at least), so that
-    /// budgets count what the queues held before a restart.
+    /// budgets count what the queues held before a restart. One that an admission the
+    /// plane holds again opened (the same job, admitted at the same time) was recorded
+    /// before the shell stored its release, which did not land: the open charge counts
+    /// that time, so it is not counted twice.
     pub fn restore_usage(&mut self, closed: impl IntoIterator<Item = UsageInterval>) {
+        let open: std::collections::HashSet<(String, Millis)> =
+            self.charges.until(0).map(|c| (c.job, c.start)).collect();
         for i in closed {
-            self.budgets.record(&i);
+            if !open.contains(&(i.job.clone(), i.start)) {
+                self.budgets.record(&i);
+            }
         }
     }
 
