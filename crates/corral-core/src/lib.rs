@@ -8,3 +8,4 @@ pub mod lifecycle;
 pub mod packed;
 pub mod sched;
 pub mod tenancy;
+pub mod views;

@@ -24,7 +24,6 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use corral_api::TrainingJob;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
@@ -197,28 +196,6 @@ pub struct SubmitResult {
 /// Where a job is in its life, in one word: the lifecycle's definition, shared by every shell.
 pub use corral_core::lifecycle::JobState;
 
-/// One line of `corral get jobs`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct JobSummary {
-    pub namespace: String,
-    pub name: String,
-    pub uid: String,
-    /// `pytorch`, `tensorflow`, ...
-    pub framework: String,
-    pub queue: String,
-    pub state: JobState,
-    /// Replicas of the current attempt that are running (or finished successfully).
-    pub replicas_ready: u32,
-    pub replicas_total: u32,
-    /// GPUs the whole job needs.
-    pub gpus: u64,
-    /// When the job was submitted (age = now - created).
-    pub created: Timestamp,
-    pub restarts: u32,
-    pub preemptions: u32,
-}
-
 /// A job's row in `list`: its summary as JSON text, made once each time the summary
 /// changes, so that a list response joins the rows' text rather than serializing every
 /// job again (that was most of a 10,000-job list's time on the server). Beside it, only
@@ -367,166 +344,8 @@ impl std::borrow::Borrow<[u8]> for SummaryRow {
     }
 }
 
-/// One replica process, current or left over, as `corral describe` shows it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ReplicaInfo {
-    /// `<job>-<role>-<index>`.
-    pub name: String,
-    pub role: String,
-    pub index: u32,
-    /// `attempt.retry` of this incarnation.
-    pub incarnation: String,
-    /// `Running`, `Succeeded`, `Failed`, `Gone`, ...
-    pub phase: String,
-    pub exit_code: Option<i32>,
-    /// Why it failed (`Error`, `OOMKilled`), if it did.
-    pub reason: Option<String>,
-    /// What the shim said when it could not run the command (a missing program or working
-    /// directory, a cgroup it could not join), from the replica's exit file.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
-    pub pid: Option<u32>,
-    pub gpus: Vec<u32>,
-    pub port: Option<u16>,
-    /// Restarts of this replica alone in the current attempt (the job's restarts are in
-    /// the summary).
-    pub restarts: u32,
-    pub started: Option<Timestamp>,
-    pub log_path: Option<PathBuf>,
-}
-
 /// Normal or Warning, as Kubernetes events: the control plane's type.
 pub use corral_core::control::EventType;
-
-/// Something that happened to a job.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Event {
-    pub time: Timestamp,
-    pub namespace: String,
-    pub job: String,
-    #[serde(rename = "type")]
-    pub type_: EventType,
-    /// `Admitted`, `Started`, `Restarting`, `Preempted`, `Failed`, `Succeeded`, ...
-    pub reason: String,
-    pub message: String,
-}
-
-/// Where the scheduler placed an admitted job.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AdmissionInfo {
-    pub pool: String,
-    pub gpu_type: Option<String>,
-    pub admitted_at: Timestamp,
-    pub placements: Vec<corral_core::sched::ReplicaPlacement>,
-}
-
-/// Everything `corral describe job` shows.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct JobDetails {
-    pub summary: JobSummary,
-    /// The job with its recorded status (conditions included).
-    pub job: TrainingJob,
-    pub admission: Option<AdmissionInfo>,
-    pub replicas: Vec<ReplicaInfo>,
-    /// Oldest first.
-    pub events: Vec<Event>,
-    /// Why the job is still waiting, in the scheduler's words.
-    pub pending_reason: Option<String>,
-}
-
-/// A queue's usage in one pool.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct QueuePoolUsage {
-    pub pool: String,
-    pub used: corral_core::sched::ResourceAmount,
-    /// Nominal quota; `None` when the queue has none here.
-    pub nominal: Option<QuotaLimits>,
-    /// How far above nominal the queue may borrow; `None`: no limit.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub borrowing_limit: Option<QuotaLimits>,
-}
-
-/// A quota as clients read it: an unlimited resource is absent, never `2^64-1` (which
-/// JavaScript clients cannot even represent).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct QuotaLimits {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gpu: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cpu_milli: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory_bytes: Option<u64>,
-}
-
-impl From<corral_core::sched::ResourceAmount> for QuotaLimits {
-    fn from(a: corral_core::sched::ResourceAmount) -> Self {
-        let limit = |v: u64| (v != u64::MAX).then_some(v);
-        QuotaLimits {
-            gpu: limit(a.gpu),
-            cpu_milli: limit(a.cpu_milli),
-            memory_bytes: limit(a.memory_bytes),
-        }
-    }
-}
-
-/// One line of `corral get queues`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct QueueInfo {
-    pub name: String,
-    pub cohort: Option<String>,
-    pub weight: u32,
-    pub pending: u32,
-    pub admitted: u32,
-    pub usage: Vec<QueuePoolUsage>,
-}
-
-/// One GPU of a node.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct GpuDevice {
-    pub index: u32,
-    pub name: String,
-    pub memory_bytes: Option<u64>,
-    /// `namespace/job` of the job placed on it, if any.
-    pub used_by: Option<String>,
-    /// What NVML reads now; all absent without NVML (never made up).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub uuid: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub utilization_percent: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory_used_bytes: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub power_watts: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub temperature_celsius: Option<u32>,
-    /// Why NVML reports this GPU unhealthy (ECC, page retirement, a critical Xid).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub unhealthy: Option<String>,
-}
-
-/// One line of `corral get nodes`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct NodeInfo {
-    pub name: String,
-    pub pool: Option<String>,
-    pub gpu_type: Option<String>,
-    pub gpus: Vec<GpuDevice>,
-    pub cpu_milli: u64,
-    pub memory_bytes: u64,
-    /// What admitted jobs hold.
-    pub cpu_milli_allocated: u64,
-    pub memory_bytes_allocated: u64,
-    pub extended: BTreeMap<String, u64>,
-}
 
 /// One incarnation's output log of a replica.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -538,27 +357,6 @@ pub struct ReplicaLog {
     pub started: Option<Timestamp>,
     /// The current segment (`<path>.1` holds the one before, once the log rotated).
     pub path: PathBuf,
-}
-
-/// One line of `corral top`: a running replica's resource use.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ReplicaUsageRow {
-    pub namespace: String,
-    pub job: String,
-    pub replica: String,
-    pub pid: Option<u32>,
-    /// CPU time used so far, in seconds (rate: difference between two calls).
-    pub cpu_seconds: Option<f64>,
-    pub memory_bytes: Option<u64>,
-    pub gpus: Vec<u32>,
-    /// Mean utilisation of its GPUs now (NVML); absent without NVML or GPUs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gpu_utilization_percent: Option<u32>,
-    /// GPU memory its own processes hold (NVML's running compute processes, matched to the
-    /// replica's cgroup or process group); absent without NVML or GPUs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gpu_memory_bytes: Option<u64>,
 }
 
 /// What one pass of the control loop did.
@@ -616,6 +414,10 @@ pub struct MetricsSnapshot {
     pub gpu_samples: Vec<crate::gpu::GpuSample>,
 }
 
+pub use corral_core::views::{
+    AdmissionInfo, Event, GpuDevice, JobDetails, JobSummary, NodeInfo, QueueInfo,
+    QueuePoolUsage, QuotaLimits, ReplicaInfo, ReplicaUsageRow,
+};
 pub use engine::Cluster;
 pub use exec::{ExecAuth, ExecError};
 pub use node::{build_cluster, control_config, local_node, unhealthy_gpus, validation_context};

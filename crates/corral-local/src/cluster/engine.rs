@@ -66,53 +66,18 @@ pub(super) fn state_of(stored: &StoredJob) -> JobState {
     lifecycle::job_state(&stored.job.spec, stored.job.status.as_ref())
 }
 
-/// A job as `list` shows it, from its stored record alone.
+/// A job as `list` shows it, from its stored record alone (the core's rule).
 pub(super) fn summary(j: &StoredJob) -> JobSummary {
-    // Defaults change none of the fields read here (counts, GPUs, queue, framework), so
-    // the spec is read as stored rather than cloned and defaulted.
-    let spec = &j.job.spec;
-    let status = j.job.status.as_ref();
     JobSummary {
         namespace: j.namespace.clone(),
         name: j.name.clone(),
-        uid: j.uid.clone(),
-        framework: spec.framework.as_str().to_string(),
-        queue: spec.queue_name().to_string(),
-        state: state_of(j),
-        replicas_ready: status.map_or(0, ready_replicas),
-        replicas_total: u32::try_from(replicas_total(spec)).unwrap_or(u32::MAX),
-        gpus: spec.total_gpus(),
-        created: timestamp(j.submitted_ms),
-        restarts: status.map_or(0, |s| s.restart_count),
-        preemptions: status.map_or(0, |s| s.preemption_count),
-    }
-}
-
-/// Replicas the job may run at once: an elastic job counts its role at its maximum, so that
-/// `list` reads "1/3" for one worker of up to three.
-fn replicas_total(spec: &corral_api::TrainingJobSpec) -> u64 {
-    let total = spec.total_replicas();
-    match lifecycle::policy::elastic_role(spec) {
-        Some(role) => {
-            let count = spec.replicas.get(&role).map_or(0, |r| r.count);
-            let (_, max) = lifecycle::policy::elastic_bounds(spec);
-            total - u64::from(count) + u64::from(max)
-        }
-        None => total,
+        ..JobSummary::of(&j.job, &j.uid, timestamp(j.submitted_ms), j.deleting)
     }
 }
 
 /// A job's `list` row, as the cache keeps it.
 pub(super) fn summary_row(j: &StoredJob) -> SummaryRow {
     SummaryRow::new(&summary(j))
-}
-
-/// Replicas of the current incarnation running or done, as the status counts them
-/// (`replicaStatuses`, Kubeflow's per-role active and succeeded counts).
-pub(super) fn ready_replicas(status: &corral_api::TrainingJobStatus) -> u32 {
-    status.replica_statuses.values().fold(0u32, |n, r| {
-        n.saturating_add(r.active).saturating_add(r.succeeded)
-    })
 }
 
 /// Counters kept in memory (reset when the process restarts, as Prometheus expects).

@@ -9,13 +9,12 @@ use corral_api::TrainingJob;
 use corral_core::control::EventType;
 use corral_core::control::accounting::{BudgetStanding, UsageInterval};
 use corral_core::lifecycle::{Incarnation, ReplicaPhase};
-use corral_core::sched::ResourceAmount;
 
 use super::engine::{Cluster, summary, timestamp};
 use super::replicas::phase_of;
 use super::{
     AdmissionInfo, ClusterError, Event, GpuDevice, JobDetails, JobSummary, MetricsSnapshot,
-    NodeInfo, QueueInfo, QueuePoolUsage, ReplicaInfo, ReplicaLog, ReplicaUsageRow, SummaryRow,
+    NodeInfo, QueueInfo, ReplicaInfo, ReplicaLog, ReplicaUsageRow, SummaryRow,
 };
 use crate::executor::ProcessState;
 
@@ -186,50 +185,9 @@ impl Cluster {
             .collect())
     }
 
-    /// Queues with their usage per pool and job counts.
+    /// Queues with their usage per pool and job counts (the plane's view).
     pub fn queues(&self) -> Vec<QueueInfo> {
-        let mut admitted: BTreeMap<&str, u32> = BTreeMap::new();
-        let mut pending: BTreeMap<&str, u32> = BTreeMap::new();
-        // Finished jobs are neither: the live ones suffice.
-        for (key, j) in &self.live {
-            let queue = j.job.spec.queue_name();
-            if self.plane.admission(key).is_some() {
-                *admitted.entry(queue).or_default() += 1;
-            } else if self.plane.is_pending(key) {
-                *pending.entry(queue).or_default() += 1;
-            }
-        }
-        self.queues
-            .iter()
-            .map(|q| {
-                let usage = self
-                    .plane
-                    .pool_names()
-                    .into_iter()
-                    .map(|pool| QueuePoolUsage {
-                        pool: pool.to_string(),
-                        used: self
-                            .plane
-                            .queue_usage(&q.name, pool)
-                            .unwrap_or(ResourceAmount::ZERO),
-                        nominal: q.quotas.get(pool).map(|p| p.nominal.into()),
-                        borrowing_limit: q
-                            .quotas
-                            .get(pool)
-                            .and_then(|p| p.borrowing_limit)
-                            .map(Into::into),
-                    })
-                    .collect();
-                QueueInfo {
-                    name: q.name.clone(),
-                    cohort: q.cohort.clone(),
-                    weight: q.weight,
-                    pending: pending.get(q.name.as_str()).copied().unwrap_or(0),
-                    admitted: admitted.get(q.name.as_str()).copied().unwrap_or(0),
-                    usage,
-                }
-            })
-            .collect()
+        self.plane.queue_infos(&self.queues)
     }
 
     /// This machine, as the scheduler sees it.

@@ -90,6 +90,91 @@ impl ControlPlane {
         &self.ledger
     }
 
+    /// Each of `queues` with its usage per pool (what its admitted jobs hold, its quota
+    /// and borrowing limit there) and how many of its jobs are admitted and pending: what
+    /// `corral queues` shows, in every shell.
+    pub fn queue_infos(&self, queues: &[crate::sched::QueueConfig]) -> Vec<crate::views::QueueInfo> {
+        use crate::views::{QueueInfo, QueuePoolUsage};
+        let mut admitted: BTreeMap<&str, u32> = BTreeMap::new();
+        let mut pending: BTreeMap<&str, u32> = BTreeMap::new();
+        for (key, e) in &self.jobs {
+            let queue = e.job.spec.queue_name();
+            if self.admission(key).is_some() {
+                *admitted.entry(queue).or_default() += 1;
+            } else if self.is_pending(key) {
+                *pending.entry(queue).or_default() += 1;
+            }
+        }
+        let pools = self.pool_names();
+        queues
+            .iter()
+            .map(|q| QueueInfo {
+                name: q.name.clone(),
+                cohort: q.cohort.clone(),
+                weight: q.weight,
+                pending: pending.get(q.name.as_str()).copied().unwrap_or(0),
+                admitted: admitted.get(q.name.as_str()).copied().unwrap_or(0),
+                usage: pools
+                    .iter()
+                    .map(|pool| QueuePoolUsage {
+                        pool: pool.to_string(),
+                        used: self
+                            .queue_usage(&q.name, pool)
+                            .unwrap_or(ResourceAmount::ZERO),
+                        nominal: q.quotas.get(*pool).map(|p| p.nominal.into()),
+                        borrowing_limit: q
+                            .quotas
+                            .get(*pool)
+                            .and_then(|p| p.borrowing_limit)
+                            .map(Into::into),
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// What a shell's read API answers from the plane, taken at `now` in one go: why each
+    /// queued job waits, every admission, the queues, the open charges and the budgets.
+    /// (The operator takes one after each pass; its HTTP handlers read that, never the
+    /// plane.)
+    pub fn read_view(
+        &self,
+        queues: &[crate::sched::QueueConfig],
+        now: Timestamp,
+    ) -> crate::views::PlaneView {
+        let mut pending = BTreeMap::new();
+        for (key, e) in &self.jobs {
+            if let (Standing::Queued, Some(r)) = (&e.standing, &e.pending) {
+                pending.insert(key.clone(), r.to_string());
+            }
+        }
+        let admissions = self
+            .admissions()
+            .map(|(key, held)| {
+                (
+                    key.to_string(),
+                    crate::views::AdmissionInfo {
+                        pool: held.admission.pool.clone(),
+                        gpu_type: held.admission.gpu_type.clone(),
+                        admitted_at: i64::try_from(held.admitted_at)
+                            .ok()
+                            .and_then(|ms| Timestamp::from_millisecond(ms).ok())
+                            .unwrap_or(Timestamp::UNIX_EPOCH),
+                        placements: held.admission.placements.clone(),
+                    },
+                )
+            })
+            .collect();
+        crate::views::PlaneView {
+            at: now,
+            pending,
+            admissions,
+            queues: self.queue_infos(queues),
+            open_usage: self.open_usage(now),
+            budgets: self.budget_standings(now),
+        }
+    }
+
     /// Jobs that will be reconciled in the next step.
     pub fn unsettled(&self) -> usize {
         self.unsettled.len()
