@@ -15,8 +15,8 @@ use crate::control::EventType;
 use crate::control::accounting::{
     BudgetStanding, UsageBucket, UsageInterval, UsageRow, usage_rows,
 };
-use crate::sched::Millis;
 use crate::lifecycle::JobState;
+use crate::sched::Millis;
 
 /// One line of `corral get jobs`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -270,7 +270,6 @@ pub struct ReplicaUsageRow {
     pub gpu_memory_bytes: Option<u64>,
 }
 
-
 /// The answer: the window, how it is summed, the rows, and the budgets of the queues.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -456,4 +455,17 @@ pub fn parse_time(text: &str) -> Option<Millis> {
             .map(|z| z.timestamp())
     });
     ts.and_then(|t| u64::try_from(t.as_millisecond()).ok())
+}
+
+/// A replica's phase in one word, as `corral describe` shows it.
+pub fn phase_name(p: &crate::lifecycle::ReplicaPhase) -> &'static str {
+    use crate::lifecycle::ReplicaPhase;
+    match p {
+        ReplicaPhase::Pending => "Pending",
+        ReplicaPhase::Starting => "Starting",
+        ReplicaPhase::Running => "Running",
+        ReplicaPhase::Succeeded => "Succeeded",
+        ReplicaPhase::Failed { .. } => "Failed",
+        ReplicaPhase::Gone => "Gone",
+    }
 }

@@ -54,6 +54,7 @@ pub mod own_writes;
 pub mod pipelines;
 pub mod plan;
 pub mod progress;
+pub mod read_api;
 pub mod record;
 pub mod slim;
 pub mod testenv;

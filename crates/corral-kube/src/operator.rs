@@ -585,13 +585,17 @@ async fn run(args: OperatorArgs) -> Result<(), OperatorError> {
         .await
         .map_err(|e| OperatorError::Listen(args.listen, e))?;
     tokio::spawn(shutdown_signal(stop_tx));
-    let inbox = Arc::new(crate::progress::Inbox::default());
+    let served = Served {
+        inbox: Arc::new(crate::progress::Inbox::default()),
+        reads: Arc::new(crate::read_api::ReadApi::new(client.clone())),
+    };
     let server = tokio::spawn(serve(
         listener,
         metrics.clone(),
         health.clone(),
         leadership.clone(),
-        crate::progress::routes(client.clone(), inbox.clone()),
+        crate::progress::routes(client.clone(), served.inbox.clone())
+            .merge(crate::read_api::routes(served.reads.clone())),
         stop_rx.clone(),
     ));
     let webhook = spawn_webhook(&args, stop_rx.clone()).await?;
@@ -637,14 +641,15 @@ async fn run(args: OperatorArgs) -> Result<(), OperatorError> {
             .build();
         health.set_leading(true);
         tokio::select! {
-            _ = lead(&args, &fenced, &fence, &metrics, &health, &inbox, stop.clone()) => {}
+            _ = lead(&args, &fenced, &fence, &metrics, &health, &served, stop.clone()) => {}
             _ = fence.lost() => tracing::warn!(
                 term = term.number,
                 "leadership lost: the pass in progress is abandoned; following"
             ),
         }
         health.set_leading(false);
-        inbox.follow();
+        served.inbox.follow();
+        served.reads.follow();
         if *stop.borrow() {
             break;
         }
@@ -721,13 +726,20 @@ fn give_back_freed_memory() {
 
 /// Acts while holding the lease, with `client` fenced to the term: returns on shutdown;
 /// the caller drops it when the term ends.
+/// What the operator's listener serves that the leader feeds: progress reports in, reads
+/// out.
+struct Served {
+    inbox: Arc<crate::progress::Inbox>,
+    reads: Arc<crate::read_api::ReadApi>,
+}
+
 async fn lead(
     args: &OperatorArgs,
     client: &Client,
     fence: &Fence,
     metrics: &Metrics,
     health: &Health,
-    inbox: &crate::progress::Inbox,
+    served: &Served,
     mut stop: watch::Receiver<bool>,
 ) {
     let notify = Arc::new(Notify::new());
@@ -843,6 +855,7 @@ async fn lead(
         preemption_protection_seconds: args.preemption_protection_secs,
         resize_dwell_seconds: args.resize_dwell_secs,
         ledger_retention_days: Some(args.usage_retention_days),
+        read_view: true,
     };
     let kubeflow =
         crate::kubeflow::watch::start(args.kubeflow, client, notify.clone(), &mut tasks.0).await;
@@ -861,7 +874,7 @@ async fn lead(
         _ = stop.wait_for(|s| *s) => return,
     }
     health.set_synced();
-    inbox.lead(stores.pods.clone(), notify.clone());
+    served.inbox.lead(stores.pods.clone(), notify.clone());
     tracing::info!("watch caches synced");
     let mut written = Written::default();
     // The control plane of this term, kept from pass to pass.
@@ -878,12 +891,12 @@ async fn lead(
             tracing::debug!("the watch caches did not show the last pass's writes in time");
         }
         let mut world = stores.world();
-        world.progress = inbox.take();
+        world.progress = served.inbox.take();
         for w in &world.warnings {
             tracing::warn!("{w}");
         }
         let started = Instant::now();
-        let (plan, report) =
+        let (mut plan, report) =
             pass_with(&mut planner, &world, &cfg, &applier, Timestamp::now()).await;
         metrics.record(&plan, &report, started.elapsed().as_secs_f64());
         // Apply errors were logged with their job's span by the applier.
@@ -909,7 +922,15 @@ async fn lead(
         }
         written.jobs.extend(pipelines.written.jobs);
         written.pods.extend(pipelines.written.pods);
-        drop(world);
+        // The read API answers from this pass's world until the next one.
+        match plan.view.take() {
+            Some(v) => served.reads.publish(crate::read_api::Snapshot {
+                world,
+                cluster: v.cluster,
+                plane: v.plane,
+            }),
+            None => drop(world),
+        }
         give_back_freed_memory();
         let next_after = plan
             .requeue_after()

@@ -50,6 +50,8 @@ mod operator_binary;
 mod passes;
 #[path = "envtest/pipelines.rs"]
 mod pipelines;
+#[path = "envtest/read_api.rs"]
+mod read_api;
 #[path = "envtest/trainingjobs.rs"]
 mod trainingjobs;
 #[path = "envtest/webhook.rs"]

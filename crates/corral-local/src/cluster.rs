@@ -415,8 +415,8 @@ pub struct MetricsSnapshot {
 }
 
 pub use corral_core::views::{
-    AdmissionInfo, Event, GpuDevice, JobDetails, JobSummary, NodeInfo, QueueInfo,
-    QueuePoolUsage, QuotaLimits, ReplicaInfo, ReplicaUsageRow,
+    AdmissionInfo, Event, GpuDevice, JobDetails, JobSummary, NodeInfo, QueueInfo, QueuePoolUsage,
+    QuotaLimits, ReplicaInfo, ReplicaUsageRow,
 };
 pub use engine::Cluster;
 pub use exec::{ExecAuth, ExecError};

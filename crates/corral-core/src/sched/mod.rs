@@ -82,7 +82,7 @@ pub use outcome::{
     Admission, CycleCounters, CycleOutcome, Decision, PendingJob, Preemption, ReplicaPlacement,
     Resize, ResizeReason,
 };
-pub use pools::pools_without_nodes;
+pub use pools::{pool_of, pools_without_nodes};
 pub use taint::{
     JobTolerations, Taint, TaintEffect, Toleration, TolerationOperator, common_tolerations,
 };

@@ -22,6 +22,21 @@ pub(crate) fn pool_selects(p: &NodePoolConfig, n: &Node, explicit: bool) -> bool
             .all(|(k, v)| n.labels.get(k) == Some(v))
 }
 
+/// The pool a node is in: the first declared pool that takes it, or without declared pools
+/// its GPU type's (`cpu` for a node without GPUs), as the scheduler's index groups nodes.
+pub fn pool_of(pools: &[NodePoolConfig], n: &Node) -> Option<String> {
+    if pools.is_empty() {
+        return Some(match &n.gpu_type {
+            Some(t) if n.gpus > 0 => t.clone(),
+            _ => crate::control::CPU_POOL.to_string(),
+        });
+    }
+    pools
+        .iter()
+        .find(|p| pool_selects(p, n, true))
+        .map(|p| p.name.clone())
+}
+
 /// A warning for each declared pool that takes no node of the cluster (its jobs could
 /// never be admitted there): what `corral up`, the operator and `corral doctor` say.
 pub fn pools_without_nodes(pools: &[NodePoolConfig], nodes: &[Node]) -> Vec<String> {

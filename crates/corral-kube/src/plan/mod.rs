@@ -75,6 +75,15 @@ pub struct PlanConfig {
     pub resize_dwell_seconds: Option<u64>,
     /// Days the usage ledger keeps (`None`: [`crate::ledger::DEFAULT_RETENTION_DAYS`]).
     pub ledger_retention_days: Option<u64>,
+    /// Take what the read API shows of the plane after each pass ([`Plan::view`]).
+    pub read_view: bool,
+}
+
+/// What the read API shows of a pass: the cluster it saw and the plane after it.
+#[derive(Clone, Debug)]
+pub struct ReadView {
+    pub cluster: ClusterSnapshot,
+    pub plane: corral_core::views::PlaneView,
 }
 
 /// The `corral.dev/admission` annotation that earlier operators wrote: kept, or removed
@@ -256,6 +265,8 @@ pub struct Plan {
     pub ledger: Vec<crate::ledger::LedgerWrite>,
     /// Ledger ConfigMaps past their retention, to delete.
     pub ledger_expired: Vec<String>,
+    /// With [`PlanConfig::read_view`]: what the read API answers until the next pass.
+    pub view: Option<ReadView>,
 }
 
 impl Plan {
@@ -480,6 +491,12 @@ impl Planner {
 
         // 6. Numbers for /metrics.
         metrics::tally(&mut out, &observed, plane);
+        if cfg.read_view {
+            out.view = Some(ReadView {
+                plane: plane.read_view(&kept.cluster.snapshot, now),
+                cluster: kept.cluster.snapshot.clone(),
+            });
+        }
         out.jobs = plans.into_values().collect();
         if self.keep {
             self.kept = Some(kept);

@@ -26,7 +26,7 @@ pub(crate) async fn operator_binary(env: &Env) {
     std::fs::write(&kc, kubeconfig(&env.url, OPERATOR_TOKEN)).expect("kubeconfig");
     let port = free_port();
     let mut child = spawn(
-        Command::new(bin)
+        Command::new(&bin)
             .args(["operator", "--kubeflow", "serve", "--listen"])
             .arg(format!("127.0.0.1:{port}"))
             .args([
@@ -134,6 +134,7 @@ pub(crate) async fn operator_binary(env: &Env) {
     );
     live_pipeline_run(env, ns, &log).await;
     live_progress(env, ns, port, &log).await;
+    crate::read_api::live_read_api(env, ns, port, &bin, &log).await;
     let _ = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status();

@@ -401,14 +401,7 @@ impl Cluster {
 }
 
 fn phase_name(p: ReplicaPhase) -> &'static str {
-    match p {
-        ReplicaPhase::Pending => "Pending",
-        ReplicaPhase::Starting => "Starting",
-        ReplicaPhase::Running => "Running",
-        ReplicaPhase::Succeeded => "Succeeded",
-        ReplicaPhase::Failed { .. } => "Failed",
-        ReplicaPhase::Gone => "Gone",
-    }
+    corral_core::views::phase_name(&p)
 }
 
 pub(super) fn event_of(e: crate::store::StoredEvent) -> Event {

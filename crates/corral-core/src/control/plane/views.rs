@@ -93,7 +93,10 @@ impl ControlPlane {
     /// Each of `queues` with its usage per pool (what its admitted jobs hold, its quota
     /// and borrowing limit there) and how many of its jobs are admitted and pending: what
     /// `corral queues` shows, in every shell.
-    pub fn queue_infos(&self, queues: &[crate::sched::QueueConfig]) -> Vec<crate::views::QueueInfo> {
+    pub fn queue_infos(
+        &self,
+        queues: &[crate::sched::QueueConfig],
+    ) -> Vec<crate::views::QueueInfo> {
         use crate::views::{QueueInfo, QueuePoolUsage};
         let mut admitted: BTreeMap<&str, u32> = BTreeMap::new();
         let mut pending: BTreeMap<&str, u32> = BTreeMap::new();
@@ -139,9 +142,15 @@ impl ControlPlane {
     /// plane.)
     pub fn read_view(
         &self,
-        queues: &[crate::sched::QueueConfig],
+        cluster: &crate::sched::ClusterSnapshot,
         now: Timestamp,
     ) -> crate::views::PlaneView {
+        // The queues as the plane has them: `default` included where none is declared.
+        let queues = crate::control::rules::with_default_queue(
+            cluster.queues.clone(),
+            &cluster.pools,
+            &cluster.nodes,
+        );
         let mut pending = BTreeMap::new();
         for (key, e) in &self.jobs {
             if let (Standing::Queued, Some(r)) = (&e.standing, &e.pending) {
@@ -169,7 +178,7 @@ impl ControlPlane {
             at: now,
             pending,
             admissions,
-            queues: self.queue_infos(queues),
+            queues: self.queue_infos(&queues),
             open_usage: self.open_usage(now),
             budgets: self.budget_standings(now),
         }

@@ -1,0 +1,271 @@
+//! The running operator's read API: the CLI's read verbs against a Kubernetes install, each
+//! caller seeing what the cluster's RBAC lets it list, nothing of another namespace.
+
+use std::process::Command;
+use std::time::Duration;
+
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::api::{Api, DynamicObject, PostParams};
+use serde_json::{Value, json};
+
+use crate::harness::Env;
+use crate::manifests::{ar, namespace};
+
+/// `GET path` on the operator's listener: the status and the body.
+async fn get(port: u16, path: &str, token: Option<&str>) -> (u16, Value) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect to the operator");
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: operator\r\n{auth}Connection: close\r\n\r\n");
+    conn.write_all(req.as_bytes()).await.expect("send");
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).await.expect("answer");
+    let status = answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    (status, serde_json::from_str(body).unwrap_or(Value::Null))
+}
+
+fn names(list: &Value) -> Vec<String> {
+    list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|j| {
+            format!(
+                "{}/{}",
+                j["namespace"].as_str().unwrap_or(""),
+                j["name"].as_str().unwrap_or("")
+            )
+        })
+        .collect()
+}
+
+/// A service account of `ns` allowed to list and get TrainingJobs there (a Role), and a
+/// token for it.
+async fn reader(env: &Env, ns: &str) -> String {
+    let sas: Api<ServiceAccount> = Api::namespaced(env.admin.clone(), ns);
+    sas.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "reader"}})).expect("sa"),
+    )
+    .await
+    .expect("service account");
+    for (kind, plural, group, body) in [
+        (
+            "Role",
+            "roles",
+            "rbac.authorization.k8s.io",
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                "metadata": {"name": "trainingjob-reader", "namespace": ns},
+                "rules": [{"apiGroups": ["corral.dev"], "resources": ["trainingjobs"],
+                           "verbs": ["get", "list"]}]}),
+        ),
+        (
+            "RoleBinding",
+            "rolebindings",
+            "rbac.authorization.k8s.io",
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                "metadata": {"name": "trainingjob-reader", "namespace": ns},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                            "name": "trainingjob-reader"},
+                "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": ns}]}),
+        ),
+    ] {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(env.admin.clone(), ns, &ar(group, "v1", kind, plural));
+        api.create(
+            &PostParams::default(),
+            &serde_json::from_value(body).expect(kind),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{kind}: {e}"));
+    }
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: Vec::new(),
+            expiration_seconds: Some(3600),
+            bound_object_ref: None,
+        },
+        ..TokenRequest::default()
+    };
+    sas.create_token_request("reader", &PostParams::default(), &request)
+        .await
+        .expect("a token")
+        .status
+        .map(|s| s.token)
+        .expect("a token")
+}
+
+/// `ns` holds finished and running jobs of the operator binary case; another namespace gets
+/// a job of its own; a reader of `ns` lists, describes and reads the usage of `ns` only,
+/// through the HTTP API and through the `corral` CLI.
+pub(crate) async fn live_read_api(
+    env: &Env,
+    ns: &str,
+    port: u16,
+    bin: &std::ffi::OsStr,
+    log: &dyn Fn() -> String,
+) {
+    let other = "rb-other";
+    namespace(env, other).await;
+    let jobs: Api<DynamicObject> = Api::namespaced_with(
+        env.admin.clone(),
+        other,
+        &ar("corral.dev", "v1alpha1", "TrainingJob", "trainingjobs"),
+    );
+    jobs.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "apiVersion": "corral.dev/v1alpha1", "kind": "TrainingJob",
+            "metadata": {"name": "secret-project", "namespace": other},
+            "spec": {"framework": "generic", "replicas": {"worker": {"count": 1,
+                "resources": {"cpu": "1", "memory": "1Gi", "gpu": 1},
+                "template": {"image": "busybox:1.36", "command": ["sleep", "600"]}}}},
+        }))
+        .expect("job"),
+    )
+    .await
+    .expect("create job");
+    let token = reader(env, ns).await;
+
+    // The leader answers once a pass has seen the other namespace's job admitted.
+    let mut all = Value::Null;
+    for _ in 0..120 {
+        let (code, nodes) = get(port, "/api/v1/nodes", Some(&token)).await;
+        let hidden = nodes.to_string().contains("(another namespace)");
+        if code == 200 && hidden {
+            all = get(port, "/api/v1/trainingjobs", Some(&token)).await.1;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let listed = names(&all);
+    assert!(
+        listed.contains(&format!("{ns}/reporter")) && listed.contains(&format!("{ns}/live")),
+        "{all}; operator log:\n{}",
+        log()
+    );
+    assert!(
+        listed.iter().all(|n| n.starts_with(&format!("{ns}/"))),
+        "another namespace's job listed: {listed:?}"
+    );
+    let (code, _) = get(port, "/api/v1/trainingjobs", None).await;
+    assert_eq!(code, 401, "no token");
+    let (code, refused) = get(
+        port,
+        &format!("/api/v1/namespaces/{other}/trainingjobs"),
+        Some(&token),
+    )
+    .await;
+    assert_eq!(code, 403, "{refused}");
+    let (code, _) = get(
+        port,
+        &format!("/api/v1/namespaces/{other}/trainingjobs/secret-project/describe"),
+        Some(&token),
+    )
+    .await;
+    assert_eq!(code, 403);
+    let (code, who) = get(port, "/api/v1/whoami", Some(&token)).await;
+    assert_eq!((code, who["namespace"].clone()), (200, json!(ns)), "{who}");
+
+    // describe: the finished PyTorch job, its admission gone; its Events.
+    let (code, d) = get(
+        port,
+        &format!("/api/v1/namespaces/{ns}/trainingjobs/live/describe"),
+        Some(&token),
+    )
+    .await;
+    assert_eq!(code, 200, "{d}");
+    assert_eq!(d["summary"]["state"], json!("Succeeded"), "{d}");
+    assert_eq!(d["job"]["metadata"]["name"], json!("live"));
+    let (code, missing) = get(
+        port,
+        &format!("/api/v1/namespaces/{ns}/trainingjobs/nope/describe"),
+        Some(&token),
+    )
+    .await;
+    assert_eq!(code, 404, "{missing}");
+
+    // Usage: the finished job's GPU time is in the ledger; nothing of the other namespace.
+    let (code, usage) = get(port, "/api/v1/usage?by=job", Some(&token)).await;
+    assert_eq!(code, 200, "{usage}");
+    let rows = usage["items"].as_array().cloned().unwrap_or_default();
+    let live_gpu_s: f64 = rows
+        .iter()
+        .filter(|r| r["job"] == json!(format!("{ns}/live")))
+        .filter_map(|r| r["gpuSeconds"].as_f64())
+        .sum();
+    assert!(live_gpu_s > 0.0, "{usage}");
+    assert!(
+        rows.iter().all(|r| r["namespace"] == json!(ns)),
+        "another namespace's usage: {usage}"
+    );
+    let (code, bad) = get(port, "/api/v1/usage?period=year", Some(&token)).await;
+    assert_eq!(code, 400, "{bad}");
+    assert!(
+        bad["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("period") && m.contains("day or month")),
+        "{bad}"
+    );
+    let (code, queues) = get(port, "/api/v1/queues", Some(&token)).await;
+    assert_eq!(code, 200, "{queues}");
+    assert!(queues["items"].as_array().is_some_and(|q| !q.is_empty()));
+
+    // The CLI's read verbs, pointed at the operator.
+    let corral = |args: &[&str]| {
+        let out = Command::new(bin)
+            .args(args)
+            .env("CORRAL_SERVER", format!("http://127.0.0.1:{port}"))
+            .env("CORRAL_TOKEN", &token)
+            .env("HOME", &env.dir)
+            .output()
+            .expect("run corral");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).to_string()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    let (ok, text) = corral(&["list"]);
+    assert!(
+        ok && text.contains("reporter") && text.contains("live"),
+        "{text}"
+    );
+    assert!(!text.contains("secret-project"), "{text}");
+    let (ok, text) = corral(&["describe", "live"]);
+    assert!(ok && text.contains("Succeeded"), "{text}");
+    let (ok, text) = corral(&["usage", "--by", "job"]);
+    assert!(
+        ok && text.contains("live") && !text.contains("secret-project"),
+        "{text}"
+    );
+    let (ok, text) = corral(&["list", "-n", other]);
+    let refused = !ok && (text.contains("403") || text.contains("may not list"));
+    // Done: the other namespace's job gives its GPU back for the cases after this one.
+    jobs.delete("secret-project", &Default::default())
+        .await
+        .expect("delete");
+    for _ in 0..120 {
+        crate::kubelet::kubelet_reap(env, other).await;
+        if crate::kubelet::pods(env, other).await.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(
+        crate::kubelet::pods(env, other).await.is_empty(),
+        "{}",
+        log()
+    );
+    assert!(refused, "{text}");
+}
