@@ -23,7 +23,6 @@ pub mod api_bench;
 pub mod api_client;
 pub mod audit;
 pub mod auth;
-pub mod dashboard;
 pub mod error;
 #[cfg(test)]
 mod grafana_check;

@@ -117,7 +117,7 @@ pub fn run() -> Result<(), Failed> {
     let mut sorted = loads.clone();
     sorted.sort_by(f64::total_cmp);
     let median = sorted[sorted.len() / 2];
-    let bundle = corral_server::dashboard::bundle_size();
+    let bundle = corral_dashboard::bundle_size();
     let report: Value = json!({
         "benchmark": "dashboard",
         "jobs": jobs,

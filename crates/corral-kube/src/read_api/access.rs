@@ -58,7 +58,8 @@ impl Caller {
 #[derive(Default)]
 struct Answers {
     users: HashMap<[u8; 32], (UserInfo, Instant)>,
-    /// (token, namespace; `""` for every namespace) -> may list TrainingJobs there.
+    /// (token, `<verb> <resource>/<subresource> <namespace>`; no namespace for every one)
+    /// -> may do that there.
     lists: HashMap<([u8; 32], String), (bool, Instant)>,
 }
 
@@ -72,6 +73,30 @@ fn bound<K: Eq + std::hash::Hash, V>(map: &mut HashMap<K, (V, Instant)>, now: In
         map.retain(|_, (_, at)| now.saturating_duration_since(*at) < ANSWER_TTL);
         if map.len() >= ANSWERS_KEPT {
             map.clear();
+        }
+    }
+}
+
+/// What a caller asks to act on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    TrainingJobs,
+    PodLogs,
+}
+
+impl Target {
+    /// API group, resource, subresource.
+    fn parts(self) -> (&'static str, &'static str, &'static str) {
+        match self {
+            Target::TrainingJobs => (corral_api::meta::API_GROUP, "trainingjobs", ""),
+            Target::PodLogs => ("", "pods", "log"),
+        }
+    }
+
+    fn words(self) -> &'static str {
+        match self {
+            Target::TrainingJobs => "trainingjobs.corral.dev",
+            Target::PodLogs => "pods/log",
         }
     }
 }
@@ -146,7 +171,24 @@ impl Access {
 
     /// Whether the caller may list TrainingJobs in `namespace` (`""`: in every namespace).
     pub async fn may_list(&self, caller: &Caller, namespace: &str) -> Result<bool, Refusal> {
-        let key = (caller.token, namespace.to_string());
+        self.may(caller, "list", Target::TrainingJobs, namespace)
+            .await
+    }
+
+    /// Whether the caller may `verb` `target` in `namespace` (`""`: in every namespace), as
+    /// the API server would let it.
+    pub async fn may(
+        &self,
+        caller: &Caller,
+        verb: &str,
+        target: Target,
+        namespace: &str,
+    ) -> Result<bool, Refusal> {
+        let (group, resource, subresource) = target.parts();
+        let key = (
+            caller.token,
+            format!("{verb} {resource}/{subresource} {namespace}"),
+        );
         let now = Instant::now();
         if let Some(yes) = self
             .answers
@@ -163,9 +205,10 @@ impl Access {
                 groups: caller.user.groups.clone(),
                 extra: caller.user.extra.clone(),
                 resource_attributes: Some(ResourceAttributes {
-                    group: Some(corral_api::meta::API_GROUP.to_string()),
-                    resource: Some("trainingjobs".to_string()),
-                    verb: Some("list".to_string()),
+                    group: Some(group.to_string()),
+                    resource: Some(resource.to_string()),
+                    subresource: (!subresource.is_empty()).then(|| subresource.to_string()),
+                    verb: Some(verb.to_string()),
                     namespace: (!namespace.is_empty()).then(|| namespace.to_string()),
                     ..ResourceAttributes::default()
                 }),
@@ -183,6 +226,28 @@ impl Access {
             a.lists.insert(key, (yes, now));
         }
         Ok(yes)
+    }
+
+    /// The caller may `verb` `target` in `namespace`, or is refused (403) saying so.
+    pub async fn check_verb(
+        &self,
+        caller: &Caller,
+        verb: &str,
+        target: Target,
+        namespace: &str,
+    ) -> Result<(), Refusal> {
+        if self.may(caller, verb, target, namespace).await? {
+            return Ok(());
+        }
+        Err(Refusal::new(
+            StatusCode::FORBIDDEN,
+            "Forbidden",
+            format!(
+                "{} may not {verb} {} in namespace {namespace}",
+                caller.name(),
+                target.words()
+            ),
+        ))
     }
 
     /// The caller may list TrainingJobs in `namespace`, or is refused (403) saying so.

@@ -9,7 +9,9 @@
 //! so a client retries, or reaches the leader through `kubectl port-forward` to its pod.
 
 pub mod access;
+mod actions;
 pub mod snapshot;
+mod watch;
 
 use std::sync::{Arc, RwLock};
 
@@ -17,7 +19,7 @@ use axum::Router;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use corral_core::views::{Event, UsageQuery, usage_report};
 use k8s_openapi::api::core::v1::Event as KubeEvent;
 use kube::Client;
@@ -32,6 +34,8 @@ pub struct ReadApi {
     client: Client,
     access: Access,
     latest: RwLock<Option<Arc<Snapshot>>>,
+    /// Counts the passes published: the watch streams look again at each.
+    passes: tokio::sync::watch::Sender<u64>,
 }
 
 impl ReadApi {
@@ -40,6 +44,7 @@ impl ReadApi {
             access: Access::new(client.clone()),
             client,
             latest: RwLock::new(None),
+            passes: tokio::sync::watch::Sender::new(0),
         }
     }
 
@@ -48,6 +53,7 @@ impl ReadApi {
         if let Ok(mut l) = self.latest.write() {
             *l = Some(Arc::new(snapshot));
         }
+        self.passes.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// This replica no longer leads: it has nothing to answer from.
@@ -306,11 +312,30 @@ pub fn routes(api: Arc<ReadApi>) -> Router {
     Router::new()
         .route("/api/v1/trainingjobs", get(list_all))
         .route(jobs, get(list_namespace))
-        .route(&format!("{jobs}/{{name}}"), get(get_job))
+        .route(
+            &format!("{jobs}/{{name}}"),
+            get(get_job).delete(actions::delete),
+        )
         .route(&format!("{jobs}/{{name}}/describe"), get(describe_job))
+        .route(&format!("{jobs}/{{name}}/logs"), get(actions::logs))
+        .route(&format!("{jobs}/{{name}}/suspend"), post(actions::suspend))
+        .route(&format!("{jobs}/{{name}}/resume"), post(actions::resume))
+        .route("/api/v1/watch", get(watch::watch))
+        .route("/api/v1/series", get(series))
         .route("/api/v1/queues", get(queues))
         .route("/api/v1/nodes", get(nodes))
         .route("/api/v1/usage", get(usage))
         .route("/api/v1/whoami", get(whoami))
         .with_state(api)
+        .merge(corral_dashboard::router())
+}
+
+/// The charts' history: kept by the embedded server, not by the operator (Prometheus keeps
+/// it on Kubernetes, deploy/grafana/).
+async fn series() -> Response {
+    refused(Refusal::new(
+        StatusCode::NOT_FOUND,
+        "NotFound",
+        "the operator keeps no history for charts: Prometheus does (deploy/grafana/ has a          dashboard on the same metric names)",
+    ))
 }

@@ -14,6 +14,12 @@ use crate::manifests::{ar, namespace};
 
 /// `GET path` on the operator's listener: the status and the body.
 async fn get(port: u16, path: &str, token: Option<&str>) -> (u16, Value) {
+    let (status, body) = request(port, "GET", path, token).await;
+    (status, serde_json::from_str(&body).unwrap_or(Value::Null))
+}
+
+/// `method path` on the operator's listener: the status and the body as text.
+async fn request(port: u16, method: &str, path: &str, token: Option<&str>) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
@@ -21,7 +27,10 @@ async fn get(port: u16, path: &str, token: Option<&str>) -> (u16, Value) {
     let auth = token
         .map(|t| format!("Authorization: Bearer {t}\r\n"))
         .unwrap_or_default();
-    let req = format!("GET {path} HTTP/1.1\r\nHost: operator\r\n{auth}Connection: close\r\n\r\n");
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: operator\r\n{auth}Content-Length: 0\r\n\
+         Connection: close\r\n\r\n"
+    );
     conn.write_all(req.as_bytes()).await.expect("send");
     let mut answer = String::new();
     conn.read_to_string(&mut answer).await.expect("answer");
@@ -31,7 +40,54 @@ async fn get(port: u16, path: &str, token: Option<&str>) -> (u16, Value) {
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
     let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    (status, serde_json::from_str(body).unwrap_or(Value::Null))
+    (status, body.to_string())
+}
+
+/// The first `jobs` event of the operator's watch stream, as JSON.
+async fn first_watch_event(port: u16, token: &str) -> Value {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect to the operator");
+    let req = format!(
+        "GET /api/v1/watch HTTP/1.1\r\nHost: operator\r\nAuthorization: Bearer {token}\r\n\r\n"
+    );
+    conn.write_all(req.as_bytes()).await.expect("send");
+    let mut seen = String::new();
+    let mut buf = [0u8; 8192];
+    let read = async {
+        loop {
+            let n = conn.read(&mut buf).await.expect("read");
+            if n == 0 {
+                return Value::Null;
+            }
+            seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+            let Some(at) = seen.find("event: jobs") else {
+                continue;
+            };
+            let block = &seen[at..];
+            if !block.contains("\n\n") {
+                continue;
+            }
+            let data = block
+                .lines()
+                .find(|l| l.starts_with("data:"))
+                .unwrap_or_default();
+            return serde_json::from_str(data.trim_start_matches("data:").trim())
+                .unwrap_or(Value::Null);
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), read)
+        .await
+        .unwrap_or(Value::Null)
+}
+
+fn jobs_of(env: &Env, ns: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(
+        env.admin.clone(),
+        ns,
+        &ar("corral.dev", "v1alpha1", "TrainingJob", "trainingjobs"),
+    )
 }
 
 fn names(list: &Value) -> Vec<String> {
@@ -49,8 +105,8 @@ fn names(list: &Value) -> Vec<String> {
         .collect()
 }
 
-/// A service account of `ns` allowed to list and get TrainingJobs there (a Role), and a
-/// token for it.
+/// A service account of `ns` allowed to list, get and patch TrainingJobs there (a Role;
+/// not to delete them, nor to read pods' logs), and a token for it.
 async fn reader(env: &Env, ns: &str) -> String {
     let sas: Api<ServiceAccount> = Api::namespaced(env.admin.clone(), ns);
     sas.create(
@@ -67,7 +123,7 @@ async fn reader(env: &Env, ns: &str) -> String {
             json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
                 "metadata": {"name": "trainingjob-reader", "namespace": ns},
                 "rules": [{"apiGroups": ["corral.dev"], "resources": ["trainingjobs"],
-                           "verbs": ["get", "list"]}]}),
+                           "verbs": ["get", "list", "patch"]}]}),
         ),
         (
             "RoleBinding",
@@ -251,6 +307,79 @@ pub(crate) async fn live_read_api(
     );
     let (ok, text) = corral(&["list", "-n", other]);
     let refused = !ok && (text.contains("403") || text.contains("may not list"));
+
+    // The dashboard, served by the operator, and its push channel.
+    let (code, page) = request(port, "GET", "/", None).await;
+    assert!(code == 200 && page.contains("<script"), "{code} {page}");
+    let pushed = first_watch_event(port, &token).await;
+    assert_eq!(pushed["reset"], json!(true), "{pushed}");
+    let pushed_names: Vec<String> = pushed["upsert"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|j| {
+            format!(
+                "{}/{}",
+                j["namespace"].as_str().unwrap_or(""),
+                j["name"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    assert!(pushed_names.contains(&format!("{ns}/live")), "{pushed}");
+    assert!(
+        pushed_names
+            .iter()
+            .all(|n| n.starts_with(&format!("{ns}/"))),
+        "another namespace's job pushed: {pushed}"
+    );
+    // What the reader may not do itself, the operator does not do for it.
+    let (code, body) = request(
+        port,
+        "GET",
+        &format!("/api/v1/namespaces/{ns}/trainingjobs/live/logs?replica=live-master-0&tail=10"),
+        Some(&token),
+    )
+    .await;
+    assert!(code == 403 && body.contains("pods/log"), "{code} {body}");
+    let (code, body) = request(
+        port,
+        "DELETE",
+        &format!("/api/v1/namespaces/{ns}/trainingjobs/live"),
+        Some(&token),
+    )
+    .await;
+    assert!(
+        code == 403 && body.contains("may not delete"),
+        "{code} {body}"
+    );
+    assert!(
+        jobs_of(env, ns)
+            .get_opt("live")
+            .await
+            .expect("get")
+            .is_some(),
+        "not deleted"
+    );
+    // What it may: resume the suspended reporter, suspend it again.
+    for (action, suspended) in [("resume", false), ("suspend", true)] {
+        let (code, body) = request(
+            port,
+            "POST",
+            &format!("/api/v1/namespaces/{ns}/trainingjobs/reporter/{action}"),
+            Some(&token),
+        )
+        .await;
+        assert_eq!(code, 200, "{body}");
+        let answer: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+        assert_eq!(answer["changed"], json!(true), "{body}");
+        let j = jobs_of(env, ns).get("reporter").await.expect("reporter");
+        assert_eq!(
+            j.data["spec"]["runPolicy"]["suspend"]
+                .as_bool()
+                .unwrap_or(false),
+            suspended
+        );
+    }
     // Done: the other namespace's job gives its GPU back for the cases after this one.
     jobs.delete("secret-project", &Default::default())
         .await

@@ -138,7 +138,7 @@ pub fn router(state: AppState) -> Router {
         )
         .layer(DefaultBodyLimit::disable());
     api.merge(code)
-        .merge(crate::dashboard::router())
+        .merge(corral_dashboard::router())
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(limit, json_errors))
         // Outermost: it records the answer as the client gets it.

@@ -1,4 +1,5 @@
-//! The web dashboard: one page (`/`) and its assets (`/ui/...`), built into the binary.
+//! The web dashboard: one page (`/`) and its assets (`/ui/...`), built into the binary,
+//! served by the embedded server and by the operator alike.
 //!
 //! The page is a Preact + htm application (vendored, see `assets/dashboard/vendor/`) that
 //! reads the API as any client does (bearer token included) and keeps up through
@@ -14,9 +15,6 @@ use axum::extract::Path;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-
-use crate::AppState;
-use crate::error::ApiError;
 
 /// One file of the dashboard.
 struct Asset {
@@ -140,7 +138,7 @@ pub struct BundleSize {
 }
 
 /// `/` and `/ui/{*file}`.
-pub fn router() -> Router<AppState> {
+pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
     Router::new()
         .route("/", get(|headers: HeaderMap| async move { serve("index.html", &headers) }))
         .route(
@@ -154,11 +152,13 @@ pub fn router() -> Router<AppState> {
 fn serve(name: &str, headers: &HeaderMap) -> Response {
     let Some(i) = ASSETS.iter().position(|a| a.name == name) else {
         let known: Vec<&str> = ASSETS.iter().map(|a| a.name).collect();
-        return ApiError::not_found(format!(
+        let message = format!(
             "the dashboard has no file {name}; it has {}",
             known.join(", ")
-        ))
-        .into_response();
+        );
+        // The API's error body (`{"error": {"code", "message"}}`).
+        let body = serde_json::json!({"error": {"code": "NotFound", "message": message}});
+        return (StatusCode::NOT_FOUND, axum::Json(body)).into_response();
     };
     let (asset, prep) = (&ASSETS[i], &prepared()[i]);
     let cache = if asset.immutable {
