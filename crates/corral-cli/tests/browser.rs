@@ -16,6 +16,8 @@ mod common;
 use common::cluster::TestCluster;
 #[path = "browser/driver.rs"]
 mod driver;
+#[path = "browser/operator.rs"]
+mod operator;
 #[path = "browser/pages.rs"]
 mod pages;
 #[path = "browser/runs.rs"]
@@ -76,6 +78,10 @@ fn main() -> ExitCode {
         Trial::test(
             "the_usage_page_charts_what_the_ledger_counted",
             usage::the_usage_page_charts_what_the_ledger_counted,
+        ),
+        Trial::test(
+            "the_operator_serves_the_dashboard_walled_by_rbac",
+            operator::the_operator_serves_the_dashboard_walled_by_rbac,
         ),
         Trial::test(
             "assets_are_typed_cached_and_gzipped",
