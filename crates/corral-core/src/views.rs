@@ -7,7 +7,9 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use corral_api::PipelineRun;
 use corral_api::TrainingJob;
+use corral_api::pipeline::StepPhase;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
@@ -468,4 +470,56 @@ pub fn phase_name(p: &crate::lifecycle::ReplicaPhase) -> &'static str {
         ReplicaPhase::Failed { .. } => "Failed",
         ReplicaPhase::Gone => "Gone",
     }
+}
+
+/// A run as `corral describe` shows it: the run, and each step in DAG order.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PipelineRunDetails {
+    pub run: PipelineRun,
+    pub steps: Vec<StepRow>,
+    pub events: Vec<Event>,
+}
+
+/// One step of a run: its phase, what it needs, its job and that job's state.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StepRow {
+    pub name: String,
+    pub phase: StepPhase,
+    pub needs: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_state: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_from: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// Each step of `run` in DAG order with its phase, what it needs, its job and that job's
+/// state (`job_state`: the state of a job of the run's namespace, by name).
+pub fn run_steps(
+    run: &corral_api::PipelineRun,
+    mut job_state: impl FnMut(&str) -> Option<String>,
+) -> Vec<StepRow> {
+    let status = run.status.clone().unwrap_or_default();
+    crate::control::pipeline::listing(run)
+        .into_iter()
+        .map(|(step, phase, needs)| {
+            let st = status.steps.get(&step);
+            let job = st.and_then(|s| s.job.clone());
+            let job_state = job.as_deref().and_then(&mut job_state);
+            StepRow {
+                name: step,
+                phase,
+                needs,
+                job,
+                job_state,
+                cached_from: st.and_then(|s| s.cached_from.clone()),
+                message: st.and_then(|s| s.message.clone()),
+            }
+        })
+        .collect()
 }

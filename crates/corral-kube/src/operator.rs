@@ -928,6 +928,7 @@ async fn lead(
                 world,
                 cluster: v.cluster,
                 plane: v.plane,
+                runs: runs.current(),
             }),
             None => drop(world),
         }

@@ -21,6 +21,7 @@ async fn snapshot(fake: &common::FakeApi, secs: i64) -> Snapshot {
         world: observe_api(&fake.client()).await.expect("observe"),
         cluster: view.cluster,
         plane: view.plane,
+        runs: Vec::new(),
     }
 }
 

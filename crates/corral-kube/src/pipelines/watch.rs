@@ -78,6 +78,15 @@ impl Runs {
         }
     }
 
+    /// The runs as the watch holds them now (each decoded once per version).
+    pub fn current(&self) -> Vec<Arc<PipelineRun>> {
+        let Some(store) = &self.store else {
+            return Vec::new();
+        };
+        let mut warnings = Vec::new();
+        self.decoded.decode_all(&store.state(), &mut warnings)
+    }
+
     /// Moves every run on as far as it goes now, from the runs watched and the operator's
     /// world.
     pub async fn pass(&self, world: &World, applier: &Applier, now: Timestamp) -> ApplyReport {

@@ -10,6 +10,7 @@
 
 pub mod access;
 mod actions;
+mod runs;
 pub mod snapshot;
 mod watch;
 
@@ -85,11 +86,11 @@ impl ReadApi {
         self.access.caller(auth).await
     }
 
-    /// The job's Events, oldest first, as `describe` shows them (empty when the operator
-    /// may not read them).
-    async fn events(&self, namespace: &str, name: &str) -> Vec<Event> {
+    /// The Events of a `kind` object, oldest first, as `describe` shows them (empty when
+    /// the operator may not read them).
+    async fn events(&self, kind: &str, namespace: &str, name: &str) -> Vec<Event> {
         let api: Api<KubeEvent> = Api::namespaced(self.client.clone(), namespace);
-        let selector = format!("involvedObject.kind=TrainingJob,involvedObject.name={name}");
+        let selector = format!("involvedObject.kind={kind},involvedObject.name={name}");
         let Ok(list) = api.list(&ListParams::default().fields(&selector)).await else {
             return Vec::new();
         };
@@ -201,7 +202,7 @@ async fn describe_job(
         if snap.job(&namespace, &name).is_none() {
             return Err(not_found(&namespace, &name));
         }
-        let events = api.events(&namespace, &name).await;
+        let events = api.events("TrainingJob", &namespace, &name).await;
         let details = snap
             .details(&namespace, &name, events)
             .ok_or_else(|| not_found(&namespace, &name))?;
@@ -321,6 +322,19 @@ pub fn routes(api: Arc<ReadApi>) -> Router {
         .route(&format!("{jobs}/{{name}}/suspend"), post(actions::suspend))
         .route(&format!("{jobs}/{{name}}/resume"), post(actions::resume))
         .route("/api/v1/watch", get(watch::watch))
+        .route("/api/v1/pipelineruns", get(runs::list_all))
+        .route(
+            "/api/v1/namespaces/{namespace}/pipelineruns",
+            get(runs::list_namespace),
+        )
+        .route(
+            "/api/v1/namespaces/{namespace}/pipelineruns/{name}",
+            get(runs::get_run),
+        )
+        .route(
+            "/api/v1/namespaces/{namespace}/pipelineruns/{name}/describe",
+            get(runs::describe_run),
+        )
         .route("/api/v1/series", get(series))
         .route("/api/v1/queues", get(queues))
         .route("/api/v1/nodes", get(nodes))

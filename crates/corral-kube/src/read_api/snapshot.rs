@@ -21,6 +21,8 @@ pub struct Snapshot {
     pub world: World,
     pub cluster: ClusterSnapshot,
     pub plane: PlaneView,
+    /// The PipelineRuns as the pass after it left them.
+    pub runs: Vec<std::sync::Arc<corral_api::PipelineRun>>,
 }
 
 fn created(job: &TrainingJob) -> Timestamp {
@@ -64,6 +66,48 @@ impl Snapshot {
         out.sort();
         out.dedup();
         out
+    }
+
+    /// The runs of the namespaces `allows` lets through, by namespace then name.
+    pub fn runs(&self, allows: impl Fn(&str) -> bool) -> Vec<&corral_api::PipelineRun> {
+        let mut out: Vec<&corral_api::PipelineRun> = self
+            .runs
+            .iter()
+            .filter(|r| allows(r.metadata.namespace_or_default()))
+            .map(|r| &**r)
+            .collect();
+        out.sort_by(|a, b| {
+            (a.metadata.namespace_or_default(), &a.metadata.name)
+                .cmp(&(b.metadata.namespace_or_default(), &b.metadata.name))
+        });
+        out
+    }
+
+    pub fn run(&self, namespace: &str, name: &str) -> Option<&corral_api::PipelineRun> {
+        self.runs
+            .iter()
+            .find(|r| r.metadata.name == name && r.metadata.namespace_or_default() == namespace)
+            .map(|r| &**r)
+    }
+
+    /// `corral describe pipelinerun`: the run and each step in DAG order with its job's
+    /// state, and `events`.
+    pub fn run_details(
+        &self,
+        namespace: &str,
+        name: &str,
+        events: Vec<Event>,
+    ) -> Option<corral_core::views::PipelineRunDetails> {
+        let run = self.run(namespace, name)?;
+        let steps = corral_core::views::run_steps(run, |job| {
+            self.job(namespace, job)
+                .map(|j| self.summary(j).state.as_str().to_string())
+        });
+        Some(corral_core::views::PipelineRunDetails {
+            run: run.clone(),
+            steps,
+            events,
+        })
     }
 
     pub fn job(&self, namespace: &str, name: &str) -> Option<&TrainingJob> {

@@ -277,6 +277,33 @@ pub(crate) async fn live_read_api(
     assert_eq!(code, 200, "{queues}");
     assert!(queues["items"].as_array().is_some_and(|q| !q.is_empty()));
 
+    // Pipeline runs: the one the operator binary case ran, each step with its job's state.
+    let (code, runs) = get(
+        port,
+        &format!("/api/v1/namespaces/{ns}/pipelineruns"),
+        Some(&token),
+    )
+    .await;
+    assert_eq!(code, 200, "{runs}");
+    assert!(runs.to_string().contains("live-run"), "{runs}");
+    let (code, d) = get(
+        port,
+        &format!("/api/v1/namespaces/{ns}/pipelineruns/live-run/describe"),
+        Some(&token),
+    )
+    .await;
+    assert_eq!(code, 200, "{d}");
+    assert_eq!(d["steps"][0]["name"], json!("only"), "{d}");
+    assert_eq!(d["steps"][0]["phase"], json!("Succeeded"), "{d}");
+    assert_eq!(d["steps"][0]["jobState"], json!("Succeeded"), "{d}");
+    let (code, _) = get(
+        port,
+        &format!("/api/v1/namespaces/{other}/pipelineruns"),
+        Some(&token),
+    )
+    .await;
+    assert_eq!(code, 403);
+
     // The CLI's read verbs, pointed at the operator.
     let corral = |args: &[&str]| {
         let out = Command::new(bin)
@@ -300,6 +327,11 @@ pub(crate) async fn live_read_api(
     assert!(!text.contains("secret-project"), "{text}");
     let (ok, text) = corral(&["describe", "live"]);
     assert!(ok && text.contains("Succeeded"), "{text}");
+    let (ok, text) = corral(&["describe", "pipelinerun", "live-run"]);
+    assert!(
+        ok && text.contains("only") && text.contains("Succeeded"),
+        "{text}"
+    );
     let (ok, text) = corral(&["usage", "--by", "job"]);
     assert!(
         ok && text.contains("live") && !text.contains("secret-project"),

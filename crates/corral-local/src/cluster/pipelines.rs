@@ -12,45 +12,19 @@
 use std::collections::BTreeMap;
 
 use corral_api::PipelineRun;
-use corral_api::pipeline::{ArtifactRecord, StepPhase};
+use corral_api::pipeline::ArtifactRecord;
 use corral_core::control::EventType;
 use corral_core::control::pipeline::{
-    Decision, Facts, Observed, Recorded, StepLaunch, Wants, decide, listing, max_rounds,
-    observe_job, step_job_with_artifacts, step_jobs, watched_jobs,
+    Decision, Facts, Observed, Recorded, StepLaunch, Wants, decide, max_rounds, observe_job,
+    step_job_with_artifacts, step_jobs, watched_jobs,
 };
 use jiff::Timestamp;
-use serde::{Deserialize, Serialize};
 
 use super::commands::Inserted;
 use super::engine::{Cluster, millis, new_uid};
-use super::{ClusterError, Event, SubmitResult, TickReport};
+use super::{ClusterError, SubmitResult, TickReport};
 use crate::store::StoredRun;
-
-/// A run as `corral describe` shows it: the run, and each step in DAG order.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PipelineRunDetails {
-    pub run: PipelineRun,
-    pub steps: Vec<StepRow>,
-    pub events: Vec<Event>,
-}
-
-/// One step of a run: its phase, what it needs, its job and that job's state.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct StepRow {
-    pub name: String,
-    pub phase: StepPhase,
-    pub needs: Vec<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub job: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub job_state: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cached_from: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
-}
+pub use corral_core::views::{PipelineRunDetails, StepRow};
 
 /// `prefix` and 5 random characters, as Kubernetes completes a `generateName` (its
 /// alphabet: no vowels, no look-alikes).
@@ -421,28 +395,18 @@ impl Cluster {
             return Ok(None);
         };
         let run = stored.run;
-        let status = run.status.clone().unwrap_or_default();
-        let mut steps = Vec::new();
-        for (step, phase, needs) in listing(&run) {
-            let st = status.steps.get(&step);
-            let job = st.and_then(|s| s.job.clone());
-            let job_state = match &job {
-                Some(j) => self
-                    .job_record(namespace, j)?
+        let mut missing = Ok(());
+        let steps =
+            corral_core::views::run_steps(&run, |job| match self.job_record(namespace, job) {
+                Ok(j) => j
                     .map(|j| corral_core::lifecycle::job_state(&j.spec, j.status.as_ref()))
                     .map(|s| s.as_str().to_string()),
-                None => None,
-            };
-            steps.push(StepRow {
-                name: step,
-                phase,
-                needs,
-                job,
-                job_state,
-                cached_from: st.and_then(|s| s.cached_from.clone()),
-                message: st.and_then(|s| s.message.clone()),
+                Err(e) => {
+                    missing = Err(e);
+                    None
+                }
             });
-        }
+        missing?;
         let events = self
             .store
             .events(namespace, name)?
