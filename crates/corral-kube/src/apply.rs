@@ -92,6 +92,8 @@ pub struct ApplyReport {
     pub events: u64,
     /// Usage ledger ConfigMaps written.
     pub ledger_writes: u64,
+    /// Replicas told why they stop (their pods' `DisruptionTarget` condition).
+    pub stop_notices: u64,
     /// Calls that failed, in words (each counted in `corral_reconcile_errors_total`; a
     /// transient one is retried with back-off, a refusal for good is handed to the control
     /// plane through [`LAUNCH_REJECTED_ANNOTATION`]).
@@ -117,6 +119,7 @@ impl ApplyReport {
             + self.status_updates
             + self.events
             + self.ledger_writes
+            + self.stop_notices
     }
 
     /// Adds another job's report to this one.
@@ -127,6 +130,7 @@ impl ApplyReport {
         self.status_updates += other.status_updates;
         self.events += other.events;
         self.ledger_writes += other.ledger_writes;
+        self.stop_notices += other.stop_notices;
         self.errors.extend(other.errors);
         self.rejected.extend(other.rejected);
         self.backed_off += other.backed_off;
@@ -662,8 +666,16 @@ impl Applier {
             }
         }
 
-        // 6. Deletions with the grace period, only of the very pod observed.
+        // 6. Deletions with the grace period, only of the very pod observed; the replica is
+        // told why first (a notice it may miss: its SIGTERM comes anyway).
         for d in &jp.delete {
+            if let Some(reason) = &d.notice {
+                self.limiter.acquire().await;
+                match crate::stop_notice::tell(&pods, d, reason).await {
+                    Ok(()) => report.stop_notices += 1,
+                    Err(e) => tracing::debug!(pod = %d.name, "stop notice not written: {e}"),
+                }
+            }
             let dp = DeleteParams {
                 grace_period_seconds: Some(u32::try_from(d.grace.as_secs()).unwrap_or(u32::MAX)),
                 preconditions: d.uid.clone().map(|uid| Preconditions {

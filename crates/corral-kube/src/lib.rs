@@ -57,6 +57,7 @@ pub mod progress;
 pub mod read_api;
 pub mod record;
 pub mod slim;
+pub mod stop_notice;
 pub mod testenv;
 pub mod webhook;
 

@@ -150,6 +150,32 @@ impl Inbox {
         }
     }
 
+    /// The stop notice of pod `namespace/pod` ([`crate::stop_notice`]): `None` while it is
+    /// not being stopped; refused for a pod that is not a replica of a job.
+    fn notice(&self, namespace: &str, pod: &str) -> Result<Option<serde_json::Value>, Refusal> {
+        let s = self
+            .state
+            .lock()
+            .map_err(|_| Refusal::new(StatusCode::SERVICE_UNAVAILABLE, "try again"))?;
+        let Some(leading) = s.as_ref() else {
+            return Err(Refusal::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "this operator replica does not lead: ask again",
+            ));
+        };
+        let found = leading
+            .pods
+            .get(&ObjectRef::<Pod>::new(pod).within(namespace))
+            .filter(|p| crate::observe::label(&p.metadata, JOB_NAME_LABEL).is_some())
+            .ok_or_else(|| {
+                Refusal::new(
+                    StatusCode::FORBIDDEN,
+                    format!("pod {namespace}/{pod} is not a replica of a Corral job"),
+                )
+            })?;
+        Ok(crate::stop_notice::notice(&found))
+    }
+
     /// Files a report from pod `namespace/pod`, if that pod is a replica of a job.
     fn file(&self, namespace: &str, pod: &str, report: ProgressReport) -> Result<(), Refusal> {
         let mut s = self
@@ -237,13 +263,13 @@ pub async fn authenticate(client: &Client, token: &str) -> Result<(String, Strin
     }
 }
 
-/// `POST /progress`: a report from a replica, checked and filed for the next pass.
-pub async fn receive(
+/// The pod the bearer token of `headers` is bound to, as the API server said (asked at most
+/// once a minute per token).
+async fn sender(
     client: &Client,
     inbox: &Inbox,
     headers: &HeaderMap,
-    body: &Bytes,
-) -> Result<(), Refusal> {
+) -> Result<(String, String), Refusal> {
     let token = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -256,6 +282,30 @@ pub async fn receive(
                 format!("send `Authorization: Bearer <the token in ${TOKEN_FILE_ENV}>`"),
             )
         })?;
+    let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+    let now = Instant::now();
+    let known = inbox.reviews.lock().ok().and_then(|r| r.get(&key, now));
+    match known {
+        Some(who) => Ok(who),
+        None => {
+            let who = authenticate(client, token).await?;
+            if let Ok(mut r) = inbox.reviews.lock() {
+                r.put(key, who.clone(), now);
+            }
+            Ok(who)
+        }
+    }
+}
+
+/// `POST /progress`: a report from a replica, checked and filed for the next pass; the
+/// answer is the replica's stop notice while it is being stopped.
+pub async fn receive(
+    client: &Client,
+    inbox: &Inbox,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<Option<serde_json::Value>, Refusal> {
+    let (namespace, pod) = sender(client, inbox, headers).await?;
     if body.len() > MAX_BODY {
         return Err(Refusal::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -268,39 +318,42 @@ pub async fn receive(
             format!("not a progress report (docs/progress.md): {e}"),
         )
     })?;
-    let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-    let now = Instant::now();
-    let known = inbox.reviews.lock().ok().and_then(|r| r.get(&key, now));
-    let (namespace, pod) = match known {
-        Some(who) => who,
-        None => {
-            let who = authenticate(client, token).await?;
-            if let Ok(mut r) = inbox.reviews.lock() {
-                r.put(key, who.clone(), now);
-            }
-            who
-        }
-    };
-    inbox.file(&namespace, &pod, report)
+    inbox.file(&namespace, &pod, report)?;
+    inbox.notice(&namespace, &pod)
 }
 
-/// The `/progress` route of the operator's HTTP listener.
+/// The `/progress` route of the operator's HTTP listener: `POST` a report, `GET` the
+/// stop notice.
 pub fn routes(client: Client, inbox: Arc<Inbox>) -> axum::Router {
-    axum::Router::new().route(
-        "/progress",
-        axum::routing::post(move |headers: HeaderMap, body: Bytes| {
-            let (client, inbox) = (client.clone(), inbox.clone());
-            async move {
-                match receive(&client, &inbox, &headers, &body).await {
-                    Ok(()) => (StatusCode::ACCEPTED, String::new()),
-                    Err(r) => {
-                        tracing::debug!(status = %r.status, "progress report refused: {}", r.message);
-                        (r.status, r.message + "\n")
-                    }
+    let (c, i) = (client.clone(), inbox.clone());
+    let post = axum::routing::post(move |headers: HeaderMap, body: Bytes| {
+        let (client, inbox) = (c.clone(), i.clone());
+        async move {
+            match receive(&client, &inbox, &headers, &body).await {
+                Ok(None) => (StatusCode::ACCEPTED, String::new()),
+                Ok(Some(notice)) => (StatusCode::ACCEPTED, notice.to_string() + "\n"),
+                Err(r) => {
+                    tracing::debug!(status = %r.status, "progress report refused: {}", r.message);
+                    (r.status, r.message + "\n")
                 }
             }
-        }),
-    )
+        }
+    });
+    let get = axum::routing::get(move |headers: HeaderMap| {
+        let (client, inbox) = (client.clone(), inbox.clone());
+        async move {
+            let answer = match sender(&client, &inbox, &headers).await {
+                Ok((ns, pod)) => inbox.notice(&ns, &pod),
+                Err(r) => Err(r),
+            };
+            match answer {
+                Ok(Some(notice)) => (StatusCode::OK, notice.to_string() + "\n"),
+                Ok(None) => (StatusCode::NO_CONTENT, String::new()),
+                Err(r) => (r.status, r.message + "\n"),
+            }
+        }
+    });
+    axum::Router::new().route("/progress", post.merge(get))
 }
 
 #[cfg(test)]

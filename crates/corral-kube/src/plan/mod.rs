@@ -100,6 +100,10 @@ pub struct PodDeletion {
     /// Precondition: only this pod, never a newer one of the same name.
     pub uid: Option<String>,
     pub grace: Duration,
+    /// Why the plane stops it, told to the replica with its grace period (the pod's
+    /// `DisruptionTarget` condition, which `GET /progress` answers): a first stop with a
+    /// grace period only.
+    pub notice: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

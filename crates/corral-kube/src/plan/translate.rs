@@ -120,7 +120,7 @@ pub(super) fn translate(
                 incarnation,
                 grace_period,
                 delete,
-                ..
+                reason,
             } => {
                 let name = replica.name(&job.metadata.name);
                 for p in &o.pods {
@@ -146,6 +146,8 @@ pub(super) fn translate(
                         name: name.clone(),
                         uid: p.metadata.uid.clone(),
                         grace: *grace_period,
+                        notice: (!terminating && !grace_period.is_zero())
+                            .then(|| reason.as_str().to_string()),
                     });
                 }
             }

@@ -225,6 +225,28 @@ async fn post_progress(port: u16, token: Option<&str>, body: &str) -> (u16, Stri
     (status, answer)
 }
 
+/// `GET /progress` with a replica's token: its stop notice (status, body).
+async fn get_notice(port: u16, token: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect to the operator");
+    let req = format!(
+        "GET /progress HTTP/1.1\r\nHost: operator\r\nAuthorization: Bearer {token}\r\n\
+         Connection: close\r\n\r\n"
+    );
+    conn.write_all(req.as_bytes()).await.expect("send");
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).await.expect("answer");
+    let status = answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    (status, body.to_string())
+}
+
 /// A replica reports its progress to the running operator with the token projected for
 /// it: the job's status shows it; without a token, or with one for another audience, the
 /// report is refused.
@@ -367,9 +389,20 @@ async fn live_progress(env: &Env, ns: &str, port: u16, log: &dyn Fn() -> String)
         "not stopped with a grace period: {grace:?}; operator log:\n{}",
         log()
     );
+    // Why and by when, as the replica asks for it with its token.
+    let (code, notice) = get_notice(port, &good).await;
+    assert_eq!(code, 200, "{notice}");
+    let notice: Value = serde_json::from_str(&notice).unwrap_or(Value::Null);
+    assert_eq!(notice["reason"], json!("Suspended"), "{notice}");
+    assert!(
+        notice["graceSeconds"].as_i64().is_some_and(|g| g > 0),
+        "{notice}"
+    );
+    assert!(notice["deadline"].as_str().is_some(), "{notice}");
     let saved = r#"{"step": 50, "checkpoint": {"step": 50, "path": "/ckpt/step-50"}}"#;
     let (code, answer) = post_progress(port, Some(&good), saved).await;
     assert_eq!(code, 202, "{answer}");
+    assert!(answer.contains("\"reason\":\"Suspended\""), "{answer}");
     let mut gone = false;
     for _ in 0..120 {
         if pods_api.get_opt(name).await.expect("get pod").is_none() {
