@@ -79,6 +79,17 @@ impl ReadApi {
             })
     }
 
+    /// The snapshot to answer from, for a caller who may list `namespace`'s jobs.
+    async fn in_namespace(
+        &self,
+        headers: &HeaderMap,
+        namespace: &str,
+    ) -> Result<Arc<Snapshot>, Refusal> {
+        let caller = self.caller(headers).await?;
+        self.access.check(&caller, namespace).await?;
+        self.snapshot()
+    }
+
     async fn caller(&self, headers: &HeaderMap) -> Result<Caller, Refusal> {
         let auth = headers
             .get(header::AUTHORIZATION)
@@ -165,9 +176,7 @@ async fn list_namespace(
     Path(namespace): Path<String>,
 ) -> Response {
     answer(async move {
-        let caller = api.caller(&headers).await?;
-        api.access.check(&caller, &namespace).await?;
-        let snap = api.snapshot()?;
+        let snap = api.in_namespace(&headers, &namespace).await?;
         Ok(items(snap.summaries(|ns| ns == namespace)))
     })
     .await
@@ -179,9 +188,7 @@ async fn get_job(
     Path((namespace, name)): Path<(String, String)>,
 ) -> Response {
     answer(async move {
-        let caller = api.caller(&headers).await?;
-        api.access.check(&caller, &namespace).await?;
-        let snap = api.snapshot()?;
+        let snap = api.in_namespace(&headers, &namespace).await?;
         let job = snap
             .job(&namespace, &name)
             .ok_or_else(|| not_found(&namespace, &name))?;
@@ -196,9 +203,7 @@ async fn describe_job(
     Path((namespace, name)): Path<(String, String)>,
 ) -> Response {
     answer(async move {
-        let caller = api.caller(&headers).await?;
-        api.access.check(&caller, &namespace).await?;
-        let snap = api.snapshot()?;
+        let snap = api.in_namespace(&headers, &namespace).await?;
         if snap.job(&namespace, &name).is_none() {
             return Err(not_found(&namespace, &name));
         }

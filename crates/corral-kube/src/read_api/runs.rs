@@ -46,9 +46,7 @@ pub(super) async fn list_namespace(
     Path(namespace): Path<String>,
 ) -> Response {
     answer(async move {
-        let caller = api.caller(&headers).await?;
-        api.access.check(&caller, &namespace).await?;
-        let snap = api.snapshot()?;
+        let snap = api.in_namespace(&headers, &namespace).await?;
         Ok(items(snap.runs(|ns| ns == namespace)))
     })
     .await
@@ -60,9 +58,7 @@ pub(super) async fn get_run(
     Path((namespace, name)): Path<(String, String)>,
 ) -> Response {
     answer(async move {
-        let caller = api.caller(&headers).await?;
-        api.access.check(&caller, &namespace).await?;
-        let snap = api.snapshot()?;
+        let snap = api.in_namespace(&headers, &namespace).await?;
         let run = snap
             .run(&namespace, &name)
             .ok_or_else(|| run_not_found(&namespace, &name))?;
@@ -77,9 +73,7 @@ pub(super) async fn describe_run(
     Path((namespace, name)): Path<(String, String)>,
 ) -> Response {
     answer(async move {
-        let caller = api.caller(&headers).await?;
-        api.access.check(&caller, &namespace).await?;
-        let snap = api.snapshot()?;
+        let snap = api.in_namespace(&headers, &namespace).await?;
         if snap.run(&namespace, &name).is_none() {
             return Err(run_not_found(&namespace, &name));
         }

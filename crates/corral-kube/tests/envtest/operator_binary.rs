@@ -202,49 +202,12 @@ async fn live_pipeline_run(env: &Env, ns: &str, log: &dyn Fn() -> String) {
 
 /// `POST /progress` to the running operator: `status` and what it answered.
 async fn post_progress(port: u16, token: Option<&str>, body: &str) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .expect("connect to the operator");
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    let req = format!(
-        "POST /progress HTTP/1.1\r\nHost: operator\r\n{auth}Content-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    conn.write_all(req.as_bytes()).await.expect("send");
-    let mut answer = String::new();
-    conn.read_to_string(&mut answer).await.expect("answer");
-    let status = answer
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (status, answer)
+    crate::read_api::http(port, "POST", "/progress", token, body).await
 }
 
 /// `GET /progress` with a replica's token: its stop notice (status, body).
 async fn get_notice(port: u16, token: &str) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .expect("connect to the operator");
-    let req = format!(
-        "GET /progress HTTP/1.1\r\nHost: operator\r\nAuthorization: Bearer {token}\r\n\
-         Connection: close\r\n\r\n"
-    );
-    conn.write_all(req.as_bytes()).await.expect("send");
-    let mut answer = String::new();
-    conn.read_to_string(&mut answer).await.expect("answer");
-    let status = answer
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    (status, body.to_string())
+    crate::read_api::http(port, "GET", "/progress", Some(token), "").await
 }
 
 /// A replica reports its progress to the running operator with the token projected for

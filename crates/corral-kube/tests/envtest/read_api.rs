@@ -20,6 +20,18 @@ async fn get(port: u16, path: &str, token: Option<&str>) -> (u16, Value) {
 
 /// `method path` on the operator's listener: the status and the body as text.
 async fn request(port: u16, method: &str, path: &str, token: Option<&str>) -> (u16, String) {
+    http(port, method, path, token, "").await
+}
+
+/// `method path` with a JSON `body` (none when empty) on the operator's listener, over a
+/// connection of its own: the status and the body as text.
+pub(crate) async fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &str,
+) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
@@ -28,8 +40,9 @@ async fn request(port: u16, method: &str, path: &str, token: Option<&str>) -> (u
         .map(|t| format!("Authorization: Bearer {t}\r\n"))
         .unwrap_or_default();
     let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: operator\r\n{auth}Content-Length: 0\r\n\
-         Connection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: operator\r\n{auth}Content-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
     );
     conn.write_all(req.as_bytes()).await.expect("send");
     let mut answer = String::new();
