@@ -345,8 +345,41 @@ pub fn routes(api: Arc<ReadApi>) -> Router {
         .route("/api/v1/nodes", get(nodes))
         .route("/api/v1/usage", get(usage))
         .route("/api/v1/whoami", get(whoami))
+        .route("/api/v1/top", get(top))
         .with_state(api)
         .merge(corral_dashboard::router())
+        .method_not_allowed_fallback(read_only)
+        .fallback(unknown)
+}
+
+/// A write the API server takes, not the operator.
+async fn read_only() -> Response {
+    refused(Refusal::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "MethodNotAllowed",
+        "the operator's API reads; jobs, runs and queues are written to the API server:          `kubectl apply -f job.yaml` (`corral convert` for Kubeflow manifests); the          dashboard's suspend, resume and delete are the writes it takes",
+    ))
+}
+
+/// What the operator does not serve, and what it does.
+async fn unknown(uri: axum::http::Uri) -> Response {
+    refused(Refusal::new(
+        StatusCode::NOT_FOUND,
+        "NotFound",
+        format!(
+            "the operator serves no {}; it serves the dashboard (/), /api/v1/trainingjobs,              /api/v1/namespaces/NS/trainingjobs[/NAME[/describe|/logs]],              /api/v1/pipelineruns, /api/v1/queues, /api/v1/nodes, /api/v1/usage,              /api/v1/watch, /api/v1/whoami, /metrics and /progress",
+            uri.path()
+        ),
+    ))
+}
+
+/// `corral top` measures replicas' processes, which the operator does not run.
+async fn top() -> Response {
+    refused(Refusal::new(
+        StatusCode::NOT_FOUND,
+        "NotFound",
+        "the operator does not measure replicas' processes: `kubectl top pods -n NS -l          corral.dev/job-name=JOB` (metrics-server) shows their CPU and memory, and the          DCGM exporter their GPUs (deploy/grafana/)",
+    ))
 }
 
 /// The charts' history: kept by the embedded server, not by the operator (Prometheus keeps

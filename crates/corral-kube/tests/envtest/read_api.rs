@@ -317,6 +317,24 @@ pub(crate) async fn live_read_api(
     .await;
     assert_eq!(code, 403);
 
+    // What it does not do, it says.
+    let (code, body) = request(
+        port,
+        "POST",
+        &format!("/api/v1/namespaces/{ns}/trainingjobs"),
+        Some(&token),
+    )
+    .await;
+    assert!(
+        code == 405 && body.contains("kubectl apply"),
+        "{code} {body}"
+    );
+    let (code, body) = request(port, "GET", "/api/v1/nope", Some(&token)).await;
+    assert!(
+        code == 404 && body.contains("/api/v1/usage"),
+        "{code} {body}"
+    );
+
     // The CLI's read verbs, pointed at the operator.
     let corral = |args: &[&str]| {
         let out = Command::new(bin)
