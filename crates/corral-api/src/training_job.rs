@@ -522,6 +522,11 @@ pub struct TrainingJobStatus {
     /// The newest checkpoint a replica reported saved (see [`crate::progress`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_checkpoint: Option<Box<crate::progress::Checkpoint>>,
+    /// Samples per second per GPU that the job's replicas reported, by the GPU type they
+    /// ran on (the latest report on each type): what the scheduler compares GPU types by
+    /// when the job waits again, in place of the static speed table where measured.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub measured_throughput: BTreeMap<String, f64>,
     /// The admission the job holds: its pool and GPU type, and each replica's node and GPU
     /// indices; absent while it waits and once it finished. Written by the Kubernetes
     /// operator, for which the TrainingJob is the job's only record: the admission becomes

@@ -436,9 +436,20 @@ impl ControlPlane {
         }
         // A job the scheduler cannot take waits out of it; its reason goes into its status,
         // announced once (see `explain_wait`).
-        let Ok(request) = e.request.clone() else {
+        let Ok(mut request) = e.request.clone() else {
             return;
         };
+        // Where it ran before, its own measured speeds rank the GPU types.
+        if let Some(measured) = e.job.status.as_ref().map(|s| &s.measured_throughput)
+            && !measured.is_empty()
+        {
+            request.throughput = rules::measured_speeds(
+                &request.throughput,
+                measured,
+                &self.config.scheduler.gpu_type_speed,
+                &self.scheduler.gpu_types(),
+            );
+        }
         let throughput = request.throughput.clone();
         match self.scheduler.submit(request) {
             Ok(()) => {
@@ -759,11 +770,21 @@ impl ControlPlane {
         // The rate its reporter measured, as recorded now, orders elastic growth and
         // shrinking (recorded with the GPUs the job holds as it is measured).
         let measured = e.job.status.as_ref().and_then(|s| s.progress.as_ref());
-        if let (Standing::Admitted(_), Some(p)) = (&e.standing, measured)
+        if let (Standing::Admitted(held), Some(p)) = (&e.standing, measured)
             && p.updated == now
             && let Some(rate) = p.samples_per_second
         {
             self.scheduler.set_measured_throughput(key, rate);
+            // Per GPU, on the type it runs on: what type choice compares when it waits again.
+            if let (Some(ty), gpus @ 1..) = (&held.admission.gpu_type, held.gpus())
+                && rate.is_finite()
+                && rate > 0.0
+            {
+                let per_gpu = (rate / gpus as f64 * 1000.0).round() / 1000.0;
+                if let Some(status) = e.job.status.as_mut() {
+                    status.measured_throughput.insert(ty.clone(), per_gpu);
+                }
+            }
         }
         let e = &*e;
         let admission = match &e.standing {

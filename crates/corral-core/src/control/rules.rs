@@ -2,6 +2,7 @@
 //! period. They live here so that the same YAML behaves the same embedded, on Kubernetes and
 //! in the simulator.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use corral_api::TrainingJob;
@@ -129,5 +130,89 @@ mod tests {
         };
         let queues = with_default_queue(vec![declared.clone()], &[], &[]);
         assert_eq!(queues, vec![declared]);
+    }
+}
+
+/// A job's speed on each of the cluster's GPU `types`, once it measured its own
+/// (`measured`: samples/s per GPU by the type it ran on): measured where it ran, and
+/// elsewhere its measurement on one type scaled by what the job's hints (`hints`, or
+/// without them the static `table`, 1 for a type it does not list) say of the two types,
+/// Gavel's way of filling its throughput matrix until a type is measured. So a job that
+/// gains nothing from the fastest cards, once seen there, stops taking them from jobs that
+/// do.
+pub fn measured_speeds(
+    hints: &BTreeMap<String, f64>,
+    measured: &BTreeMap<String, f64>,
+    table: &BTreeMap<String, f64>,
+    types: &[&str],
+) -> BTreeMap<String, f64> {
+    let find = |m: &BTreeMap<String, f64>, t: &str| {
+        m.get(t).copied().or_else(|| {
+            m.iter()
+                .find(|(k, _)| corral_api::gpu_type::selects(k, t, types.iter().copied()))
+                .map(|(_, v)| *v)
+        })
+    };
+    // As the scheduler ranks types without a measurement (`sched::cycle`).
+    let base = |t: &str| {
+        if hints.is_empty() {
+            find(table, t).unwrap_or(1.0)
+        } else {
+            find(hints, t).unwrap_or(0.0)
+        }
+    };
+    let usable = |v: f64| v.is_finite() && v > 0.0;
+    let reference = types.iter().find_map(|t| {
+        let m = find(measured, t).filter(|v| usable(*v))?;
+        let b = base(t);
+        usable(b).then_some((m, b))
+    });
+    let mut out = hints.clone();
+    for t in types {
+        let speed = match (find(measured, t).filter(|v| usable(*v)), reference) {
+            (Some(m), _) => m,
+            (None, Some((m, b))) => m * base(t) / b,
+            (None, None) => continue,
+        };
+        out.insert((*t).to_string(), speed);
+    }
+    out
+}
+
+#[cfg(test)]
+mod measured_speeds_tests {
+    use super::*;
+
+    fn map(v: &[(&str, f64)]) -> BTreeMap<String, f64> {
+        v.iter().map(|(k, s)| (k.to_string(), *s)).collect()
+    }
+
+    #[test]
+    fn measured_types_keep_their_speed_and_others_scale_from_one() {
+        let table = map(&[("H100", 3.0), ("A100", 1.0)]);
+        let types = ["A100", "H100", "L4"];
+        // Measured on the A100 only: the table's ratios, in the job's own units; a type
+        // the table does not list counts 1, as the scheduler counts it.
+        let s = measured_speeds(&BTreeMap::new(), &map(&[("A100", 100.0)]), &table, &types);
+        assert_eq!(s, map(&[("A100", 100.0), ("H100", 300.0), ("L4", 100.0)]));
+        // Measured on both: the measurements, whatever the table says.
+        let s = measured_speeds(
+            &BTreeMap::new(),
+            &map(&[("A100", 100.0), ("H100", 90.0)]),
+            &table,
+            &types,
+        );
+        assert_eq!(s["A100"], 100.0);
+        assert_eq!(s["H100"], 90.0);
+        // The job's own hints, where it has them, scale in place of the table; a type
+        // they do not list stays unranked (0), as without a measurement.
+        let hints = map(&[("A100", 2.0), ("H100", 4.0)]);
+        let s = measured_speeds(&hints, &map(&[("H100", 80.0)]), &table, &types);
+        assert_eq!(s["A100"], 40.0);
+        assert_eq!(s["H100"], 80.0);
+        assert_eq!(s["L4"], 0.0);
+        // Nothing usable measured: the hints as they were.
+        let s = measured_speeds(&hints, &map(&[("H100", f64::NAN)]), &table, &types);
+        assert_eq!(s, hints);
     }
 }

@@ -54,4 +54,17 @@ impl Scheduler {
     pub fn pool_names(&self) -> Vec<&str> {
         self.index.pools.iter().map(|p| p.name.as_str()).collect()
     }
+
+    /// The GPU types of the cluster's pools, each once.
+    pub fn gpu_types(&self) -> Vec<&str> {
+        let mut out: Vec<&str> = self
+            .index
+            .pools
+            .iter()
+            .filter_map(|p| p.gpu_type.as_deref())
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
 }
