@@ -459,6 +459,17 @@ pub fn parse_time(text: &str) -> Option<Millis> {
     ts.and_then(|t| u64::try_from(t.as_millisecond()).ok())
 }
 
+/// A replica's exit code and failure reason, as `corral describe` shows them: a failed one's
+/// code and why, 0 for one that succeeded, nothing while it runs.
+pub fn exit_of(p: &crate::lifecycle::ReplicaPhase) -> (Option<i32>, Option<String>) {
+    use crate::lifecycle::ReplicaPhase;
+    match p {
+        ReplicaPhase::Failed { exit_code, reason } => (Some(*exit_code), Some(reason.to_string())),
+        ReplicaPhase::Succeeded => (Some(0), None),
+        _ => (None, None),
+    }
+}
+
 /// A replica's phase in one word, as `corral describe` shows it.
 pub fn phase_name(p: &crate::lifecycle::ReplicaPhase) -> &'static str {
     use crate::lifecycle::ReplicaPhase;

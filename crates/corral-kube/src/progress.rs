@@ -265,23 +265,27 @@ pub async fn authenticate(client: &Client, token: &str) -> Result<(String, Strin
 
 /// The pod the bearer token of `headers` is bound to, as the API server said (asked at most
 /// once a minute per token).
-async fn sender(
-    client: &Client,
-    inbox: &Inbox,
-    headers: &HeaderMap,
-) -> Result<(String, String), Refusal> {
-    let token = headers
+/// The token of an `Authorization: Bearer <token>` header, if one is sent.
+pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim)
         .filter(|t| !t.is_empty())
-        .ok_or_else(|| {
-            Refusal::new(
-                StatusCode::UNAUTHORIZED,
-                format!("send `Authorization: Bearer <the token in ${TOKEN_FILE_ENV}>`"),
-            )
-        })?;
+}
+
+async fn sender(
+    client: &Client,
+    inbox: &Inbox,
+    headers: &HeaderMap,
+) -> Result<(String, String), Refusal> {
+    let token = bearer(headers).ok_or_else(|| {
+        Refusal::new(
+            StatusCode::UNAUTHORIZED,
+            format!("send `Authorization: Bearer <the token in ${TOKEN_FILE_ENV}>`"),
+        )
+    })?;
     let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
     let now = Instant::now();
     let known = inbox.reviews.lock().ok().and_then(|r| r.get(&key, now));

@@ -115,20 +115,16 @@ impl Access {
         }
     }
 
-    /// Who sends `authorization` (`Bearer <token>`).
-    pub async fn caller(&self, authorization: Option<&str>) -> Result<Caller, Refusal> {
-        let token = authorization
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
-            .ok_or_else(|| {
-                Refusal::new(
-                    StatusCode::UNAUTHORIZED,
-                    "Unauthorized",
-                    "send `Authorization: Bearer <a token the cluster knows>` \
+    /// Who sends `token` (the request's bearer token, if any).
+    pub async fn caller(&self, token: Option<&str>) -> Result<Caller, Refusal> {
+        let token = token.ok_or_else(|| {
+            Refusal::new(
+                StatusCode::UNAUTHORIZED,
+                "Unauthorized",
+                "send `Authorization: Bearer <a token the cluster knows>` \
                      (e.g. `kubectl create token <service account>`)",
-                )
-            })?;
+            )
+        })?;
         let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         let now = Instant::now();
         if let Some(user) = self

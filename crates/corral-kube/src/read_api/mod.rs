@@ -3,7 +3,8 @@
 //! answered by the leader from the world and plane of its last pass ([`snapshot`]), behind
 //! the cluster's own authentication and RBAC ([`access`]). So the CLI's read verbs work
 //! against a Kubernetes install (`corral --server <the operator's Service> --token ...`).
-//! Writes stay `kubectl`'s: the API server is where a job is created or deleted.
+//! Creating and changing jobs stays `kubectl`'s; the dashboard's suspend, resume and delete
+//! are done where the caller may do them itself ([`actions`]).
 //!
 //! A standby answers 503 (it keeps no plane); the Service's endpoints are every replica,
 //! so a client retries, or reaches the leader through `kubectl port-forward` to its pod.
@@ -18,7 +19,7 @@ use std::sync::{Arc, RwLock};
 
 use axum::Router;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use corral_core::views::{Event, UsageQuery, usage_report};
@@ -91,10 +92,7 @@ impl ReadApi {
     }
 
     async fn caller(&self, headers: &HeaderMap) -> Result<Caller, Refusal> {
-        let auth = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok());
-        self.access.caller(auth).await
+        self.access.caller(crate::progress::bearer(headers)).await
     }
 
     /// The Events of a `kind` object, oldest first, as `describe` shows them (empty when

@@ -212,13 +212,7 @@ fn replica(
 ) -> Option<ReplicaInfo> {
     let observed = observe::observe_pod(pod)?;
     let (id, incarnation) = (observed.id, observed.incarnation);
-    let (exit_code, reason) = match &observed.phase {
-        corral_core::lifecycle::ReplicaPhase::Failed { exit_code, reason } => {
-            (Some(*exit_code), Some(reason.to_string()))
-        }
-        corral_core::lifecycle::ReplicaPhase::Succeeded => (Some(0), None),
-        _ => (None, None),
-    };
+    let (exit_code, reason) = corral_core::views::exit_of(&observed.phase);
     let status = pod.status.as_ref();
     let containers = status.and_then(|s| s.container_statuses.as_ref());
     let message = containers

@@ -91,13 +91,7 @@ impl Cluster {
         let mut infos = Vec::new();
         for r in &replicas {
             let phase = phase_of(r.state);
-            let (exit_code, reason) = match phase {
-                ReplicaPhase::Failed { exit_code, reason } => {
-                    (Some(exit_code), Some(reason.to_string()))
-                }
-                ReplicaPhase::Succeeded => (Some(0), None),
-                _ => (None, None),
-            };
+            let (exit_code, reason) = corral_core::views::exit_of(&phase);
             let message = if r.state.is_terminal() {
                 r.record.exit_error()
             } else {
