@@ -573,8 +573,9 @@ pub fn run(args: SimArgs) -> Result<String, String> {
                 s.push_str(
                     "job length: iterations Sia's simulator needs at the job's batch size \
                      (progress per epoch / statistical gain, over the model's epoch budget); \
-                     speed per GPU type: 1 / (iteration time of its compact placement x \
-                     Sia's per-model slowdown); restart and first start cost the model's \
+                     speed per GPU type and size: 1 / (iteration time of its compact placement x \
+                     Sia's per-model slowdown), the job's batch adapted to its size as Sia's \
+                     jobs do (the batch with the most progress a second); restart and first start cost the model's \
                      checkpoint-restore time (Sia's rescale_time), not --restart-s\n",
                 );
                 for n in &notes {

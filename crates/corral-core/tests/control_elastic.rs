@@ -199,14 +199,19 @@ fn the_elastic_job_that_reports_more_samples_per_gpu_grows_first() {
             );
         }
         shell.run(1);
-        // other ends: its 2 GPUs go to the faster job, whatever the order of arrival.
+        // other ends and a rigid job takes one of its 2 GPUs: the other goes to the faster
+        // job (of two of one size), whatever the order of arrival.
         for (id, inc) in shell.running_replicas("team/other") {
             shell.end("team/other", id, inc, ReplicaPhase::Succeeded);
         }
+        shell
+            .plane
+            .submit(record(job("filler", 1, 1, Some("low")), 4))
+            .expect("submit filler");
         shell.run(2);
         assert_eq!(
             workers(&shell, &format!("team/{faster}")),
-            [0, 1, 2],
+            [0, 1],
             "{faster} reported more samples a GPU"
         );
         assert_eq!(workers(&shell, &format!("team/{slower}")), [0]);

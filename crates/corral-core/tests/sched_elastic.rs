@@ -215,6 +215,23 @@ fn the_job_with_more_throughput_per_gpu_grows_first() {
     assert_eq!(workers(admitted(&out, "a-slow").unwrap()), vec![0]);
 }
 
+/// A replica doubles a job of one and adds half to a job of two: the free GPU goes to the
+/// smaller job, though the larger one does more per GPU (samples of two models are not
+/// comparable; each job's speed against its own is).
+#[test]
+fn the_smaller_job_grows_first() {
+    let mut s = Scheduler::new(&snapshot(vec![node("n0", 4)]), config()).unwrap();
+    let mut big = elastic("a-big", 0, 2, 3);
+    big.throughput = BTreeMap::from([("A100".to_string(), 50.0)]);
+    let mut small = elastic("b-small", 0, 1, 2);
+    small.throughput = BTreeMap::from([("A100".to_string(), 1.0)]);
+    s.submit(big).unwrap();
+    s.submit(small).unwrap();
+    let out = s.cycle(0);
+    assert_eq!(workers(admitted(&out, "a-big").unwrap()), vec![0, 1]);
+    assert_eq!(workers(admitted(&out, "b-small").unwrap()), vec![0, 1]);
+}
+
 #[test]
 fn a_restored_elastic_job_keeps_its_size() {
     let mut s = Scheduler::new(&snapshot(vec![node("n0", 4)]), config()).unwrap();

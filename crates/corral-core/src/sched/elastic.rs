@@ -7,12 +7,15 @@
 //! - **Growth** (end of each cycle): running elastic jobs take free room, one replica at a
 //!   time, up to `max`. Room that reserved nodes hold for blocked gangs is not free, and a
 //!   job grows only within its queue's nominal quota (borrowed room would be reclaimed by
-//!   preempting the whole job). Which job grows first: the highest throughput per GPU
-//!   (Gavel/Sia style: a GPU goes where it buys the most), as the job itself last reported
-//!   it while running ([`Scheduler::set_measured_throughput`], from its progress reports'
-//!   `samplesPerSecond`), else as its speeds say at its current size and pool
-//!   (`JobRequest::throughput`, the simulator's profiles); jobs with neither after those, by
-//!   arrival.
+//!   preempting the whole job). Each replica goes to the job it speeds up the most relative
+//!   to its own speed now (Sia weighs each job's goodput against its own, not samples of
+//!   one model against another's): without speeds per size, the smallest job (a second
+//!   replica doubles a job, a ninth adds an eighth). Among jobs of one size, the highest
+//!   throughput per GPU first (Gavel/Sia style: a GPU goes where it buys the most), as the
+//!   job itself last reported it while running ([`Scheduler::set_measured_throughput`],
+//!   from its progress reports' `samplesPerSecond`), else as its speeds say at its current
+//!   size and pool (`JobRequest::throughput`, the simulator's profiles); jobs with neither
+//!   after those, by arrival.
 //! - **Shrink** (before any preemption): a pending job that does not fit takes replicas
 //!   from running elastic jobs of equal or lower priority in the pool, down to their `min`,
 //!   lowest priority first, then the least throughput per GPU, then the youngest; only if
@@ -396,11 +399,34 @@ impl Scheduler {
             })
             .collect();
         candidates.sort_by_cached_key(|&slot| self.growth_rank(slot));
+        let from_sizes: BTreeMap<u32, u32> = candidates
+            .iter()
+            .filter_map(|&s| Some((s, self.elastic_size(&self.entry(s).req.key)?)))
+            .collect();
+        // One replica at a time, each to the job it speeds up the most relative to its
+        // speed now: with speeds unknown per size, the smallest (a second replica doubles
+        // a job, a ninth adds an eighth), as Sia weighs goodput relative to each job's own;
+        // among equal sizes, the growth rank.
+        let mut open: Vec<(u32, u32)> = candidates
+            .iter()
+            .map(|&slot| (slot, from_sizes.get(&slot).copied().unwrap_or(0)))
+            .collect();
+        while let Some(i) = open
+            .iter()
+            .enumerate()
+            .min_by_key(|(i, (_, size))| (*size, *i))
+            .map(|(i, _)| i)
+        {
+            if self.grow_one(open[i].0) {
+                open[i].1 += 1;
+            } else {
+                open.remove(i);
+            }
+        }
         for slot in candidates {
-            let Some(from) = self.elastic_size(&self.entry(slot).req.key) else {
+            let Some(&from) = from_sizes.get(&slot) else {
                 continue;
             };
-            while self.grow_one(slot) {}
             let e = self.entry(slot);
             let to = e.groups[e.elastic.as_ref().map_or(0, |s| s.group as usize)].0;
             if to == from {

@@ -195,15 +195,16 @@ pub fn build_jobs(
             }
             1.0
         });
-        // Speed per GPU type with `gpus` GPUs; notes only for the requested size.
-        let speed_at = |gpus: u32, notes: &mut Vec<String>| {
+        // Speed per GPU type with `gpus` GPUs training at global batch `batch`; notes only
+        // for the requested size and batch.
+        let speed_at = |gpus: u32, batch: u32, notes: &mut Vec<String>| {
             let mut per_type = BTreeMap::new();
             for (t, m) in gpu_types.iter().zip(&machines) {
                 let Some(mp) = model.machines.get(m.name) else {
                     continue;
                 };
                 let Some((secs, effective, source)) =
-                    mp.iteration_s(gpus, r.batch_size, m.gpus_per_node, init_batch, max_batch)
+                    mp.iteration_s(gpus, batch, m.gpus_per_node, init_batch, max_batch)
                 else {
                     continue;
                 };
@@ -211,7 +212,7 @@ pub fn build_jobs(
                     continue;
                 };
                 let note = match source {
-                    _ if gpus != r.num_replicas => None,
+                    _ if gpus != r.num_replicas || batch != r.batch_size => None,
                     Source::Placement(_) => None,
                     Source::Scalability(n, g) => Some(format!(
                         "{} on {t} ({}): {} GPUs from the scalability profile ({n} nodes, {g} GPUs)",
@@ -231,18 +232,31 @@ pub fn build_jobs(
             }
             per_type
         };
-        let per_type = speed_at(r.num_replicas, &mut notes);
+        let _ = speed_at(r.num_replicas, r.batch_size, &mut notes);
+        // Sia's jobs adapt their batch size to the GPUs they get: with each size a job
+        // trains at the global batch that makes the most progress a second (Sia's goodput;
+        // chosen once per size here, per epoch there). The candidates: the requested batch
+        // and a sqrt(2) grid over the validated range.
+        let adaptive_at = |gpus: u32| {
+            let mut batches = vec![r.batch_size];
+            let mut b = f64::from(init_batch);
+            while b <= f64::from(max_batch) + 0.5 {
+                batches.push(b.round() as u32);
+                b *= std::f64::consts::SQRT_2;
+            }
+            let mut best: BTreeMap<String, f64> = BTreeMap::new();
+            for batch in batches {
+                for (t, speed) in speed_at(gpus, batch, &mut Vec::new()) {
+                    let e = best.entry(t).or_insert(0.0);
+                    *e = e.max(speed);
+                }
+            }
+            best
+        };
         // A job may also run with fewer GPUs than it asks (never more: the workload says
         // how many it wants), at the speed the profiles give that size.
-        let speeds: Vec<BTreeMap<String, f64>> = (1..=r.num_replicas)
-            .map(|g| {
-                if g == r.num_replicas {
-                    per_type.clone()
-                } else {
-                    speed_at(g, &mut Vec::new())
-                }
-            })
-            .collect();
+        let speeds: Vec<BTreeMap<String, f64>> = (1..=r.num_replicas).map(adaptive_at).collect();
+        let per_type = speeds.last().cloned().unwrap_or_default();
         jobs.push(SimJob {
             id: 0,
             name: if r.name.is_empty() {
