@@ -334,9 +334,10 @@ fn yes() -> bool {
     true
 }
 
-/// `value` (a reference, as in `inputs`) compared with a string; a parameter compares by
-/// its JSON text (`3`, `true`), an artifact by the trimmed content of its file.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+/// `value` (a reference, as in `inputs`) compared with a string (`equals`, `notEquals`) or,
+/// read as a number, with a number (`greaterThan`, ...); exactly one comparison. A parameter
+/// compares by its JSON text (`3`, `true`), an artifact by the trimmed content of its file.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WhenCondition {
     pub value: String,
@@ -344,7 +345,47 @@ pub struct WhenCondition {
     pub equals: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_equals: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub greater_than: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub greater_than_or_equal: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub less_than: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub less_than_or_equal: Option<f64>,
 }
+
+/// One comparison of a [`WhenCondition`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Comparison<'a> {
+    Equals(&'a str),
+    NotEquals(&'a str),
+    GreaterThan(f64),
+    GreaterThanOrEqual(f64),
+    LessThan(f64),
+    LessThanOrEqual(f64),
+}
+
+impl WhenCondition {
+    /// The comparisons it asks for (valid: exactly one).
+    pub fn comparisons(&self) -> Vec<Comparison<'_>> {
+        let mut out = Vec::new();
+        out.extend(self.equals.as_deref().map(Comparison::Equals));
+        out.extend(self.not_equals.as_deref().map(Comparison::NotEquals));
+        out.extend(self.greater_than.map(Comparison::GreaterThan));
+        out.extend(
+            self.greater_than_or_equal
+                .map(Comparison::GreaterThanOrEqual),
+        );
+        out.extend(self.less_than.map(Comparison::LessThan));
+        out.extend(self.less_than_or_equal.map(Comparison::LessThanOrEqual));
+        out
+    }
+}
+
+/// The field names of [`WhenCondition`]'s comparisons, for messages.
+pub const COMPARISONS: &str =
+    "`equals`, `notEquals`, `greaterThan`, `greaterThanOrEqual`, `lessThan` and `lessThanOrEqual`";
 
 /// A single-replica task: what one replica of a generic job takes.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -252,10 +252,63 @@ fn a_condition_is_a_when_on_each_of_its_tasks() {
     assert!(
         e.iter().any(
             |m| m.starts_with("root.dag.tasks.condition-2.triggerPolicy.condition: ")
-                && m.contains("is supported yet")
+                && m.contains("compares numbers")
         ),
         "{e:?}"
     );
+    let either = COND.replace(
+        "condition: inputs.parameter_values['pipelinechannel--mode'] == 'slow'",
+        "condition: inputs.parameter_values['pipelinechannel--mode'] == 'slow' || true",
+    );
+    let e = errors(&either);
+    assert!(
+        e.iter().any(
+            |m| m.starts_with("root.dag.tasks.condition-2.triggerPolicy.condition: ")
+                && m.contains("is not a literal")
+        ),
+        "{e:?}"
+    );
+}
+
+const BRANCHES: &str = include_str!("fixtures/kfp/branches.yaml");
+
+/// `dsl.If` / `dsl.Elif` / `dsl.Else` on a number (branches.py, compiled by kfp): each
+/// branch's tasks are steps under its comparison and the earlier branches' negated; an
+/// integer parameter compares as a number.
+#[test]
+fn if_elif_else_are_comparisons_and_the_earlier_branches_negated() {
+    let run = the_run(BRANCHES);
+    let spec = &run.spec.pipeline_spec;
+    let value = "steps.score.outputs.value.value";
+    let when = |n: &str| {
+        let s = step_named(spec, n);
+        assert_eq!(s.depends_on, ["score"], "{n}");
+        assert!(s.when.iter().all(|w| w.value == value), "{n}: {:?}", s.when);
+        s.when
+            .iter()
+            .map(|w| {
+                (
+                    w.greater_than,
+                    w.less_than_or_equal,
+                    w.equals.clone(),
+                    w.not_equals.clone(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(when("grade"), [(Some(0.5), None, None, None)]);
+    assert_eq!(
+        when("grade-2"),
+        [(None, Some(0.5), None, None), (Some(0.2), None, None, None)]
+    );
+    assert_eq!(
+        when("grade-3"),
+        [(None, Some(0.5), None, None), (None, Some(0.2), None, None)]
+    );
+    let long = step_named(spec, "grade-4");
+    assert_eq!(long.when.len(), 1);
+    assert_eq!(long.when[0].value, "params.epochs");
+    assert_eq!(long.when[0].greater_than_or_equal, Some(2.0));
 }
 
 const EXIT_HANDLER: &str = include_str!("fixtures/kfp/exit_handler.yaml");

@@ -4,8 +4,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use corral_api::pipeline::{
-    ArtifactRecord, PipelineRun, PipelineRunSpec, PipelineSpec, RunPhase, StepPhase, StepSpec,
-    TaskSpec,
+    ArtifactRecord, ParameterSpec, ParameterType, PipelineRun, PipelineRunSpec, PipelineSpec,
+    RunPhase, StepPhase, StepSpec, TaskSpec,
 };
 use corral_core::control::pipeline::{CacheHit, Decision, Facts, Observed, decide};
 use jiff::Timestamp;
@@ -193,7 +193,7 @@ fn a_condition_that_does_not_hold_skips_the_step_and_those_that_need_it() {
     a.when.push(corral_api::pipeline::WhenCondition {
         value: "params.go".into(),
         equals: Some("true".into()),
-        not_equals: None,
+        ..Default::default()
     });
     let mut r = run(vec![a, step("b", &["a"])], None);
     r.spec
@@ -208,6 +208,65 @@ fn a_condition_that_does_not_hold_skips_the_step_and_those_that_need_it() {
     assert_eq!(d.status.steps["a"].phase, StepPhase::Skipped);
     assert_eq!(d.status.steps["b"].phase, StepPhase::Skipped);
     assert_eq!(d.status.phase, RunPhase::Succeeded);
+}
+
+/// Numeric comparisons read the value as a number (an Elif: the earlier branch negated and
+/// its own); a value that is no number fails them, and says so.
+#[test]
+fn numeric_conditions_compare_numbers() {
+    use corral_api::pipeline::WhenCondition;
+    let on = |value: &str| WhenCondition {
+        value: value.into(),
+        ..Default::default()
+    };
+    let mut good = step("good", &[]);
+    good.when.push(WhenCondition {
+        greater_than: Some(0.5),
+        ..on("params.score")
+    });
+    let mut fair = step("fair", &[]);
+    fair.when.push(WhenCondition {
+        less_than_or_equal: Some(0.5),
+        ..on("params.score")
+    });
+    fair.when.push(WhenCondition {
+        greater_than: Some(0.2),
+        ..on("params.score")
+    });
+    let mut long = step("long", &[]);
+    long.when.push(WhenCondition {
+        greater_than_or_equal: Some(3.0),
+        ..on("params.epochs")
+    });
+    let mut named = step("named", &[]);
+    named.when.push(WhenCondition {
+        less_than: Some(1.0),
+        ..on("params.name")
+    });
+    let mut r = run(vec![good, fair, long, named], None);
+    for (name, type_, default) in [
+        ("score", ParameterType::Float, serde_json::json!(0.3)),
+        ("epochs", ParameterType::Int, serde_json::json!(3)),
+        ("name", ParameterType::String, serde_json::json!("abc")),
+    ] {
+        r.spec.pipeline_spec.parameters.push(ParameterSpec {
+            name: name.into(),
+            type_,
+            default: Some(default),
+        });
+    }
+    let d = settle(&r, &BTreeMap::new(), &BTreeMap::new());
+    let step = |n: &str| &d.status.steps[n];
+    assert_eq!(step("good").phase, StepPhase::Skipped);
+    let why = step("good").message.clone().unwrap_or_default();
+    assert!(why.contains("params.score is `0.3`, not > 0.5"), "{why}");
+    assert_ne!(step("fair").phase, StepPhase::Skipped);
+    assert_ne!(step("long").phase, StepPhase::Skipped, "3 >= 3");
+    assert_eq!(step("named").phase, StepPhase::Skipped);
+    let why = step("named").message.clone().unwrap_or_default();
+    assert!(why.contains("not a number"), "{why}");
+    let created: Vec<&str> = d.create.iter().map(|l| l.step.as_str()).collect();
+    assert_eq!(created, ["fair", "long"]);
 }
 
 #[test]

@@ -772,6 +772,27 @@ fn kfp_conditions_run_or_skip_their_tasks() {
     );
 }
 
+/// `dsl.If` / `dsl.Elif` / `dsl.Else` on a number (branches.py, as kfp compiled it): score
+/// writes 0.3, so the Elif's task runs and the If's and the Else's are skipped, with why.
+fn kfp_if_elif_else_runs_the_branch_that_holds() {
+    let Some((_h, _c, _name, status)) = run_compiled_kfp("branches", 32900) else {
+        return;
+    };
+    use corral_api::pipeline::{RunPhase, StepPhase};
+    assert_eq!(status.phase, RunPhase::Succeeded, "{status:?}");
+    let phase = |s: &str| status.steps[s].phase;
+    assert_eq!(phase("grade-2"), StepPhase::Succeeded, "{status:?}");
+    let note = &status.steps["grade-2"].outputs["note"].path;
+    let note = std::fs::read_to_string(Path::new(note).join("note")).expect("note");
+    assert_eq!(note.trim(), "fair");
+    assert_eq!(phase("grade-4"), StepPhase::Succeeded, "epochs 3 >= 2");
+    for skipped in ["grade", "grade-3"] {
+        assert_eq!(phase(skipped), StepPhase::Skipped, "{skipped}");
+    }
+    let why = status.steps["grade"].message.as_deref().unwrap_or("");
+    assert!(why.contains("is `0.3`, not > 0.5"), "{why}");
+}
+
 /// `dsl.ExitHandler` (exit_handler.py, as kfp compiled it): `check` fails, the exit task
 /// runs anyway and writes the final status it was given (`dsl.PipelineTaskFinalStatus`),
 /// and the run fails with the step's reason.
@@ -938,6 +959,10 @@ fn main() -> std::process::ExitCode {
         (
             "kfp_conditions_run_or_skip_their_tasks",
             kfp_conditions_run_or_skip_their_tasks,
+        ),
+        (
+            "kfp_if_elif_else_runs_the_branch_that_holds",
+            kfp_if_elif_else_runs_the_branch_that_holds,
         ),
         (
             "a_kfp_exit_handler_runs_after_a_failure_with_the_final_status",

@@ -16,8 +16,8 @@ pub(super) struct Group<'a> {
     /// Where its DAG's tasks are, and them.
     pub at: String,
     pub tasks: Vec<(String, &'a Value)>,
-    /// The `dsl.If`'s condition, on each of its steps.
-    pub when: WhenCondition,
+    /// The `dsl.If`'s condition, on each of its steps: all of these hold.
+    pub when: Vec<WhenCondition>,
 }
 
 /// The tasks of a group's DAG (a component with a `dag`), and where they are.
@@ -39,9 +39,9 @@ fn group_tasks<'a>(doc: &'a Value, task: &Value) -> Option<(String, Vec<(String,
     ))
 }
 
-/// A condition of the root DAG: `inputs.parameter_values['<input>'] == '<value>'` (or `!=`;
-/// a number or boolean without quotes), the input bound to a pipeline parameter or another
-/// task's output parameter; anything else is refused at its field.
+/// A condition of the root DAG (see [`super::condition`]), each input it reads bound to a
+/// pipeline parameter or another task's output parameter; anything else is refused at its
+/// field.
 pub(super) fn parse_condition<'a>(
     doc: &'a Value,
     task_name: &str,
@@ -59,60 +59,47 @@ pub(super) fn parse_condition<'a>(
             format!("`{text}`: {why}"),
         ));
     };
-    let parsed = ["==", "!="].iter().find_map(|op| {
-        let (left, right) = text.split_once(op)?;
-        let input = left
-            .trim()
-            .strip_prefix("inputs.parameter_values['")?
-            .strip_suffix("']")?;
-        let right = right.trim();
-        let literal = right
-            .strip_prefix('\'')
-            .and_then(|r| r.strip_suffix('\''))
-            .unwrap_or(right);
-        Some((input, *op, literal.to_string()))
-    });
-    let Some((input, op, literal)) = parsed else {
-        refuse(
-            errors,
-            "only `inputs.parameter_values['<input>'] == <value>` (or `!=`) is supported yet",
-        );
-        return None;
+    let clauses = match super::condition::parse(text) {
+        Ok(c) => c,
+        Err(why) => {
+            refuse(errors, &why);
+            return None;
+        }
     };
-    let bound = task
-        .get("inputs")
-        .and_then(|i| i.get("parameters"))
-        .and_then(|p| p.get(input));
-    let reference = bound
-        .and_then(|b| parameter_input(b, &Scope::Root))
-        .and_then(|(r, _)| r);
-    let Some(value) = reference else {
-        refuse(
-            errors,
-            "the condition reads neither a pipeline parameter nor another task's output \
-             parameter",
-        );
-        return None;
-    };
+    let mut when = Vec::new();
+    for clause in clauses {
+        let bound = task
+            .get("inputs")
+            .and_then(|i| i.get("parameters"))
+            .and_then(|p| p.get(&clause.input));
+        let reference = bound
+            .and_then(|b| parameter_input(b, &Scope::Root))
+            .and_then(|(r, _)| r);
+        let Some(value) = reference else {
+            refuse(
+                errors,
+                &format!(
+                    "`{}` is neither a pipeline parameter nor another task's output parameter",
+                    clause.input
+                ),
+            );
+            return None;
+        };
+        when.push(WhenCondition {
+            value,
+            ..clause.when
+        });
+    }
     let Some((tasks_at, tasks)) = group_tasks(doc, task) else {
         refuse(errors, "its DAG has no tasks");
         return None;
-    };
-    let (equals, not_equals) = if op == "==" {
-        (Some(literal), None)
-    } else {
-        (None, Some(literal))
     };
     Some(Group {
         task_name: task_name.to_string(),
         task,
         at: tasks_at,
         tasks,
-        when: WhenCondition {
-            value,
-            equals,
-            not_equals,
-        },
+        when,
     })
 }
 
@@ -126,7 +113,7 @@ pub(super) fn group_steps(doc: &Value, g: &Group, dag: &Dag, errors: &mut Errors
     for (name, task) in &g.tasks {
         let at = format!("{}.{name}", g.at);
         if let Some(mut step) = step(doc, &at, name, task, &scope, dag, errors) {
-            step.when.push(g.when.clone());
+            step.when.extend(g.when.iter().cloned());
             out.push(step);
         }
     }
@@ -194,6 +181,59 @@ pub(super) fn hoist_exit_group(doc: &Value, errors: &mut Errors) -> Option<Value
         ));
         return None;
     };
+    let mut root = tasks.clone();
+    hoist(
+        &mut root,
+        group_name,
+        group,
+        &tasks_at,
+        body,
+        Some(exit_name),
+        errors,
+    );
+    let mut out = doc.clone();
+    let slot = out
+        .get_mut("root")
+        .and_then(|r| r.get_mut("dag"))
+        .and_then(|d| d.get_mut("tasks"))?;
+    *slot = Value::Object(root);
+    Some(out)
+}
+
+/// The exit task as the run's exit handler: what it reads of the group's outcome
+/// (`dsl.PipelineTaskFinalStatus`) is the run's final status; it waits for nothing (an exit
+/// handler runs once every other step has ended).
+pub(super) fn exit_step(
+    doc: &Value,
+    name: &str,
+    task: &Value,
+    dag: &Dag,
+    errors: &mut Errors,
+) -> Option<StepSpec> {
+    let mut task = task.clone();
+    if let Some(t) = task.as_object_mut() {
+        t.remove("triggerPolicy");
+        t.remove("dependentTasks");
+    }
+    let at = task_at(name, &task);
+    let mut step = step(doc, &at, name, &task, &Scope::Exit, dag, errors)?;
+    step.depends_on.clear();
+    Some(step)
+}
+
+/// Replaces group `group_name` of the root DAG's tasks `root` by its tasks `body` (written
+/// at `tasks_at`): each reads what the group was given (its inputs' bindings in the root
+/// DAG) and waits for what it waited for, and whatever waited for the group (but `keep`)
+/// waits for its tasks.
+fn hoist(
+    root: &mut serde_json::Map<String, Value>,
+    group_name: &str,
+    group: &Value,
+    tasks_at: &str,
+    body: Vec<(String, &Value)>,
+    keep: Option<&str>,
+    errors: &mut Errors,
+) {
     let bound = |kind: &str, input: &str| -> Option<Value> {
         group.get("inputs")?.get(kind)?.get(input).cloned()
     };
@@ -202,7 +242,6 @@ pub(super) fn hoist_exit_group(doc: &Value, errors: &mut Errors) -> Option<Value
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
-    let mut root = tasks.clone();
     root.remove(group_name);
     let hoisted: Vec<String> = body.iter().map(|(n, _)| n.clone()).collect();
     for (name, task) in body {
@@ -243,12 +282,14 @@ pub(super) fn hoist_exit_group(doc: &Value, errors: &mut Errors) -> Option<Value
                 d.extend(waits.iter().cloned());
             }
         }
-        t.insert(HOISTED_FROM.to_string(), Value::String(tasks_at.clone()));
+        t.insert(
+            HOISTED_FROM.to_string(),
+            Value::String(tasks_at.to_string()),
+        );
         root.insert(name, task);
     }
-    // Whatever waited for the group waits for its tasks.
     for (name, task) in root.iter_mut() {
-        if name == *exit_name {
+        if Some(name.as_str()) == keep {
             continue;
         }
         if let Some(deps) = task.get_mut("dependentTasks").and_then(Value::as_array_mut)
@@ -258,6 +299,38 @@ pub(super) fn hoist_exit_group(doc: &Value, errors: &mut Errors) -> Option<Value
             deps.extend(hoisted.iter().map(|h| Value::String(h.clone())));
         }
     }
+}
+
+/// `dsl.If` / `dsl.Elif` / `dsl.Else` of the root DAG: the compiler's `condition-branches`
+/// group (a DAG of conditions, each a later one's negating the earlier ones'), hoisted so
+/// that each of its conditions is one of the root DAG. `None`: there is none.
+pub(super) fn hoist_branches(doc: &Value, errors: &mut Errors) -> Option<Value> {
+    let tasks = doc.get("root")?.get("dag")?.get("tasks")?.as_object()?;
+    let branches: Vec<(&String, &Value)> = tasks
+        .iter()
+        .filter(|(_, t)| {
+            let plain = ["triggerPolicy", "parameterIterator", "iteratorPolicy"]
+                .iter()
+                .all(|k| t.get(k).is_none());
+            plain
+                && group_tasks(doc, t).is_some_and(|(_, body)| {
+                    body.iter().all(|(_, b)| {
+                        b.get("triggerPolicy")
+                            .and_then(|p| p.get("condition"))
+                            .is_some()
+                    })
+                })
+        })
+        .collect();
+    if branches.is_empty() {
+        return None;
+    }
+    let mut root = tasks.clone();
+    for (name, group) in branches {
+        if let Some((tasks_at, body)) = group_tasks(doc, group) {
+            hoist(&mut root, name, group, &tasks_at, body, None, errors);
+        }
+    }
     let mut out = doc.clone();
     let slot = out
         .get_mut("root")
@@ -265,25 +338,4 @@ pub(super) fn hoist_exit_group(doc: &Value, errors: &mut Errors) -> Option<Value
         .and_then(|d| d.get_mut("tasks"))?;
     *slot = Value::Object(root);
     Some(out)
-}
-
-/// The exit task as the run's exit handler: what it reads of the group's outcome
-/// (`dsl.PipelineTaskFinalStatus`) is the run's final status; it waits for nothing (an exit
-/// handler runs once every other step has ended).
-pub(super) fn exit_step(
-    doc: &Value,
-    name: &str,
-    task: &Value,
-    dag: &Dag,
-    errors: &mut Errors,
-) -> Option<StepSpec> {
-    let mut task = task.clone();
-    if let Some(t) = task.as_object_mut() {
-        t.remove("triggerPolicy");
-        t.remove("dependentTasks");
-    }
-    let at = task_at(name, &task);
-    let mut step = step(doc, &at, name, &task, &Scope::Exit, dag, errors)?;
-    step.depends_on.clear();
-    Some(step)
 }

@@ -28,8 +28,10 @@
 //! JSON list of artifact objects.
 //!
 //! A `dsl.If` of the root DAG: each task of its DAG is a step of its own under its
-//! condition (`when`), `inputs.parameter_values['x'] == 'v'` (or `!=`) on a pipeline
-//! parameter or another task's output parameter.
+//! condition (`when`): comparisons (`==`, `!=`, `<`, `<=`, `>`, `>=`) of a pipeline
+//! parameter or another task's output parameter with a literal, joined by `&&`, negated by
+//! `!()` (see [`condition`]). `dsl.Elif` and `dsl.Else` come as a group of such conditions
+//! (`condition-branches-N`), hoisted into the root DAG as an exit handler's group is.
 //!
 //! A `dsl.ExitHandler` of the root DAG: its group is hoisted into the root DAG (its tasks,
 //! loops and conditions are taken as the root's), and its exit task is the run's exit
@@ -41,9 +43,10 @@
 //!
 //! What is refused, naming the field: executors that are not containers (importers,
 //! resolvers), other nested DAGs (a loop of several tasks, a group in a group, a loop over
-//! artifacts, a pipeline used as a component), other conditions, a loop's output
-//! parameters, struct parameters, and any other placeholder.
+//! artifacts, a pipeline used as a component), other conditions (`||`, two inputs
+//! compared), a loop's output parameters, struct parameters, and any other placeholder.
 
+mod condition;
 mod groups;
 
 use std::collections::BTreeMap;
@@ -92,6 +95,8 @@ pub fn convert(doc: &Value) -> Result<PipelineRun, Errors> {
     let parameters = pipeline_parameters(doc, &mut errors);
     let hoisted = groups::hoist_exit_group(doc, &mut errors);
     let doc = hoisted.as_ref().unwrap_or(doc);
+    let branched = groups::hoist_branches(doc, &mut errors);
+    let doc = branched.as_ref().unwrap_or(doc);
     let empty = Map::new();
     let tasks = doc
         .get("root")
@@ -236,10 +241,21 @@ fn pipeline_parameters(doc: &Value, errors: &mut Errors) -> Vec<ParameterSpec> {
                 continue;
             }
         };
+        // The IR keeps numbers as protobuf's doubles: an integer's default is `3.0`.
+        let default = def.get("defaultValue").map(|d| match d.as_f64() {
+            Some(f)
+                if type_ == ParameterType::Int
+                    && f.fract() == 0.0
+                    && f.abs() < 9_007_199_254_740_992.0 =>
+            {
+                Value::from(f as i64)
+            }
+            _ => d.clone(),
+        });
         out.push(ParameterSpec {
             name: name.clone(),
             type_,
-            default: def.get("defaultValue").cloned(),
+            default,
         });
     }
     out

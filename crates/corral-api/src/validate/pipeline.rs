@@ -544,8 +544,22 @@ fn check_step(
             params,
             errs,
         );
-        if w.equals.is_some() == w.not_equals.is_some() {
-            errs.push(&p, "needs exactly one of `equals` and `notEquals`");
+        let comparisons = w.comparisons();
+        if comparisons.len() != 1 {
+            errs.push(
+                &p,
+                format!("needs exactly one of {}", crate::pipeline::COMPARISONS),
+            );
+        }
+        for (field, bound) in [
+            ("greaterThan", w.greater_than),
+            ("greaterThanOrEqual", w.greater_than_or_equal),
+            ("lessThan", w.less_than),
+            ("lessThanOrEqual", w.less_than_or_equal),
+        ] {
+            if bound.is_some_and(|b| !b.is_finite()) {
+                errs.push(format!("{p}.{field}"), "must be a finite number");
+            }
         }
     }
     if let Some(c) = &step.cache

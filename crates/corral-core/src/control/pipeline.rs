@@ -20,8 +20,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use corral_api::pipeline::{
-    ArtifactRecord, PipelineRun, PipelineRunStatus, PipelineSpec, Reference, RunPhase, StepPhase,
-    StepSpec, StepStatus, step_job,
+    ArtifactRecord, Comparison, PipelineRun, PipelineRunStatus, PipelineSpec, Reference, RunPhase,
+    StepPhase, StepSpec, StepStatus, step_job,
 };
 use corral_api::{ConditionStatus, ConditionType, JobState, TrainingJob};
 use jiff::Timestamp;
@@ -819,18 +819,32 @@ fn conditions(
             }
             Err(_) => continue,
         };
-        if let Some(want) = &w.equals
-            && &value != want
-        {
-            return Ok(Some(format!("{} is `{value}`, not `{want}`", w.value)));
-        }
-        if let Some(unwanted) = &w.not_equals
-            && &value == unwanted
-        {
-            return Ok(Some(format!("{} is `{value}`", w.value)));
+        for c in w.comparisons() {
+            if let Some(why) = fails(c, &value) {
+                return Ok(Some(format!("{} is `{value}`{why}", w.value)));
+            }
         }
     }
     Ok(None)
+}
+
+/// Why `value` fails comparison `c` (after the value in a message), or `None` when it holds.
+/// A number compares by its value; a value that is not one fails any numeric comparison.
+fn fails(c: Comparison, value: &str) -> Option<String> {
+    let number = value.trim().parse::<f64>().ok().filter(|v| v.is_finite());
+    let numeric = |bound: f64, holds: fn(f64, f64) -> bool, op: &str| match number {
+        Some(v) if holds(v, bound) => None,
+        Some(_) => Some(format!(", not {op} {bound}")),
+        None => Some(format!(", not a number to compare ({op} {bound})")),
+    };
+    match c {
+        Comparison::Equals(want) => (value != want).then(|| format!(", not `{want}`")),
+        Comparison::NotEquals(unwanted) => (value == unwanted).then(String::new),
+        Comparison::GreaterThan(b) => numeric(b, |v, b| v > b, ">"),
+        Comparison::GreaterThanOrEqual(b) => numeric(b, |v, b| v >= b, ">="),
+        Comparison::LessThan(b) => numeric(b, |v, b| v < b, "<"),
+        Comparison::LessThanOrEqual(b) => numeric(b, |v, b| v <= b, "<="),
+    }
 }
 
 /// The jobs a run starts with, as [`decide`] starts them on a cache that holds nothing:
