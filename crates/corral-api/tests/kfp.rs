@@ -396,3 +396,55 @@ fn an_exit_handler_may_hold_loops_and_conditions() {
         "{e:?}"
     );
 }
+
+const NESTED: &str = include_str!("fixtures/kfp/nested_conditions.yaml");
+
+/// Conditions inside conditions (nested_conditions.py, compiled by kfp): each inner task is
+/// a step under every condition around it, an Else inside an If too.
+#[test]
+fn a_condition_inside_a_condition_is_under_both() {
+    let run = the_run(NESTED);
+    let spec = &run.spec.pipeline_spec;
+    let conditions = |n: &str| {
+        let s = step_named(spec, n);
+        let mut c: Vec<String> = s
+            .when
+            .iter()
+            .map(|w| {
+                let cmp = match w.comparisons().first() {
+                    Some(c) => format!("{c:?}"),
+                    None => "none".into(),
+                };
+                format!("{} {cmp}", w.value)
+            })
+            .collect();
+        c.sort();
+        c
+    };
+    let full = "params.mode Equals(\"full\")";
+    let score = "steps.score.outputs.value.value";
+    assert_eq!(conditions("grade"), [full]);
+    assert_eq!(
+        conditions("grade-2"),
+        [full.to_string(), format!("{score} GreaterThan(0.2)")]
+    );
+    assert_eq!(
+        conditions("grade-3"),
+        [
+            full.to_string(),
+            format!("{score} GreaterThan(0.2)"),
+            format!("{score} LessThan(0.25)")
+        ]
+    );
+    assert_eq!(
+        conditions("grade-4"),
+        [full.to_string(), format!("{score} GreaterThan(0.5)")]
+    );
+    assert_eq!(
+        conditions("grade-5"),
+        [full.to_string(), format!("{score} LessThanOrEqual(0.5)")]
+    );
+    for n in ["grade-2", "grade-3", "grade-4", "grade-5"] {
+        assert_eq!(step_named(spec, n).depends_on, ["score"], "{n}");
+    }
+}

@@ -339,3 +339,147 @@ pub(super) fn hoist_branches(doc: &Value, errors: &mut Errors) -> Option<Value> 
     *slot = Value::Object(root);
     Some(out)
 }
+
+/// Whether `task` (of a DAG) is a group: its component has a DAG of its own.
+fn is_group(doc: &Value, task: &Value) -> bool {
+    group_tasks(doc, task).is_some()
+}
+
+/// A `dsl.If` inside a `dsl.If` (at any depth; `dsl.Elif`/`dsl.Else` inside one too): each
+/// inner condition becomes a condition of the root DAG, under its own condition and the
+/// outer one's (`outer && inner`, the outer's inputs taken along as `<outer>--<input>`),
+/// reading what the outer was given and waiting for what it waited for. The outer keeps
+/// its other tasks (and goes when it has none). `None`: there is no such nesting.
+pub(super) fn hoist_nested_conditions(doc: &Value, errors: &mut Errors) -> Option<Value> {
+    let mut out = doc.clone();
+    let mut changed = false;
+    // Each pass lifts one level of one condition; the bound stops a malformed document.
+    for _ in 0..256 {
+        let root_tasks = out
+            .get("root")?
+            .get("dag")?
+            .get("tasks")?
+            .as_object()?
+            .clone();
+        let found = root_tasks.iter().find_map(|(name, task)| {
+            let cond = task.get("triggerPolicy")?.get("condition")?.as_str()?;
+            let (at, body) = group_tasks(&out, task)?;
+            body.iter()
+                .any(|(_, t)| is_group(&out, t))
+                .then(|| (name.clone(), task.clone(), cond.to_string(), at))
+        });
+        let Some((outer_name, outer, outer_cond, at)) = found else {
+            break;
+        };
+        changed = true;
+        let component = outer
+            .get("componentRef")
+            .and_then(|c| str_at(c, "name"))
+            .unwrap_or("")
+            .to_string();
+        let mut inner_tasks = out
+            .get("components")
+            .and_then(|c| c.get(&component))
+            .and_then(|c| c.get("dag"))
+            .and_then(|d| d.get("tasks"))
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        // An Elif/Else group inside: its conditions become tasks of the outer's DAG first.
+        let branches: Vec<(String, Value)> = inner_tasks
+            .iter()
+            .filter(|(_, t)| t.get("triggerPolicy").is_none() && is_group(&out, t))
+            .map(|(n, t)| (n.clone(), t.clone()))
+            .collect();
+        for (name, group) in &branches {
+            if let Some((group_at, body)) = group_tasks(&out, group) {
+                let body: Vec<(String, Value)> =
+                    body.into_iter().map(|(n, t)| (n, t.clone())).collect();
+                let body = body.iter().map(|(n, t)| (n.clone(), t)).collect();
+                hoist(&mut inner_tasks, name, group, &group_at, body, None, errors);
+            }
+        }
+        let lifted: Vec<(String, Value)> = inner_tasks
+            .iter()
+            .filter(|(_, t)| t.get("triggerPolicy").is_some() && is_group(&out, t))
+            .map(|(n, t)| (n.clone(), t.clone()))
+            .collect();
+        for (name, _) in &lifted {
+            inner_tasks.remove(name);
+        }
+        // Lifted through the outer as a group: its bindings and its waits.
+        let mut staged = serde_json::Map::new();
+        staged.insert(outer_name.clone(), outer.clone());
+        let body = lifted.iter().map(|(n, t)| (n.clone(), t)).collect();
+        hoist(&mut staged, &outer_name, &outer, &at, body, None, errors);
+        let outer_inputs = outer
+            .get("inputs")
+            .and_then(|i| i.get("parameters"))
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        let mut renamed = outer_cond.clone();
+        for input in outer_inputs.keys() {
+            renamed = renamed.replace(
+                &format!("['{input}']"),
+                &format!("['{outer_name}--{input}']"),
+            );
+        }
+        let mut root = root_tasks.clone();
+        for (name, mut task) in staged {
+            let Some(t) = task.as_object_mut() else {
+                continue;
+            };
+            let own = t
+                .get("triggerPolicy")
+                .and_then(|p| str_at(p, "condition"))
+                .unwrap_or("")
+                .to_string();
+            if let Some(p) = t.get_mut("triggerPolicy").and_then(Value::as_object_mut) {
+                p.insert(
+                    "condition".into(),
+                    Value::String(format!("{renamed} && {own}")),
+                );
+            }
+            let params = t
+                .entry("inputs")
+                .or_insert_with(|| Value::Object(serde_json::Map::new()))
+                .as_object_mut()
+                .map(|i| {
+                    i.entry("parameters")
+                        .or_insert_with(|| Value::Object(serde_json::Map::new()))
+                });
+            if let Some(Value::Object(params)) = params {
+                for (input, binding) in &outer_inputs {
+                    params.insert(format!("{outer_name}--{input}"), binding.clone());
+                }
+            }
+            if root.contains_key(&name) {
+                errors.push(FieldError::new(
+                    format!("{at}.{name}"),
+                    "names a task of the root DAG too; a condition inside a condition \
+                     becomes one of the root DAG",
+                ));
+                return None;
+            }
+            root.insert(name, task);
+        }
+        if inner_tasks.is_empty() {
+            root.remove(&outer_name);
+        }
+        if let Some(dag) = out
+            .get_mut("components")
+            .and_then(|c| c.get_mut(&component))
+            .and_then(|c| c.get_mut("dag"))
+            .and_then(Value::as_object_mut)
+        {
+            dag.insert("tasks".into(), Value::Object(inner_tasks));
+        }
+        let slot = out
+            .get_mut("root")
+            .and_then(|r| r.get_mut("dag"))
+            .and_then(|d| d.get_mut("tasks"))?;
+        *slot = Value::Object(root);
+    }
+    changed.then_some(out)
+}

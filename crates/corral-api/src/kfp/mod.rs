@@ -31,7 +31,8 @@
 //! condition (`when`): comparisons (`==`, `!=`, `<`, `<=`, `>`, `>=`) of a pipeline
 //! parameter or another task's output parameter with a literal, joined by `&&`, negated by
 //! `!()` (see [`condition`]). `dsl.Elif` and `dsl.Else` come as a group of such conditions
-//! (`condition-branches-N`), hoisted into the root DAG as an exit handler's group is.
+//! (`condition-branches-N`), hoisted into the root DAG as an exit handler's group is. A
+//! condition inside a condition (at any depth) is hoisted too, under both.
 //!
 //! A `dsl.ExitHandler` of the root DAG: its group is hoisted into the root DAG (its tasks,
 //! loops and conditions are taken as the root's), and its exit task is the run's exit
@@ -42,8 +43,8 @@
 //! outside its group end before it runs too.
 //!
 //! What is refused, naming the field: executors that are not containers (importers,
-//! resolvers), other nested DAGs (a loop of several tasks, a group in a group, a loop over
-//! artifacts, a pipeline used as a component), other conditions (`||`, two inputs
+//! resolvers), other nested DAGs (a loop of several tasks, a loop in a condition or a
+//! condition in a loop, a loop over artifacts, a pipeline used as a component), other conditions (`||`, two inputs
 //! compared), a loop's output parameters, struct parameters, and any other placeholder.
 
 mod condition;
@@ -97,6 +98,8 @@ pub fn convert(doc: &Value) -> Result<PipelineRun, Errors> {
     let doc = hoisted.as_ref().unwrap_or(doc);
     let branched = groups::hoist_branches(doc, &mut errors);
     let doc = branched.as_ref().unwrap_or(doc);
+    let flattened = groups::hoist_nested_conditions(doc, &mut errors);
+    let doc = flattened.as_ref().unwrap_or(doc);
     let empty = Map::new();
     let tasks = doc
         .get("root")
