@@ -191,13 +191,7 @@ pub(super) fn hoist_exit_group(doc: &Value, errors: &mut Errors) -> Option<Value
         Some(exit_name),
         errors,
     );
-    let mut out = doc.clone();
-    let slot = out
-        .get_mut("root")
-        .and_then(|r| r.get_mut("dag"))
-        .and_then(|d| d.get_mut("tasks"))?;
-    *slot = Value::Object(root);
-    Some(out)
+    with_root_tasks(doc.clone(), root)
 }
 
 /// The exit task as the run's exit handler: what it reads of the group's outcome
@@ -331,13 +325,7 @@ pub(super) fn hoist_branches(doc: &Value, errors: &mut Errors) -> Option<Value> 
             hoist(&mut root, name, group, &tasks_at, body, None, errors);
         }
     }
-    let mut out = doc.clone();
-    let slot = out
-        .get_mut("root")
-        .and_then(|r| r.get_mut("dag"))
-        .and_then(|d| d.get_mut("tasks"))?;
-    *slot = Value::Object(root);
-    Some(out)
+    with_root_tasks(doc.clone(), root)
 }
 
 /// Whether `task` (of a DAG) is a group: its component has a DAG of its own.
@@ -475,11 +463,17 @@ pub(super) fn hoist_nested_conditions(doc: &Value, errors: &mut Errors) -> Optio
         {
             dag.insert("tasks".into(), Value::Object(inner_tasks));
         }
-        let slot = out
-            .get_mut("root")
-            .and_then(|r| r.get_mut("dag"))
-            .and_then(|d| d.get_mut("tasks"))?;
-        *slot = Value::Object(root);
+        out = with_root_tasks(out, root)?;
     }
     changed.then_some(out)
+}
+
+/// `doc` with `root` as its root DAG's tasks.
+fn with_root_tasks(mut doc: Value, root: serde_json::Map<String, Value>) -> Option<Value> {
+    let slot = doc
+        .get_mut("root")
+        .and_then(|r| r.get_mut("dag"))
+        .and_then(|d| d.get_mut("tasks"))?;
+    *slot = Value::Object(root);
+    Some(doc)
 }
