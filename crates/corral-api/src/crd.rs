@@ -10,7 +10,7 @@ use crate::NoStatus;
 use crate::job_priority_class::{JobPriorityClassSpec, LEGACY_KIND, LEGACY_PLURAL, LEGACY_WARNING};
 use crate::meta::{API_GROUP, Kind};
 use crate::node_pool::NodePoolSpec;
-use crate::pipeline::{PipelineRunSpec, PipelineRunStatus};
+use crate::pipeline::{PipelineRunSpec, PipelineRunStatus, PipelineSpec};
 use crate::queue::QueueSpec;
 use crate::training_job::{TrainingJobSpec, TrainingJobStatus};
 
@@ -297,10 +297,12 @@ pub fn all_crds() -> Vec<Value> {
         json!([
             {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
             {"name": "Message", "type": "string", "jsonPath": ".status.message", "priority": 1},
-            age,
+            age.clone(),
         ]),
     );
     crds.push(runs);
+    // Stored pipelines that runs name (`spec.pipelineRef`).
+    crds.push(crd::<PipelineSpec, NoStatus>(&["pl"], json!([age])));
     crds
 }
 

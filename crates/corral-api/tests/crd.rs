@@ -88,7 +88,8 @@ fn crds_are_structural_and_complete() {
             "NodePool",
             "JobPriorityClass",
             "PriorityClass",
-            "PipelineRun"
+            "PipelineRun",
+            "Pipeline"
         ]
     );
     // The former name is served one more release, deprecated (kubectl prints the warning),

@@ -31,6 +31,9 @@ pub fn node_pools() -> ApiResource {
 pub fn pipeline_runs() -> ApiResource {
     api_resource::<corral_api::pipeline::PipelineRunSpec>()
 }
+pub fn pipelines() -> ApiResource {
+    api_resource::<corral_api::pipeline::PipelineSpec>()
+}
 pub fn job_priority_classes() -> ApiResource {
     api_resource::<JobPriorityClassSpec>()
 }

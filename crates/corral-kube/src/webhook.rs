@@ -108,21 +108,27 @@ pub fn check(object: &Value, opts: &BuildOptions) -> Verdict {
 /// operator cannot run ([`crate::pipelines::check`]) in the operator's words.
 pub fn check_run(object: &Value) -> Verdict {
     let doc = as_written(object);
-    if doc
-        .pointer("/spec/pipelineRef")
-        .is_some_and(|r| !r.is_null())
-    {
-        let mut verdict = Verdict {
+    // A run of a stored Pipeline not yet given its copy: the operator gives it (and checks
+    // it then, ending the run Failed with why where it cannot run).
+    let copied = doc
+        .pointer("/spec/pipelineSpec/steps")
+        .and_then(Value::as_array)
+        .is_some_and(|s| !s.is_empty());
+    let unresolved = doc.pointer("/spec/pipelineRef").is_some_and(|r| {
+        !r.is_null() && (!copied || r.get("generation").is_none_or(Value::is_null))
+    });
+    if unresolved {
+        return Verdict {
             what: format!("PipelineRun {}", name_of(&doc))
                 .trim_end()
                 .to_string(),
             ..Verdict::default()
         };
-        verdict.errors.push(FieldError::new(
-            "spec.pipelineRef",
-            crate::pipelines::NO_STORED_PIPELINES,
-        ));
-        return verdict;
+    }
+    // Given its copy: the copy is what runs (the Pipeline may have changed since).
+    let mut doc = doc;
+    if let Some(spec) = doc.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.remove("pipelineRef");
     }
     parsed(&doc, "PipelineRun")
 }

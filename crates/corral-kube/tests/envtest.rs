@@ -52,6 +52,8 @@ mod passes;
 mod pipelines;
 #[path = "envtest/read_api.rs"]
 mod read_api;
+#[path = "envtest/stored_pipelines.rs"]
+mod stored_pipelines;
 #[path = "envtest/trainingjobs.rs"]
 mod trainingjobs;
 #[path = "envtest/webhook.rs"]
@@ -68,6 +70,7 @@ use crate::leadership::{REPLICA_ARGS_ENV, two_replicas_paused_leader};
 use crate::operator_binary::operator_binary;
 use crate::passes::operator;
 use crate::pipelines::pipeline_runs;
+use crate::stored_pipelines::stored_pipeline_runs;
 use crate::webhook::admission_webhook;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -111,6 +114,8 @@ async fn envtest() {
     suspend_resume(&env, &op).await;
     eprintln!("envtest: pipeline_runs");
     pipeline_runs(&env, &op).await;
+    eprintln!("envtest: stored_pipeline_runs");
+    stored_pipeline_runs(&env, &op).await;
     eprintln!("envtest: kubeflow_served");
     kubeflow_served(&env, &op).await;
     eprintln!("envtest: operator_binary");

@@ -6,7 +6,7 @@
 
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::Error;
-use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use super::RunAction;
@@ -95,6 +95,35 @@ pub async fn apply(applier: &Applier, actions: &[RunAction]) -> Applied {
                     Err(e) if code(&e) == Some(404) => {}
                     Err(e) => out.report.errors.push(format!(
                         "{namespace}/{name}: deleting the artifact pod: {e}"
+                    )),
+                }
+            }
+            RunAction::Resolve {
+                namespace,
+                name,
+                resource_version,
+                spec,
+            } => {
+                let api: Api<DynamicObject> = Api::namespaced_with(
+                    client.clone(),
+                    namespace,
+                    &dynamic_objects::pipeline_runs(),
+                );
+                // Over the version it was read at: a run changed meanwhile is read again.
+                let patch = json!({
+                    "metadata": {"resourceVersion": resource_version},
+                    "spec": {"pipelineSpec": spec.pipeline_spec,
+                             "pipelineRef": spec.pipeline_ref},
+                });
+                applier.limiter.acquire().await;
+                match api
+                    .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    Ok(_) => out.report.status_updates += 1,
+                    Err(e) if code(&e) == Some(409) => {}
+                    Err(e) => out.report.errors.push(format!(
+                        "{namespace}/{name}: writing the stored Pipeline's copy into the run: {e}"
                     )),
                 }
             }
@@ -207,7 +236,16 @@ pub async fn reconcile_once(
             Err(e) => tracing::warn!("PipelineRun {e}"),
         }
     }
-    let actions = super::plan(&runs, &world, &Default::default(), cfg, now);
+    let api: Api<DynamicObject> =
+        Api::all_with(applier.client.clone(), &dynamic_objects::pipelines());
+    let mut pipelines = Vec::new();
+    for o in api.list(&kube::api::ListParams::default()).await?.items {
+        match dynamic_objects::decode::<corral_api::pipeline::Pipeline>(&o) {
+            Ok(p) => pipelines.push(std::sync::Arc::new(p)),
+            Err(e) => tracing::warn!("Pipeline {e}"),
+        }
+    }
+    let actions = super::plan(&runs, &pipelines, &world, &Default::default(), cfg, now);
     let applied = apply(applier, &actions).await;
     Ok((actions, applied.report))
 }

@@ -30,6 +30,7 @@ use sha2::{Digest, Sha256};
 
 use corral_api::artifacts_report::ArtifactsReport;
 use corral_api::pipeline::ArtifactRecord;
+use corral_api::pipeline::{Pipeline, PipelineRunSpec};
 use corral_api::validate::{FieldError, ValidationContext, validate_pipeline_run};
 use corral_api::{PipelineRun, PipelineRunStatus, TrainingJob};
 use corral_core::control::pipeline::{
@@ -82,6 +83,14 @@ pub enum RunAction {
         namespace: String,
         name: String,
     },
+    /// A run of a stored Pipeline given its copy (spec.pipelineSpec and the version in
+    /// spec.pipelineRef), written only over the version it was read at.
+    Resolve {
+        namespace: String,
+        name: String,
+        resource_version: Option<String>,
+        spec: Box<PipelineRunSpec>,
+    },
     /// The run's new status, written only over the version it was decided from.
     Status {
         namespace: String,
@@ -102,6 +111,8 @@ pub enum RunAction {
 /// What one pass reads, indexed.
 struct View<'a> {
     runs: &'a [Arc<PipelineRun>],
+    /// The stored Pipelines that runs name (`spec.pipelineRef`).
+    pipelines: &'a [Arc<Pipeline>],
     jobs: HashMap<String, &'a TrainingJob>,
     pods: HashMap<(String, String), &'a Pod>,
     /// Step jobs created moments ago, which the watch may not show yet (`namespace/name`).
@@ -113,6 +124,7 @@ struct View<'a> {
 /// Everything to write so that every run moves on as far as it can now.
 pub fn plan(
     runs: &[Arc<PipelineRun>],
+    pipelines: &[Arc<Pipeline>],
     world: &World,
     recent: &BTreeSet<String>,
     cfg: &PipelineConfig,
@@ -120,6 +132,7 @@ pub fn plan(
 ) -> Vec<RunAction> {
     let view = View {
         runs,
+        pipelines,
         jobs: world
             .jobs
             .iter()
@@ -172,6 +185,34 @@ fn plan_run(run: &PipelineRun, view: &View, out: &mut Vec<RunAction>) {
         }
         return;
     }
+    // A run of a stored Pipeline gets its copy first, as `corral up` gives it at submit:
+    // written into the run (spec.pipelineSpec, and the version in spec.pipelineRef), so
+    // that a later change of the Pipeline does not change the run. Decided next pass.
+    if run.status.is_none()
+        && let Some(r) = &run.spec.pipeline_ref
+        && (r.generation.is_none() || run.spec.pipeline_spec.steps.is_empty())
+    {
+        let known: Vec<Pipeline> = view
+            .pipelines
+            .iter()
+            .filter(|p| p.metadata.namespace_or_default() == ns)
+            .map(|p| p.as_ref().clone())
+            .collect();
+        let mut spec = run.spec.clone();
+        match spec.resolve(&known) {
+            Ok(()) => out.push(RunAction::Resolve {
+                namespace: ns,
+                name,
+                resource_version: run.metadata.resource_version.clone(),
+                spec: Box::new(spec),
+            }),
+            Err(e) => {
+                let d = refused(run, e.to_string(), view.now);
+                record(run, d.status, d.events, out);
+            }
+        }
+        return;
+    }
     if run.status.is_none()
         && let Err(errors) = check(run)
     {
@@ -218,20 +259,10 @@ fn plan_run(run: &PipelineRun, view: &View, out: &mut Vec<RunAction>) {
     }
 }
 
-/// Why the operator cannot run a stored PipelineRun that names a stored Pipeline.
-pub const NO_STORED_PIPELINES: &str = "the operator does not keep stored Pipelines; write the \
-     pipeline in spec.pipelineSpec (a Pipeline's spec goes there as it is)";
-
 /// What a run must be to run here, beyond what the API server's schema checked: what the
 /// embedded cluster checks at submit, with images required as on Kubernetes. The webhook
 /// refuses the same at `kubectl apply` (`crate::webhook::check_run`).
 pub fn check(run: &PipelineRun) -> Result<(), Vec<FieldError>> {
-    if run.spec.pipeline_ref.is_some() {
-        return Err(vec![FieldError::new(
-            "spec.pipelineRef",
-            NO_STORED_PIPELINES,
-        )]);
-    }
     let ctx = ValidationContext {
         requires_image: true,
         ..ValidationContext::default()

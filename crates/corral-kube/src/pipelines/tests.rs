@@ -70,7 +70,7 @@ fn tool_pod(name: &str, phase: &str, message: &str, created: &str) -> Arc<Pod> {
 }
 
 fn plan_of(runs: &[Arc<PipelineRun>], world: &World) -> Vec<RunAction> {
-    plan(runs, world, &BTreeSet::new(), &cfg(), now())
+    plan(runs, &[], world, &BTreeSet::new(), &cfg(), now())
 }
 
 fn status_of(actions: &[RunAction]) -> Option<&PipelineRunStatus> {
@@ -265,6 +265,7 @@ fn a_step_job_gone_fails_the_step_unless_just_made() {
     let recent: BTreeSet<String> = ["ml/r1-produce".to_string()].into();
     let waiting = plan(
         std::slice::from_ref(&r),
+        &[],
         &World::default(),
         &recent,
         &cfg(),
@@ -348,4 +349,124 @@ fn a_run_named_by_the_server_from_its_generate_name_runs() {
     let status = status_of(&actions).expect("status");
     assert_eq!(status.phase, RunPhase::Running, "{:?}", status.message);
     assert_eq!(jobs_of(&actions).len(), 1);
+}
+
+fn stored(namespace: &str, generation: i64, command: &str) -> Arc<Pipeline> {
+    Arc::new(
+        serde_json::from_value(json!({
+            "apiVersion": "corral.dev/v1alpha1", "kind": "Pipeline",
+            "metadata": {"name": "stored", "namespace": namespace, "generation": generation},
+            "spec": {"steps": [{"name": "only",
+                     "task": {"image": "busybox", "command": ["sh", "-c", command]}}]},
+        }))
+        .expect("pipeline"),
+    )
+}
+
+fn run_of(reference: Value) -> Arc<PipelineRun> {
+    Arc::new(
+        serde_json::from_value(json!({
+            "apiVersion": "corral.dev/v1alpha1", "kind": "PipelineRun",
+            "metadata": {"name": "by-ref", "namespace": "ml", "uid": "uid-by-ref",
+                         "resourceVersion": "9"},
+            "spec": {"pipelineRef": reference},
+        }))
+        .expect("run"),
+    )
+}
+
+/// A run of a stored Pipeline is given a copy of its spec and version first (as `corral up`
+/// gives it at submit), then runs that copy, whatever the Pipeline becomes; a Pipeline of
+/// another namespace is not one the run can name.
+#[test]
+fn a_run_of_a_stored_pipeline_runs_its_copy() {
+    let pipelines = [
+        stored("ml", 2, "echo v2"),
+        stored("other", 5, "echo theirs"),
+    ];
+    let first = plan(
+        &[run_of(json!({"name": "stored"}))],
+        &pipelines,
+        &World::default(),
+        &BTreeSet::new(),
+        &cfg(),
+        now(),
+    );
+    let [
+        RunAction::Resolve {
+            namespace,
+            name,
+            resource_version,
+            spec,
+        },
+    ] = &first[..]
+    else {
+        panic!("{first:?}");
+    };
+    assert_eq!((namespace.as_str(), name.as_str()), ("ml", "by-ref"));
+    assert_eq!(resource_version.as_deref(), Some("9"));
+    assert_eq!(
+        spec.pipeline_ref.as_ref().and_then(|r| r.generation),
+        Some(2)
+    );
+    assert_eq!(spec.pipeline_spec, pipelines[0].spec);
+    // As the patch leaves it; the Pipeline has changed since.
+    let mut patched = run_of(json!({"name": "stored", "generation": 2}))
+        .as_ref()
+        .clone();
+    patched.spec.pipeline_spec = spec.pipeline_spec.clone();
+    let changed = [stored("ml", 3, "echo v3")];
+    let next = plan(
+        &[Arc::new(patched)],
+        &changed,
+        &World::default(),
+        &BTreeSet::new(),
+        &cfg(),
+        now(),
+    );
+    let job = next
+        .iter()
+        .find_map(|a| match a {
+            RunAction::CreateJob { job, .. } => Some(job),
+            _ => None,
+        })
+        .expect("the first step's job");
+    assert!(job.to_string().contains("echo v2"), "{job}");
+}
+
+#[test]
+fn a_run_of_a_missing_pipeline_fails_naming_those_there() {
+    let actions = plan(
+        &[run_of(json!({"name": "nope"}))],
+        &[stored("ml", 1, "true"), stored("other", 1, "true")],
+        &World::default(),
+        &BTreeSet::new(),
+        &cfg(),
+        now(),
+    );
+    let status = status_of(&actions).expect("status");
+    assert_eq!(status.phase, RunPhase::Failed);
+    let message = status.message.clone().unwrap_or_default();
+    assert!(
+        message.contains("spec.pipelineRef.name")
+            && message.contains("no Pipeline `nope`")
+            && message.contains("there are: stored"),
+        "{message}"
+    );
+    // A version the cluster does not keep (only the current one is kept).
+    let actions = plan(
+        &[run_of(json!({"name": "stored", "generation": 1}))],
+        &[stored("ml", 4, "true")],
+        &World::default(),
+        &BTreeSet::new(),
+        &cfg(),
+        now(),
+    );
+    let message = status_of(&actions)
+        .and_then(|s| s.message.clone())
+        .unwrap_or_default();
+    assert!(
+        message.contains("spec.pipelineRef.generation") && message.contains("no generation 1"),
+        "{message}"
+    );
 }

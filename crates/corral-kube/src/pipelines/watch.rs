@@ -13,6 +13,7 @@ use kube::{Client, Error};
 use tokio::sync::Notify;
 
 use corral_api::PipelineRun;
+use corral_api::pipeline::Pipeline;
 
 use super::{PipelineConfig, plan};
 use crate::apply::{Applier, ApplyReport};
@@ -27,6 +28,9 @@ const SHOWN_WITHIN: Duration = Duration::from_secs(60);
 pub struct Runs {
     store: Option<Store<DynamicObject>>,
     decoded: Decoded<PipelineRun>,
+    /// The stored Pipelines runs name (none where their CRD is not installed).
+    pipelines: Option<Store<DynamicObject>>,
+    decoded_pipelines: Decoded<Pipeline>,
     cfg: PipelineConfig,
     /// Step jobs made, and when: see [`SHOWN_WITHIN`].
     made: Mutex<BTreeMap<String, Instant>>,
@@ -45,6 +49,8 @@ pub async fn start(
     let mut runs = Runs {
         store: None,
         decoded: Decoded::default(),
+        pipelines: None,
+        decoded_pipelines: Decoded::default(),
         cfg,
         made: Mutex::default(),
     };
@@ -63,19 +69,40 @@ pub async fn start(
         watcher::Config::default(),
         ar,
         crate::slim::object,
-        notify,
+        notify.clone(),
         tasks,
     ));
+    let ar = dynamic_objects::pipelines();
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+    match api.list(&ListParams::default().limit(1)).await {
+        Ok(_) => {
+            runs.pipelines = Some(crate::operator::reflect(
+                api,
+                watcher::Config::default(),
+                ar,
+                crate::slim::object,
+                notify,
+                tasks,
+            ));
+        }
+        Err(Error::Api(s)) if s.code == 404 => tracing::warn!(
+            "pipelines.corral.dev is not served (apply deploy/crds.yaml): runs of stored \
+             Pipelines fail"
+        ),
+        Err(e) => tracing::warn!("listing pipelines: {e}"),
+    }
     runs
 }
 
 impl Runs {
     /// Whether the runs' cache is filled (at once where none are watched).
     pub async fn ready(&self) -> bool {
-        match &self.store {
-            Some(s) => s.wait_until_ready().await.is_ok(),
-            None => true,
+        for store in [&self.store, &self.pipelines].into_iter().flatten() {
+            if store.wait_until_ready().await.is_err() {
+                return false;
+            }
         }
+        true
     }
 
     /// The runs as the watch holds them now (each decoded once per version).
@@ -105,7 +132,17 @@ impl Runs {
             }
             Err(_) => BTreeSet::new(),
         };
-        let actions = plan(&runs, world, &recent, &self.cfg, now);
+        let mut warnings = Vec::new();
+        let pipelines = match &self.pipelines {
+            Some(store) => self
+                .decoded_pipelines
+                .decode_all(&store.state(), &mut warnings),
+            None => Vec::new(),
+        };
+        for w in warnings {
+            tracing::warn!("Pipeline {w}");
+        }
+        let actions = plan(&runs, &pipelines, world, &recent, &self.cfg, now);
         if actions.is_empty() {
             return ApplyReport::default();
         }
