@@ -1,5 +1,6 @@
 //! The validating admission webhook: `POST /validate/trainingjobs` over HTTPS, so that
-//! `kubectl apply` of a TrainingJob (or a PipelineRun, [`check_run`], sent to the same
+//! `kubectl apply` of a TrainingJob (or a PipelineRun, [`check_run`], or a stored Pipeline,
+//! [`check_pipeline`], sent to the same
 //! path) that cannot run as written fails at once with the
 //! words `corral submit` gives for the same document, instead of being stored and held
 //! `Invalid` by the operator (issue 31, item 8).
@@ -131,6 +132,12 @@ pub fn check_run(object: &Value) -> Verdict {
         spec.remove("pipelineRef");
     }
     parsed(&doc, "PipelineRun")
+}
+
+/// Checks a stored Pipeline as `corral submit` checks one (images required, as on
+/// Kubernetes): a run of it would run its copy, so what it could never run is refused here.
+pub fn check_pipeline(object: &Value) -> Verdict {
+    parsed(&as_written(object), "Pipeline")
 }
 
 fn name_of(doc: &Value) -> &str {
@@ -275,7 +282,10 @@ pub fn review(
     let allow = AdmissionResponse::from(&req);
     let checked = matches!(req.operation, Operation::Create | Operation::Update)
         && req.sub_resource.is_none()
-        && matches!(req.kind.kind.as_str(), "TrainingJob" | "PipelineRun");
+        && matches!(
+            req.kind.kind.as_str(),
+            "TrainingJob" | "PipelineRun" | "Pipeline"
+        );
     if !checked {
         return Ok(allow.into_review());
     }
@@ -309,6 +319,7 @@ pub fn review(
     }
     let verdict = match req.kind.kind.as_str() {
         "PipelineRun" => check_run(&object),
+        "Pipeline" => check_pipeline(&object),
         _ => check(&object, opts),
     };
     let mut resp = allow;

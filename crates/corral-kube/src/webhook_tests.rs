@@ -263,3 +263,33 @@ fn a_pipeline_run_is_refused_as_the_operator_would_fail_it() {
     assert_eq!(resp["allowed"], json!(false), "{resp}");
     assert_eq!(resp["status"]["details"]["kind"], json!("PipelineRun"));
 }
+
+/// A stored Pipeline is refused where a run of it could never run, in the words `corral
+/// submit` gives; a good one passes.
+#[test]
+fn a_stored_pipeline_is_checked_as_a_submit_checks_it() {
+    let mut pipeline = json!({
+        "apiVersion": "corral.dev/v1alpha1", "kind": "Pipeline",
+        "metadata": {"name": "train", "namespace": "ml"},
+        "spec": {"steps": [{"name": "only", "task": {"command": ["true"]}},
+                           {"name": "next", "dependsOn": ["nowhere"],
+                            "task": {"image": "busybox", "command": ["true"]}}]},
+    });
+    let v = crate::webhook::check_pipeline(&pipeline);
+    assert_eq!(v.what, "Pipeline train");
+    let paths: Vec<&str> = v.errors.iter().map(|e| e.path.as_str()).collect();
+    assert!(paths.contains(&"spec.steps[0].task.image"), "{paths:?}");
+    assert!(
+        paths
+            .iter()
+            .any(|p| p.starts_with("spec.steps[1].dependsOn")),
+        "{paths:?}"
+    );
+    let mut review = request("CREATE", Some(pipeline.clone()), None);
+    review["request"]["kind"]["kind"] = json!("Pipeline");
+    assert_eq!(respond(&review)["allowed"], json!(false));
+    pipeline["spec"]["steps"][0]["task"]["image"] = json!("busybox");
+    pipeline["spec"]["steps"][1]["dependsOn"] = json!(["only"]);
+    let v = crate::webhook::check_pipeline(&pipeline);
+    assert!(v.errors.is_empty(), "{:?}", v.errors);
+}

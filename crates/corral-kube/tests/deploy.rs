@@ -492,7 +492,13 @@ fn the_webhook_overlay_is_consistent() {
     );
     assert_eq!(
         r.resources.as_deref(),
-        Some(&["trainingjobs".to_string(), "pipelineruns".to_string()][..])
+        Some(
+            &[
+                "trainingjobs".to_string(),
+                "pipelineruns".to_string(),
+                "pipelines".to_string()
+            ][..]
+        )
     );
     assert_eq!(
         r.operations.as_deref(),

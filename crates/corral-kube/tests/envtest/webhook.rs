@@ -229,6 +229,47 @@ pub(crate) async fn admission_webhook(env: &Env) {
     assert!(expected.contains("image"), "{expected}");
     assert!(refused.to_string().contains(&expected), "{refused}");
     assert!(runs.get_opt("no-image").await.expect("get").is_none());
+    // A stored Pipeline the same (a run of it would run its copy); a run naming one passes.
+    let pipelines: Api<DynamicObject> = Api::namespaced_with(
+        env.admin.clone(),
+        ns,
+        &crate::manifests::ar("corral.dev", "v1alpha1", "Pipeline", "pipelines"),
+    );
+    let mut pipeline = json!({
+        "apiVersion": "corral.dev/v1alpha1", "kind": "Pipeline",
+        "metadata": {"name": "stored", "namespace": ns}, "spec": run["spec"]["pipelineSpec"],
+    });
+    let refused = pipelines
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(pipeline.clone()).expect("pipeline"),
+        )
+        .await
+        .expect_err("a Pipeline whose step has no image was stored");
+    let expected = webhook::check_pipeline(&pipeline).message();
+    assert!(refused.to_string().contains(&expected), "{refused}");
+    pipeline["spec"]["steps"][0]["task"]["image"] = json!("busybox");
+    pipelines
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(pipeline).expect("pipeline"),
+        )
+        .await
+        .expect("a good Pipeline is stored");
+    let by_ref = json!({
+        "apiVersion": "corral.dev/v1alpha1", "kind": "PipelineRun",
+        "metadata": {"name": "by-ref", "namespace": ns},
+        "spec": {"pipelineRef": {"name": "stored"}},
+    });
+    runs.create(
+        &PostParams::default(),
+        &serde_json::from_value(by_ref).expect("run"),
+    )
+    .await
+    .expect("a run of a stored Pipeline passes (the operator gives it its copy)");
+    runs.delete("by-ref", &DeleteParams::default())
+        .await
+        .expect("delete the run");
 
     configs
         .delete("corral-envtest-trainingjobs", &DeleteParams::default())
