@@ -929,6 +929,7 @@ async fn lead(
                 cluster: v.cluster,
                 plane: v.plane,
                 runs: runs.current(),
+                pipelines: runs.current_pipelines(),
             }),
             None => drop(world),
         }

@@ -22,6 +22,7 @@ async fn snapshot(fake: &common::FakeApi, secs: i64) -> Snapshot {
         cluster: view.cluster,
         plane: view.plane,
         runs: Vec::new(),
+        pipelines: Vec::new(),
     }
 }
 

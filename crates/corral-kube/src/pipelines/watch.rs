@@ -114,6 +114,16 @@ impl Runs {
         self.decoded.decode_all(&store.state(), &mut warnings)
     }
 
+    /// The stored Pipelines as the watch holds them now.
+    pub fn current_pipelines(&self) -> Vec<Arc<Pipeline>> {
+        let Some(store) = &self.pipelines else {
+            return Vec::new();
+        };
+        let mut warnings = Vec::new();
+        self.decoded_pipelines
+            .decode_all(&store.state(), &mut warnings)
+    }
+
     /// Moves every run on as far as it goes now, from the runs watched and the operator's
     /// world.
     pub async fn pass(&self, world: &World, applier: &Applier, now: Timestamp) -> ApplyReport {

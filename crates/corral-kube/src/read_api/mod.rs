@@ -11,6 +11,7 @@
 
 pub mod access;
 mod actions;
+mod pipelines;
 mod runs;
 pub mod snapshot;
 mod watch;
@@ -338,6 +339,15 @@ pub fn routes(api: Arc<ReadApi>) -> Router {
             "/api/v1/namespaces/{namespace}/pipelineruns/{name}/describe",
             get(runs::describe_run),
         )
+        .route("/api/v1/pipelines", get(pipelines::list_all))
+        .route(
+            "/api/v1/namespaces/{namespace}/pipelines",
+            get(pipelines::list_namespace),
+        )
+        .route(
+            "/api/v1/namespaces/{namespace}/pipelines/{name}",
+            get(pipelines::get),
+        )
         .route("/api/v1/series", get(series))
         .route("/api/v1/queues", get(queues))
         .route("/api/v1/nodes", get(nodes))
@@ -365,7 +375,10 @@ async fn unknown(uri: axum::http::Uri) -> Response {
         StatusCode::NOT_FOUND,
         "NotFound",
         format!(
-            "the operator serves no {}; it serves the dashboard (/), /api/v1/trainingjobs,              /api/v1/namespaces/NS/trainingjobs[/NAME[/describe|/logs]],              /api/v1/pipelineruns, /api/v1/queues, /api/v1/nodes, /api/v1/usage,              /api/v1/watch, /api/v1/whoami, /metrics and /progress",
+            "the operator serves no {}; it serves the dashboard (/), /api/v1/trainingjobs, \
+             /api/v1/namespaces/NS/trainingjobs[/NAME[/describe|/logs]], \
+             /api/v1/pipelineruns, /api/v1/pipelines, /api/v1/queues, /api/v1/nodes, \
+             /api/v1/usage, /api/v1/watch, /api/v1/whoami, /metrics and /progress",
             uri.path()
         ),
     ))

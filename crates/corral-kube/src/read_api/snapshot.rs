@@ -23,6 +23,8 @@ pub struct Snapshot {
     pub plane: PlaneView,
     /// The PipelineRuns as the pass after it left them.
     pub runs: Vec<std::sync::Arc<corral_api::PipelineRun>>,
+    /// The stored Pipelines the runs name.
+    pub pipelines: Vec<std::sync::Arc<corral_api::pipeline::Pipeline>>,
 }
 
 fn created(job: &TrainingJob) -> Timestamp {
@@ -75,6 +77,21 @@ impl Snapshot {
             .iter()
             .filter(|r| allows(r.metadata.namespace_or_default()))
             .map(|r| &**r)
+            .collect();
+        out.sort_by(|a, b| {
+            (a.metadata.namespace_or_default(), &a.metadata.name)
+                .cmp(&(b.metadata.namespace_or_default(), &b.metadata.name))
+        });
+        out
+    }
+
+    /// The stored Pipelines of the namespaces `allows` lets through, by namespace then name.
+    pub fn pipelines(&self, allows: impl Fn(&str) -> bool) -> Vec<&corral_api::pipeline::Pipeline> {
+        let mut out: Vec<&corral_api::pipeline::Pipeline> = self
+            .pipelines
+            .iter()
+            .filter(|p| allows(p.metadata.namespace_or_default()))
+            .map(|p| &**p)
             .collect();
         out.sort_by(|a, b| {
             (a.metadata.namespace_or_default(), &a.metadata.name)

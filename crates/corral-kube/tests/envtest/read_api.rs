@@ -317,6 +317,42 @@ pub(crate) async fn live_read_api(
     .await;
     assert_eq!(code, 403);
 
+    // Stored Pipelines, as the watch holds them (the pass after the write publishes them).
+    Api::<DynamicObject>::namespaced_with(
+        env.admin.clone(),
+        ns,
+        &ar("corral.dev", "v1alpha1", "Pipeline", "pipelines"),
+    )
+    .create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "apiVersion": "corral.dev/v1alpha1", "kind": "Pipeline",
+            "metadata": {"name": "kept", "namespace": ns},
+            "spec": {"steps": [{"name": "only",
+                     "task": {"image": "busybox:1.36", "command": ["true"]}}]},
+        }))
+        .expect("pipeline"),
+    )
+    .await
+    .expect("create a Pipeline");
+    let path = format!("/api/v1/namespaces/{ns}/pipelines");
+    let mut listed = Value::Null;
+    for _ in 0..100 {
+        listed = get(port, &path, Some(&token)).await.1;
+        if listed.to_string().contains("kept") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(listed.to_string().contains("kept"), "{listed}");
+    let (code, _) = get(
+        port,
+        &format!("/api/v1/namespaces/{other}/pipelines"),
+        Some(&token),
+    )
+    .await;
+    assert_eq!(code, 403);
+
     // What it does not do, it says.
     let (code, body) = request(
         port,
@@ -363,6 +399,10 @@ pub(crate) async fn live_read_api(
         ok && text.contains("only") && text.contains("Succeeded"),
         "{text}"
     );
+    let (ok, text) = corral(&["get", "pipelines"]);
+    assert!(ok && text.contains("kept"), "{text}");
+    let (ok, text) = corral(&["describe", "pipeline/kept"]);
+    assert!(ok && text.contains("only"), "{text}");
     let (ok, text) = corral(&["usage", "--by", "job"]);
     assert!(
         ok && text.contains("live") && !text.contains("secret-project"),
