@@ -199,18 +199,33 @@ fn plan_run(run: &PipelineRun, view: &View, out: &mut Vec<RunAction>) {
             .map(|p| p.as_ref().clone())
             .collect();
         let mut spec = run.spec.clone();
-        match spec.resolve(&known) {
-            Ok(()) => out.push(RunAction::Resolve {
-                namespace: ns,
-                name,
-                resource_version: run.metadata.resource_version.clone(),
-                spec: Box::new(spec),
-            }),
-            Err(e) => {
-                let d = refused(run, e.to_string(), view.now);
-                record(run, d.status, d.events, out);
+        let why = match spec.resolve(&known) {
+            // The copy is checked before it is written (the webhook would refuse the write
+            // of one it cannot run, and the run would wait with no word of why).
+            Ok(()) => {
+                let mut copied = run.clone();
+                copied.spec = spec.clone();
+                match check(&copied) {
+                    Ok(()) => {
+                        out.push(RunAction::Resolve {
+                            namespace: ns,
+                            name,
+                            resource_version: run.metadata.resource_version.clone(),
+                            spec: Box::new(spec),
+                        });
+                        return;
+                    }
+                    Err(errors) => errors
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                }
             }
-        }
+            Err(e) => e.to_string(),
+        };
+        let d = refused(run, why, view.now);
+        record(run, d.status, d.events, out);
         return;
     }
     if run.status.is_none()

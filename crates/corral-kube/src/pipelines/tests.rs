@@ -434,6 +434,37 @@ fn a_run_of_a_stored_pipeline_runs_its_copy() {
     assert!(job.to_string().contains("echo v2"), "{job}");
 }
 
+/// A stored Pipeline a run could never run (stored before the webhook, or without it):
+/// the run fails with why, and no copy is written.
+#[test]
+fn a_run_of_a_pipeline_that_cannot_run_fails_with_why() {
+    let mut bad = stored("ml", 1, "true").as_ref().clone();
+    if let Some(task) = bad.spec.steps[0].task.as_mut() {
+        task.image = None;
+    }
+    let actions = plan(
+        &[run_of(json!({"name": "stored"}))],
+        &[Arc::new(bad)],
+        &World::default(),
+        &BTreeSet::new(),
+        &cfg(),
+        now(),
+    );
+    assert!(
+        !actions
+            .iter()
+            .any(|a| matches!(a, RunAction::Resolve { .. })),
+        "{actions:?}"
+    );
+    let message = status_of(&actions)
+        .and_then(|s| s.message.clone())
+        .unwrap_or_default();
+    assert!(
+        message.starts_with("Invalid: ") && message.contains("image"),
+        "{message}"
+    );
+}
+
 #[test]
 fn a_run_of_a_missing_pipeline_fails_naming_those_there() {
     let actions = plan(
