@@ -67,6 +67,14 @@ pub struct PipelineRunSpec {
 }
 
 impl PipelineRunSpec {
+    /// Whether it names a stored Pipeline whose copy it does not hold yet (a shell gives it
+    /// one: [`Self::resolve`]).
+    pub fn awaits_copy(&self) -> bool {
+        self.pipeline_ref
+            .as_ref()
+            .is_some_and(|r| r.generation.is_none() || self.pipeline_spec.steps.is_empty())
+    }
+
     /// Copies the pipeline `pipelineRef` names into `pipelineSpec`, from `known` (every kept
     /// version of the namespace's stored pipelines, and those of the same submission, which
     /// have no generation yet and are the current ones), and records its version: the one

@@ -448,3 +448,16 @@ fn a_condition_inside_a_condition_is_under_both() {
         assert_eq!(step_named(spec, n).depends_on, ["score"], "{n}");
     }
 }
+
+const LOOP_IN_CONDITION: &str = include_str!("fixtures/kfp/loop_in_condition.yaml");
+
+/// A loop inside a condition is refused at the loop's component, not run once.
+#[test]
+fn a_loop_inside_a_condition_is_refused_at_the_loop() {
+    let e = errors(LOOP_IN_CONDITION);
+    assert!(
+        e.iter().any(|m| m.starts_with("components.comp-for-loop-")
+            && m.contains("a loop inside a loop or condition")),
+        "{e:?}"
+    );
+}

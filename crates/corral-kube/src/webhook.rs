@@ -108,16 +108,15 @@ pub fn check(object: &Value, opts: &BuildOptions) -> Verdict {
 /// Checks a PipelineRun as the API server holds it: as a submit parses it, with what the
 /// operator cannot run ([`crate::pipelines::check`]) in the operator's words.
 pub fn check_run(object: &Value) -> Verdict {
+    use corral_api::pipeline::PipelineRunSpec;
     let doc = as_written(object);
     // A run of a stored Pipeline not yet given its copy: the operator gives it (and checks
     // it then, ending the run Failed with why where it cannot run).
-    let copied = doc
-        .pointer("/spec/pipelineSpec/steps")
-        .and_then(Value::as_array)
-        .is_some_and(|s| !s.is_empty());
-    let unresolved = doc.pointer("/spec/pipelineRef").is_some_and(|r| {
-        !r.is_null() && (!copied || r.get("generation").is_none_or(Value::is_null))
-    });
+    // A spec that does not decode is reported by the parse below.
+    let unresolved = doc
+        .get("spec")
+        .and_then(|s| serde_json::from_value::<PipelineRunSpec>(s.clone()).ok())
+        .is_some_and(|s| s.awaits_copy());
     if unresolved {
         return Verdict {
             what: format!("PipelineRun {}", name_of(&doc))

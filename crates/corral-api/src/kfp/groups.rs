@@ -300,22 +300,8 @@ fn hoist(
 /// that each of its conditions is one of the root DAG. `None`: there is none.
 pub(super) fn hoist_branches(doc: &Value, errors: &mut Errors) -> Option<Value> {
     let tasks = doc.get("root")?.get("dag")?.get("tasks")?.as_object()?;
-    let branches: Vec<(&String, &Value)> = tasks
-        .iter()
-        .filter(|(_, t)| {
-            let plain = ["triggerPolicy", "parameterIterator", "iteratorPolicy"]
-                .iter()
-                .all(|k| t.get(k).is_none());
-            plain
-                && group_tasks(doc, t).is_some_and(|(_, body)| {
-                    body.iter().all(|(_, b)| {
-                        b.get("triggerPolicy")
-                            .and_then(|p| p.get("condition"))
-                            .is_some()
-                    })
-                })
-        })
-        .collect();
+    let branches: Vec<(&String, &Value)> =
+        tasks.iter().filter(|(_, t)| is_branches(doc, t)).collect();
     if branches.is_empty() {
         return None;
     }
@@ -331,6 +317,27 @@ pub(super) fn hoist_branches(doc: &Value, errors: &mut Errors) -> Option<Value> 
 /// Whether `task` (of a DAG) is a group: its component has a DAG of its own.
 fn is_group(doc: &Value, task: &Value) -> bool {
     group_tasks(doc, task).is_some()
+}
+
+/// Whether `task` is the compiler's group of `dsl.If`/`Elif`/`Else` branches: neither a
+/// condition nor a loop itself, a DAG of conditions only.
+fn is_branches(doc: &Value, task: &Value) -> bool {
+    let plain = [
+        "triggerPolicy",
+        "parameterIterator",
+        "iteratorPolicy",
+        "artifactIterator",
+    ]
+    .iter()
+    .all(|k| task.get(k).is_none());
+    plain
+        && group_tasks(doc, task).is_some_and(|(_, body)| {
+            body.iter().all(|(_, b)| {
+                b.get("triggerPolicy")
+                    .and_then(|p| p.get("condition"))
+                    .is_some()
+            })
+        })
 }
 
 /// A `dsl.If` inside a `dsl.If` (at any depth; `dsl.Elif`/`dsl.Else` inside one too): each
@@ -376,7 +383,7 @@ pub(super) fn hoist_nested_conditions(doc: &Value, errors: &mut Errors) -> Optio
         // An Elif/Else group inside: its conditions become tasks of the outer's DAG first.
         let branches: Vec<(String, Value)> = inner_tasks
             .iter()
-            .filter(|(_, t)| t.get("triggerPolicy").is_none() && is_group(&out, t))
+            .filter(|(_, t)| is_branches(&out, t))
             .map(|(n, t)| (n.clone(), t.clone()))
             .collect();
         for (name, group) in &branches {

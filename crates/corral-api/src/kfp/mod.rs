@@ -587,10 +587,11 @@ fn step(
     let Some(label) = str_at(component, "executorLabel") else {
         errors.push(FieldError::new(
             format!("components.{component_name}"),
-            "a nested DAG (a pipeline used as a component, or a loop or condition inside \
-             a loop or condition) is not supported yet: container components, and \
-             dsl.ParallelFor of one, dsl.If and dsl.ExitHandler of the root DAG (loops and \
-             conditions inside the exit handler too) are",
+            "a nested DAG (a pipeline used as a component, a loop inside a loop or \
+             condition, or a condition inside a loop) is not supported yet: container \
+             components, and dsl.ParallelFor of one, dsl.If/Elif/Else (at any depth) and \
+             dsl.ExitHandler of the root DAG (loops and conditions inside the exit handler \
+             too) are",
         ));
         return None;
     };

@@ -188,10 +188,7 @@ fn plan_run(run: &PipelineRun, view: &View, out: &mut Vec<RunAction>) {
     // A run of a stored Pipeline gets its copy first, as `corral up` gives it at submit:
     // written into the run (spec.pipelineSpec, and the version in spec.pipelineRef), so
     // that a later change of the Pipeline does not change the run. Decided next pass.
-    if run.status.is_none()
-        && let Some(r) = &run.spec.pipeline_ref
-        && (r.generation.is_none() || run.spec.pipeline_spec.steps.is_empty())
-    {
+    if run.status.is_none() && run.spec.awaits_copy() {
         let known: Vec<Pipeline> = view
             .pipelines
             .iter()

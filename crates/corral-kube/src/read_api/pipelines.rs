@@ -16,13 +16,7 @@ pub(super) async fn list_all(State(api): State<Arc<ReadApi>>, headers: HeaderMap
     answer(async move {
         let caller = api.caller(&headers).await?;
         let snap = api.snapshot()?;
-        let mut spaces: Vec<String> = snap
-            .pipelines
-            .iter()
-            .map(|p| p.metadata.namespace_or_default().to_string())
-            .collect();
-        spaces.sort();
-        spaces.dedup();
+        let spaces = super::snapshot::namespaces_of(&snap.pipelines);
         let visible = api.access.visible(&caller, spaces).await?;
         Ok(items(snap.pipelines(|ns| {
             visible.as_ref().is_none_or(|v| v.iter().any(|x| x == ns))

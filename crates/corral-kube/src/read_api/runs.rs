@@ -26,13 +26,7 @@ pub(super) async fn list_all(State(api): State<Arc<ReadApi>>, headers: HeaderMap
     answer(async move {
         let caller = api.caller(&headers).await?;
         let snap = api.snapshot()?;
-        let mut spaces: Vec<String> = snap
-            .runs
-            .iter()
-            .map(|r| r.metadata.namespace_or_default().to_string())
-            .collect();
-        spaces.sort();
-        spaces.dedup();
+        let spaces = super::snapshot::namespaces_of(&snap.runs);
         let visible = api.access.visible(&caller, spaces).await?;
         let runs = snap.runs(|ns| visible.as_ref().is_none_or(|v| v.iter().any(|x| x == ns)));
         Ok(items(runs))

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use corral_api::meta::Object;
 use corral_api::training_job::TrainingJob;
 use corral_core::control::accounting::UsageInterval;
 use corral_core::sched::{ClusterSnapshot, Millis};
@@ -25,6 +26,34 @@ pub struct Snapshot {
     pub runs: Vec<std::sync::Arc<corral_api::PipelineRun>>,
     /// The stored Pipelines the runs name.
     pub pipelines: Vec<std::sync::Arc<corral_api::pipeline::Pipeline>>,
+}
+
+/// The objects of the namespaces `allows` lets through, by namespace then name.
+fn in_namespaces<S, T>(
+    objects: &[std::sync::Arc<Object<S, T>>],
+    allows: impl Fn(&str) -> bool,
+) -> Vec<&Object<S, T>> {
+    let mut out: Vec<&Object<S, T>> = objects
+        .iter()
+        .filter(|o| allows(o.metadata.namespace_or_default()))
+        .map(|o| &**o)
+        .collect();
+    out.sort_by(|a, b| {
+        (a.metadata.namespace_or_default(), &a.metadata.name)
+            .cmp(&(b.metadata.namespace_or_default(), &b.metadata.name))
+    });
+    out
+}
+
+/// The namespaces that hold `objects`, once each.
+pub fn namespaces_of<S, T>(objects: &[std::sync::Arc<Object<S, T>>]) -> Vec<String> {
+    let mut out: Vec<String> = objects
+        .iter()
+        .map(|o| o.metadata.namespace_or_default().to_string())
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
 fn created(job: &TrainingJob) -> Timestamp {
@@ -72,32 +101,12 @@ impl Snapshot {
 
     /// The runs of the namespaces `allows` lets through, by namespace then name.
     pub fn runs(&self, allows: impl Fn(&str) -> bool) -> Vec<&corral_api::PipelineRun> {
-        let mut out: Vec<&corral_api::PipelineRun> = self
-            .runs
-            .iter()
-            .filter(|r| allows(r.metadata.namespace_or_default()))
-            .map(|r| &**r)
-            .collect();
-        out.sort_by(|a, b| {
-            (a.metadata.namespace_or_default(), &a.metadata.name)
-                .cmp(&(b.metadata.namespace_or_default(), &b.metadata.name))
-        });
-        out
+        in_namespaces(&self.runs, allows)
     }
 
     /// The stored Pipelines of the namespaces `allows` lets through, by namespace then name.
     pub fn pipelines(&self, allows: impl Fn(&str) -> bool) -> Vec<&corral_api::pipeline::Pipeline> {
-        let mut out: Vec<&corral_api::pipeline::Pipeline> = self
-            .pipelines
-            .iter()
-            .filter(|p| allows(p.metadata.namespace_or_default()))
-            .map(|p| &**p)
-            .collect();
-        out.sort_by(|a, b| {
-            (a.metadata.namespace_or_default(), &a.metadata.name)
-                .cmp(&(b.metadata.namespace_or_default(), &b.metadata.name))
-        });
-        out
+        in_namespaces(&self.pipelines, allows)
     }
 
     pub fn run(&self, namespace: &str, name: &str) -> Option<&corral_api::PipelineRun> {
