@@ -12,6 +12,7 @@ use crate::meta::{API_GROUP, Kind};
 use crate::node_pool::NodePoolSpec;
 use crate::pipeline::{PipelineRunSpec, PipelineRunStatus, PipelineSpec};
 use crate::queue::QueueSpec;
+use crate::served_model::{ServedModelSpec, ServedModelStatus};
 use crate::training_job::{TrainingJobSpec, TrainingJobStatus};
 
 /// The served and stored version.
@@ -302,7 +303,26 @@ pub fn all_crds() -> Vec<Value> {
     );
     crds.push(runs);
     // Stored pipelines that runs name (`spec.pipelineRef`).
-    crds.push(crd::<PipelineSpec, NoStatus>(&["pl"], json!([age])));
+    crds.push(crd::<PipelineSpec, NoStatus>(&["pl"], json!([age.clone()])));
+    let mut served = crd::<ServedModelSpec, ServedModelStatus>(
+        &["sm"],
+        json!([
+            {"name": "Desired", "type": "integer", "jsonPath": ".status.desiredReplicas"},
+            {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
+            {"name": "Latest", "type": "string", "jsonPath": ".status.latestRevision"},
+            {"name": "URL", "type": "string", "jsonPath": ".status.url", "priority": 1},
+            age,
+        ]),
+    );
+    // As a TrainingJob's: a replica is a pod from an image.
+    if let Some(Value::Object(t)) =
+        served.pointer_mut("/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/template")
+        && let Value::Array(list) = t.entry("required").or_insert_with(|| json!([]))
+        && !list.iter().any(|v| v == "image")
+    {
+        list.push(json!("image"));
+    }
+    crds.push(served);
     crds
 }
 

@@ -279,6 +279,9 @@ pub struct ServedModelStatus {
     /// The run that trained the latest revision's model (`spec.model`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<ModelOrigin>,
+    /// Why no replica is made, when none can be (`Invalid: <field>: <why>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// One revision of a served model: an immutable snapshot of what its replicas run.
@@ -311,6 +314,16 @@ pub struct RevisionStatus {
     /// `@stable` name the latest and the stable revision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
+}
+
+/// The router's path of a model.
+pub fn serving_path(namespace: &str, name: &str) -> String {
+    format!("/serve/{namespace}/{name}/")
+}
+
+/// The router's path of one revision of a model (its replicas only, whatever the split).
+pub fn revision_path(namespace: &str, name: &str, revision: &str) -> String {
+    format!("/serve/{namespace}/{name}@{revision}/")
 }
 
 /// The name of revision `number` of `model`: `<model>-00002`.

@@ -14,22 +14,26 @@
 //! - `body`: the streamed response body and the counts it holds until its end.
 //! - `probe`: readiness checks.
 //! - `stats`: request counts and latency histogram (per model and revision).
+//! - `metrics`: those counts as Prometheus series.
 
 mod body;
+mod metrics;
 mod probe;
 mod proxy;
 mod stats;
 mod table;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
+use corral_core::control::serving::ServingObservation;
 use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 
+pub use metrics::metrics_text;
 pub use proxy::DEFAULT_COLD_START_TIMEOUT;
 pub use stats::{LATENCY_BUCKETS, STATUS_CLASSES, StatsSnapshot};
 pub use table::{Load, ModelTarget, ReplicaTarget};
@@ -152,6 +156,51 @@ impl Router {
                     .collect()
             })
             .unwrap_or_default()
+    }
+
+    /// What the router saw of each model since the last call (load, rotation, what is
+    /// under way on each replica and revision): the control plane's observation.
+    pub fn observations(&self) -> BTreeMap<String, ServingObservation> {
+        let mut observed = BTreeMap::new();
+        for key in self.keys() {
+            let load = self.take_load(&key).unwrap_or_default();
+            let replicas = self.replicas(&key);
+            let mut in_flight_by_revision: BTreeMap<String, u32> = BTreeMap::new();
+            let mut outstanding = BTreeMap::new();
+            for r in &replicas {
+                *in_flight_by_revision.entry(r.revision.clone()).or_default() += r.outstanding;
+                outstanding.insert(r.name.clone(), r.outstanding);
+            }
+            let ready: BTreeSet<String> = replicas
+                .into_iter()
+                .filter(|r| r.ready)
+                .map(|r| r.name)
+                .collect();
+            observed.insert(
+                key,
+                ServingObservation {
+                    in_flight: load.in_flight,
+                    arrived: load.arrived,
+                    ready,
+                    in_flight_by_revision,
+                    outstanding,
+                },
+            );
+        }
+        observed
+    }
+
+    /// Serves exactly these models: each with its replicas now, every other one removed.
+    pub fn serve_only(&self, models: Vec<(String, ModelTarget)>) {
+        let served: BTreeSet<&str> = models.iter().map(|(k, _)| k.as_str()).collect();
+        for key in self.keys() {
+            if !served.contains(key.as_str()) {
+                self.remove_model(&key);
+            }
+        }
+        for (key, target) in models {
+            self.set_model(&key, target);
+        }
     }
 
     /// Every model's request counts and latencies by revision (`""`: requests no

@@ -5,8 +5,6 @@
 //! the cluster, the replicas' addresses back to the router) and the router's series on
 //! `/metrics`.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::fmt::Write as _;
 use std::net::{Ipv4Addr, SocketAddr};
 
 use axum::Json;
@@ -14,8 +12,8 @@ use axum::body::Body;
 use axum::extract::{Path, Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use corral_local::cluster::{ServingEndpoint, ServingObservation};
-use corral_router::{LATENCY_BUCKETS, ModelTarget, ReplicaTarget, STATUS_CLASSES};
+use corral_local::cluster::ServingEndpoint;
+use corral_router::{ModelTarget, ReplicaTarget};
 use jiff::Timestamp;
 use serde_json::json;
 
@@ -27,32 +25,7 @@ use crate::error::ApiError;
 /// models' replica jobs; where the replicas listen back to the router.
 pub(crate) async fn serving_pass(state: &AppState) {
     let router = state.router.clone();
-    let mut observed = BTreeMap::new();
-    for key in router.keys() {
-        let load = router.take_load(&key).unwrap_or_default();
-        let replicas = router.replicas(&key);
-        let mut in_flight_by_revision: BTreeMap<String, u32> = BTreeMap::new();
-        let mut outstanding = BTreeMap::new();
-        for r in &replicas {
-            *in_flight_by_revision.entry(r.revision.clone()).or_default() += r.outstanding;
-            outstanding.insert(r.name.clone(), r.outstanding);
-        }
-        let ready: BTreeSet<String> = replicas
-            .into_iter()
-            .filter(|r| r.ready)
-            .map(|r| r.name)
-            .collect();
-        observed.insert(
-            key,
-            ServingObservation {
-                in_flight: load.in_flight,
-                arrived: load.arrived,
-                ready,
-                in_flight_by_revision,
-                outstanding,
-            },
-        );
-    }
+    let observed = router.observations();
     let passed = state
         .with_cluster(move |c| c.serve_pass(Timestamp::now(), &observed))
         .await;
@@ -66,36 +39,33 @@ pub(crate) async fn serving_pass(state: &AppState) {
 }
 
 fn apply(router: &corral_router::Router, endpoints: Vec<ServingEndpoint>) {
-    let served: BTreeSet<String> = endpoints.iter().map(|e| e.key.clone()).collect();
-    for key in router.keys() {
-        if !served.contains(&key) {
-            router.remove_model(&key);
-        }
-    }
-    for e in endpoints {
-        let replicas = e
-            .replicas
+    router.serve_only(
+        endpoints
             .into_iter()
-            .map(|r| ReplicaTarget {
-                name: r.name,
-                addr: SocketAddr::from((Ipv4Addr::LOCALHOST, r.port)),
-                revision: r.revision,
-                draining: r.draining,
+            .map(|e| {
+                let replicas = e
+                    .replicas
+                    .into_iter()
+                    .map(|r| ReplicaTarget {
+                        name: r.name,
+                        addr: SocketAddr::from((Ipv4Addr::LOCALHOST, r.port)),
+                        revision: r.revision,
+                        draining: r.draining,
+                    })
+                    .collect();
+                let target = ModelTarget {
+                    replicas,
+                    traffic: e.traffic,
+                    readiness_path: e.readiness_path,
+                    probe_period: e.probe_period,
+                    failure_threshold: e.failure_threshold,
+                    max_request_bytes: e.max_request_bytes,
+                    aliases: e.aliases,
+                };
+                (e.key, target)
             })
-            .collect();
-        router.set_model(
-            &e.key,
-            ModelTarget {
-                replicas,
-                traffic: e.traffic,
-                readiness_path: e.readiness_path,
-                probe_period: e.probe_period,
-                failure_threshold: e.failure_threshold,
-                max_request_bytes: e.max_request_bytes,
-                aliases: e.aliases,
-            },
-        );
-    }
+            .collect(),
+    );
 }
 
 /// `ANY /serve/{namespace}/{model}/{*path}`: the request to one of the model's replicas.
@@ -307,105 +277,4 @@ fn not_found(namespace: &str, name: &str) -> ApiError {
         "NotFound",
         format!("ServedModel {name} not found in namespace {namespace}"),
     )
-}
-
-/// The router's series for the models `allows` admits (a namespace's token: its own), by
-/// model and revision (`revision=""`: requests no revision took, e.g. refused before).
-/// Counters are announced by their family name, which OpenMetrics writes without `_total`.
-pub(crate) fn metrics_text(
-    router: &corral_router::Router,
-    allows: impl Fn(&str) -> bool,
-    openmetrics: bool,
-) -> String {
-    let stats: Vec<_> = router
-        .stats()
-        .into_iter()
-        .filter(|m| allows(m.key.split('/').next().unwrap_or_default()))
-        .collect();
-    let mut out = String::new();
-    if stats.is_empty() {
-        return out;
-    }
-    let family = |name: &str| {
-        if openmetrics {
-            name.trim_end_matches("_total").to_string()
-        } else {
-            name.to_string()
-        }
-    };
-    let model_labels = |k: &str| {
-        let (ns, model) = k.split_once('/').unwrap_or((k, ""));
-        format!("namespace=\"{ns}\",model=\"{model}\"")
-    };
-    let revisions: Vec<(String, &corral_router::StatsSnapshot)> = stats
-        .iter()
-        .flat_map(|m| {
-            m.revisions
-                .iter()
-                .map(|(r, s)| (format!("{},revision=\"{r}\"", model_labels(&m.key)), s))
-        })
-        .collect();
-    let requests = family("corral_serving_requests_total");
-    let _ = writeln!(
-        out,
-        "# HELP {requests} Requests answered through the router, by revision and status class.\n# TYPE {requests} counter"
-    );
-    for (l, s) in &revisions {
-        for (class, n) in STATUS_CLASSES.iter().zip(s.by_class) {
-            let _ = writeln!(
-                out,
-                "corral_serving_requests_total{{{l},code=\"{class}\"}} {n}"
-            );
-        }
-    }
-    out.push_str("# HELP corral_serving_request_duration_seconds Time from a request's arrival to its response head (cold starts included), by revision.\n# TYPE corral_serving_request_duration_seconds histogram\n");
-    for (l, s) in &revisions {
-        for (le, n) in LATENCY_BUCKETS.iter().zip(s.buckets) {
-            let _ = writeln!(
-                out,
-                "corral_serving_request_duration_seconds_bucket{{{l},le=\"{le}\"}} {n}"
-            );
-        }
-        let _ = writeln!(
-            out,
-            "corral_serving_request_duration_seconds_bucket{{{l},le=\"+Inf\"}} {}\ncorral_serving_request_duration_seconds_sum{{{l}}} {}\ncorral_serving_request_duration_seconds_count{{{l}}} {}",
-            s.count, s.sum_seconds, s.count
-        );
-    }
-    let _ = writeln!(
-        out,
-        "# HELP corral_serving_in_flight_requests Requests being answered or held for a cold start.\n# TYPE corral_serving_in_flight_requests gauge"
-    );
-    for m in &stats {
-        let _ = writeln!(
-            out,
-            "corral_serving_in_flight_requests{{{}}} {}",
-            model_labels(&m.key),
-            m.in_flight
-        );
-    }
-    for (name, help, value) in [
-        (
-            "corral_serving_ready_replicas",
-            "Replicas in the router's rotation, by revision.",
-            (|s: &corral_router::StatsSnapshot| s.ready_replicas as u64) as fn(&_) -> u64,
-        ),
-        (
-            "corral_serving_retries_total",
-            "Requests sent again to another replica after one failed, by revision.",
-            |s| s.retries,
-        ),
-    ] {
-        let kind = if name.ends_with("_total") {
-            "counter"
-        } else {
-            "gauge"
-        };
-        let f = family(name);
-        let _ = writeln!(out, "# HELP {f} {help}\n# TYPE {f} {kind}");
-        for (l, s) in &revisions {
-            let _ = writeln!(out, "{name}{{{l}}} {}", value(s));
-        }
-    }
-    out
 }

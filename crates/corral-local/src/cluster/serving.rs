@@ -3,19 +3,21 @@
 //! the core's [`Serving`], submits or deletes the replica jobs it asks for, and answers
 //! where each model's replicas listen, for the router. No decision is made here.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use corral_api::document::{Document, parse_documents};
+pub use corral_api::served_model::serving_path;
 use corral_api::served_model::{
-    ModelOrigin, RevisionStatus, ServedModel, ServedModelStatus, replica_job, replica_job_name,
-    revision_name, revision_replica_job, serving_replica_of, serving_revision_of,
+    ModelOrigin, ServedModel, replica_job, replica_job_name, revision_name, revision_replica_job,
+    serving_replica_of, serving_revision_of,
 };
 use corral_core::control::Effect;
+pub use corral_core::control::serving::ServingObservation;
 use corral_core::control::serving::{
-    LoadSample, ModelView, ReplicaAction, ReplicaView, RevisionView, Serving,
+    LoadSample, ModelView, ReplicaAction, ReplicaJob, Serving, revision_views,
 };
 use jiff::Timestamp;
 
@@ -23,19 +25,6 @@ use super::engine::Cluster;
 use super::revisions::{Revised, latest, revision_code_id, stable};
 use super::submission::{CheckedSubmission, SubmitContext};
 use super::{ClusterError, DocumentProblem, FieldProblem, JobState, SubmitResult, SummaryRow};
-
-/// What the router saw of one model since the last pass.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ServingObservation {
-    pub in_flight: u32,
-    pub arrived: u64,
-    /// Replica job names in rotation.
-    pub ready: BTreeSet<String>,
-    /// Requests under way on each revision's replicas, by revision name.
-    pub in_flight_by_revision: BTreeMap<String, u32>,
-    /// Requests under way on each replica, by replica job name.
-    pub outstanding: BTreeMap<String, u32>,
-}
 
 /// One replica of a served model as the router should reach it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -96,16 +85,6 @@ pub fn has_served_models(text: &str) -> bool {
 /// are DNS labels: no job uid has this form).
 pub(super) fn code_id(namespace: &str, name: &str) -> String {
     format!("served.{namespace}.{name}")
-}
-
-/// The router's path of a model.
-pub fn serving_path(namespace: &str, name: &str) -> String {
-    format!("/serve/{namespace}/{name}/")
-}
-
-/// The router's path of one revision of a model (its replicas only, whatever the split).
-pub fn revision_path(namespace: &str, name: &str, revision: &str) -> String {
-    format!("/serve/{namespace}/{name}@{revision}/")
 }
 
 fn submitted(m: &ServedModel, namespace: &str, revised: Option<Revised>) -> SubmitResult {
@@ -490,53 +469,36 @@ impl Cluster {
                 },
             );
             // Replica jobs by revision (one made before revisions runs the first).
-            let mut views: Vec<RevisionView> = stored
+            let rows = self.serving_replicas(&ns, &name);
+            let labels: Vec<Option<String>> = rows
                 .iter()
-                .map(|r| RevisionView {
-                    name: revision_name(&name, r.number),
-                    replicas: Vec::new(),
-                    in_flight: 0,
+                .map(|row| {
+                    self.live
+                        .get(&format!("{ns}/{}", row.name()))
+                        .and_then(|j| serving_revision_of(&j.job).map(str::to_string))
                 })
                 .collect();
-            for row in self.serving_replicas(&ns, &name) {
-                let Some(index) = row
-                    .name()
-                    .strip_prefix(&format!("{name}-serving-"))
-                    .and_then(|i| i.parse().ok())
-                else {
-                    continue;
-                };
-                let revision = self
-                    .live
-                    .get(&format!("{ns}/{}", row.name()))
-                    .map(|j| {
-                        serving_revision_of(&j.job)
-                            .map_or_else(|| revision_name(&name, 1), str::to_string)
+            let jobs: Vec<ReplicaJob<'_>> = rows
+                .iter()
+                .zip(&labels)
+                .filter_map(|(row, revision)| {
+                    Some(ReplicaJob {
+                        name: row.name(),
+                        index: row
+                            .name()
+                            .strip_prefix(&format!("{name}-serving-"))
+                            .and_then(|i| i.parse().ok())?,
+                        revision: revision.as_deref(),
+                        finished: matches!(row.state(), JobState::Succeeded | JobState::Failed),
+                        deleting: row.state() == JobState::Deleting,
                     })
-                    .unwrap_or_default();
-                let view = ReplicaView {
-                    index,
-                    ready: seen.ready.contains(row.name()),
-                    finished: matches!(row.state(), JobState::Succeeded | JobState::Failed),
-                    deleting: row.state() == JobState::Deleting,
-                    in_flight: seen.outstanding.get(row.name()).copied().unwrap_or(0),
-                };
-                match views.iter_mut().find(|v| v.name == revision) {
-                    Some(v) => v.replicas.push(view),
-                    None => views.push(RevisionView {
-                        name: revision,
-                        replicas: vec![view],
-                        in_flight: 0,
-                    }),
-                }
-            }
-            for v in &mut views {
-                v.in_flight = seen
-                    .in_flight_by_revision
-                    .get(&v.name)
-                    .copied()
-                    .unwrap_or(0);
-            }
+                })
+                .collect();
+            let kept: Vec<String> = stored
+                .iter()
+                .map(|r| revision_name(&name, r.number))
+                .collect();
+            let views = revision_views(&name, &kept, &jobs, &seen);
             let (latest_name, stable_name) = (
                 revision_name(&name, latest.number),
                 revision_name(&name, stable.number),
@@ -623,39 +585,12 @@ impl Cluster {
                     ("stable".to_string(), plan.stable.clone()),
                 ],
             });
-            let revisions = plan
-                .revisions
-                .iter()
-                .filter_map(|r| {
-                    let n = number_of(&r.name)?;
-                    Some(RevisionStatus {
-                        name: r.name.clone(),
-                        hash: stored.iter().find(|s| s.number == n)?.hash.clone(),
-                        traffic_percent: r.share.traffic,
-                        target_percent: r.share.target,
-                        desired_replicas: r.desired,
-                        replicas: r.current,
-                        ready_replicas: r.ready,
-                        in_flight: r.in_flight,
-                        url: Some(revision_path(&ns, &name, &r.name)),
-                    })
-                })
-                .filter(|r| !plan.retired.contains(&r.name))
-                .collect();
             if let Some(m) = self.served.models.get_mut(&k) {
-                let model = ModelOrigin::of(&m.metadata.annotations);
-                m.status = Some(ServedModelStatus {
-                    model,
-                    desired_replicas: plan.desired,
-                    replicas: plan.current,
-                    ready_replicas: plan.ready,
-                    panic: plan.panic,
-                    url: Some(serving_path(&ns, &name)),
-                    last_request_time: plan.last_request,
-                    latest_revision: Some(latest_name),
-                    stable_revision: Some(plan.stable.clone()),
-                    revisions,
-                });
+                let origin = ModelOrigin::of(&m.metadata.annotations);
+                m.status = Some(plan.status(&ns, &name, &latest_name, origin, |r| {
+                    let n = number_of(r)?;
+                    Some(stored.iter().find(|s| s.number == n)?.hash.clone())
+                }));
             }
         }
         (endpoints, errors)

@@ -63,7 +63,7 @@ pub(super) async fn metrics(
         .filter(|p| caller.allows(&p.namespace))
         .collect();
     let mut text = crate::metrics::render(&snapshot, &queues, &rows, &progress, format);
-    let serving = crate::serving::metrics_text(
+    let serving = corral_router::metrics_text(
         &state.router,
         |ns| caller.allows(ns),
         format == crate::metrics::Format::OpenMetrics,

@@ -20,7 +20,10 @@ mod traffic;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use corral_api::served_model::ServedModelSpec;
+use corral_api::served_model::{
+    ModelOrigin, RevisionStatus, ServedModelSpec, ServedModelStatus, revision_name,
+    revision_path, serving_path,
+};
 use jiff::Timestamp;
 
 pub use autoscale::{Autoscaler, LoadSample, ScaleDecision};
@@ -29,6 +32,81 @@ pub use model::{
 };
 pub use replicas::{DRAIN_LIMIT, ReplicaAction, ReplicaDrains, ReplicaView, plan_replicas};
 pub use traffic::{Share, promotes, revision_hash, split};
+
+/// What the router saw of one model since the last pass (every shell's router reports
+/// this).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServingObservation {
+    /// Requests in flight (held ones included) over all its revisions.
+    pub in_flight: u32,
+    /// Requests arrived since the last observation.
+    pub arrived: u64,
+    /// Replica job names in rotation.
+    pub ready: BTreeSet<String>,
+    /// Requests under way on each revision's replicas, by revision name.
+    pub in_flight_by_revision: BTreeMap<String, u32>,
+    /// Requests under way on each replica, by replica job name.
+    pub outstanding: BTreeMap<String, u32>,
+}
+
+/// One replica job of a model as a shell observes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplicaJob<'a> {
+    pub name: &'a str,
+    pub index: u32,
+    /// Its revision label (none on replicas made before revisions: the first revision's).
+    pub revision: Option<&'a str>,
+    /// Succeeded or failed: it serves no more.
+    pub finished: bool,
+    /// Being deleted (stopping with its grace period).
+    pub deleting: bool,
+}
+
+/// The revisions of `model` as [`Serving::decide`] takes them: each kept revision (by name,
+/// oldest first) with its replica jobs, then any revision that only replica jobs still
+/// name, each with the requests the router counts under way on it.
+pub fn revision_views(
+    model: &str,
+    kept: &[String],
+    jobs: &[ReplicaJob<'_>],
+    seen: &ServingObservation,
+) -> Vec<RevisionView> {
+    let mut views: Vec<RevisionView> = kept
+        .iter()
+        .map(|name| RevisionView {
+            name: name.clone(),
+            ..RevisionView::default()
+        })
+        .collect();
+    for j in jobs {
+        let revision = j
+            .revision
+            .map_or_else(|| revision_name(model, 1), str::to_string);
+        let view = ReplicaView {
+            index: j.index,
+            ready: seen.ready.contains(j.name),
+            finished: j.finished,
+            deleting: j.deleting,
+            in_flight: seen.outstanding.get(j.name).copied().unwrap_or(0),
+        };
+        match views.iter_mut().find(|v| v.name == revision) {
+            Some(v) => v.replicas.push(view),
+            None => views.push(RevisionView {
+                name: revision,
+                replicas: vec![view],
+                in_flight: 0,
+            }),
+        }
+    }
+    for v in &mut views {
+        v.in_flight = seen
+            .in_flight_by_revision
+            .get(&v.name)
+            .copied()
+            .unwrap_or(0);
+    }
+    views
+}
 
 /// One revision of a model as the shell sees it: its replica jobs and the requests under
 /// way on them (the router's count).
@@ -87,6 +165,51 @@ pub struct ModelPlan {
     pub ready: u32,
     pub panic: bool,
     pub last_request: Option<Timestamp>,
+}
+
+impl ModelPlan {
+    /// The model's status after this decision. `hash_of`: a kept revision's hash (by
+    /// name); revisions without one are not shown.
+    pub fn status(
+        &self,
+        namespace: &str,
+        name: &str,
+        latest: &str,
+        model: Option<ModelOrigin>,
+        hash_of: impl Fn(&str) -> Option<String>,
+    ) -> ServedModelStatus {
+        let revisions = self
+            .revisions
+            .iter()
+            .filter(|r| !self.retired.contains(&r.name))
+            .filter_map(|r| {
+                Some(RevisionStatus {
+                    name: r.name.clone(),
+                    hash: hash_of(&r.name)?,
+                    traffic_percent: r.share.traffic,
+                    target_percent: r.share.target,
+                    desired_replicas: r.desired,
+                    replicas: r.current,
+                    ready_replicas: r.ready,
+                    in_flight: r.in_flight,
+                    url: Some(revision_path(namespace, name, &r.name)),
+                })
+            })
+            .collect();
+        ServedModelStatus {
+            model,
+            desired_replicas: self.desired,
+            replicas: self.current,
+            ready_replicas: self.ready,
+            panic: self.panic,
+            url: Some(serving_path(namespace, name)),
+            last_request_time: self.last_request,
+            latest_revision: Some(latest.to_string()),
+            stable_revision: Some(self.stable.clone()),
+            revisions,
+            message: None,
+        }
+    }
 }
 
 /// One model's state between passes.
