@@ -315,8 +315,8 @@ pub fn all_crds() -> Vec<Value> {
         ]),
     );
     // As a TrainingJob's: a replica is a pod from an image.
-    if let Some(Value::Object(t)) =
-        served.pointer_mut("/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/template")
+    if let Some(Value::Object(t)) = served
+        .pointer_mut("/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/template")
         && let Value::Array(list) = t.entry("required").or_insert_with(|| json!([]))
         && !list.iter().any(|v| v == "image")
     {

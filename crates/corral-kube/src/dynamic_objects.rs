@@ -34,6 +34,9 @@ pub fn pipeline_runs() -> ApiResource {
 pub fn pipelines() -> ApiResource {
     api_resource::<corral_api::pipeline::PipelineSpec>()
 }
+pub fn served_models() -> ApiResource {
+    api_resource::<corral_api::served_model::ServedModelSpec>()
+}
 pub fn job_priority_classes() -> ApiResource {
     api_resource::<JobPriorityClassSpec>()
 }

@@ -32,7 +32,9 @@
 //! the pipeline re-reads them and repeats only idempotent steps.
 //!
 //! After each pass, [`pipelines`] moves PipelineRuns on by the core's decision: their steps
-//! become TrainingJobs the next pass admits like any other.
+//! become TrainingJobs the next pass admits like any other; [`serving`] scales
+//! ServedModels by the core's autoscaler (their replicas are TrainingJobs too) and feeds
+//! the router the operator serves them through.
 //!
 //! Beside the pipeline, [`webhook`] refuses at `kubectl apply` what the pipeline could
 //! never run (with `--webhook-cert-dir`), in the embedded shell's words.
@@ -56,6 +58,7 @@ pub mod plan;
 pub mod progress;
 pub mod read_api;
 pub mod record;
+pub mod serving;
 pub mod slim;
 pub mod stop_notice;
 pub mod testenv;

@@ -501,7 +501,7 @@ pub async fn check_api(client: &Client) -> Result<(), String> {
 
 async fn serve(
     listener: tokio::net::TcpListener,
-    metrics: Arc<Metrics>,
+    (metrics, router): (Arc<Metrics>, corral_router::Router),
     health: Arc<Health>,
     leadership: Arc<Leadership>,
     progress: axum::Router,
@@ -529,7 +529,9 @@ async fn serve(
                 let m = m.clone();
                 // `corral_leader` is the fence's own answer at the time of the scrape.
                 m.leader.set(i64::from(leadership.holds_now()));
-                async move { m.encode() }
+                // The router's series follow the operator's (served models, by revision).
+                let routed = corral_router::metrics_text(&router, |_| true, false);
+                async move { m.encode() + &routed }
             }),
         )
         .merge(progress);
@@ -591,7 +593,7 @@ async fn run(args: OperatorArgs) -> Result<(), OperatorError> {
     };
     let server = tokio::spawn(serve(
         listener,
-        metrics.clone(),
+        (metrics.clone(), served.reads.router().clone()),
         health.clone(),
         leadership.clone(),
         crate::progress::routes(client.clone(), served.inbox.clone())
@@ -650,6 +652,8 @@ async fn run(args: OperatorArgs) -> Result<(), OperatorError> {
         health.set_leading(false);
         served.inbox.follow();
         served.reads.follow();
+        // A standby routes nothing: its table would go stale.
+        served.reads.router().serve_only(Vec::new());
         if *stop.borrow() {
             break;
         }
@@ -700,6 +704,10 @@ async fn spawn_webhook(
         }
     })))
 }
+
+/// How often the operator passes while models are served (the router's load is the
+/// autoscaler's sample; `corral up` samples every 200 ms).
+const SERVING_PASS_EVERY: Duration = Duration::from_millis(500);
 
 /// Aborts the watch tasks of a leadership term when it ends, however it ends.
 struct AbortOnDrop(Vec<tokio::task::JoinHandle<()>>);
@@ -869,8 +877,18 @@ async fn lead(
         &mut tasks.0,
     )
     .await;
+    let models = crate::serving::watch::start(
+        client,
+        crate::serving::ServingConfig {
+            port: args.serving_port,
+            build: cfg.build.clone(),
+        },
+        notify.clone(),
+        &mut tasks.0,
+    )
+    .await;
     tokio::select! {
-        ok = async { stores.ready().await && runs.ready().await } => if !ok { return; },
+        ok = async { stores.ready().await && runs.ready().await && models.ready().await } => if !ok { return; },
         _ = stop.wait_for(|s| *s) => return,
     }
     health.set_synced();
@@ -922,6 +940,13 @@ async fn lead(
         }
         written.jobs.extend(pipelines.written.jobs);
         written.pods.extend(pipelines.written.pods);
+        let serving = models
+            .pass(&world, &applier, served.reads.router(), Timestamp::now())
+            .await;
+        for e in &serving.report.errors {
+            tracing::warn!("serving: {e}");
+        }
+        written.jobs.extend(serving.report.written.jobs);
         // The read API answers from this pass's world until the next one.
         match plan.view.take() {
             Some(v) => served.reads.publish(crate::read_api::Snapshot {
@@ -930,6 +955,7 @@ async fn lead(
                 plane: v.plane,
                 runs: runs.current(),
                 pipelines: runs.current_pipelines(),
+                served_models: serving.models,
             }),
             None => drop(world),
         }
@@ -941,6 +967,12 @@ async fn lead(
             .min()
             .unwrap_or(Duration::from_secs(args.resync_secs.max(1)))
             .min(Duration::from_secs(args.resync_secs.max(1)))
+            // Served models: the autoscaler samples the router's load each pass.
+            .min(if models.any() {
+                SERVING_PASS_EVERY
+            } else {
+                Duration::MAX
+            })
             .max(Duration::from_millis(args.debounce_ms));
         tokio::select! {
             _ = notify.notified() => {

@@ -107,6 +107,10 @@ pub struct OperatorArgs {
     /// artifacts (`corral artifacts`): the operator's own.
     #[arg(long, env = "CORRAL_TOOLS_IMAGE", default_value = concat!("ghcr.io/corral-dev/corral:", env!("CARGO_PKG_VERSION")))]
     pub tools_image: String,
+    /// The port every served model's replica listens on in its own pod (`$PORT`); the
+    /// router in the operator reaches it at the pod's IP. See docs/serving.md.
+    #[arg(long, default_value_t = crate::serving::DEFAULT_SERVING_PORT)]
+    pub serving_port: u16,
     /// Log lines as text (for a terminal) or JSON (one object per line, for a log
     /// collector). The level and targets come from RUST_LOG (default: info).
     #[arg(long, env = "CORRAL_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]

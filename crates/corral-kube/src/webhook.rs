@@ -1,7 +1,6 @@
 //! The validating admission webhook: `POST /validate/trainingjobs` over HTTPS, so that
-//! `kubectl apply` of a TrainingJob (or a PipelineRun, [`check_run`], or a stored Pipeline,
-//! [`check_pipeline`], sent to the same
-//! path) that cannot run as written fails at once with the
+//! `kubectl apply` of a TrainingJob (or a PipelineRun, [`check_run`], a stored Pipeline,
+//! [`check_pipeline`], or a ServedModel, [`check_served_model`], sent to the same path) that cannot run as written fails at once with the
 //! words `corral submit` gives for the same document, instead of being stored and held
 //! `Invalid` by the operator (issue 31, item 8).
 //!
@@ -137,6 +136,42 @@ pub fn check_run(object: &Value) -> Verdict {
 /// Kubernetes): a run of it would run its copy, so what it could never run is refused here.
 pub fn check_pipeline(object: &Value) -> Verdict {
     parsed(&as_written(object), "Pipeline")
+}
+
+/// Checks a ServedModel as `corral submit` checks one, and each replica as the TrainingJob
+/// it becomes on Kubernetes (an image, a pod the operator can build), in the model's own
+/// field paths. The operator gives the same words in `status.message` where no webhook
+/// refused the model.
+pub fn check_served_model(object: &Value, opts: &BuildOptions) -> Verdict {
+    use corral_api::served_model::{ServedModel, replica_job};
+    let doc = as_written(object);
+    let mut verdict = parsed(&doc, "ServedModel");
+    let Ok(model) = serde_json::from_value::<ServedModel>(doc) else {
+        return verdict;
+    };
+    if model.spec.model.is_some() {
+        verdict.errors.push(FieldError::new(
+            "spec.model",
+            "serving a TrainingJob's output is embedded only for now; on Kubernetes the \
+             replica's image (or a volume in spec.template.podTemplate) holds the model",
+        ));
+    }
+    let job = replica_job(&model, 0);
+    let job_doc = serde_json::to_value(&job).unwrap_or(Value::Null);
+    let replica = parsed(&job_doc, "TrainingJob")
+        .errors
+        .into_iter()
+        .chain(build_errors(&job, opts));
+    for mut e in replica {
+        let Some(rest) = e.path.strip_prefix("spec.replicas.worker.") else {
+            continue;
+        };
+        e.path = format!("spec.{rest}");
+        if !verdict.errors.iter().any(|v| v.path == e.path) {
+            verdict.errors.push(e);
+        }
+    }
+    verdict
 }
 
 fn name_of(doc: &Value) -> &str {
@@ -283,7 +318,7 @@ pub fn review(
         && req.sub_resource.is_none()
         && matches!(
             req.kind.kind.as_str(),
-            "TrainingJob" | "PipelineRun" | "Pipeline"
+            "TrainingJob" | "PipelineRun" | "Pipeline" | "ServedModel"
         );
     if !checked {
         return Ok(allow.into_review());
@@ -319,6 +354,7 @@ pub fn review(
     let verdict = match req.kind.kind.as_str() {
         "PipelineRun" => check_run(&object),
         "Pipeline" => check_pipeline(&object),
+        "ServedModel" => check_served_model(&object, opts),
         _ => check(&object, opts),
     };
     let mut resp = allow;

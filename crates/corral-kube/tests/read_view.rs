@@ -23,6 +23,7 @@ async fn snapshot(fake: &common::FakeApi, secs: i64) -> Snapshot {
         plane: view.plane,
         runs: Vec::new(),
         pipelines: Vec::new(),
+        served_models: Vec::new(),
     }
 }
 

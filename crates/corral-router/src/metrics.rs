@@ -7,11 +7,7 @@ use crate::{LATENCY_BUCKETS, Router, STATUS_CLASSES, StatsSnapshot};
 /// The router's series for the models `allows` admits (a namespace's token: its own), by
 /// model and revision (`revision=""`: requests no revision took, e.g. refused before).
 /// Counters are announced by their family name, which OpenMetrics writes without `_total`.
-pub fn metrics_text(
-    router: &Router,
-    allows: impl Fn(&str) -> bool,
-    openmetrics: bool,
-) -> String {
+pub fn metrics_text(router: &Router, allows: impl Fn(&str) -> bool, openmetrics: bool) -> String {
     let stats: Vec<_> = router
         .stats()
         .into_iter()

@@ -82,6 +82,9 @@ fn bound<K: Eq + std::hash::Hash, V>(map: &mut HashMap<K, (V, Instant)>, now: In
 pub enum Target {
     TrainingJobs,
     PodLogs,
+    /// A request to a served model through the router (as `services/proxy` is to a
+    /// Service).
+    ServedModelProxy,
 }
 
 impl Target {
@@ -90,6 +93,7 @@ impl Target {
         match self {
             Target::TrainingJobs => (corral_api::meta::API_GROUP, "trainingjobs", ""),
             Target::PodLogs => ("", "pods", "log"),
+            Target::ServedModelProxy => (corral_api::meta::API_GROUP, "servedmodels", "proxy"),
         }
     }
 
@@ -97,6 +101,7 @@ impl Target {
         match self {
             Target::TrainingJobs => "trainingjobs.corral.dev",
             Target::PodLogs => "pods/log",
+            Target::ServedModelProxy => "servedmodels.corral.dev/proxy",
         }
     }
 }

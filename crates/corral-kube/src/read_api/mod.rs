@@ -13,6 +13,7 @@ pub mod access;
 mod actions;
 mod pipelines;
 mod runs;
+mod serving;
 pub mod snapshot;
 mod watch;
 
@@ -22,7 +23,7 @@ use axum::Router;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use corral_core::views::{Event, UsageQuery, usage_report};
 use k8s_openapi::api::core::v1::Event as KubeEvent;
 use kube::Client;
@@ -39,6 +40,8 @@ pub struct ReadApi {
     latest: RwLock<Option<Arc<Snapshot>>>,
     /// Counts the passes published: the watch streams look again at each.
     passes: tokio::sync::watch::Sender<u64>,
+    /// The served models' router (`/serve/...`), fed by the leader's serving pass.
+    router: corral_router::Router,
 }
 
 impl ReadApi {
@@ -48,7 +51,13 @@ impl ReadApi {
             client,
             latest: RwLock::new(None),
             passes: tokio::sync::watch::Sender::new(0),
+            router: corral_router::Router::new(corral_router::RouterConfig::default()),
         }
+    }
+
+    /// The router the leader's serving pass feeds and `/serve/...` goes through.
+    pub fn router(&self) -> &corral_router::Router {
+        &self.router
     }
 
     /// The leader's last pass: answered from now on.
@@ -348,6 +357,20 @@ pub fn routes(api: Arc<ReadApi>) -> Router {
             "/api/v1/namespaces/{namespace}/pipelines/{name}",
             get(pipelines::get),
         )
+        .route("/api/v1/servedmodels", get(serving::list_all))
+        .route(
+            "/api/v1/namespaces/{namespace}/servedmodels",
+            get(serving::list_namespace),
+        )
+        .route(
+            "/api/v1/namespaces/{namespace}/servedmodels/{name}",
+            get(serving::get),
+        )
+        .route("/serve/{namespace}/{model}", any(serving::serve_root))
+        .route(
+            "/serve/{namespace}/{model}/{*path}",
+            any(serving::serve_path),
+        )
         .route("/api/v1/series", get(series))
         .route("/api/v1/queues", get(queues))
         .route("/api/v1/nodes", get(nodes))
@@ -365,7 +388,9 @@ async fn read_only() -> Response {
     refused(Refusal::new(
         StatusCode::METHOD_NOT_ALLOWED,
         "MethodNotAllowed",
-        "the operator's API reads; jobs, runs and queues are written to the API server:          `kubectl apply -f job.yaml` (`corral convert` for Kubeflow manifests); the          dashboard's suspend, resume and delete are the writes it takes",
+        "the operator's API reads; jobs, runs, models and queues are written to the API \
+         server: `kubectl apply -f job.yaml` (`corral convert` for Kubeflow manifests); the \
+         dashboard's suspend, resume and delete are the writes it takes",
     ))
 }
 
@@ -377,7 +402,8 @@ async fn unknown(uri: axum::http::Uri) -> Response {
         format!(
             "the operator serves no {}; it serves the dashboard (/), /api/v1/trainingjobs, \
              /api/v1/namespaces/NS/trainingjobs[/NAME[/describe|/logs]], \
-             /api/v1/pipelineruns, /api/v1/pipelines, /api/v1/queues, /api/v1/nodes, \
+             /api/v1/pipelineruns, /api/v1/pipelines, /api/v1/servedmodels, \
+             /serve/NS/MODEL/..., /api/v1/queues, /api/v1/nodes, \
              /api/v1/usage, /api/v1/watch, /api/v1/whoami, /metrics and /progress",
             uri.path()
         ),
@@ -389,7 +415,9 @@ async fn top() -> Response {
     refused(Refusal::new(
         StatusCode::NOT_FOUND,
         "NotFound",
-        "the operator does not measure replicas' processes: `kubectl top pods -n NS -l          corral.dev/job-name=JOB` (metrics-server) shows their CPU and memory, and the          DCGM exporter their GPUs (deploy/grafana/)",
+        "the operator does not measure replicas' processes: `kubectl top pods -n NS -l \
+         corral.dev/job-name=JOB` (metrics-server) shows their CPU and memory, and the \
+         DCGM exporter their GPUs (deploy/grafana/)",
     ))
 }
 

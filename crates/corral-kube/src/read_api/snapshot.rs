@@ -26,6 +26,8 @@ pub struct Snapshot {
     pub runs: Vec<std::sync::Arc<corral_api::PipelineRun>>,
     /// The stored Pipelines the runs name.
     pub pipelines: Vec<std::sync::Arc<corral_api::pipeline::Pipeline>>,
+    /// The ServedModels with the status the serving pass decided.
+    pub served_models: Vec<std::sync::Arc<corral_api::ServedModel>>,
 }
 
 /// The objects of the namespaces `allows` lets through, by namespace then name.
@@ -107,6 +109,11 @@ impl Snapshot {
     /// The stored Pipelines of the namespaces `allows` lets through, by namespace then name.
     pub fn pipelines(&self, allows: impl Fn(&str) -> bool) -> Vec<&corral_api::pipeline::Pipeline> {
         in_namespaces(&self.pipelines, allows)
+    }
+
+    /// The served models of the namespaces `allows` lets through, by namespace then name.
+    pub fn served_models(&self, allows: impl Fn(&str) -> bool) -> Vec<&corral_api::ServedModel> {
+        in_namespaces(&self.served_models, allows)
     }
 
     pub fn run(&self, namespace: &str, name: &str) -> Option<&corral_api::PipelineRun> {

@@ -21,8 +21,8 @@ mod traffic;
 use std::collections::{BTreeMap, BTreeSet};
 
 use corral_api::served_model::{
-    ModelOrigin, RevisionStatus, ServedModelSpec, ServedModelStatus, revision_name,
-    revision_path, serving_path,
+    ModelOrigin, RevisionStatus, ServedModelSpec, ServedModelStatus, revision_name, revision_path,
+    serving_path,
 };
 use jiff::Timestamp;
 
