@@ -89,7 +89,8 @@ fn crds_are_structural_and_complete() {
             "JobPriorityClass",
             "PriorityClass",
             "PipelineRun",
-            "Pipeline"
+            "Pipeline",
+            "ServedModel"
         ]
     );
     // The former name is served one more release, deprecated (kubectl prints the warning),

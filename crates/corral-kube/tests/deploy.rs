@@ -496,7 +496,8 @@ fn the_webhook_overlay_is_consistent() {
             &[
                 "trainingjobs".to_string(),
                 "pipelineruns".to_string(),
-                "pipelines".to_string()
+                "pipelines".to_string(),
+                "servedmodels".to_string()
             ][..]
         )
     );
