@@ -591,6 +591,9 @@ async fn run(args: OperatorArgs) -> Result<(), OperatorError> {
         inbox: Arc::new(crate::progress::Inbox::default()),
         reads: Arc::new(crate::read_api::ReadApi::new(client.clone())),
     };
+    // Readiness checks of the served models' replicas, whoever leads (a standby's table is
+    // empty).
+    tokio::spawn(served.reads.router().clone().probe_forever());
     let server = tokio::spawn(serve(
         listener,
         (metrics.clone(), served.reads.router().clone()),

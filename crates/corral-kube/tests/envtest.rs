@@ -52,6 +52,8 @@ mod passes;
 mod pipelines;
 #[path = "envtest/read_api.rs"]
 mod read_api;
+#[path = "envtest/serving.rs"]
+mod serving;
 #[path = "envtest/stored_pipelines.rs"]
 mod stored_pipelines;
 #[path = "envtest/trainingjobs.rs"]

@@ -25,6 +25,7 @@ pub(crate) async fn operator_binary(env: &Env) {
     let kc = env.dir.join("operator.kubeconfig");
     std::fs::write(&kc, kubeconfig(&env.url, OPERATOR_TOKEN)).expect("kubeconfig");
     let port = free_port();
+    let serving_port = free_port();
     let mut child = spawn(
         Command::new(&bin)
             .args(["operator", "--kubeflow", "serve", "--listen"])
@@ -37,6 +38,8 @@ pub(crate) async fn operator_binary(env: &Env) {
             ])
             .arg("--progress-url")
             .arg(format!("http://127.0.0.1:{port}/progress"))
+            .arg("--serving-port")
+            .arg(serving_port.to_string())
             .env("KUBECONFIG", &kc)
             .env("RUST_LOG", "info"),
         &env.dir.join("operator.log"),
@@ -135,6 +138,7 @@ pub(crate) async fn operator_binary(env: &Env) {
     live_pipeline_run(env, ns, &log).await;
     live_progress(env, ns, port, &log).await;
     crate::read_api::live_read_api(env, ns, port, &bin, &log).await;
+    crate::serving::live_serving(env, ns, port, serving_port, &log).await;
     let _ = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status();
