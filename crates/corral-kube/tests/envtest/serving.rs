@@ -244,6 +244,19 @@ pub(crate) async fn live_serving(
     // replica once the kubelet runs it.
     let (code, _) = http(port, "GET", &format!("/serve/{ns}/tiny/predict"), None, "").await;
     assert_eq!(code, 401);
+    let (code, refused) = http(
+        port,
+        "POST",
+        &format!("/serve/{ns}/tiny/predict"),
+        Some(corral_kube::testenv::NOBODY_TOKEN),
+        "{}",
+    )
+    .await;
+    assert_eq!(code, 403, "{refused}");
+    assert!(
+        refused.contains("may not create servedmodels/proxy"),
+        "{refused}"
+    );
     let _r1 = model_server("127.0.0.2", serving_port, "r1").await;
     run_pod_at(env, ns, first, "127.0.0.2").await;
     let (code, body) = predict_until_ok(port, ns, &token).await;
@@ -381,6 +394,10 @@ pub(crate) async fn live_serving(
         zero,
         "the idle model did not go to zero; operator log:\n{}",
         log()
+    );
+    eprintln!(
+        "envtest: serving: at zero {:.1} s after minReplicas 0 (stable window 6 s, idle 1 s)",
+        idle.elapsed().as_secs_f64()
     );
     let held = {
         let (ns, token) = (ns.to_string(), token.clone());
