@@ -17,7 +17,11 @@
 #      the replica runs under its namespace's uid (issue 33), not root's;
 #   8. the MPI example (examples/mpi: mpirun through `corral rsh`, mpi4py) succeeds. Its Python
 #      environment is built with uv; offline, point UV_FIND_LINKS at a directory of wheels
-#      (mpi4py, numpy) and set UV_OFFLINE=1.
+#      (mpi4py, numpy) and set UV_OFFLINE=1;
+#   9. serving (issue 37): a training job of a lower JobPriorityClass holds every GPU; a
+#      ServedModel of a higher class (a torch model server on the standard library) preempts
+#      it, answers through the router on cuda, and once the model is deleted the training
+#      job runs again.
 # A second GPU job submitted while the first holds the GPU waits ("no GPUs are free"), then
 # runs with CUDA_VISIBLE_DEVICES set. The doctor may warn of one thing only: no container
 # runtime, where neither podman nor docker is installed (the check says so).
@@ -110,6 +114,19 @@ if [ -n "${PASS_ENV:-}" ]; then
     printf 'apiVersion: corral.dev/v1alpha1\nkind: CorralConfig\npassEnv: [%s]\n' "$PASS_ENV" >"$work/corral.yaml"
     echo "passEnv: [$PASS_ENV]"
 fi
+# Check 9's classes: serving above training.
+cat >>"$work/corral.yaml" <<'EOF'
+---
+apiVersion: corral.dev/v1alpha1
+kind: JobPriorityClass
+metadata: {name: gpu-check-serving}
+spec: {value: 1000}
+---
+apiVersion: corral.dev/v1alpha1
+kind: JobPriorityClass
+metadata: {name: gpu-check-training}
+spec: {value: 100}
+EOF
 "$BIN" up --data-dir "$data" --listen "127.0.0.1:$port" --config "$work/corral.yaml" >"$work/server.log" 2>&1 &
 pid=$!
 for _ in $(seq 1 200); do
@@ -390,6 +407,71 @@ if command -v mpirun >/dev/null && command -v uv >/dev/null; then
 else
     fail "the MPI example (mpirun and uv are needed on this machine: apt-get install openmpi-bin; pip install uv)"
 fi
+
+echo "== 9. a served torch model on the GPU takes it from a training job of a lower class"
+mkdir -p "$work/serving"
+cat >"$work/serving/torch_server.py" <<'EOF'
+import json, os, torch
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+w = torch.randn(4, 4, device="cuda")
+
+
+class Handler(BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.path == "/healthz":
+            body = b"ok"
+        else:
+            y = (w @ torch.ones(4, 1, device="cuda")).sum().item()
+            body = json.dumps({"device": str(w.device), "gpu": torch.cuda.get_device_name(0),
+                               "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                               "y": y}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), Handler).serve_forever()
+EOF
+cat >"$work/serving/model.yaml" <<EOF
+apiVersion: corral.dev/v1alpha1
+kind: ServedModel
+metadata: {name: gpu-model}
+spec:
+  template:
+    command: ["$PY", torch_server.py]
+  resources: {cpu: "1", memory: 8Gi, gpu: 1, gpuTypes: [$GPU_TYPE]}
+  priorityClass: gpu-check-serving
+  readiness: {path: /healthz, periodSeconds: 1}
+  autoscaling: {minReplicas: 1, maxReplicas: 1}
+EOF
+# Every GPU of the machine in one replica of the lower class, multiplying for ten minutes.
+matmul_job low-train "$GPU_TYPE" 600 | sed \
+    -e "s/gpu: 1, gpuTypes/gpu: $gpus, gpuTypes/" \
+    -e 's/^spec:$/spec:\n  priorityClass: gpu-check-training/' >"$work/low-train.yaml"
+"$BIN" submit "$work/low-train.yaml"
+check "a training job of a lower class holds every GPU" wait_state low-train Running 60
+"$BIN" submit --code "$work/serving" "$work/serving/model.yaml"
+model_answers() { # through the router (a request waits out the cold start), on cuda
+    get "$server/serve/default/gpu-model/predict" >"$work/predict.json" || return 1
+    cat "$work/predict.json"; echo
+    "$PY" -c 'import json,sys; r=json.load(open(sys.argv[1])); sys.exit(0 if r["device"].startswith("cuda") else 1)' "$work/predict.json"
+}
+check "the served model of a higher class answers through the router on the GPU" model_answers
+preempted() {
+    "$BIN" describe low-train >"$work/low-train.txt"
+    grep -q Preempted "$work/low-train.txt" && [ "$(job_state low-train)" != Running ]
+}
+check "the training job gave the GPU up (preempted, back in its queue)" preempted
+"$BIN" describe servedmodel gpu-model | head -20
+"$BIN" delete servedmodel gpu-model
+check "once the model is deleted, the training job runs again" wait_state low-train Running 120
+"$BIN" delete low-train
 
 echo
 echo "== summary ($work)"
