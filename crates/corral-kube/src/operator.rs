@@ -645,6 +645,7 @@ async fn run(args: OperatorArgs) -> Result<(), OperatorError> {
             .with_layer(&FenceLayer(fence.clone()))
             .build();
         health.set_leading(true);
+        crate::leader::label_own_pod(&fenced, &args.lease_namespace, &args.identity, true).await;
         tokio::select! {
             _ = lead(&args, &fenced, &fence, &metrics, &health, &served, stop.clone()) => {}
             _ = fence.lost() => tracing::warn!(
@@ -658,6 +659,10 @@ async fn run(args: OperatorArgs) -> Result<(), OperatorError> {
         // A standby routes nothing: its table would go stale.
         served.reads.router().serve_only(Vec::new());
         if *stop.borrow() {
+            // Within this term, through its fence (the Lease is given up below): the
+            // router's Service goes to the next leader.
+            crate::leader::label_own_pod(&fenced, &args.lease_namespace, &args.identity, false)
+                .await;
             break;
         }
         if fence.permits_now() {

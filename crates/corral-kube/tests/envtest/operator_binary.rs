@@ -24,6 +24,26 @@ pub(crate) async fn operator_binary(env: &Env) {
     namespace(env, ns).await;
     let kc = env.dir.join("operator.kubeconfig");
     std::fs::write(&kc, kubeconfig(&env.url, OPERATOR_TOKEN)).expect("kubeconfig");
+    // The pod the operator runs in (POD_NAME is its identity): the leader labels it, for
+    // the router's Service.
+    let own: Api<k8s_openapi::api::core::v1::Pod> =
+        Api::namespaced(env.admin.clone(), "corral-system");
+    own.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "metadata": {"name": "envtest-op", "labels": {"app.kubernetes.io/name": "corral-operator"}},
+            "spec": {"containers": [{"name": "operator", "image": "corral:test"}]},
+        }))
+        .expect("pod"),
+    )
+    .await
+    .expect("the operator's own pod");
+    let leader_label = |p: &k8s_openapi::api::core::v1::Pod| {
+        p.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(corral_kube::leader::LEADER_LABEL).cloned())
+    };
     let port = free_port();
     let serving_port = free_port();
     let mut child = spawn(
@@ -107,6 +127,13 @@ pub(crate) async fn operator_binary(env: &Env) {
         .spec
         .and_then(|s| s.holder_identity);
     assert_eq!(holder.as_deref(), Some("envtest-op"));
+    let mine = own.get("envtest-op").await.expect("own pod");
+    assert_eq!(
+        leader_label(&mine).as_deref(),
+        Some("true"),
+        "{:?}",
+        mine.metadata
+    );
     // Done: free its GPUs, stop the operator as Kubernetes does (SIGTERM).
     for p in &bound {
         kubelet_phase(
@@ -151,6 +178,12 @@ pub(crate) async fn operator_binary(env: &Env) {
     }
     let _ = child.wait();
     assert!(stopped, "the operator did not stop on SIGTERM");
+    let mine = own.get("envtest-op").await.expect("own pod");
+    assert_eq!(
+        leader_label(&mine),
+        None,
+        "a stopped operator leaves its pod labelled leader"
+    );
 }
 
 /// The running operator's watches move a PipelineRun on by themselves: its one step's job
