@@ -445,7 +445,7 @@ pub async fn install_corral(client: &Client) -> Result<(), String> {
     namespace(client, "corral-system").await?;
     apply_yaml(client, "deploy/crds.yaml", DEPLOY_CRDS).await?;
     apply_yaml(client, "deploy/rbac.yaml", DEPLOY_RBAC).await?;
-    for plural in ["trainingjobs", "queues", "nodepools"] {
+    for plural in ["trainingjobs", "queues", "nodepools", "servedmodels"] {
         served(client, "corral.dev", "v1alpha1", plural).await?;
     }
     Ok(())

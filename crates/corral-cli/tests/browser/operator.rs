@@ -1,8 +1,9 @@
 //! The dashboard as the operator serves it, in real Chromium: a real kube-apiserver
 //! (`corral_kube::testenv`, as the operator's envtest suite), the operator binary as
 //! deployed (`CORRAL_OPERATOR_BIN`), and a token of a service account that RBAC lets list
-//! one namespace's TrainingJobs: the page shows that namespace's jobs and why one waits, a
-//! suspend from the page suspends it, and nothing of another namespace appears.
+//! one namespace's TrainingJobs: the page shows that namespace's jobs and why one waits, its
+//! served model with its revision and replica, a suspend from the page suspends it, and
+//! nothing of another namespace appears.
 
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
@@ -84,6 +85,27 @@ async fn setup(env: &Env) -> Result<String, String> {
             .create(&PostParams::default(), &job)
             .await
             .map_err(|e| format!("{ns}/{name}: {e}"))?;
+    }
+    // A served model in each namespace (their replicas wait for a kubelet: none here).
+    for (ns, name) in [("team-b", "secret-model"), ("team-a", "model-a")] {
+        let model = serde_json::from_value(json!({
+            "apiVersion": "corral.dev/v1alpha1", "kind": "ServedModel",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"template": {"image": "models/tiny:1", "command": ["python3", "serve.py"]},
+                     "resources": {"cpu": "100m", "memory": "64Mi"}},
+        }))
+        .map_err(|e| e.to_string())?;
+        dynamic(
+            env,
+            ns,
+            "corral.dev",
+            "v1alpha1",
+            "ServedModel",
+            "servedmodels",
+        )
+        .create(&PostParams::default(), &model)
+        .await
+        .map_err(|e| format!("{ns}/{name}: {e}"))?;
     }
     let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> =
         Api::namespaced(env.admin.clone(), "team-a");
@@ -248,7 +270,14 @@ pub(super) fn the_operator_serves_the_dashboard_walled_by_rbac() -> TestResult {
         "return document.querySelector('[data-job=\"team-a/mine\"]') && document.querySelector('[data-job=\"team-a/waits\"]')",
     )?;
     b.screenshot("operator-jobs")?;
-    for page in ["/#/jobs", "/#/", "/#/queues", "/#/nodes", "/#/usage"] {
+    for page in [
+        "/#/jobs",
+        "/#/",
+        "/#/queues",
+        "/#/nodes",
+        "/#/usage",
+        "/#/serving",
+    ] {
         b.goto(&format!("{base}{page}"))?;
         b.wait(
             &format!("{page} rendered"),
@@ -269,6 +298,21 @@ pub(super) fn the_operator_serves_the_dashboard_walled_by_rbac() -> TestResult {
             b.screenshot("operator-nodes")?;
         }
     }
+    // Its served model: listed, and its page shows its revision and its replica's job.
+    b.goto(&format!("{base}/#/serving"))?;
+    b.wait(
+        "team-a's model on the serving page",
+        "return document.querySelector('#models a[href=\"#/serving/team-a/model-a\"]')",
+    )?;
+    b.click("#models a[href=\"#/serving/team-a/model-a\"]")?;
+    b.wait(
+        "its revision and its replica",
+        "return document.querySelector('#revisions tr[data-revision=\"model-a-00001\"]')
+           && [...document.querySelectorAll('#model-replicas tbody tr')]
+                .some(r => r.innerText.includes('model-a-serving-0')
+                           && r.innerText.includes('model-a-00001'))",
+    )?;
+    b.screenshot("operator-served-model")?;
     // The waiting job's page says why, in the scheduler's words.
     b.goto(&format!("{base}/#/jobs/team-a/waits"))?;
     b.wait(

@@ -14,7 +14,7 @@ use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use corral_api::served_model::serving_replica_of;
+use corral_api::served_model::{serving_replica_of, serving_revision_of};
 
 use super::access::{Refusal, Target};
 use super::{ReadApi, answer, items};
@@ -75,7 +75,8 @@ pub(super) async fn get(
                 let seen = rotation.iter().find(|r| r.name == j.metadata.name);
                 json!({
                     "job": j.metadata.name,
-                    "revision": seen.map(|r| r.revision.as_str()),
+                    // The job's own label: known before the router reaches the replica.
+                    "revision": serving_revision_of(j),
                     "state": j.status.as_ref().and_then(|s| s.phase),
                     "ready": seen.is_some_and(|r| r.ready),
                     "outstanding": seen.map_or(0, |r| r.outstanding),
