@@ -306,6 +306,51 @@ pub async fn run_election(
     }
 }
 
+/// Label on the leading operator's pod: the Service of the served models' router
+/// (`corral-serving`, deploy/operator.yaml) selects it, since only the leader routes.
+pub const LEADER_LABEL: &str = "corral.dev/leader";
+
+/// Marks this replica's pod (`namespace/pod`, from POD_NAMESPACE and POD_NAME) as the
+/// leader's, or no longer. Taking the lead, it also takes the label from any other pod of
+/// the namespace (a deposed leader writes nothing once its term ended: its successor does
+/// it). Outside a pod (a binary run by hand) there is none to mark: said at debug level. A
+/// failure is logged; leading goes on.
+pub async fn label_own_pod(client: &Client, namespace: &str, pod: &str, leading: bool) {
+    use kube::api::{ListParams, Patch, PatchParams};
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), namespace);
+    let patch =
+        |value: Option<&str>| serde_json::json!({"metadata": {"labels": {LEADER_LABEL: value}}});
+    if leading {
+        let others = pods
+            .list(&ListParams::default().labels(&format!("{LEADER_LABEL}=true")))
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default();
+        for other in others {
+            let Some(name) = other.metadata.name.filter(|n| n != pod) else {
+                continue;
+            };
+            if let Err(e) = pods
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch(None)))
+                .await
+            {
+                tracing::warn!("taking {LEADER_LABEL} from pod {namespace}/{name}: {e}");
+            }
+        }
+    }
+    let value = leading.then_some("true");
+    match pods
+        .patch(pod, &PatchParams::default(), &Patch::Merge(&patch(value)))
+        .await
+    {
+        Ok(_) => tracing::info!(leading, "pod {namespace}/{pod} labelled {LEADER_LABEL}"),
+        Err(Error::Api(s)) if s.code == 404 => {
+            tracing::debug!("no pod {namespace}/{pod} to label {LEADER_LABEL}")
+        }
+        Err(e) => tracing::warn!("labelling pod {namespace}/{pod} {LEADER_LABEL}: {e}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -349,50 +394,5 @@ mod tests {
             decide(Some(&lease("", t0, 15)), "a", later(1)),
             LeaseDecision::Acquire
         );
-    }
-}
-
-/// Label on the leading operator's pod: the Service of the served models' router
-/// (`corral-serving`, deploy/operator.yaml) selects it, since only the leader routes.
-pub const LEADER_LABEL: &str = "corral.dev/leader";
-
-/// Marks this replica's pod (`namespace/pod`, from POD_NAMESPACE and POD_NAME) as the
-/// leader's, or no longer. Taking the lead, it also takes the label from any other pod of
-/// the namespace (a deposed leader writes nothing once its term ended: its successor does
-/// it). Outside a pod (a binary run by hand) there is none to mark: said at debug level. A
-/// failure is logged; leading goes on.
-pub async fn label_own_pod(client: &Client, namespace: &str, pod: &str, leading: bool) {
-    use kube::api::{ListParams, Patch, PatchParams};
-    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), namespace);
-    let patch =
-        |value: Option<&str>| serde_json::json!({"metadata": {"labels": {LEADER_LABEL: value}}});
-    if leading {
-        let others = pods
-            .list(&ListParams::default().labels(&format!("{LEADER_LABEL}=true")))
-            .await
-            .map(|l| l.items)
-            .unwrap_or_default();
-        for other in others {
-            let Some(name) = other.metadata.name.filter(|n| n != pod) else {
-                continue;
-            };
-            if let Err(e) = pods
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch(None)))
-                .await
-            {
-                tracing::warn!("taking {LEADER_LABEL} from pod {namespace}/{name}: {e}");
-            }
-        }
-    }
-    let value = leading.then_some("true");
-    match pods
-        .patch(pod, &PatchParams::default(), &Patch::Merge(&patch(value)))
-        .await
-    {
-        Ok(_) => tracing::info!(leading, "pod {namespace}/{pod} labelled {LEADER_LABEL}"),
-        Err(Error::Api(s)) if s.code == 404 => {
-            tracing::debug!("no pod {namespace}/{pod} to label {LEADER_LABEL}")
-        }
-        Err(e) => tracing::warn!("labelling pod {namespace}/{pod} {LEADER_LABEL}: {e}"),
     }
 }

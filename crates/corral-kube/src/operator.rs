@@ -890,6 +890,7 @@ async fn lead(
         crate::serving::ServingConfig {
             port: args.serving_port,
             build: cfg.build.clone(),
+            artifacts_claim: args.artifacts_claim.clone(),
         },
         notify.clone(),
         &mut tasks.0,
@@ -949,7 +950,13 @@ async fn lead(
         written.jobs.extend(pipelines.written.jobs);
         written.pods.extend(pipelines.written.pods);
         let serving = models
-            .pass(&world, &applier, served.reads.router(), Timestamp::now())
+            .pass(
+                &world,
+                &runs.current(),
+                &applier,
+                served.reads.router(),
+                Timestamp::now(),
+            )
             .await;
         for e in &serving.report.errors {
             tracing::warn!("serving: {e}");

@@ -149,11 +149,17 @@ pub fn check_served_model(object: &Value, opts: &BuildOptions) -> Verdict {
     let Ok(model) = serde_json::from_value::<ServedModel>(doc) else {
         return verdict;
     };
-    if model.spec.model.is_some() {
+    if model
+        .spec
+        .model
+        .as_ref()
+        .is_some_and(|m| m.pipeline_run.is_none())
+    {
         verdict.errors.push(FieldError::new(
-            "spec.model",
-            "serving a TrainingJob's output is embedded only for now; on Kubernetes the \
-             replica's image (or a volume in spec.template.podTemplate) holds the model",
+            "spec.model.trainingJob",
+            "serving a TrainingJob's output is embedded only for now; on Kubernetes serve a \
+             pipeline step's artifact (spec.model.pipelineRun, step, output), or put the model \
+             in the image",
         ));
     }
     let job = replica_job(&model, 0);

@@ -621,7 +621,10 @@ fn step_job(run: &PipelineRun, launch: &StepLaunch, cfg: &PipelineConfig) -> Run
 
 /// Adds the claim, its mount in the main container (the one without an image, as the pod
 /// build reads it) and an init container that makes `dirs` to a pod template's JSON.
-fn with_artifacts(template: &mut Map<String, Value>, dirs: &[String], cfg: &PipelineConfig) {
+/// The namespace's artifact claim (`claim`) mounted at [`ARTIFACTS_MOUNT`] in the main
+/// container of a pod template: read-write for a step, read-only for a served model's
+/// replica that serves a step's artifact.
+pub(crate) fn mount_claim(template: &mut Map<String, Value>, claim: &str, read_only: bool) {
     let spec = template
         .entry("spec")
         .or_insert_with(|| json!({}))
@@ -629,7 +632,12 @@ fn with_artifacts(template: &mut Map<String, Value>, dirs: &[String], cfg: &Pipe
     let Some(spec) = spec else {
         return;
     };
-    push(spec, "volumes", artifacts_volume(cfg));
+    let mut volume =
+        json!({"name": ARTIFACTS_VOLUME, "persistentVolumeClaim": {"claimName": claim}});
+    if read_only {
+        volume["persistentVolumeClaim"]["readOnly"] = json!(true);
+    }
+    push(spec, "volumes", volume);
     let containers = spec.entry("containers").or_insert_with(|| json!([]));
     if let Some(list) = containers.as_array_mut() {
         let main = match list.iter().position(|c| c.get("image").is_none()) {
@@ -640,9 +648,20 @@ fn with_artifacts(template: &mut Map<String, Value>, dirs: &[String], cfg: &Pipe
             }
         };
         if let Some(c) = list[main].as_object_mut() {
-            push(c, "volumeMounts", artifacts_mount());
+            let mut mount = artifacts_mount();
+            if read_only {
+                mount["readOnly"] = json!(true);
+            }
+            push(c, "volumeMounts", mount);
         }
     }
+}
+
+fn with_artifacts(template: &mut Map<String, Value>, dirs: &[String], cfg: &PipelineConfig) {
+    mount_claim(template, &cfg.claim, false);
+    let Some(spec) = template.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
     if !dirs.is_empty() {
         let mut command = vec!["corral".to_string(), "artifacts".into(), "prepare".into()];
         command.extend(dirs.iter().cloned());

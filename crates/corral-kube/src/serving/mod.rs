@@ -12,8 +12,12 @@
 //!   `revision_hash`. A change of what the replicas run makes the next one; the stable
 //!   revision is `status.stableRevision`.
 //!
-//! Pure: [`plan`] reads the models, their revisions, the operator's [`World`] and what the
-//! router saw, and returns [`ServingAction`]s and the router's table; [`apply`] writes the
+//! - `spec.model` names a pipeline run's step output (on the namespace's artifact claim, as
+//!   pipelines keep them): resolved when the spec changes, by the core's
+//!   `resolve_model_from_run`, pinned in the revision, and mounted read-only in its replicas.
+//!
+//! Pure: [`plan`] reads the models, their revisions, the pipeline runs, the operator's
+//! [`World`] and what the router saw, and returns [`ServingAction`]s and the router's table; [`apply`] writes the
 //! actions, [`watch`] runs both in the operator.
 
 pub mod apply;
@@ -31,14 +35,15 @@ use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use kube::api::ObjectMeta;
 use serde_json::{Value, json};
 
+use corral_api::PipelineRun;
 use corral_api::served_model::{
-    SERVED_MODEL_LABEL, ServedModel, ServedModelStatus, replica_job_name, revision_name,
-    revision_replica_job, serving_replica_of, serving_revision_of,
+    MODEL_ORIGIN_ANNOTATION, ModelOrigin, SERVED_MODEL_LABEL, ServedModel, ServedModelStatus,
+    replica_job_name, revision_name, revision_replica_job, serving_replica_of, serving_revision_of,
 };
 use corral_api::training_job::JobState;
 use corral_core::control::serving::{
-    LoadSample, ModelView, ReplicaAction, ReplicaJob, Serving, ServingObservation, revision_hash,
-    revision_views,
+    LoadSample, ModelView, ReplicaAction, ReplicaJob, Serving, ServingObservation,
+    resolve_model_from_run, revision_hash, revision_views,
 };
 use corral_router::{ModelTarget, ReplicaTarget};
 
@@ -62,6 +67,9 @@ pub struct ServingConfig {
     pub port: u16,
     /// How the operator builds pods (the replicas' checks use it).
     pub build: BuildOptions,
+    /// The PersistentVolumeClaim of pipeline artifacts (`--artifacts-claim`): mounted
+    /// read-only in the replicas of a model that serves a step's artifact.
+    pub artifacts_claim: String,
 }
 
 /// One write of the serving plan.
@@ -200,6 +208,16 @@ fn replica_job_action(
 ) -> ServingAction {
     let mut job = revision_replica_job(&revision.model, &revision.name, index);
     job.spec.port = Some(cfg.port);
+    // A step's artifact is served from the claim it is on (its path in $CORRAL_MODEL_PATH).
+    if ModelOrigin::of(&revision.model.metadata.annotations).is_some() {
+        for replica in job.spec.replicas.values_mut() {
+            let t = replica
+                .template
+                .pod_template
+                .get_or_insert_with(serde_json::Map::new);
+            crate::pipelines::mount_claim(t, &cfg.artifacts_claim, true);
+        }
+    }
     let namespace = model.metadata.namespace_or_default().to_string();
     job.metadata.namespace = Some(namespace.clone());
     let name = job.metadata.name.clone();
@@ -212,6 +230,52 @@ fn replica_job_action(
         name,
         job: value,
     }
+}
+
+fn without_origin(annotations: &BTreeMap<String, String>) -> BTreeMap<&str, &str> {
+    annotations
+        .iter()
+        .filter(|(k, _)| *k != MODEL_ORIGIN_ANNOTATION)
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect()
+}
+
+/// The step artifact `source` names, as the core resolves it, with the hash the run
+/// recorded for that output (on Kubernetes the operator does not read the claim: a path
+/// inside the output is pinned by the output's hash, and its existence is the replica's
+/// to find). Refused in the core's words otherwise.
+fn origin_of(
+    source: &corral_api::served_model::ModelSource,
+    namespace: &str,
+    runs: &[Arc<PipelineRun>],
+) -> Result<ModelOrigin, String> {
+    let run = source.pipeline_run.as_deref().and_then(|name| {
+        runs.iter()
+            .find(|r| r.metadata.namespace_or_default() == namespace && r.metadata.name == name)
+    });
+    let records: Vec<(String, String)> = run
+        .and_then(|r| r.status.as_ref())
+        .map(|s| {
+            s.steps
+                .values()
+                .flat_map(|st| st.outputs.values())
+                .map(|a| (a.path.clone(), a.sha256.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut hash = |path: &str| {
+        records
+            .iter()
+            .find(|(p, _)| path == p || path.starts_with(&format!("{p}/")))
+            .map(|(_, h)| h.clone())
+    };
+    let mut origin = resolve_model_from_run(source, namespace, run.map(|r| r.as_ref()), &mut hash)
+        .map_err(|p| format!("Invalid: {}: {}", p.path, p.message))?;
+    // The run, not a later one of the same name.
+    if let Some(uid) = run.and_then(|r| r.metadata.uid.clone()) {
+        origin.uid = uid;
+    }
+    Ok(origin)
 }
 
 /// Whether `next` says something `last` does not (its last request time only counts when
@@ -229,17 +293,29 @@ fn worth_writing(last: Option<&ServedModelStatus>, next: &ServedModelStatus) -> 
     moved || without != *last
 }
 
+/// What one serving pass reads.
+#[derive(Clone, Copy)]
+pub struct Seen<'a> {
+    pub models: &'a [Arc<ServedModel>],
+    /// The ControllerRevisions labelled with a model's name.
+    pub revisions: &'a [Arc<ControllerRevision>],
+    /// The PipelineRuns (a model may serve a step's artifact).
+    pub runs: &'a [Arc<PipelineRun>],
+    pub world: &'a World,
+    /// What the router saw of each model since the last pass.
+    pub observed: &'a BTreeMap<String, ServingObservation>,
+}
+
 /// Every model's decision now: revisions to make or retire, replicas to make or remove,
 /// statuses to write, and where the router finds each model's replicas.
-pub fn plan(
-    models: &[Arc<ServedModel>],
-    revisions: &[Arc<ControllerRevision>],
-    world: &World,
-    observed: &BTreeMap<String, ServingObservation>,
-    serving: &mut Serving,
-    cfg: &ServingConfig,
-    now: Timestamp,
-) -> Plan {
+pub fn plan(seen: Seen<'_>, serving: &mut Serving, cfg: &ServingConfig, now: Timestamp) -> Plan {
+    let Seen {
+        models,
+        revisions,
+        runs,
+        world,
+        observed,
+    } = seen;
     let mut out = Plan::default();
     // Replica jobs and pods by model and job, once.
     let mut jobs_of: HashMap<String, Vec<&corral_api::TrainingJob>> = HashMap::new();
@@ -271,24 +347,43 @@ pub fn plan(
             &serde_json::to_value(model.as_ref()).unwrap_or(Value::Null),
             &cfg.build,
         );
-        let message = (!verdict.errors.is_empty()).then(|| {
+        let mut message = (!verdict.errors.is_empty()).then(|| {
             let fields: Vec<String> = verdict.errors.iter().map(ToString::to_string).collect();
             format!("Invalid: {}", fields.join("; "))
         });
-        // What the spec says now is a revision once it can run.
-        if message.is_none() {
-            let hash = revision_hash(model);
-            if kept.last().is_none_or(|l| l.hash != hash) {
+        // What the spec says now is a revision once it can run; a model served from a
+        // step's artifact is pinned to it when the spec changes (as a submit pins it
+        // embedded), not each pass.
+        let unchanged = kept.last().is_some_and(|l| {
+            l.model.spec == model.spec
+                && without_origin(&l.model.metadata.annotations)
+                    == without_origin(&model.metadata.annotations)
+        });
+        if message.is_none() && !unchanged {
+            let mut next = model.as_ref().clone();
+            if let Some(source) = &model.spec.model {
+                match origin_of(source, &ns, runs) {
+                    Ok(origin) => {
+                        next.metadata.annotations.insert(
+                            MODEL_ORIGIN_ANNOTATION.to_string(),
+                            serde_json::to_string(&origin).unwrap_or_default(),
+                        );
+                    }
+                    Err(why) => message = Some(why),
+                }
+            }
+            if message.is_none() {
+                let hash = revision_hash(&next);
                 let number = kept.last().map_or(1, |l| l.number + 1);
                 out.actions.push(ServingAction::CreateRevision {
                     namespace: ns.clone(),
-                    revision: Box::new(revision_object(model, number, &hash)),
+                    revision: Box::new(revision_object(&next, number, &hash)),
                 });
                 kept.push(Kept {
                     number,
                     name: revision_name(&name, number),
                     hash,
-                    model: model.as_ref().clone(),
+                    model: next,
                 });
             }
         }
@@ -380,7 +475,8 @@ pub fn plan(
                 });
             }
         }
-        let mut status = decision.status(&ns, &name, &latest.name, None, |r| {
+        let origin = ModelOrigin::of(&latest.model.metadata.annotations);
+        let mut status = decision.status(&ns, &name, &latest.name, origin, |r| {
             kept.iter().find(|x| x.name == r).map(|x| x.hash.clone())
         });
         status.message = message;

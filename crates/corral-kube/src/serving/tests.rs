@@ -6,6 +6,7 @@ use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
+use corral_api::served_model::{MODEL_ORIGIN_ANNOTATION, ModelOrigin};
 use corral_api::{ServedModel, TrainingJob};
 use corral_core::control::serving::{Serving, ServingObservation};
 
@@ -15,6 +16,7 @@ fn cfg() -> ServingConfig {
     ServingConfig {
         port: 8080,
         build: BuildOptions::default(),
+        artifacts_claim: "corral-artifacts".into(),
     }
 }
 
@@ -78,11 +80,24 @@ fn decide(
     world: &World,
     serving: &mut Serving,
 ) -> Plan {
+    decide_with_runs(models, revisions, &[], world, serving)
+}
+
+fn decide_with_runs(
+    models: &[Arc<ServedModel>],
+    revisions: &[Arc<ControllerRevision>],
+    runs: &[Arc<corral_api::PipelineRun>],
+    world: &World,
+    serving: &mut Serving,
+) -> Plan {
     plan(
-        models,
-        revisions,
-        world,
-        &BTreeMap::new(),
+        Seen {
+            models,
+            revisions,
+            runs,
+            world,
+            observed: &BTreeMap::new(),
+        },
         serving,
         &cfg(),
         now(),
@@ -277,13 +292,143 @@ fn a_model_gone_is_forgotten_by_the_router_table() {
     let mut serving = Serving::new();
     let observed = BTreeMap::from([("ml/gone".to_string(), ServingObservation::default())]);
     let p = plan(
-        &[],
-        &[],
-        &World::default(),
-        &observed,
+        Seen {
+            models: &[],
+            revisions: &[],
+            runs: &[],
+            world: &World::default(),
+            observed: &observed,
+        },
         &mut serving,
         &cfg(),
         now(),
     );
     assert!(p.targets.is_empty() && p.actions.is_empty());
+}
+
+fn succeeded_run() -> Arc<corral_api::PipelineRun> {
+    Arc::new(
+        serde_json::from_value(json!({
+            "apiVersion": "corral.dev/v1alpha1", "kind": "PipelineRun",
+            "metadata": {"name": "r1", "namespace": "ml", "uid": "uid-r1"},
+            "spec": {"pipelineSpec": {"steps": [{"name": "train", "outputs": ["model"],
+                     "task": {"image": "busybox", "command": ["true"]}}]}},
+            "status": {"phase": "Succeeded", "steps": {"train": {"phase": "Succeeded",
+                "outputs": {"model": {"path": "/corral/artifacts/r1/train/model",
+                                      "sha256": "sha256:abc"}}}}},
+        }))
+        .expect("run"),
+    )
+}
+
+fn model_from_run() -> Arc<ServedModel> {
+    let mut m = (*model(Some("models/server:1"), "serve()", None)).clone();
+    m.spec.model = serde_json::from_value(
+        json!({"pipelineRun": "r1", "step": "train", "output": "model", "path": "w.json"}),
+    )
+    .ok();
+    Arc::new(m)
+}
+
+#[test]
+fn a_steps_artifact_is_pinned_and_mounted_read_only_in_the_replicas() {
+    let mut serving = Serving::new();
+    let p = decide_with_runs(
+        &[model_from_run()],
+        &[],
+        &[succeeded_run()],
+        &World::default(),
+        &mut serving,
+    );
+    let r = kept(&p.actions);
+    let data = &r.data.as_ref().expect("data").0;
+    let origin: ModelOrigin = serde_json::from_str(
+        data["metadata"]["annotations"][MODEL_ORIGIN_ANNOTATION]
+            .as_str()
+            .expect("pinned"),
+    )
+    .expect("origin");
+    assert_eq!(origin.path, "/corral/artifacts/r1/train/model/w.json");
+    assert_eq!(
+        (origin.uid.as_str(), origin.sha256.as_str()),
+        ("uid-r1", "sha256:abc")
+    );
+    assert_eq!(origin.pipeline_run.as_deref(), Some("r1"));
+    let job = p
+        .actions
+        .iter()
+        .find_map(|a| match a {
+            ServingAction::CreateJob { job, .. } => Some(job.clone()),
+            _ => None,
+        })
+        .expect("a replica");
+    let worker = &job["spec"]["replicas"]["worker"]["template"];
+    assert!(
+        worker["env"]
+            .as_array()
+            .expect("env")
+            .iter()
+            .any(|v| v["name"] == "CORRAL_MODEL_PATH"
+                && v["value"] == "/corral/artifacts/r1/train/model/w.json"),
+        "{worker}"
+    );
+    let pod = &worker["podTemplate"]["spec"];
+    assert_eq!(
+        pod["volumes"][0]["persistentVolumeClaim"]["claimName"],
+        "corral-artifacts"
+    );
+    assert_eq!(pod["volumes"][0]["persistentVolumeClaim"]["readOnly"], true);
+    assert_eq!(
+        pod["containers"][0]["volumeMounts"][0]["readOnly"], true,
+        "{pod}"
+    );
+    let status = p
+        .actions
+        .iter()
+        .find_map(|a| match a {
+            ServingAction::Status { status, .. } => Some(status.clone()),
+            _ => None,
+        })
+        .expect("status");
+    assert_eq!(
+        status.model.as_ref().map(|o| o.path.as_str()),
+        Some(origin.path.as_str())
+    );
+
+    // The run deleted later: the pinned revision serves on, nothing is said against it.
+    let p = decide_with_runs(
+        &[model_from_run()],
+        &[r],
+        &[],
+        &World::default(),
+        &mut serving,
+    );
+    assert!(
+        !p.actions
+            .iter()
+            .any(|a| matches!(a, ServingAction::CreateRevision { .. })),
+        "{:?}",
+        p.actions
+    );
+    assert!(
+        p.models[0]
+            .status
+            .as_ref()
+            .is_some_and(|s| s.message.is_none())
+    );
+}
+
+#[test]
+fn a_missing_run_is_said_at_its_field_and_makes_nothing() {
+    let mut serving = Serving::new();
+    let p = decide(&[model_from_run()], &[], &World::default(), &mut serving);
+    assert_eq!(p.actions.len(), 1, "{:?}", p.actions);
+    let ServingAction::Status { status, .. } = &p.actions[0] else {
+        panic!("{:?}", p.actions);
+    };
+    let message = status.message.as_deref().unwrap_or_default();
+    assert!(
+        message.starts_with("Invalid: spec.model.pipelineRun: there is no PipelineRun `r1`"),
+        "{message}"
+    );
 }

@@ -113,6 +113,7 @@ impl Models {
     pub async fn pass(
         &self,
         world: &World,
+        runs: &[Arc<corral_api::PipelineRun>],
         applier: &Applier,
         router: &corral_router::Router,
         now: Timestamp,
@@ -134,10 +135,13 @@ impl Models {
         let decided = {
             let mut serving = self.serving.lock().unwrap_or_else(|e| e.into_inner());
             plan(
-                &models,
-                &revisions,
-                world,
-                &observed,
+                super::Seen {
+                    models: &models,
+                    revisions: &revisions,
+                    runs,
+                    world,
+                    observed: &observed,
+                },
                 &mut serving,
                 &self.cfg,
                 now,
