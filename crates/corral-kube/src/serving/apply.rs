@@ -148,6 +148,64 @@ pub async fn apply(applier: &Applier, actions: &[ServingAction]) -> ApplyReport 
     out
 }
 
+/// One serving pass from lists (the tests' and tools' way, without watches): the models,
+/// their revisions, the runs and the world read now, decided with `serving`, applied.
+pub async fn reconcile_once(
+    applier: &Applier,
+    serving: &mut corral_core::control::serving::Serving,
+    router: &corral_router::Router,
+    cfg: &super::ServingConfig,
+    now: jiff::Timestamp,
+) -> Result<(Vec<ServingAction>, ApplyReport), Error> {
+    use std::sync::Arc;
+    let world = crate::operator::observe_api(&applier.client).await?;
+    let list = kube::api::ListParams::default();
+    fn decode_all<T: serde::de::DeserializeOwned>(items: Vec<DynamicObject>) -> Vec<Arc<T>> {
+        items
+            .iter()
+            .filter_map(|o| dynamic_objects::decode(o).ok().map(Arc::new))
+            .collect()
+    }
+    let models: Vec<Arc<corral_api::ServedModel>> = decode_all(
+        Api::<DynamicObject>::all_with(applier.client.clone(), &dynamic_objects::served_models())
+            .list(&list)
+            .await?
+            .items,
+    );
+    let runs: Vec<Arc<corral_api::PipelineRun>> = decode_all(
+        Api::<DynamicObject>::all_with(applier.client.clone(), &dynamic_objects::pipeline_runs())
+            .list(&list)
+            .await?
+            .items,
+    );
+    let revisions: Vec<Arc<ControllerRevision>> =
+        Api::<ControllerRevision>::all(applier.client.clone())
+            .list(
+                &kube::api::ListParams::default()
+                    .labels(corral_api::served_model::SERVED_MODEL_LABEL),
+            )
+            .await?
+            .items
+            .into_iter()
+            .map(Arc::new)
+            .collect();
+    let decided = super::plan(
+        super::Seen {
+            models: &models,
+            revisions: &revisions,
+            runs: &runs,
+            world: &world,
+            observed: &router.observations(),
+        },
+        serving,
+        cfg,
+        now,
+    );
+    router.serve_only(decided.targets);
+    let report = apply(applier, &decided.actions).await;
+    Ok((decided.actions, report))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -229,6 +229,8 @@ pub(crate) async fn pipeline_runs(env: &Env, op: &Operator) {
     }
     assert!(job(env, ns, "r2-produce").await.is_none());
 
+    served_from_a_step(env, op, ns, &run_of(env, ns, "r1").await).await;
+
     // A pipeline the `kfp` package compiled, as `corral convert FILE | kubectl create -f -`
     // sends it (generateName kept): taken as it is, its first step started.
     let text = std::fs::read_to_string(
@@ -385,4 +387,97 @@ async fn restricted_namespace_takes_the_artifact_pods(env: &Env) {
         .await
         .expect_err("the namespace enforces the standard");
     assert!(refused.to_string().contains("restricted"), "{refused}");
+}
+
+/// A ServedModel serving r1's `produce` output, with the operator's identity: pinned to the
+/// run (its uid and the output's recorded hash), its replica's pod mounting the claim
+/// read-only with the model's path in `$CORRAL_MODEL_PATH`; one naming a step r1 lacks
+/// says so in its status and makes nothing.
+async fn served_from_a_step(env: &Env, op: &Operator, ns: &str, r1: &Value) {
+    use corral_kube::serving::{ServingConfig, apply::reconcile_once};
+    let models: Api<DynamicObject> = Api::namespaced_with(
+        env.admin.clone(),
+        ns,
+        &ar("corral.dev", "v1alpha1", "ServedModel", "servedmodels"),
+    );
+    for (name, step) in [("from-r1", "produce"), ("from-nowhere", "evaluate")] {
+        models
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({
+                    "apiVersion": "corral.dev/v1alpha1", "kind": "ServedModel",
+                    "metadata": {"name": name, "namespace": ns},
+                    "spec": {
+                        "template": {"image": "models/server:1", "command": ["python3", "serve.py"]},
+                        "resources": {"cpu": "100m", "memory": "64Mi"},
+                        "model": {"pipelineRun": "r1", "step": step, "output": "data", "path": "n"},
+                    },
+                }))
+                .expect("ServedModel"),
+            )
+            .await
+            .expect("create ServedModel");
+    }
+    let cfg = ServingConfig {
+        port: 8080,
+        build: Default::default(),
+        artifacts_claim: config().claim,
+    };
+    let mut serving = corral_core::control::serving::Serving::new();
+    let router = corral_router::Router::new(Default::default());
+    for _ in 0..2 {
+        let (_, report) =
+            reconcile_once(op.applier(), &mut serving, &router, &cfg, Timestamp::now())
+                .await
+                .expect("serving's lists are allowed");
+        assert!(report.errors.is_empty(), "serving: {:?}", report.errors);
+    }
+    pass(op, Timestamp::now()).await;
+    let replica = job(env, ns, "from-r1-serving-0")
+        .await
+        .expect("the replica's job");
+    let worker = &replica["spec"]["replicas"]["worker"]["template"];
+    let path = format!("{ARTIFACTS_MOUNT}/r1/produce/data/n");
+    assert!(
+        worker["env"].to_string().contains(&format!("\"{path}\"")),
+        "{worker}"
+    );
+    let pod = pods(env, ns)
+        .await
+        .into_iter()
+        .find(|p| p.metadata.name.as_deref() == Some("from-r1-serving-0-worker-0"))
+        .expect("the replica's pod");
+    let spec = pod.spec.expect("spec");
+    let claim = spec
+        .volumes
+        .iter()
+        .flatten()
+        .find_map(|v| v.persistent_volume_claim.clone())
+        .expect("the artifact claim");
+    assert_eq!(
+        (claim.claim_name.as_str(), claim.read_only),
+        ("corral-artifacts", Some(true))
+    );
+    let model = serde_json::to_value(models.get("from-r1").await.expect("model")).expect("json");
+    let origin = &model["status"]["model"];
+    assert_eq!(origin["pipelineRun"], "r1", "{model}");
+    assert_eq!(origin["uid"], r1["metadata"]["uid"], "{model}");
+    assert_eq!(
+        origin["sha256"], r1["status"]["steps"]["produce"]["outputs"]["data"]["sha256"],
+        "{model}"
+    );
+    let refused =
+        serde_json::to_value(models.get("from-nowhere").await.expect("model")).expect("json");
+    let message = refused["status"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("Invalid: spec.model.step: PipelineRun `r1` has no step `evaluate`"),
+        "{refused}"
+    );
+    assert!(job(env, ns, "from-nowhere-serving-0").await.is_none());
+    for name in ["from-r1", "from-nowhere"] {
+        models
+            .delete(name, &DeleteParams::default())
+            .await
+            .expect("delete");
+    }
 }
