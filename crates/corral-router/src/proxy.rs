@@ -73,6 +73,34 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
 }
 
 impl Router {
+    /// Serves a request to `/serve/<namespace>/<model>/...` (a model's URL) or to
+    /// `/serve/<namespace>/<model>@<revision>/...` (one revision's, whatever the split;
+    /// names are DNS labels, without `@`): the replica sees what follows, query included.
+    pub async fn serve(&self, namespace: &str, model: &str, req: Request<Body>) -> Response<Body> {
+        let prefix = format!("/serve/{namespace}/{model}");
+        let path_and_query = req
+            .uri()
+            .path_and_query()
+            .map(|p| p.as_str())
+            .unwrap_or("/");
+        let rest = path_and_query.strip_prefix(&prefix).unwrap_or("/");
+        let rest = if rest.is_empty() || rest.starts_with('?') {
+            format!("/{rest}")
+        } else {
+            rest.to_string()
+        };
+        match model.split_once('@') {
+            Some((model, revision)) => {
+                let key = format!("{namespace}/{model}");
+                self.handle_revision(&key, revision, &rest, req).await
+            }
+            None => {
+                self.handle(&format!("{namespace}/{model}"), &rest, req)
+                    .await
+            }
+        }
+    }
+
     /// Serves one request for model `key`; `path_and_query` is what the replica sees (the
     /// part after the model's prefix, starting with `/`).
     pub async fn handle(

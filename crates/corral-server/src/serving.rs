@@ -96,33 +96,10 @@ async fn serve(
     req: Request,
 ) -> Result<Response, ApiError> {
     caller.check(&namespace)?;
-    // `<model>@<revision>`: that revision's own URL (names are DNS labels: no `@`).
-    let prefix = format!("/serve/{namespace}/{model}");
-    let path_and_query = req
-        .uri()
-        .path_and_query()
-        .map(|p| p.as_str())
-        .unwrap_or("/");
-    let rest = path_and_query.strip_prefix(&prefix).unwrap_or("/");
-    let rest = if rest.is_empty() || rest.starts_with('?') {
-        format!("/{rest}")
-    } else {
-        rest.to_string()
-    };
-    let req = req.map(Body::new);
-    Ok(match model.split_once('@') {
-        Some((model, revision)) => {
-            let key = format!("{namespace}/{model}");
-            state
-                .router
-                .handle_revision(&key, revision, &rest, req)
-                .await
-        }
-        None => {
-            let key = format!("{namespace}/{model}");
-            state.router.handle(&key, &rest, req).await
-        }
-    })
+    let mut req = req.map(Body::new);
+    // The caller's token is the server's business, not the model server's.
+    req.headers_mut().remove(axum::http::header::AUTHORIZATION);
+    Ok(state.router.serve(&namespace, &model, req).await)
 }
 
 /// `GET /api/v1/namespaces/{namespace}/servedmodels`.

@@ -29,6 +29,52 @@ pub struct Applied {
     pub jobs: Vec<String>,
 }
 
+/// Creates a TrainingJob the operator makes for another object (a run's step, a model's
+/// replica; `whose` says which in an error): true once it exists (made now, or already
+/// there), its version recorded for the next pass to wait for.
+pub(crate) async fn create_job(
+    applier: &Applier,
+    namespace: &str,
+    name: &str,
+    job: &serde_json::Value,
+    whose: &str,
+    report: &mut ApplyReport,
+) -> bool {
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        applier.client.clone(),
+        namespace,
+        &dynamic_objects::training_jobs(),
+    );
+    let obj: DynamicObject = match serde_json::from_value(job.clone()) {
+        Ok(o) => o,
+        Err(e) => {
+            report
+                .errors
+                .push(format!("{namespace}/{name}: {whose} job: {e}"));
+            return false;
+        }
+    };
+    match api.create(&PostParams::default(), &obj).await {
+        Ok(made) => {
+            report.status_updates += 1;
+            if let Some(rv) = made.metadata.resource_version {
+                report
+                    .written
+                    .jobs
+                    .push((namespace.to_string(), name.to_string(), rv));
+            }
+            true
+        }
+        Err(e) if code(&e) == Some(409) => true,
+        Err(e) => {
+            report
+                .errors
+                .push(format!("{namespace}/{name}: creating {whose} job: {e}"));
+            false
+        }
+    }
+}
+
 pub async fn apply(applier: &Applier, actions: &[RunAction]) -> Applied {
     let mut out = Applied::default();
     let client = &applier.client;
@@ -39,37 +85,9 @@ pub async fn apply(applier: &Applier, actions: &[RunAction]) -> Applied {
                 name,
                 job,
             } => {
-                let api: Api<DynamicObject> = Api::namespaced_with(
-                    client.clone(),
-                    namespace,
-                    &dynamic_objects::training_jobs(),
-                );
-                let obj: DynamicObject = match serde_json::from_value(job.clone()) {
-                    Ok(o) => o,
-                    Err(e) => {
-                        out.report
-                            .errors
-                            .push(format!("{namespace}/{name}: the step's job: {e}"));
-                        continue;
-                    }
-                };
                 applier.limiter.acquire().await;
-                match api.create(&PostParams::default(), &obj).await {
-                    Ok(made) => {
-                        out.report.status_updates += 1;
-                        if let Some(rv) = made.metadata.resource_version {
-                            out.report
-                                .written
-                                .jobs
-                                .push((namespace.clone(), name.clone(), rv));
-                        }
-                        out.jobs.push(format!("{namespace}/{name}"));
-                    }
-                    Err(e) if code(&e) == Some(409) => out.jobs.push(format!("{namespace}/{name}")),
-                    Err(e) => out
-                        .report
-                        .errors
-                        .push(format!("{namespace}/{name}: creating the step's job: {e}")),
+                if create_job(applier, namespace, name, job, "the step's", &mut out.report).await {
+                    out.jobs.push(format!("{namespace}/{name}"));
                 }
             }
             RunAction::CreatePod { namespace, pod } => {

@@ -158,33 +158,8 @@ async fn serve(api: Arc<ReadApi>, namespace: String, model: String, req: Request
     if let Err(r) = allowed.await {
         return super::refused(r);
     }
-    // `<model>@<revision>`: that revision's own URL (names are DNS labels: no `@`).
-    let prefix = format!("/serve/{namespace}/{model}");
-    let path_and_query = req
-        .uri()
-        .path_and_query()
-        .map(|p| p.as_str())
-        .unwrap_or("/");
-    let rest = path_and_query.strip_prefix(&prefix).unwrap_or("/");
-    let rest = if rest.is_empty() || rest.starts_with('?') {
-        format!("/{rest}")
-    } else {
-        rest.to_string()
-    };
     let mut req = req.map(Body::new);
     // The caller's token is the operator's business, not the model server's.
     req.headers_mut().remove(axum::http::header::AUTHORIZATION);
-    let router = api.router();
-    match model.split_once('@') {
-        Some((model, revision)) => {
-            router
-                .handle_revision(&format!("{namespace}/{model}"), revision, &rest, req)
-                .await
-        }
-        None => {
-            router
-                .handle(&format!("{namespace}/{model}"), &rest, req)
-                .await
-        }
-    }
+    api.router().serve(&namespace, &model, req).await
 }

@@ -80,31 +80,15 @@ pub async fn apply(applier: &Applier, actions: &[ServingAction]) -> ApplyReport 
                 name,
                 job,
             } => {
-                let api: Api<DynamicObject> = Api::namespaced_with(
-                    client.clone(),
+                let _ = crate::pipelines::apply::create_job(
+                    applier,
                     namespace,
-                    &dynamic_objects::training_jobs(),
-                );
-                let obj: DynamicObject = match serde_json::from_value(job.clone()) {
-                    Ok(o) => o,
-                    Err(e) => {
-                        out.errors
-                            .push(format!("{namespace}/{name}: the replica's job: {e}"));
-                        continue;
-                    }
-                };
-                match api.create(&PostParams::default(), &obj).await {
-                    Ok(made) => {
-                        out.status_updates += 1;
-                        if let Some(rv) = made.metadata.resource_version {
-                            out.written.jobs.push((namespace.clone(), name.clone(), rv));
-                        }
-                    }
-                    Err(e) if code(&e) == Some(409) => {}
-                    Err(e) => out.errors.push(format!(
-                        "{namespace}/{name}: creating the replica's job: {e}"
-                    )),
-                }
+                    name,
+                    job,
+                    "the replica's",
+                    &mut out,
+                )
+                .await;
             }
             ServingAction::DeleteJob { namespace, name } => {
                 let api: Api<DynamicObject> = Api::namespaced_with(

@@ -108,6 +108,22 @@ pub struct Plan {
     pub models: Vec<ServedModel>,
 }
 
+impl Plan {
+    /// `model` with its `status` now: written when it says something new, answered by the
+    /// read API either way.
+    fn record(&mut self, mut model: ServedModel, status: ServedModelStatus) {
+        if worth_writing(model.status.as_ref(), &status) {
+            self.actions.push(ServingAction::Status {
+                namespace: model.metadata.namespace_or_default().to_string(),
+                name: model.metadata.name.clone(),
+                status: Box::new(status.clone()),
+            });
+        }
+        model.status = Some(status);
+        self.models.push(model);
+    }
+}
+
 /// A revision as kept in its ControllerRevision.
 #[derive(Clone, Debug)]
 struct Kept {
@@ -387,22 +403,14 @@ pub fn plan(seen: Seen<'_>, serving: &mut Serving, cfg: &ServingConfig, now: Tim
                 });
             }
         }
-        let mut status_model = model.as_ref().clone();
+        let status_model = model.as_ref().clone();
         let Some(latest) = kept.last().cloned() else {
             // Nothing that can run was ever written: say why, serve nothing.
             let status = ServedModelStatus {
                 message,
                 ..ServedModelStatus::default()
             };
-            if worth_writing(model.status.as_ref(), &status) {
-                out.actions.push(ServingAction::Status {
-                    namespace: ns.clone(),
-                    name: name.clone(),
-                    status: Box::new(status.clone()),
-                });
-            }
-            status_model.status = Some(status);
-            out.models.push(status_model);
+            out.record(status_model, status);
             continue;
         };
         let stable = model
@@ -480,15 +488,7 @@ pub fn plan(seen: Seen<'_>, serving: &mut Serving, cfg: &ServingConfig, now: Tim
             kept.iter().find(|x| x.name == r).map(|x| x.hash.clone())
         });
         status.message = message;
-        if worth_writing(model.status.as_ref(), &status) {
-            out.actions.push(ServingAction::Status {
-                namespace: ns.clone(),
-                name: name.clone(),
-                status: Box::new(status.clone()),
-            });
-        }
-        status_model.status = Some(status);
-        out.models.push(status_model);
+        out.record(status_model, status);
 
         // Where the router reaches each running replica: its pod's IP.
         let draining: BTreeSet<u32> = decision.draining.iter().copied().collect();

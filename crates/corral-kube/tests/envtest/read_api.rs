@@ -121,36 +121,47 @@ fn names(list: &Value) -> Vec<String> {
 /// A service account of `ns` allowed to list, get and patch TrainingJobs there (a Role;
 /// not to delete them, nor to read pods' logs), and a token for it.
 async fn reader(env: &Env, ns: &str) -> String {
+    token_of(
+        env,
+        ns,
+        "reader",
+        json!([{"apiGroups": ["corral.dev"], "resources": ["trainingjobs"],
+                "verbs": ["get", "list", "patch"]}]),
+    )
+    .await
+}
+
+/// A service account `name` of `ns` bound to a Role of these `rules` (of the same name),
+/// and a token for it.
+pub(crate) async fn token_of(env: &Env, ns: &str, name: &str, rules: Value) -> String {
     let sas: Api<ServiceAccount> = Api::namespaced(env.admin.clone(), ns);
     sas.create(
         &PostParams::default(),
-        &serde_json::from_value(json!({"metadata": {"name": "reader"}})).expect("sa"),
+        &serde_json::from_value(json!({"metadata": {"name": name}})).expect("sa"),
     )
     .await
     .expect("service account");
-    for (kind, plural, group, body) in [
+    for (kind, plural, body) in [
         (
             "Role",
             "roles",
-            "rbac.authorization.k8s.io",
             json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-                "metadata": {"name": "trainingjob-reader", "namespace": ns},
-                "rules": [{"apiGroups": ["corral.dev"], "resources": ["trainingjobs"],
-                           "verbs": ["get", "list", "patch"]}]}),
+                "metadata": {"name": name, "namespace": ns}, "rules": rules}),
         ),
         (
             "RoleBinding",
             "rolebindings",
-            "rbac.authorization.k8s.io",
             json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-                "metadata": {"name": "trainingjob-reader", "namespace": ns},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                            "name": "trainingjob-reader"},
-                "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": ns}]}),
+                "metadata": {"name": name, "namespace": ns},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+                "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}]}),
         ),
     ] {
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(env.admin.clone(), ns, &ar(group, "v1", kind, plural));
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            env.admin.clone(),
+            ns,
+            &ar("rbac.authorization.k8s.io", "v1", kind, plural),
+        );
         api.create(
             &PostParams::default(),
             &serde_json::from_value(body).expect(kind),
@@ -166,7 +177,7 @@ async fn reader(env: &Env, ns: &str) -> String {
         },
         ..TokenRequest::default()
     };
-    sas.create_token_request("reader", &PostParams::default(), &request)
+    sas.create_token_request(name, &PostParams::default(), &request)
         .await
         .expect("a token")
         .status

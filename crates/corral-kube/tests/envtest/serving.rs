@@ -9,15 +9,13 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use crate::harness::Env;
 use crate::kubelet::{kubelet_phase, kubelet_reap, pods};
 use crate::manifests::ar;
-use crate::read_api::http;
+use crate::read_api::{http, token_of};
 
 fn models(env: &Env, ns: &str) -> Api<DynamicObject> {
     Api::namespaced_with(
@@ -84,62 +82,16 @@ async fn bound(env: &Env, ns: &str, pod: &str) -> bool {
 /// A service account of `ns` that may call its models (and list its jobs, as the read API
 /// asks), and a token for it.
 async fn caller(env: &Env, ns: &str) -> String {
-    let sas: Api<ServiceAccount> = Api::namespaced(env.admin.clone(), ns);
-    sas.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({"metadata": {"name": "model-caller"}})).expect("sa"),
+    token_of(
+        env,
+        ns,
+        "model-caller",
+        json!([
+            {"apiGroups": ["corral.dev"], "resources": ["servedmodels/proxy"],
+             "verbs": ["get", "create"]},
+            {"apiGroups": ["corral.dev"], "resources": ["trainingjobs"], "verbs": ["list"]}]),
     )
     .await
-    .expect("service account");
-    for (kind, plural, body) in [
-        (
-            "Role",
-            "roles",
-            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-                "metadata": {"name": "model-caller", "namespace": ns},
-                "rules": [
-                    {"apiGroups": ["corral.dev"], "resources": ["servedmodels/proxy"],
-                     "verbs": ["get", "create"]},
-                    {"apiGroups": ["corral.dev"], "resources": ["trainingjobs"],
-                     "verbs": ["list"]}]}),
-        ),
-        (
-            "RoleBinding",
-            "rolebindings",
-            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-                "metadata": {"name": "model-caller", "namespace": ns},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                            "name": "model-caller"},
-                "subjects": [{"kind": "ServiceAccount", "name": "model-caller",
-                              "namespace": ns}]}),
-        ),
-    ] {
-        let api: Api<DynamicObject> = Api::namespaced_with(
-            env.admin.clone(),
-            ns,
-            &ar("rbac.authorization.k8s.io", "v1", kind, plural),
-        );
-        api.create(
-            &PostParams::default(),
-            &serde_json::from_value(body).expect(kind),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("{kind}: {e}"));
-    }
-    let request = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: Vec::new(),
-            expiration_seconds: Some(3600),
-            bound_object_ref: None,
-        },
-        ..TokenRequest::default()
-    };
-    sas.create_token_request("model-caller", &PostParams::default(), &request)
-        .await
-        .expect("a token")
-        .status
-        .map(|s| s.token)
-        .expect("a token")
 }
 
 /// `GET /serve/<ns>/tiny/predict` until it answers 200 (up to 60 s): the last answer.
