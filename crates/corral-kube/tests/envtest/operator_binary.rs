@@ -165,7 +165,7 @@ pub(crate) async fn operator_binary(env: &Env) {
     live_pipeline_run(env, ns, &log).await;
     live_progress(env, ns, port, &log).await;
     crate::read_api::live_read_api(env, ns, port, &bin, &log).await;
-    crate::serving::live_serving(env, ns, port, serving_port, &log).await;
+    crate::serving::live_serving(env, ns, (port, serving_port), &bin, &log).await;
     let _ = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status();

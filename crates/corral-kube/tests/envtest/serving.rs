@@ -136,8 +136,8 @@ async fn until_model(env: &Env, ns: &str, check: impl Fn(&Value) -> bool) -> Val
 pub(crate) async fn live_serving(
     env: &Env,
     ns: &str,
-    port: u16,
-    serving_port: u16,
+    (port, serving_port): (u16, u16),
+    bin: &std::ffi::OsStr,
     log: &dyn Fn() -> String,
 ) {
     let token = caller(env, ns).await;
@@ -233,6 +233,28 @@ pub(crate) async fn live_serving(
     assert_eq!(code, 200, "{got}");
     assert_eq!(got["replicas"][0]["job"], "tiny-serving-0", "{got}");
     assert_eq!(got["replicas"][0]["ready"], true, "{got}");
+    // The CLI's read verbs, pointed at the operator, as against `corral up`.
+    let corral = |args: &[&str]| {
+        let out = std::process::Command::new(bin)
+            .args(args)
+            .env("CORRAL_SERVER", format!("http://127.0.0.1:{port}"))
+            .env("CORRAL_TOKEN", &token)
+            .env("HOME", &env.dir)
+            .output()
+            .expect("run corral");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).to_string()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    let (ok, text) = corral(&["get", "servedmodels", "-n", ns]);
+    assert!(ok && text.contains("tiny"), "{text}");
+    let (ok, text) = corral(&["describe", "servedmodel", "tiny", "-n", ns]);
+    assert!(
+        ok && text.contains("tiny-00001") && text.contains("tiny-serving-0"),
+        "{text}"
+    );
     let (_, metrics) = http(port, "GET", "/metrics", None, "").await;
     assert!(
         metrics.contains(&format!(
