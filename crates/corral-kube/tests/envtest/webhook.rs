@@ -270,6 +270,46 @@ pub(crate) async fn admission_webhook(env: &Env) {
     runs.delete("by-ref", &DeleteParams::default())
         .await
         .expect("delete the run");
+    // A ServedModel the same, in its own field paths: a readiness path that is not one, and
+    // a TrainingJob's output (embedded only) are refused; a good one is stored.
+    let models: Api<DynamicObject> = Api::namespaced_with(
+        env.admin.clone(),
+        ns,
+        &crate::manifests::ar("corral.dev", "v1alpha1", "ServedModel", "servedmodels"),
+    );
+    let mut model = json!({
+        "apiVersion": "corral.dev/v1alpha1", "kind": "ServedModel",
+        "metadata": {"name": "tiny", "namespace": ns},
+        "spec": {"template": {"image": "models/tiny:1", "command": ["python3", "serve.py"]},
+                 "readiness": {"path": "healthz"},
+                 "model": {"trainingJob": "train"}},
+    });
+    let refused = models
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(model.clone()).expect("model"),
+        )
+        .await
+        .expect_err("a ServedModel with a bad readiness path was stored");
+    let expected = webhook::check_served_model(&model, &Default::default()).message();
+    assert!(
+        expected.contains("spec.readiness.path") && expected.contains("spec.model.trainingJob"),
+        "{expected}"
+    );
+    assert!(refused.to_string().contains(&expected), "{refused}");
+    model["spec"]["readiness"]["path"] = json!("/healthz");
+    model["spec"].as_object_mut().expect("spec").remove("model");
+    models
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(model).expect("model"),
+        )
+        .await
+        .expect("a good ServedModel is stored");
+    models
+        .delete("tiny", &DeleteParams::default())
+        .await
+        .expect("delete the model");
 
     configs
         .delete("corral-envtest-trainingjobs", &DeleteParams::default())
