@@ -248,12 +248,16 @@ fn replica_job_action(
     }
 }
 
-fn without_origin(annotations: &BTreeMap<String, String>) -> BTreeMap<&str, &str> {
-    annotations
-        .iter()
-        .filter(|(k, _)| *k != MODEL_ORIGIN_ANNOTATION)
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .collect()
+/// Whether `model` as written now runs what revision `kept` runs: the same
+/// `revision_hash` once the origin the revision was pinned to is set aside, and the same
+/// `spec.model` (scaling, limits and the split are the model's, not a revision's).
+fn same_revision(kept: &ServedModel, model: &ServedModel) -> bool {
+    let unpinned = |m: &ServedModel| {
+        let mut m = m.clone();
+        m.metadata.annotations.remove(MODEL_ORIGIN_ANNOTATION);
+        revision_hash(&m)
+    };
+    kept.spec.model == model.spec.model && unpinned(kept) == unpinned(model)
 }
 
 /// The step artifact `source` names, as the core resolves it, with the hash the run
@@ -370,11 +374,7 @@ pub fn plan(seen: Seen<'_>, serving: &mut Serving, cfg: &ServingConfig, now: Tim
         // What the spec says now is a revision once it can run; a model served from a
         // step's artifact is pinned to it when the spec changes (as a submit pins it
         // embedded), not each pass.
-        let unchanged = kept.last().is_some_and(|l| {
-            l.model.spec == model.spec
-                && without_origin(&l.model.metadata.annotations)
-                    == without_origin(&model.metadata.annotations)
-        });
+        let unchanged = kept.last().is_some_and(|l| same_revision(&l.model, model));
         if message.is_none() && !unchanged {
             let mut next = model.as_ref().clone();
             if let Some(source) = &model.spec.model {

@@ -432,3 +432,49 @@ fn a_missing_run_is_said_at_its_field_and_makes_nothing() {
         "{message}"
     );
 }
+
+#[test]
+fn scaling_and_the_split_are_no_new_revision() {
+    let mut serving = Serving::new();
+    let v1 = model(Some("models/tiny:1"), "serve()", None);
+    let first = decide(
+        std::slice::from_ref(&v1),
+        &[],
+        &World::default(),
+        &mut serving,
+    );
+    let revision = kept(&first.actions);
+    let mut changed = (*v1).clone();
+    changed.spec.autoscaling.min_replicas = 0;
+    changed.spec.canary_traffic_percent = Some(10);
+    changed.spec.max_request_bytes = Some(1024);
+    let p = decide(
+        &[Arc::new(changed)],
+        std::slice::from_ref(&revision),
+        &World::default(),
+        &mut serving,
+    );
+    assert!(
+        !p.actions
+            .iter()
+            .any(|a| matches!(a, ServingAction::CreateRevision { .. })),
+        "{:?}",
+        p.actions
+    );
+    // What the replicas run is: a new revision.
+    let mut env = (*v1).clone();
+    env.spec
+        .template
+        .env
+        .push(serde_json::from_value(json!({"name": "V", "value": "2"})).expect("env"));
+    let p = decide(
+        &[Arc::new(env)],
+        &[revision],
+        &World::default(),
+        &mut serving,
+    );
+    assert_eq!(
+        kept(&p.actions).metadata.name.as_deref(),
+        Some("tiny-00002")
+    );
+}

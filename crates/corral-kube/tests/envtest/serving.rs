@@ -373,6 +373,15 @@ pub(crate) async fn live_serving(
         "envtest: serving: at zero {:.1} s after minReplicas 0 (stable window 6 s, idle 1 s)",
         idle.elapsed().as_secs_f64()
     );
+    // Scaling is the model's, not a revision's: still revision 2.
+    assert!(
+        revisions
+            .get_opt("tiny-00003")
+            .await
+            .expect("get")
+            .is_none(),
+        "minReplicas made a revision"
+    );
     let held = {
         let (ns, token) = (ns.to_string(), token.clone());
         tokio::spawn(async move {
@@ -407,6 +416,12 @@ pub(crate) async fn live_serving(
     }
     let cold =
         cold.unwrap_or_else(|| panic!("a held request made no replica; operator log:\n{}", log()));
+    let cold_job = cold.trim_end_matches("-worker-0");
+    let job = serde_json::to_value(jobs(env, ns).get(cold_job).await.expect("job")).expect("json");
+    assert_eq!(
+        job["metadata"]["labels"]["corral.dev/serving-revision"], "tiny-00002",
+        "{job}"
+    );
     let _r3 = model_server("127.0.0.4", serving_port, "r3").await;
     run_pod_at(env, ns, &cold, "127.0.0.4").await;
     let ran = std::time::Instant::now();
