@@ -12,8 +12,10 @@
 //! busybox plus a marker file): there is no registry.
 
 mod common;
+#[path = "containers_e2e/kfp_python.rs"]
+mod kfp_python;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -577,32 +579,6 @@ fn top_shows_the_container_and_its_code_snapshot_is_mounted_read_only() {
     );
 }
 
-/// The `kfp` package (pinned: the committed IR is what this version writes) in a uv
-/// environment of its own, made once and kept in the temporary directory between runs.
-fn kfp_python() -> Option<PathBuf> {
-    const KFP: &str = "kfp==2.17.3";
-    let venv = std::env::temp_dir().join("corral-test-kfp-2.17.3");
-    let python = venv.join("bin/python");
-    let works = |p: &Path| {
-        Command::new(p)
-            .args(["-c", "import kfp"])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    if works(&python) {
-        return Some(python);
-    }
-    let made = Command::new("uv").args(["venv", "-q"]).arg(&venv).status();
-    let installed = made.is_ok_and(|s| s.success())
-        && Command::new("uv")
-            .args(["pip", "install", "-q", "--python"])
-            .arg(&python)
-            .arg(KFP)
-            .status()
-            .is_ok_and(|s| s.success());
-    (installed && works(&python)).then_some(python)
-}
-
 /// A compiled KFP fixture (`<fixture>.py` in corral-api's tests/fixtures/kfp): kfp compiles
 /// it to exactly the committed `<fixture>.yaml` (the converter's unit tests read that), then
 /// again for this machine's image, submitted as kfp wrote it and run to its end (the
@@ -618,7 +594,7 @@ fn run_compiled_kfp(
     corral_api::pipeline::PipelineRunStatus,
 )> {
     image()?;
-    let Some(python) = kfp_python() else {
+    let Some(python) = kfp_python::kfp_python() else {
         common::prerequisite(
             false,
             "uv and the kfp package from PyPI (uv pip install kfp)",
