@@ -170,12 +170,24 @@ impl Browser {
             .to_string())
     }
 
+    /// Clicks the element `css` selects. A live page may render it again between a wait
+    /// that found it and the click (the element then is gone or stale for a moment): the
+    /// click is tried again until it lands, up to [`PATIENCE`].
     pub fn click(&self, css: &str) -> Result<(), Failed> {
         let c = self.client()?;
-        self.rt
-            .block_on(async { c.find(Locator::Css(css)).await?.click().await })
-            .map_err(|e| format!("click {css}: {e}"))?;
-        Ok(())
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let clicked = self
+                .rt
+                .block_on(async { c.find(Locator::Css(css)).await?.click().await });
+            match clicked {
+                Ok(_) => return Ok(()),
+                Err(e) if Instant::now() > deadline => {
+                    return Err(format!("click {css}: {e}").into());
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
     }
 
     pub fn type_into(&self, css: &str, text: &str) -> Result<(), Failed> {
