@@ -218,14 +218,23 @@ pub fn report_hashes(paths: &[PathBuf]) -> io::Result<ArtifactsReport> {
 /// `corral artifacts read PATH...`: each path's text as a condition reads it; a text longer
 /// than a report carries is refused (cut, a condition would compare the wrong words).
 pub fn report_texts(paths: &[PathBuf]) -> Result<ArtifactsReport, String> {
+    report_of_texts(
+        paths
+            .iter()
+            .map(|p| (p.display().to_string(), condition_text(p)))
+            .collect(),
+    )
+}
+
+/// The report of artifacts' texts (each named for the error), refused when one is longer
+/// than a report carries, wherever the texts were read (a volume or an object store).
+pub fn report_of_texts(texts: Vec<(String, String)>) -> Result<ArtifactsReport, String> {
     let mut text = Vec::new();
-    for p in paths {
-        let t = condition_text(p);
+    for (name, t) in texts {
         if t.len() > REPORT_TEXT_LIMIT {
             return Err(format!(
-                "{}: {} bytes; on Kubernetes a condition or a fan-out reads at most \
+                "{name}: {} bytes; on Kubernetes a condition or a fan-out reads at most \
                  {REPORT_TEXT_LIMIT} bytes of an artifact",
-                p.display(),
                 t.len()
             ));
         }
