@@ -138,6 +138,25 @@ fn round_trip(env: &[(&str, String)], store: &str) {
         corral_local::artifacts::hash(&data).expect("hash")
     );
 
+    // A served model's replica: one file below an output, fetched alone.
+    let replica = tempfile::tempdir().expect("volume");
+    let vol_r = replica.path().to_string_lossy().into_owned();
+    let file = format!("{OUT}/n");
+    ok(corral(
+        env,
+        &[
+            "prepare", "--store", store, "--volume", &vol_r, "--input", &file,
+        ],
+    ));
+    assert_eq!(
+        fs::read_to_string(on(replica.path(), &file)).expect("n"),
+        "3\n"
+    );
+    assert!(
+        !on(replica.path(), OUT).join("sub").exists(),
+        "only the file"
+    );
+
     // A retried step starts with empty outputs: the first attempt's files are gone.
     let step3 = tempfile::tempdir().expect("volume");
     let vol3 = step3.path().to_string_lossy().into_owned();

@@ -875,10 +875,15 @@ async fn lead(
     };
     let kubeflow =
         crate::kubeflow::watch::start(args.kubeflow, client, notify.clone(), &mut tasks.0).await;
+    let artifacts = crate::pipelines::ArtifactLocation::new(
+        &args.artifacts_claim,
+        args.artifact_store.as_deref(),
+        &args.artifact_store_secret,
+    );
     let runs = crate::pipelines::watch::start(
         client,
         crate::pipelines::PipelineConfig {
-            claim: args.artifacts_claim.clone(),
+            artifacts: artifacts.clone(),
             tools_image: args.tools_image.clone(),
         },
         notify.clone(),
@@ -890,7 +895,8 @@ async fn lead(
         crate::serving::ServingConfig {
             port: args.serving_port,
             build: cfg.build.clone(),
-            artifacts_claim: args.artifacts_claim.clone(),
+            artifacts,
+            tools_image: args.tools_image.clone(),
         },
         notify.clone(),
         &mut tasks.0,

@@ -103,6 +103,17 @@ pub struct OperatorArgs {
     /// artifacts (ReadWriteMany: every step's pods mount it). See deploy/README.md.
     #[arg(long, default_value = "corral-artifacts")]
     pub artifacts_claim: String,
+    /// Keep pipeline artifacts in an object store instead of the claim: s3://BUCKET[/PREFIX]
+    /// (each namespace's under PREFIX/NAMESPACE). Each step's pod fetches what it reads
+    /// and uploads what it wrote with the credentials of its namespace's Secret
+    /// `--artifact-store-secret`. See deploy/README.md.
+    #[arg(long, value_parser = crate::pipelines::artifacts::store_url)]
+    pub artifact_store: Option<String>,
+    /// The Secret, in each namespace that runs pipelines, with its credentials for the
+    /// artifact store (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, and AWS_REGION,
+    /// AWS_ENDPOINT for S3-compatible stores).
+    #[arg(long, default_value = crate::pipelines::artifacts::DEFAULT_STORE_SECRET)]
+    pub artifact_store_secret: String,
     /// The image of the short pods that make a step's output directories and hash or read
     /// artifacts (`corral artifacts`): the operator's own.
     #[arg(long, env = "CORRAL_TOOLS_IMAGE", default_value = concat!("ghcr.io/corral-dev/corral:", env!("CARGO_PKG_VERSION")))]

@@ -32,6 +32,8 @@ use corral_local::artifacts::MAX_CONDITION_TEXT;
 
 /// Where an upload's marker lives, under the namespace's root.
 const UPLOADED: &str = ".corral/uploaded";
+/// How deep an output is below the mount: `<run>/<step>/<output>`.
+const OUTPUT_DEPTH: usize = 3;
 
 /// A namespace's artifacts in an object store, and where the pod's artifact volume is.
 pub struct ArtifactStore {
@@ -108,7 +110,10 @@ impl ArtifactStore {
             .fold(base.clone(), |k, p| k.join(PathPart::from(p.as_str())))
     }
 
+    /// The marker of the output a path is in: an output is `<run>/<step>/<output>`, and a
+    /// path below one (a served model's file) is read from that output's upload.
     fn marker(&self, parts: &[String]) -> Key {
+        let parts = &parts[..parts.len().min(OUTPUT_DEPTH)];
         let base = UPLOADED
             .split('/')
             .fold(self.root.clone(), |k, p| k.join(p));

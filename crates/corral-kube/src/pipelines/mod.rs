@@ -6,7 +6,9 @@
 //!
 //! Artifacts live on a PersistentVolumeClaim of the run's namespace (`--artifacts-claim`,
 //! ReadWriteMany: every step's pods mount it at [`ARTIFACTS_MOUNT`], an output at
-//! `<mount>/<run>/<step>/<output>`). The operator mounts no tenant's volume: what the
+//! `<mount>/<run>/<step>/<output>`), or in an object store (`--artifact-store`, see
+//! [`artifacts`]), at the same paths in each pod. The operator mounts no tenant's volume
+//! and reads no tenant's store: what the
 //! decision asks of artifacts (the content hash of a finished step's outputs, the text a
 //! condition compares) is answered by a short pod of the operator's own image
 //! (`corral artifacts hash|read`) that mounts the claim and reports through its
@@ -18,7 +20,11 @@
 //! [`apply`] carries them out, [`watch`] runs it in the operator.
 
 pub mod apply;
+pub mod artifacts;
 pub mod watch;
+
+pub use artifacts::ArtifactLocation;
+use artifacts::{input_paths, mount_artifacts, restricted_container, tool_pod};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -57,9 +63,8 @@ const TOOL_CONTAINER: &str = "artifacts";
 /// What the pipelines need beyond the runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PipelineConfig {
-    /// The PersistentVolumeClaim, in each namespace that runs pipelines, that holds its
-    /// artifacts.
-    pub claim: String,
+    /// Where each namespace's artifacts are: its PersistentVolumeClaim or an object store.
+    pub artifacts: ArtifactLocation,
     /// The image of the pods that make output directories and read artifacts: the
     /// operator's own (it holds `corral`).
     pub tools_image: String,
@@ -500,15 +505,6 @@ fn ask(
     }
 }
 
-/// The volume and its mount, as a pod template's JSON lists them.
-fn artifacts_volume(cfg: &PipelineConfig) -> Value {
-    json!({"name": ARTIFACTS_VOLUME, "persistentVolumeClaim": {"claimName": cfg.claim}})
-}
-
-fn artifacts_mount() -> Value {
-    json!({"name": ARTIFACTS_VOLUME, "mountPath": ARTIFACTS_MOUNT})
-}
-
 fn owner(run: &PipelineRun) -> Value {
     json!({
         "apiVersion": corral_api::API_VERSION,
@@ -517,16 +513,6 @@ fn owner(run: &PipelineRun) -> Value {
         "uid": run.metadata.uid.clone().unwrap_or_default(),
         "controller": true,
         "blockOwnerDeletion": true,
-    })
-}
-
-/// What the operator's own containers in tenants' pods run with: what Kubernetes' `restricted`
-/// Pod Security Standard asks of a container, so that a namespace enforcing it takes them.
-fn restricted_container() -> Value {
-    json!({
-        "allowPrivilegeEscalation": false,
-        "capabilities": {"drop": ["ALL"]},
-        "seccompProfile": {"type": "RuntimeDefault"},
     })
 }
 
@@ -540,18 +526,21 @@ pub fn artifacts_pod(
     paths: &[String],
     cfg: &PipelineConfig,
 ) -> Pod {
+    let namespace = run.metadata.namespace_or_default();
+    let tool = tool_pod(&cfg.artifacts, namespace);
     let mut command = vec![
         "corral".to_string(),
         "artifacts".into(),
         question.verb().into(),
     ];
+    command.extend(tool.args);
     command.extend(paths.iter().cloned());
-    let pod = json!({
+    let mut pod = json!({
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
             "name": name,
-            "namespace": run.metadata.namespace_or_default(),
+            "namespace": namespace,
             "labels": {
                 ARTIFACTS_OF_LABEL: run.metadata.name,
                 corral_api::pipeline::RUN_LABEL: run.metadata.name,
@@ -571,14 +560,17 @@ pub fn artifacts_pod(
                 "securityContext": restricted_container(),
                 "image": cfg.tools_image,
                 "command": command,
-                "volumeMounts": [{"name": ARTIFACTS_VOLUME, "mountPath": ARTIFACTS_MOUNT, "readOnly": true}],
+                "volumeMounts": tool.mounts,
                 "resources": {"requests": {"cpu": "50m", "memory": "64Mi"},
                               "limits": {"memory": "256Mi"}},
                 "terminationMessagePolicy": "File",
             }],
-            "volumes": [artifacts_volume(cfg)],
+            "volumes": tool.volumes,
         },
     });
+    if !tool.env_from.is_empty() {
+        pod["spec"]["containers"][0]["envFrom"] = json!(tool.env_from);
+    }
     // Built from literals of the right shapes: it decodes.
     serde_json::from_value(pod).unwrap_or_default()
 }
@@ -593,16 +585,28 @@ fn step_job(run: &PipelineRun, launch: &StepLaunch, cfg: &PipelineConfig) -> Run
         .map(|o| (o.clone(), output_path(&run.metadata.name, &launch.step, o)))
         .collect();
     let mut job = step_job_with_artifacts(launch, &dirs);
-    let reads_or_writes = !dirs.is_empty()
-        || launch
-            .inputs
-            .values()
-            .any(|i| matches!(i, corral_core::control::pipeline::StepInput::Artifact(_)));
-    if reads_or_writes {
-        let dirs: Vec<String> = dirs.into_values().collect();
+    let inputs: Vec<String> = launch
+        .inputs
+        .values()
+        .filter_map(|i| match i {
+            corral_core::control::pipeline::StepInput::Artifact(path) => Some(input_paths(path)),
+            corral_core::control::pipeline::StepInput::Value(_) => None,
+        })
+        .flatten()
+        .collect();
+    if !dirs.is_empty() || !inputs.is_empty() {
+        let outputs: Vec<String> = dirs.into_values().collect();
+        let namespace = run.metadata.namespace_or_default();
         for replica in job.spec.replicas.values_mut() {
             let t = replica.template.pod_template.get_or_insert_with(Map::new);
-            with_artifacts(t, &dirs, cfg);
+            mount_artifacts(
+                t,
+                &cfg.artifacts,
+                &cfg.tools_image,
+                namespace,
+                &inputs,
+                &outputs,
+            );
         }
     }
     let name = job.metadata.name.clone();
@@ -616,78 +620,6 @@ fn step_job(run: &PipelineRun, launch: &StepLaunch, cfg: &PipelineConfig) -> Run
         namespace,
         name,
         job: value,
-    }
-}
-
-/// Adds the claim, its mount in the main container (the one without an image, as the pod
-/// build reads it) and an init container that makes `dirs` to a pod template's JSON.
-/// The namespace's artifact claim (`claim`) mounted at [`ARTIFACTS_MOUNT`] in the main
-/// container of a pod template: read-write for a step, read-only for a served model's
-/// replica that serves a step's artifact.
-pub(crate) fn mount_claim(template: &mut Map<String, Value>, claim: &str, read_only: bool) {
-    let spec = template
-        .entry("spec")
-        .or_insert_with(|| json!({}))
-        .as_object_mut();
-    let Some(spec) = spec else {
-        return;
-    };
-    let mut volume =
-        json!({"name": ARTIFACTS_VOLUME, "persistentVolumeClaim": {"claimName": claim}});
-    if read_only {
-        volume["persistentVolumeClaim"]["readOnly"] = json!(true);
-    }
-    push(spec, "volumes", volume);
-    let containers = spec.entry("containers").or_insert_with(|| json!([]));
-    if let Some(list) = containers.as_array_mut() {
-        let main = match list.iter().position(|c| c.get("image").is_none()) {
-            Some(i) => i,
-            None => {
-                list.push(json!({}));
-                list.len() - 1
-            }
-        };
-        if let Some(c) = list[main].as_object_mut() {
-            let mut mount = artifacts_mount();
-            if read_only {
-                mount["readOnly"] = json!(true);
-            }
-            push(c, "volumeMounts", mount);
-        }
-    }
-}
-
-fn with_artifacts(template: &mut Map<String, Value>, dirs: &[String], cfg: &PipelineConfig) {
-    mount_claim(template, &cfg.claim, false);
-    let Some(spec) = template.get_mut("spec").and_then(Value::as_object_mut) else {
-        return;
-    };
-    if !dirs.is_empty() {
-        let mut command = vec!["corral".to_string(), "artifacts".into(), "prepare".into()];
-        command.extend(dirs.iter().cloned());
-        push(
-            spec,
-            "initContainers",
-            // As the step's own user (the pod's): its outputs are its to write.
-            json!({
-                "name": "corral-outputs",
-                "securityContext": restricted_container(),
-                "image": cfg.tools_image,
-                "command": command,
-                "volumeMounts": [artifacts_mount()],
-                "resources": {"requests": {"cpu": "50m", "memory": "64Mi"},
-                              "limits": {"memory": "256Mi"}},
-            }),
-        );
-    }
-}
-
-fn push(obj: &mut Map<String, Value>, key: &str, item: Value) {
-    match obj.get_mut(key).and_then(Value::as_array_mut) {
-        Some(list) => list.push(item),
-        None => {
-            obj.insert(key.into(), json!([item]));
-        }
     }
 }
 

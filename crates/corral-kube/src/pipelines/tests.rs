@@ -12,7 +12,7 @@ use super::*;
 
 fn cfg() -> PipelineConfig {
     PipelineConfig {
-        claim: "corral-artifacts".into(),
+        artifacts: super::ArtifactLocation::Claim("corral-artifacts".into()),
         tools_image: "corral:test".into(),
     }
 }
@@ -205,6 +205,165 @@ fn a_finished_step_is_hashed_by_a_pod_then_its_successor_reads_the_artifact() {
         ARTIFACTS_VOLUME
     );
     assert!(spec.get("initContainers").is_none(), "no outputs to make");
+}
+
+fn store_cfg() -> PipelineConfig {
+    PipelineConfig {
+        artifacts: ArtifactLocation::new(
+            "unused",
+            Some("s3://bucket/corral"),
+            artifacts::DEFAULT_STORE_SECRET,
+        ),
+        tools_image: "corral:test".into(),
+    }
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn with_an_object_store_each_pod_fetches_what_it_reads_and_uploads_what_it_wrote() {
+    let cfg = store_cfg();
+    let plan_here = |runs: &[Arc<PipelineRun>], world: &World| {
+        plan(runs, &[], world, &BTreeSet::new(), &cfg, now())
+    };
+    let first = plan_here(&[run("r1", None)], &World::default());
+    let produce = jobs_of(&first)[0];
+    let spec = &produce["spec"]["replicas"]["worker"]["template"]["podTemplate"]["spec"];
+    // Its own empty volume at the same mount: the step's paths do not change.
+    assert_eq!(spec["volumes"][0]["emptyDir"], json!({}));
+    assert_eq!(
+        spec["containers"][0]["volumeMounts"][0]["mountPath"],
+        ARTIFACTS_MOUNT
+    );
+    let init = &spec["initContainers"];
+    assert_eq!(
+        strings(&init[0]["command"]),
+        [
+            "corral",
+            "artifacts",
+            "prepare",
+            "--store",
+            "s3://bucket/corral/ml",
+            "/corral/artifacts/r1/produce/data"
+        ]
+    );
+    assert_eq!(init[1]["name"], "corral-upload");
+    assert_eq!(init[1]["restartPolicy"], "Always", "a sidecar");
+    assert_eq!(
+        strings(&init[1]["command"]),
+        [
+            "corral",
+            "artifacts",
+            "upload",
+            "--store",
+            "s3://bucket/corral/ml",
+            "/corral/artifacts/r1/produce/data"
+        ]
+    );
+    for c in init.as_array().expect("init containers") {
+        assert_eq!(
+            c["envFrom"][0]["secretRef"]["name"],
+            "corral-artifact-store"
+        );
+        assert_eq!(c["image"], "corral:test");
+    }
+    assert!(
+        spec["containers"][0].get("envFrom").is_none(),
+        "the step's own container is not given the store's credentials"
+    );
+
+    // The artifact pod reads the store, not a volume.
+    let status = serde_json::to_value(status_of(&first).expect("status")).expect("json");
+    let r = run("r1", Some(status));
+    let mut world = World {
+        jobs: vec![succeeded_job("r1-produce")],
+        ..World::default()
+    };
+    let asked = plan_here(std::slice::from_ref(&r), &world);
+    let pod = asked
+        .iter()
+        .find_map(|a| match a {
+            RunAction::CreatePod { pod, .. } => Some(pod),
+            _ => None,
+        })
+        .expect("an artifact pod");
+    let pod_spec = pod.spec.as_ref().expect("spec");
+    assert!(pod_spec.volumes.as_ref().is_none_or(Vec::is_empty));
+    let c = &pod_spec.containers[0];
+    assert_eq!(
+        c.command.clone().unwrap_or_default(),
+        [
+            "corral",
+            "artifacts",
+            "hash",
+            "--store",
+            "s3://bucket/corral/ml",
+            "/corral/artifacts/r1/produce/data"
+        ]
+    );
+    let env_from = c.env_from.clone().unwrap_or_default();
+    assert_eq!(
+        env_from[0].secret_ref.as_ref().map(|s| s.name.as_str()),
+        Some("corral-artifact-store")
+    );
+
+    // The next step fetches its input first and, writing nothing, uploads nothing.
+    let name = pod.metadata.name.clone().expect("name");
+    world.pods = vec![tool_pod(
+        &name,
+        "Succeeded",
+        r#"{"sha256":["sha256:abc"]}"#,
+        "2026-11-28T02:59:00Z",
+    )];
+    let next = plan_here(std::slice::from_ref(&r), &world);
+    let consume = jobs_of(&next)[0];
+    let init =
+        &consume["spec"]["replicas"]["worker"]["template"]["podTemplate"]["spec"]["initContainers"];
+    assert_eq!(init.as_array().map(Vec::len), Some(1), "{init}");
+    assert_eq!(
+        strings(&init[0]["command"]),
+        [
+            "corral",
+            "artifacts",
+            "prepare",
+            "--store",
+            "s3://bucket/corral/ml",
+            "--input",
+            "/corral/artifacts/r1/produce/data"
+        ]
+    );
+}
+
+#[test]
+fn an_artifact_store_is_an_s3_url() {
+    assert_eq!(artifacts::store_url("s3://b/p/").as_deref(), Ok("s3://b/p"));
+    let e = artifacts::store_url("gs://b").unwrap_err();
+    assert!(
+        e.contains("valid: s3://BUCKET or s3://BUCKET/PREFIX"),
+        "{e}"
+    );
+    assert!(
+        artifacts::store_url("s3://")
+            .unwrap_err()
+            .contains("names no bucket")
+    );
+    // A fan-out's collected outputs are each fetched.
+    assert_eq!(
+        artifacts::input_paths(r#"["/corral/artifacts/r/a-0/o","/corral/artifacts/r/a-1/o"]"#),
+        ["/corral/artifacts/r/a-0/o", "/corral/artifacts/r/a-1/o"]
+    );
+    assert_eq!(
+        artifacts::input_paths("/corral/artifacts/r/a/o"),
+        ["/corral/artifacts/r/a/o"]
+    );
 }
 
 #[test]

@@ -67,9 +67,11 @@ pub struct ServingConfig {
     pub port: u16,
     /// How the operator builds pods (the replicas' checks use it).
     pub build: BuildOptions,
-    /// The PersistentVolumeClaim of pipeline artifacts (`--artifacts-claim`): mounted
-    /// read-only in the replicas of a model that serves a step's artifact.
-    pub artifacts_claim: String,
+    /// Where pipeline artifacts are (`--artifacts-claim` or `--artifact-store`): a model
+    /// that serves a step's artifact reads it from there, read-only.
+    pub artifacts: crate::pipelines::ArtifactLocation,
+    /// The image that fetches it from an object store (the operator's own).
+    pub tools_image: String,
 }
 
 /// One write of the serving plan.
@@ -224,17 +226,24 @@ fn replica_job_action(
 ) -> ServingAction {
     let mut job = revision_replica_job(&revision.model, &revision.name, index);
     job.spec.port = Some(cfg.port);
-    // A step's artifact is served from the claim it is on (its path in $CORRAL_MODEL_PATH).
-    if ModelOrigin::of(&revision.model.metadata.annotations).is_some() {
+    // A step's artifact is served from where it is kept (its path in $CORRAL_MODEL_PATH).
+    let namespace = model.metadata.namespace_or_default().to_string();
+    if let Some(origin) = ModelOrigin::of(&revision.model.metadata.annotations) {
         for replica in job.spec.replicas.values_mut() {
             let t = replica
                 .template
                 .pod_template
                 .get_or_insert_with(serde_json::Map::new);
-            crate::pipelines::mount_claim(t, &cfg.artifacts_claim, true);
+            crate::pipelines::artifacts::mount_artifacts(
+                t,
+                &cfg.artifacts,
+                &cfg.tools_image,
+                &namespace,
+                std::slice::from_ref(&origin.path),
+                &[],
+            );
         }
     }
-    let namespace = model.metadata.namespace_or_default().to_string();
     job.metadata.namespace = Some(namespace.clone());
     let name = job.metadata.name.clone();
     let mut value = serde_json::to_value(&job).unwrap_or(Value::Null);

@@ -16,7 +16,8 @@ fn cfg() -> ServingConfig {
     ServingConfig {
         port: 8080,
         build: BuildOptions::default(),
-        artifacts_claim: "corral-artifacts".into(),
+        artifacts: crate::pipelines::ArtifactLocation::Claim("corral-artifacts".into()),
+        tools_image: "ghcr.io/corral-dev/corral:test".into(),
     }
 }
 
@@ -416,6 +417,60 @@ fn a_steps_artifact_is_pinned_and_mounted_read_only_in_the_replicas() {
             .as_ref()
             .is_some_and(|s| s.message.is_none())
     );
+}
+
+#[test]
+fn with_an_object_store_a_replica_fetches_the_steps_artifact_first() {
+    let mut serving = Serving::new();
+    let store = ServingConfig {
+        artifacts: crate::pipelines::ArtifactLocation::new(
+            "unused",
+            Some("s3://bucket/corral"),
+            "creds",
+        ),
+        ..cfg()
+    };
+    let p = plan(
+        Seen {
+            models: &[model_from_run()],
+            revisions: &[],
+            runs: &[succeeded_run()],
+            world: &World::default(),
+            observed: &BTreeMap::new(),
+        },
+        &mut serving,
+        &store,
+        now(),
+    );
+    let job = p
+        .actions
+        .iter()
+        .find_map(|a| match a {
+            ServingAction::CreateJob { job, .. } => Some(job.clone()),
+            _ => None,
+        })
+        .expect("a replica");
+    let pod = &job["spec"]["replicas"]["worker"]["template"]["podTemplate"]["spec"];
+    assert_eq!(pod["volumes"][0]["emptyDir"], json!({}));
+    assert_eq!(pod["containers"][0]["volumeMounts"][0]["readOnly"], true);
+    let init = pod["initContainers"].as_array().expect("init");
+    assert_eq!(init.len(), 1, "it fetches and uploads nothing: {init:?}");
+    assert_eq!(
+        init[0]["command"],
+        json!([
+            "corral",
+            "artifacts",
+            "prepare",
+            "--store",
+            format!(
+                "s3://bucket/corral/{}",
+                job["metadata"]["namespace"].as_str().unwrap_or_default()
+            ),
+            "--input",
+            "/corral/artifacts/r1/train/model/w.json"
+        ])
+    );
+    assert_eq!(init[0]["envFrom"][0]["secretRef"]["name"], "creds");
 }
 
 #[test]

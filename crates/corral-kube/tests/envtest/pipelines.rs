@@ -29,7 +29,7 @@ fn runs() -> kube::api::ApiResource {
 
 fn config() -> PipelineConfig {
     PipelineConfig {
-        claim: "corral-artifacts".into(),
+        artifacts: corral_kube::pipelines::ArtifactLocation::Claim("corral-artifacts".into()),
         tools_image: "ghcr.io/corral-dev/corral:test".into(),
     }
 }
@@ -421,7 +421,8 @@ async fn served_from_a_step(env: &Env, op: &Operator, ns: &str, r1: &Value) {
     let cfg = ServingConfig {
         port: 8080,
         build: Default::default(),
-        artifacts_claim: config().claim,
+        artifacts: config().artifacts,
+        tools_image: config().tools_image,
     };
     let mut serving = corral_core::control::serving::Serving::new();
     let router = corral_router::Router::new(Default::default());

@@ -26,7 +26,7 @@ fn api(env: &Env, ns: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
 async fn passes(op: &Operator) {
     pass(op, Timestamp::now()).await;
     let cfg = PipelineConfig {
-        claim: "corral-artifacts".into(),
+        artifacts: corral_kube::pipelines::ArtifactLocation::Claim("corral-artifacts".into()),
         tools_image: "ghcr.io/corral-dev/corral:test".into(),
     };
     let (_, report) = pipelines::apply::reconcile_once(op.applier(), &cfg, Timestamp::now())
