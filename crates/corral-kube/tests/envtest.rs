@@ -26,6 +26,8 @@
 //! that stand in for nodes, kubelets and users, and the cases by topic are in tests/envtest/
 //! (named with `#[path]`: a crate root's `mod` paths start at tests/).
 
+#[path = "envtest/artifact_store.rs"]
+mod artifact_store;
 #[path = "envtest/defects.rs"]
 mod defects;
 #[path = "envtest/error_paths.rs"]
@@ -116,6 +118,8 @@ async fn envtest() {
     suspend_resume(&env, &op).await;
     eprintln!("envtest: pipeline_runs");
     pipeline_runs(&env, &op).await;
+    eprintln!("envtest: pipeline_with_an_object_store");
+    crate::artifact_store::pipeline_with_an_object_store(&env, &op).await;
     eprintln!("envtest: stored_pipeline_runs");
     stored_pipeline_runs(&env, &op).await;
     eprintln!("envtest: kubeflow_served");
