@@ -48,6 +48,7 @@ pub mod fence;
 pub mod kubeflow;
 pub mod leader;
 pub mod ledger;
+pub mod logging;
 pub mod metrics;
 pub mod observe;
 pub mod operator;
