@@ -43,7 +43,7 @@ use corral_api::served_model::{
 use corral_api::training_job::JobState;
 use corral_core::control::serving::{
     LoadSample, ModelView, ReplicaAction, ReplicaJob, Serving, ServingObservation,
-    resolve_model_from_run, revision_hash, revision_views,
+    resolve_model_from_run, revision_hash, revision_views, same_revision, stable_index,
 };
 use corral_router::{ModelTarget, ReplicaTarget};
 
@@ -257,18 +257,6 @@ fn replica_job_action(
     }
 }
 
-/// Whether `model` as written now runs what revision `kept` runs: the same
-/// `revision_hash` once the origin the revision was pinned to is set aside, and the same
-/// `spec.model` (scaling, limits and the split are the model's, not a revision's).
-fn same_revision(kept: &ServedModel, model: &ServedModel) -> bool {
-    let unpinned = |m: &ServedModel| {
-        let mut m = m.clone();
-        m.metadata.annotations.remove(MODEL_ORIGIN_ANNOTATION);
-        revision_hash(&m)
-    };
-    kept.spec.model == model.spec.model && unpinned(kept) == unpinned(model)
-}
-
 /// The step artifact `source` names, as the core resolves it, with the hash the run
 /// recorded for that output (on Kubernetes the operator does not read the claim: a path
 /// inside the output is pinned by the output's hash, and its existence is the replica's
@@ -383,7 +371,12 @@ pub fn plan(seen: Seen<'_>, serving: &mut Serving, cfg: &ServingConfig, now: Tim
         // What the spec says now is a revision once it can run; a model served from a
         // step's artifact is pinned to it when the spec changes (as a submit pins it
         // embedded), not each pass.
-        let unchanged = kept.last().is_some_and(|l| same_revision(&l.model, model));
+        let mut written = model.as_ref().clone();
+        // Only the operator says where a model came from; the revision's pin stands.
+        written.metadata.annotations.remove(MODEL_ORIGIN_ANNOTATION);
+        let unchanged = kept
+            .last()
+            .is_some_and(|l| same_revision(&l.model, &written));
         if message.is_none() && !unchanged {
             let mut next = model.as_ref().clone();
             if let Some(source) = &model.spec.model {
@@ -422,12 +415,16 @@ pub fn plan(seen: Seen<'_>, serving: &mut Serving, cfg: &ServingConfig, now: Tim
             out.record(status_model, status);
             continue;
         };
-        let stable = model
+        let promoted_name = model
             .status
             .as_ref()
-            .and_then(|s| s.stable_revision.as_deref())
-            .and_then(|s| kept.iter().find(|r| r.name == s))
-            .or(kept.first())
+            .and_then(|s| s.stable_revision.as_deref());
+        let promoted: Vec<bool> = kept
+            .iter()
+            .map(|r| Some(r.name.as_str()) == promoted_name)
+            .collect();
+        let stable = stable_index(&promoted)
+            .and_then(|i| kept.get(i))
             .cloned()
             .unwrap_or_else(|| latest.clone());
 

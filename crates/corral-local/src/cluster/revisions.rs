@@ -1,11 +1,11 @@
 //! Served models' revisions, embedded: what the store keeps of each (the model as it was,
 //! its hash, when it was promoted), a new one when a submission changes what the replicas
-//! run (the core's [`revision_hash`]), the traffic split's percent set from the API, and the
+//! run (the core's [`same_revision`]), the traffic split's percent set from the API, and the
 //! core's promotions and retirements recorded. No decision is made here.
 
 use corral_api::served_model::{ModelOrigin, ServedModel, revision_name};
 use corral_core::control::Effect;
-use corral_core::control::serving::revision_hash;
+use corral_core::control::serving::{revision_hash, same_revision, stable_index};
 use jiff::Timestamp;
 
 use super::engine::Cluster;
@@ -38,11 +38,13 @@ pub(super) fn latest(revisions: &[StoredRevision]) -> Option<&StoredRevision> {
 
 /// The newest promoted revision (the first one if none was: it served alone).
 pub(super) fn stable(revisions: &[StoredRevision]) -> Option<&StoredRevision> {
-    revisions
+    let mut oldest_first: Vec<&StoredRevision> = revisions.iter().collect();
+    oldest_first.sort_by_key(|r| r.number);
+    let promoted: Vec<bool> = oldest_first
         .iter()
-        .filter(|r| r.promoted_at.is_some())
-        .max_by_key(|r| r.number)
-        .or_else(|| revisions.iter().min_by_key(|r| r.number))
+        .map(|r| r.promoted_at.is_some())
+        .collect();
+    stable_index(&promoted).map(|i| oldest_first[i])
 }
 
 /// What a submission did to a served model.
@@ -93,7 +95,7 @@ impl Cluster {
         let hash = revision_hash(&model);
         let store_err = |e: crate::store::StoreError| ClusterError::Store(e.to_string());
         if let Some(l) = latest(&list)
-            && l.hash == hash
+            && same_revision(&l.model, &model)
         {
             self.store
                 .update_served_model(&ns, &model)

@@ -31,7 +31,7 @@ pub use model::{
     ModelSourceProblem, output_pinned, outputs_released, resolve_model, resolve_model_from_run,
 };
 pub use replicas::{DRAIN_LIMIT, ReplicaAction, ReplicaDrains, ReplicaView, plan_replicas};
-pub use traffic::{Share, promotes, revision_hash, split};
+pub use traffic::{Share, promotes, revision_hash, same_revision, split, stable_index};
 
 /// What the router saw of one model since the last pass (every shell's router reports
 /// this).

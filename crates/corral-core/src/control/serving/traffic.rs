@@ -29,6 +29,37 @@ pub fn revision_hash(model: &ServedModel) -> String {
     format!("sha256:{:x}", Sha256::digest(doc.to_string()))
 }
 
+/// Whether `written` (a model as written now) runs what `kept` (a revision's model, as it
+/// was pinned) runs, in every shell: the same [`revision_hash`] with the pinned origins set
+/// aside, the same `spec.model`, and, where the shell pinned `written` anew, the same
+/// origin (the same run, path and content). The embedded cluster pins a model at every
+/// submit, so a re-run's new output is a new revision; the operator pins only when
+/// `spec.model` changed (a resource has no submit moment, and the run may be gone since)
+/// and passes `written` unpinned, so the revision's pin stands.
+pub fn same_revision(kept: &ServedModel, written: &ServedModel) -> bool {
+    use corral_api::served_model::{MODEL_ORIGIN_ANNOTATION, ModelOrigin};
+    let unpinned = |m: &ServedModel| {
+        let mut m = m.clone();
+        m.metadata.annotations.remove(MODEL_ORIGIN_ANNOTATION);
+        revision_hash(&m)
+    };
+    let pins_agree = match ModelOrigin::of(&written.metadata.annotations) {
+        None => true,
+        Some(fresh) => ModelOrigin::of(&kept.metadata.annotations)
+            .is_some_and(|k| (k.uid, k.path, k.sha256) == (fresh.uid, fresh.path, fresh.sha256)),
+    };
+    kept.spec.model == written.spec.model && unpinned(kept) == unpinned(written) && pins_agree
+}
+
+/// Which of a model's revisions (oldest first, each promoted or not) is the stable one:
+/// the newest promoted, or the first when none was (it served alone).
+pub fn stable_index(promoted: &[bool]) -> Option<usize> {
+    promoted
+        .iter()
+        .rposition(|p| *p)
+        .or(if promoted.is_empty() { None } else { Some(0) })
+}
+
 /// One revision's share of the requests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Share {
@@ -100,6 +131,61 @@ pub fn percent_of(n: u64, part: u32) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use corral_api::served_model::{MODEL_ORIGIN_ANNOTATION, ModelOrigin};
+
+    fn model(image: &str, min: u32, origin: Option<(&str, &str)>) -> ServedModel {
+        let mut m: ServedModel = serde_json::from_value(serde_json::json!({
+            "apiVersion": "corral.dev/v1alpha1", "kind": "ServedModel",
+            "metadata": {"name": "m", "namespace": "ml"},
+            "spec": {"template": {"image": image, "command": ["serve"]},
+                     "autoscaling": {"minReplicas": min},
+                     "model": {"pipelineRun": "r1", "step": "train", "output": "model"}},
+        }))
+        .expect("model");
+        if let Some((uid, sha256)) = origin {
+            let o: ModelOrigin = serde_json::from_value(serde_json::json!({
+                "uid": uid, "path": "/a/r1/train/model", "sha256": sha256,
+            }))
+            .expect("origin");
+            m.metadata.annotations.insert(
+                MODEL_ORIGIN_ANNOTATION.into(),
+                serde_json::to_string(&o).expect("json"),
+            );
+        }
+        m
+    }
+
+    #[test]
+    fn a_revision_is_what_the_replicas_run_and_what_was_pinned_anew() {
+        let kept = model("v1", 1, Some(("u1", "sha256:a")));
+        // Scaling is the model's, not a revision's; an unpinned write keeps the pin.
+        assert!(same_revision(&kept, &model("v1", 0, None)));
+        assert!(!same_revision(&kept, &model("v2", 1, None)));
+        // Pinned anew (a submit): the same output is the same revision, a re-run's is not.
+        assert!(same_revision(
+            &kept,
+            &model("v1", 1, Some(("u1", "sha256:a")))
+        ));
+        assert!(!same_revision(
+            &kept,
+            &model("v1", 1, Some(("u2", "sha256:a")))
+        ));
+        assert!(!same_revision(
+            &kept,
+            &model("v1", 1, Some(("u1", "sha256:b")))
+        ));
+        let mut other = model("v1", 1, None);
+        other.spec.model = None;
+        assert!(!same_revision(&kept, &other), "spec.model changed");
+    }
+
+    #[test]
+    fn the_stable_revision_is_the_newest_promoted_or_the_first() {
+        assert_eq!(stable_index(&[]), None);
+        assert_eq!(stable_index(&[false, false]), Some(0));
+        assert_eq!(stable_index(&[true, false, true, false]), Some(2));
+    }
+
     use super::*;
 
     #[test]
