@@ -8,13 +8,13 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_corral");
 const OUT: &str = "/corral/artifacts/r1/produce/data";
 const SCORE: &str = "/corral/artifacts/r1/produce/score";
 
-fn corral(env: &[(&str, String)], args: &[&str]) -> std::process::Output {
+fn corral(env: &[(String, String)], args: &[&str]) -> std::process::Output {
     let mut c = Command::new(BIN);
     c.args(["artifacts"]).args(args);
     for (k, v) in env {
@@ -34,7 +34,7 @@ fn ok(out: std::process::Output) -> String {
 }
 
 /// The sidecar: started, told to stop as the kubelet tells it, and its exit.
-fn upload(env: &[(&str, String)], store: &str, volume: &Path, dirs: &[&str]) {
+fn upload(env: &[(String, String)], store: &str, volume: &Path, dirs: &[&str]) {
     let mut c = Command::new(BIN);
     c.args(["artifacts", "upload", "--store", store, "--volume"])
         .arg(volume)
@@ -67,7 +67,7 @@ fn stop(child: Child) -> Child {
     child
 }
 
-fn report(env: &[(&str, String)], verb: &str, store: &str, paths: &[&str]) -> Value {
+fn report(env: &[(String, String)], verb: &str, store: &str, paths: &[&str]) -> Value {
     let dir = tempfile::tempdir().expect("dir");
     let file = dir.path().join("message");
     let mut args = vec![verb, "--store", store, "--message-file"];
@@ -85,7 +85,7 @@ fn on(volume: &Path, pod_path: &str) -> PathBuf {
 }
 
 /// The whole round: step 1's pod, the artifact pods, step 2's pod.
-fn round_trip(env: &[(&str, String)], store: &str) {
+fn round_trip(env: &[(String, String)], store: &str) {
     let step1 = tempfile::tempdir().expect("volume");
     let volume = step1.path();
     let vol = volume.to_string_lossy().into_owned();
@@ -222,64 +222,17 @@ fn an_unknown_store_is_refused_naming_the_valid_ones() {
     );
 }
 
-/// moto's S3 server on a free loopback port, stopped when dropped.
-struct Moto(Child, u16);
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn moto() -> Option<Moto> {
-    let found = Command::new("moto_server")
-        .arg("--help")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !found {
+#[test]
+fn an_s3_store_keeps_a_steps_outputs_for_the_next_step() {
+    use corral_kube::testenv::S3Server;
+    if !S3Server::available() {
         assert!(
             std::env::var("CI").as_deref() != Ok("true"),
             "moto_server is missing: pip install 'moto[server]' (CI installs it)"
         );
         eprintln!("skipped: moto_server is missing");
-        return None;
+        return;
     }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port");
-    let child = Command::new("moto_server")
-        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("moto_server starts");
-    let moto = Moto(child, port);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "moto_server did not listen");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    Some(moto)
-}
-
-#[test]
-fn an_s3_store_keeps_a_steps_outputs_for_the_next_step() {
-    let Some(moto) = moto() else { return };
-    let endpoint = format!("http://127.0.0.1:{}", moto.1);
-    // A bucket, as an administrator makes it (moto takes an unsigned request).
-    ureq::put(&format!("{endpoint}/artifacts"))
-        .send_empty()
-        .expect("the bucket is made");
-    let env = [
-        ("AWS_ACCESS_KEY_ID", "test".to_string()),
-        ("AWS_SECRET_ACCESS_KEY", "test".to_string()),
-        ("AWS_REGION", "us-east-1".to_string()),
-        ("AWS_ENDPOINT", endpoint),
-        ("AWS_ALLOW_HTTP", "true".to_string()),
-    ];
-    round_trip(&env, "s3://artifacts/corral/team-a");
+    let s3 = S3Server::start("artifacts").expect("moto's S3 server");
+    round_trip(&s3.env(), "s3://artifacts/corral/team-a");
 }

@@ -504,3 +504,84 @@ pub async fn lift_not_ready_taint(client: &Client, name: &str) -> Result<(), Str
         .map_err(|e| format!("node {name}: lift the not-ready taint: {e}"))?;
     Ok(())
 }
+
+/// An S3 server for the artifact store's tests: moto's (`pip install 'moto[server]'`) on a
+/// free loopback port, with one bucket; stopped when dropped.
+pub struct S3Server {
+    child: Child,
+    /// `http://127.0.0.1:PORT`, for `AWS_ENDPOINT`.
+    pub endpoint: String,
+}
+
+impl S3Server {
+    /// Whether `moto_server` is installed.
+    pub fn available() -> bool {
+        Command::new("moto_server")
+            .arg("--help")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// Starts it and makes `bucket` (as an administrator would; moto takes the request
+    /// unsigned).
+    pub fn start(bucket: &str) -> Result<Self, String> {
+        let port = free_port()?;
+        let child = Command::new("moto_server")
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("moto_server: {e}"))?;
+        let server = S3Server {
+            child,
+            endpoint: format!("http://127.0.0.1:{port}"),
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let mut conn = loop {
+            match std::net::TcpStream::connect(("127.0.0.1", port)) {
+                Ok(c) => break c,
+                Err(_) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(e) => return Err(format!("moto_server did not listen on {port}: {e}")),
+            }
+        };
+        use std::io::{Read, Write};
+        write!(
+            conn,
+            "PUT /{bucket} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\n\
+             Connection: close\r\n\r\n"
+        )
+        .map_err(|e| e.to_string())?;
+        let mut answer = String::new();
+        conn.read_to_string(&mut answer)
+            .map_err(|e| e.to_string())?;
+        if !answer.starts_with("HTTP/1.1 200") {
+            return Err(format!("making bucket {bucket}: {answer}"));
+        }
+        Ok(server)
+    }
+
+    /// The variables a client needs (as a namespace's Secret would hold them).
+    pub fn env(&self) -> Vec<(String, String)> {
+        [
+            ("AWS_ACCESS_KEY_ID", "test"),
+            ("AWS_SECRET_ACCESS_KEY", "test"),
+            ("AWS_REGION", "us-east-1"),
+            ("AWS_ENDPOINT", self.endpoint.as_str()),
+            ("AWS_ALLOW_HTTP", "true"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+    }
+}
+
+impl Drop for S3Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -258,12 +258,7 @@ impl ArtifactStore {
             if let Some(dir) = to.parent() {
                 std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
             }
-            let mut stream = self
-                .store
-                .get(&object)
-                .await
-                .map_err(|e| format!("{object}: {e}"))?
-                .into_stream();
+            let mut stream = self.stream(&object).await?;
             let mut file = tokio::fs::File::create(&to)
                 .await
                 .map_err(|e| format!("{}: {e}", to.display()))?;
@@ -282,6 +277,20 @@ impl ArtifactStore {
             std::fs::create_dir_all(&local).map_err(|e| format!("{}: {e}", local.display()))?;
         }
         Ok(())
+    }
+
+    /// An object's bytes as they arrive (a model's weights are not held in memory).
+    async fn stream(
+        &self,
+        object: &Key,
+    ) -> Result<futures::stream::BoxStream<'static, object_store::Result<bytes::Bytes>>, String>
+    {
+        Ok(self
+            .store
+            .get(object)
+            .await
+            .map_err(|e| format!("{object}: {e}"))?
+            .into_stream())
     }
 
     async fn delete_exact(&self, key: &Key) -> Result<(), String> {
@@ -314,12 +323,7 @@ impl ArtifactStore {
         let mut tree = Tree::Dir(BTreeMap::new());
         for (below, object) in self.objects(&key).await? {
             let mut h = Sha256::new();
-            let mut stream = self
-                .store
-                .get(&object)
-                .await
-                .map_err(|e| format!("{object}: {e}"))?
-                .into_stream();
+            let mut stream = self.stream(&object).await?;
             while let Some(chunk) = stream.next().await {
                 h.update(chunk.map_err(|e| format!("{object}: {e}"))?);
             }

@@ -8,8 +8,8 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Container, Pod, Secret};
@@ -17,6 +17,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use corral_kube::pipelines::{self, ARTIFACTS_MOUNT, ArtifactLocation, PipelineConfig};
+use corral_kube::testenv::S3Server;
 
 use crate::harness::{Env, prerequisite};
 use crate::kubelet::{kubelet_phase, pods};
@@ -34,59 +35,6 @@ fn config() -> PipelineConfig {
         ),
         tools_image: "ghcr.io/corral-dev/corral:test".into(),
     }
-}
-
-/// moto's S3 server on a free loopback port, stopped when dropped.
-struct Moto(Child, u16);
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn moto() -> Option<Moto> {
-    let found = Command::new("moto_server")
-        .arg("--help")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !prerequisite(
-        found,
-        "moto_server (pip install 'moto[server]') for the S3 store",
-    ) {
-        return None;
-    }
-    let port = crate::harness::free_port();
-    let child = Command::new("moto_server")
-        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("moto_server starts");
-    let moto = Moto(child, port);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "moto_server did not listen");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    Some(moto)
-}
-
-/// `PUT /BUCKET`, as an administrator makes the bucket (moto takes it unsigned).
-fn make_bucket(port: u16) {
-    use std::io::{Read, Write};
-    let mut conn = std::net::TcpStream::connect(("127.0.0.1", port)).expect("moto");
-    write!(
-        conn,
-        "PUT /{BUCKET} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    )
-    .expect("request");
-    let mut answer = String::new();
-    conn.read_to_string(&mut answer).expect("answer");
-    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
 }
 
 async fn passes(op: &Operator) {
@@ -254,9 +202,13 @@ pub(crate) async fn pipeline_with_an_object_store(env: &Env, op: &Operator) {
         );
         return;
     };
-    let Some(moto) = moto() else { return };
-    let endpoint = format!("http://127.0.0.1:{}", moto.1);
-    make_bucket(moto.1);
+    if !prerequisite(
+        S3Server::available(),
+        "moto_server (pip install 'moto[server]') for the S3 store",
+    ) {
+        return;
+    }
+    let s3 = S3Server::start(BUCKET).expect("moto's S3 server");
     let ns = "pipes-s3";
     namespace(env, ns).await;
     let secrets: Api<Secret> = Api::namespaced(env.admin.clone(), ns);
@@ -265,9 +217,7 @@ pub(crate) async fn pipeline_with_an_object_store(env: &Env, op: &Operator) {
             &PostParams::default(),
             &serde_json::from_value(json!({
                 "metadata": {"name": "corral-artifact-store"},
-                "stringData": {"AWS_ACCESS_KEY_ID": "team", "AWS_SECRET_ACCESS_KEY": "secret",
-                               "AWS_REGION": "us-east-1", "AWS_ENDPOINT": endpoint,
-                               "AWS_ALLOW_HTTP": "true"},
+                "stringData": s3.env().into_iter().collect::<BTreeMap<_, _>>(),
             }))
             .expect("secret"),
         )
