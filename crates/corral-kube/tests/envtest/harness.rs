@@ -81,3 +81,25 @@ pub(crate) fn fixture(name: &str, code: u16, body: &Value) {
         assert_eq!(saved["body"][k], body[k], "{name}: {k}");
     }
 }
+
+/// The `corral` CLI (`bin`) pointed at the operator's read API on `port` with `token`, as a
+/// person runs it: whether it succeeded, and what it printed (stdout, then stderr).
+pub(crate) fn corral_cli(
+    bin: &Path,
+    env: &Env,
+    port: u16,
+    token: &str,
+    args: &[&str],
+) -> (bool, String) {
+    let out = Command::new(bin)
+        .args(args)
+        .env("CORRAL_SERVER", format!("http://127.0.0.1:{port}"))
+        .env("CORRAL_TOKEN", token)
+        .env("HOME", &env.dir)
+        .output()
+        .expect("run corral");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr),
+    )
+}

@@ -1,7 +1,6 @@
 //! The running operator's read API: the CLI's read verbs against a Kubernetes install, each
 //! caller seeing what the cluster's RBAC lets it list, nothing of another namespace.
 
-use std::process::Command;
 use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
@@ -383,20 +382,7 @@ pub(crate) async fn live_read_api(
     );
 
     // The CLI's read verbs, pointed at the operator.
-    let corral = |args: &[&str]| {
-        let out = Command::new(bin)
-            .args(args)
-            .env("CORRAL_SERVER", format!("http://127.0.0.1:{port}"))
-            .env("CORRAL_TOKEN", &token)
-            .env("HOME", &env.dir)
-            .output()
-            .expect("run corral");
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).to_string()
-                + &String::from_utf8_lossy(&out.stderr),
-        )
-    };
+    let corral = |args: &[&str]| crate::harness::corral_cli(bin.as_ref(), env, port, &token, args);
     let (ok, text) = corral(&["list"]);
     assert!(
         ok && text.contains("reporter") && text.contains("live"),

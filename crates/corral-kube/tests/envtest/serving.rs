@@ -234,20 +234,7 @@ pub(crate) async fn live_serving(
     assert_eq!(got["replicas"][0]["job"], "tiny-serving-0", "{got}");
     assert_eq!(got["replicas"][0]["ready"], true, "{got}");
     // The CLI's read verbs, pointed at the operator, as against `corral up`.
-    let corral = |args: &[&str]| {
-        let out = std::process::Command::new(bin)
-            .args(args)
-            .env("CORRAL_SERVER", format!("http://127.0.0.1:{port}"))
-            .env("CORRAL_TOKEN", &token)
-            .env("HOME", &env.dir)
-            .output()
-            .expect("run corral");
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).to_string()
-                + &String::from_utf8_lossy(&out.stderr),
-        )
-    };
+    let corral = |args: &[&str]| crate::harness::corral_cli(bin.as_ref(), env, port, &token, args);
     let (ok, text) = corral(&["get", "servedmodels", "-n", ns]);
     assert!(ok && text.contains("tiny"), "{text}");
     let (ok, text) = corral(&["describe", "servedmodel", "tiny", "-n", ns]);
