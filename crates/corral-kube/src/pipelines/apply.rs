@@ -145,6 +145,21 @@ pub async fn apply(applier: &Applier, actions: &[RunAction]) -> Applied {
                     )),
                 }
             }
+            RunAction::KeepVersion {
+                namespace,
+                revision,
+            } => {
+                let api: Api<k8s_openapi::api::apps::v1::ControllerRevision> =
+                    Api::namespaced(client.clone(), namespace);
+                match api.create(&PostParams::default(), revision).await {
+                    Ok(_) => out.report.status_updates += 1,
+                    Err(e) if code(&e) == Some(409) => {}
+                    Err(e) => out.report.errors.push(format!(
+                        "{namespace}/{}: keeping the Pipeline's version: {e}",
+                        revision.metadata.name.as_deref().unwrap_or_default()
+                    )),
+                }
+            }
             RunAction::Status { .. } | RunAction::Event { .. } => {}
         }
     }
@@ -263,7 +278,24 @@ pub async fn reconcile_once(
             Err(e) => tracing::warn!("Pipeline {e}"),
         }
     }
-    let actions = super::plan(&runs, &pipelines, &world, &Default::default(), cfg, now);
+    let kept: Api<k8s_openapi::api::apps::v1::ControllerRevision> =
+        Api::all(applier.client.clone());
+    let kept: Vec<_> = kept
+        .list(&kube::api::ListParams::default().labels(super::versions::PIPELINE_LABEL))
+        .await?
+        .items
+        .into_iter()
+        .map(std::sync::Arc::new)
+        .collect();
+    let actions = super::plan(
+        &runs,
+        &pipelines,
+        &kept,
+        &world,
+        &Default::default(),
+        cfg,
+        now,
+    );
     let applied = apply(applier, &actions).await;
     Ok((actions, applied.report))
 }

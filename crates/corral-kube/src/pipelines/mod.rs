@@ -21,6 +21,7 @@
 
 pub mod apply;
 pub mod artifacts;
+pub mod versions;
 pub mod watch;
 
 pub use artifacts::ArtifactLocation;
@@ -30,6 +31,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
@@ -88,6 +90,11 @@ pub enum RunAction {
         namespace: String,
         name: String,
     },
+    /// A stored Pipeline's current version kept (see [`versions`]).
+    KeepVersion {
+        namespace: String,
+        revision: Box<ControllerRevision>,
+    },
     /// A run of a stored Pipeline given its copy (spec.pipelineSpec and the version in
     /// spec.pipelineRef), written only over the version it was read at.
     Resolve {
@@ -116,8 +123,9 @@ pub enum RunAction {
 /// What one pass reads, indexed.
 struct View<'a> {
     runs: &'a [Arc<PipelineRun>],
-    /// The stored Pipelines that runs name (`spec.pipelineRef`).
+    /// The stored Pipelines that runs name (`spec.pipelineRef`), and their kept versions.
     pipelines: &'a [Arc<Pipeline>],
+    kept: &'a [Arc<ControllerRevision>],
     jobs: HashMap<String, &'a TrainingJob>,
     pods: HashMap<(String, String), &'a Pod>,
     /// Step jobs created moments ago, which the watch may not show yet (`namespace/name`).
@@ -130,6 +138,7 @@ struct View<'a> {
 pub fn plan(
     runs: &[Arc<PipelineRun>],
     pipelines: &[Arc<Pipeline>],
+    kept: &[Arc<ControllerRevision>],
     world: &World,
     recent: &BTreeSet<String>,
     cfg: &PipelineConfig,
@@ -138,6 +147,7 @@ pub fn plan(
     let view = View {
         runs,
         pipelines,
+        kept,
         jobs: world
             .jobs
             .iter()
@@ -164,7 +174,13 @@ pub fn plan(
         (a.metadata.namespace_or_default(), &a.metadata.name)
             .cmp(&(b.metadata.namespace_or_default(), &b.metadata.name))
     });
-    let mut out = Vec::new();
+    let mut out: Vec<RunAction> = versions::to_keep(pipelines, kept)
+        .into_iter()
+        .map(|(namespace, r)| RunAction::KeepVersion {
+            namespace,
+            revision: Box::new(r),
+        })
+        .collect();
     for run in order {
         plan_run(run, &view, &mut out);
     }
@@ -194,12 +210,13 @@ fn plan_run(run: &PipelineRun, view: &View, out: &mut Vec<RunAction>) {
     // written into the run (spec.pipelineSpec, and the version in spec.pipelineRef), so
     // that a later change of the Pipeline does not change the run. Decided next pass.
     if run.status.is_none() && run.spec.awaits_copy() {
-        let known: Vec<Pipeline> = view
+        let mut known: Vec<Pipeline> = view
             .pipelines
             .iter()
             .filter(|p| p.metadata.namespace_or_default() == ns)
             .map(|p| p.as_ref().clone())
             .collect();
+        known.extend(versions::kept_in(&ns, view.pipelines, view.kept));
         let mut spec = run.spec.clone();
         let why = match spec.resolve(&known) {
             // The copy is checked before it is written (the webhook would refuse the write

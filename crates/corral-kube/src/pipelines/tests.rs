@@ -70,7 +70,7 @@ fn tool_pod(name: &str, phase: &str, message: &str, created: &str) -> Arc<Pod> {
 }
 
 fn plan_of(runs: &[Arc<PipelineRun>], world: &World) -> Vec<RunAction> {
-    plan(runs, &[], world, &BTreeSet::new(), &cfg(), now())
+    plan(runs, &[], &[], world, &BTreeSet::new(), &cfg(), now())
 }
 
 fn status_of(actions: &[RunAction]) -> Option<&PipelineRunStatus> {
@@ -232,7 +232,7 @@ fn strings(v: &Value) -> Vec<String> {
 fn with_an_object_store_each_pod_fetches_what_it_reads_and_uploads_what_it_wrote() {
     let cfg = store_cfg();
     let plan_here = |runs: &[Arc<PipelineRun>], world: &World| {
-        plan(runs, &[], world, &BTreeSet::new(), &cfg, now())
+        plan(runs, &[], &[], world, &BTreeSet::new(), &cfg, now())
     };
     let first = plan_here(&[run("r1", None)], &World::default());
     let produce = jobs_of(&first)[0];
@@ -425,6 +425,7 @@ fn a_step_job_gone_fails_the_step_unless_just_made() {
     let waiting = plan(
         std::slice::from_ref(&r),
         &[],
+        &[],
         &World::default(),
         &recent,
         &cfg(),
@@ -546,6 +547,7 @@ fn a_run_of_a_stored_pipeline_runs_its_copy() {
     let first = plan(
         &[run_of(json!({"name": "stored"}))],
         &pipelines,
+        &[],
         &World::default(),
         &BTreeSet::new(),
         &cfg(),
@@ -578,6 +580,7 @@ fn a_run_of_a_stored_pipeline_runs_its_copy() {
     let next = plan(
         &[Arc::new(patched)],
         &changed,
+        &[],
         &World::default(),
         &BTreeSet::new(),
         &cfg(),
@@ -593,6 +596,101 @@ fn a_run_of_a_stored_pipeline_runs_its_copy() {
     assert!(job.to_string().contains("echo v2"), "{job}");
 }
 
+/// Kubernetes keeps a Pipeline's current spec only: each version the operator sees is kept
+/// as a ControllerRevision owned by it, and a run naming an older generation runs that.
+#[test]
+fn a_pipelines_versions_are_kept_and_a_run_may_name_an_older_one() {
+    let with_uid = |generation: i64, command: &str| {
+        let mut p = stored("ml", generation, command).as_ref().clone();
+        p.metadata.uid = Some("uid-stored".into());
+        Arc::new(p)
+    };
+    let v1 = [with_uid(1, "echo v1")];
+    let first = plan(
+        &[],
+        &v1,
+        &[],
+        &World::default(),
+        &BTreeSet::new(),
+        &cfg(),
+        now(),
+    );
+    let [
+        RunAction::KeepVersion {
+            namespace,
+            revision,
+        },
+    ] = &first[..]
+    else {
+        panic!("{first:?}");
+    };
+    assert_eq!(namespace, "ml");
+    assert_eq!(revision.metadata.name.as_deref(), Some("stored-g1"));
+    assert_eq!(revision.revision, 1);
+    let owner = &revision.metadata.owner_references.as_ref().expect("owner")[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.uid.as_str()),
+        ("Pipeline", "uid-stored")
+    );
+    let kept = [Arc::new(revision.as_ref().clone())];
+    // Kept: nothing more to write for it.
+    let again = plan(
+        &[],
+        &v1,
+        &kept,
+        &World::default(),
+        &BTreeSet::new(),
+        &cfg(),
+        now(),
+    );
+    assert!(again.is_empty(), "{again:?}");
+    // Changed to version 2: kept too; a run asking for generation 1 gets version 1's spec.
+    let v2 = [with_uid(2, "echo v2")];
+    let actions = plan(
+        &[run_of(json!({"name": "stored", "generation": 1}))],
+        &v2,
+        &kept,
+        &World::default(),
+        &BTreeSet::new(),
+        &cfg(),
+        now(),
+    );
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, RunAction::KeepVersion { revision, .. }
+            if revision.metadata.name.as_deref() == Some("stored-g2"))),
+        "{actions:?}"
+    );
+    let spec = actions
+        .iter()
+        .find_map(|a| match a {
+            RunAction::Resolve { spec, .. } => Some(spec),
+            _ => None,
+        })
+        .expect("the run's copy");
+    assert_eq!(spec.pipeline_spec, v1[0].spec);
+    assert_eq!(
+        spec.pipeline_ref.as_ref().and_then(|r| r.generation),
+        Some(1)
+    );
+    // A version of a Pipeline of that name deleted and made again is not this one's.
+    let mut other = with_uid(2, "echo v2").as_ref().clone();
+    other.metadata.uid = Some("uid-new".into());
+    let refused = plan(
+        &[run_of(json!({"name": "stored", "generation": 1}))],
+        &[Arc::new(other)],
+        &kept,
+        &World::default(),
+        &BTreeSet::new(),
+        &cfg(),
+        now(),
+    );
+    let status = status_of(&refused).expect("the run fails");
+    let message = status.message.clone().unwrap_or_default();
+    assert!(message.contains("spec.pipelineRef.generation"), "{message}");
+}
+
 /// A stored Pipeline a run could never run (stored before the webhook, or without it):
 /// the run fails with why, and no copy is written.
 #[test]
@@ -604,6 +702,7 @@ fn a_run_of_a_pipeline_that_cannot_run_fails_with_why() {
     let actions = plan(
         &[run_of(json!({"name": "stored"}))],
         &[Arc::new(bad)],
+        &[],
         &World::default(),
         &BTreeSet::new(),
         &cfg(),
@@ -629,6 +728,7 @@ fn a_run_of_a_missing_pipeline_fails_naming_those_there() {
     let actions = plan(
         &[run_of(json!({"name": "nope"}))],
         &[stored("ml", 1, "true"), stored("other", 1, "true")],
+        &[],
         &World::default(),
         &BTreeSet::new(),
         &cfg(),
@@ -647,6 +747,7 @@ fn a_run_of_a_missing_pipeline_fails_naming_those_there() {
     let actions = plan(
         &[run_of(json!({"name": "stored", "generation": 1}))],
         &[stored("ml", 4, "true")],
+        &[],
         &World::default(),
         &BTreeSet::new(),
         &cfg(),

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::ControllerRevision;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
@@ -31,6 +32,8 @@ pub struct Runs {
     /// The stored Pipelines runs name (none where their CRD is not installed).
     pipelines: Option<Store<DynamicObject>>,
     decoded_pipelines: Decoded<Pipeline>,
+    /// The Pipelines' kept versions (`super::versions`).
+    kept: Option<Store<ControllerRevision>>,
     cfg: PipelineConfig,
     /// Step jobs made, and when: see [`SHOWN_WITHIN`].
     made: Mutex<BTreeMap<String, Instant>>,
@@ -51,6 +54,7 @@ pub async fn start(
         decoded: Decoded::default(),
         pipelines: None,
         decoded_pipelines: Decoded::default(),
+        kept: None,
         cfg,
         made: Mutex::default(),
     };
@@ -81,6 +85,14 @@ pub async fn start(
                 watcher::Config::default(),
                 ar,
                 crate::slim::object,
+                notify.clone(),
+                tasks,
+            ));
+            runs.kept = Some(crate::operator::reflect(
+                Api::all(client.clone()),
+                watcher::Config::default().labels(super::versions::PIPELINE_LABEL),
+                (),
+                crate::slim::object,
                 notify,
                 tasks,
             ));
@@ -101,6 +113,11 @@ impl Runs {
             if store.wait_until_ready().await.is_err() {
                 return false;
             }
+        }
+        if let Some(kept) = &self.kept
+            && kept.wait_until_ready().await.is_err()
+        {
+            return false;
         }
         true
     }
@@ -152,7 +169,8 @@ impl Runs {
         for w in warnings {
             tracing::warn!("Pipeline {w}");
         }
-        let actions = plan(&runs, &pipelines, world, &recent, &self.cfg, now);
+        let kept = self.kept.as_ref().map(|s| s.state()).unwrap_or_default();
+        let actions = plan(&runs, &pipelines, &kept, world, &recent, &self.cfg, now);
         if actions.is_empty() {
             return ApplyReport::default();
         }

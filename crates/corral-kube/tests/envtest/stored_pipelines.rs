@@ -91,6 +91,35 @@ pub(crate) async fn stored_pipeline_runs(env: &Env, op: &Operator) {
     assert!(made.to_string().contains("echo v1"), "{made}");
     let run = serde_json::to_value(runs.get("by-ref").await.expect("run")).expect("json");
     assert_eq!(run["spec"]["pipelineRef"]["generation"], json!(1));
+    // Each version seen is kept (Kubernetes keeps the current one only): a run made now
+    // may still ask for version 1.
+    let revisions: Api<k8s_openapi::api::apps::v1::ControllerRevision> =
+        Api::namespaced(env.admin.clone(), ns);
+    let kept: Vec<(String, i64)> = revisions
+        .list(&kube::api::ListParams::default().labels("corral.dev/pipeline=train"))
+        .await
+        .expect("revisions")
+        .items
+        .into_iter()
+        .map(|r| (r.metadata.name.unwrap_or_default(), r.revision))
+        .collect();
+    assert_eq!(
+        kept,
+        [("train-g1".to_string(), 1), ("train-g2".to_string(), 2)]
+    );
+    runs.create(
+        &PostParams::default(),
+        &object(
+            json!({"apiVersion": "corral.dev/v1alpha1", "kind": "PipelineRun",
+                       "metadata": {"name": "older", "namespace": ns},
+                       "spec": {"pipelineRef": {"name": "train", "generation": 1}}}),
+        ),
+    )
+    .await
+    .expect("a run of version 1");
+    passes(op).await;
+    let older = serde_json::to_value(runs.get("older").await.expect("run")).expect("json");
+    assert_eq!(older["spec"]["pipelineSpec"], step("echo v1"), "{older}");
     let missing = serde_json::to_value(runs.get("missing").await.expect("run")).expect("json");
     assert_eq!(missing["status"]["phase"], "Failed", "{missing}");
     let message = missing["status"]["message"].as_str().unwrap_or("");
@@ -103,7 +132,9 @@ pub(crate) async fn stored_pipeline_runs(env: &Env, op: &Operator) {
     for (api, name) in [
         (&runs, "by-ref"),
         (&runs, "missing"),
+        (&runs, "older"),
         (&jobs, "by-ref-only"),
+        (&jobs, "older-only"),
     ] {
         let _ = api.delete(name, &DeleteParams::default()).await;
     }
