@@ -147,7 +147,7 @@ fn hash_entry(path: &Path, rel: &Path, h: &mut Sha256) -> io::Result<()> {
     let meta = fs::symlink_metadata(path)?;
     let name = rel.to_string_lossy();
     if meta.is_dir() {
-        h.update(format!("d {name}\0"));
+        h.update(dir_line(&name));
         let mut entries: Vec<_> = fs::read_dir(path)?
             .map(|e| e.map(|e| e.file_name()))
             .collect::<Result<_, _>>()?;
@@ -162,9 +162,21 @@ fn hash_entry(path: &Path, rel: &Path, h: &mut Sha256) -> io::Result<()> {
         let mut f = open_no_follow(path)?;
         let mut fh = Sha256::new();
         io::copy(&mut f, &mut fh)?;
-        h.update(format!("f {name}\0{:x}\0", fh.finalize()));
+        h.update(file_line(&name, &format!("{:x}", fh.finalize())));
     }
     Ok(())
+}
+
+/// What a directory adds to an artifact's hash: its path below the artifact.
+pub fn dir_line(rel: &str) -> String {
+    format!("d {rel}\0")
+}
+
+/// What a file adds to an artifact's hash: its path below the artifact and its content's
+/// SHA-256 (hex). Shared with a store's hash (`corral artifacts hash --store`), which must
+/// equal this one.
+pub fn file_line(rel: &str, sha256_hex: &str) -> String {
+    format!("f {rel}\0{sha256_hex}\0")
 }
 
 /// Opens a file a step left, refusing a link put in its place after it was looked at.

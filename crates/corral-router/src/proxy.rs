@@ -75,8 +75,15 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
 impl Router {
     /// Serves a request to `/serve/<namespace>/<model>/...` (a model's URL) or to
     /// `/serve/<namespace>/<model>@<revision>/...` (one revision's, whatever the split;
-    /// names are DNS labels, without `@`): the replica sees what follows, query included.
-    pub async fn serve(&self, namespace: &str, model: &str, req: Request<Body>) -> Response<Body> {
+    /// names are DNS labels, without `@`): the replica sees what follows, query included,
+    /// and never the caller's `Authorization` (the shell's to check, not the model server's).
+    pub async fn serve(
+        &self,
+        namespace: &str,
+        model: &str,
+        mut req: Request<Body>,
+    ) -> Response<Body> {
+        req.headers_mut().remove(header::AUTHORIZATION);
         let prefix = format!("/serve/{namespace}/{model}");
         let path_and_query = req
             .uri()

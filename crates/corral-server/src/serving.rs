@@ -96,9 +96,7 @@ async fn serve(
     req: Request,
 ) -> Result<Response, ApiError> {
     caller.check(&namespace)?;
-    let mut req = req.map(Body::new);
-    // The caller's token is the server's business, not the model server's.
-    req.headers_mut().remove(axum::http::header::AUTHORIZATION);
+    let req = req.map(Body::new);
     Ok(state.router.serve(&namespace, &model, req).await)
 }
 

@@ -28,7 +28,7 @@ use tokio::io::AsyncWriteExt;
 
 use corral_api::artifacts_report::ArtifactsReport;
 use corral_kube::pipelines::ARTIFACTS_MOUNT;
-use corral_local::artifacts::MAX_CONDITION_TEXT;
+use corral_local::artifacts::{MAX_CONDITION_TEXT, dir_line, file_line};
 
 /// Where an upload's marker lives, under the namespace's root.
 const UPLOADED: &str = ".corral/uploaded";
@@ -418,9 +418,9 @@ impl Tree {
     /// then its entries in name order (bytes, as a sorted `read_dir`).
     fn hash(&self, rel: &str, h: &mut Sha256) {
         match self {
-            Tree::File(sha) => h.update(format!("f {rel}\0{sha}\0")),
+            Tree::File(sha) => h.update(file_line(rel, sha)),
             Tree::Dir(entries) => {
-                h.update(format!("d {rel}\0"));
+                h.update(dir_line(rel));
                 for (name, entry) in entries {
                     let child = if rel.is_empty() {
                         name.clone()

@@ -82,9 +82,7 @@ pub(crate) struct ToolPod {
 pub(crate) fn tool_pod(location: &ArtifactLocation, namespace: &str) -> ToolPod {
     match location {
         ArtifactLocation::Claim(claim) => ToolPod {
-            volumes: vec![
-                json!({"name": ARTIFACTS_VOLUME, "persistentVolumeClaim": {"claimName": claim}}),
-            ],
+            volumes: vec![claim_volume(claim, false)],
             mounts: vec![
                 json!({"name": ARTIFACTS_VOLUME, "mountPath": ARTIFACTS_MOUNT, "readOnly": true}),
             ],
@@ -121,14 +119,7 @@ pub(crate) fn mount_artifacts(
         return;
     };
     let volume = match location {
-        ArtifactLocation::Claim(claim) => {
-            let mut v =
-                json!({"name": ARTIFACTS_VOLUME, "persistentVolumeClaim": {"claimName": claim}});
-            if read_only {
-                v["persistentVolumeClaim"]["readOnly"] = json!(true);
-            }
-            v
-        }
+        ArtifactLocation::Claim(claim) => claim_volume(claim, read_only),
         // The pod's own: what the step reads is fetched into it.
         ArtifactLocation::Store { .. } => json!({"name": ARTIFACTS_VOLUME, "emptyDir": {}}),
     };
@@ -201,6 +192,16 @@ pub(crate) fn mount_artifacts(
             }
         }
     }
+}
+
+/// The namespace's claim as a pod's volume (read-only for a pod that only reads, where
+/// the kubelet then mounts it so).
+fn claim_volume(claim: &str, read_only: bool) -> Value {
+    let mut v = json!({"name": ARTIFACTS_VOLUME, "persistentVolumeClaim": {"claimName": claim}});
+    if read_only {
+        v["persistentVolumeClaim"]["readOnly"] = json!(true);
+    }
+    v
 }
 
 /// Each artifact path an input stands for: one, or a fan-out's collected outputs (the JSON

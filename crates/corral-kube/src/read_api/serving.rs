@@ -158,8 +158,6 @@ async fn serve(api: Arc<ReadApi>, namespace: String, model: String, req: Request
     if let Err(r) = allowed.await {
         return super::refused(r);
     }
-    let mut req = req.map(Body::new);
-    // The caller's token is the operator's business, not the model server's.
-    req.headers_mut().remove(axum::http::header::AUTHORIZATION);
+    let req = req.map(Body::new);
     api.router().serve(&namespace, &model, req).await
 }
