@@ -125,8 +125,12 @@ enum Command {
         output: Format,
         /// Print the CRDs of Kubeflow's job kinds instead (TFJob, PyTorchJob, XGBoostJob,
         /// JAXJob, MPIJob), for `corral operator --kubeflow serve`.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "kserve")]
         kubeflow: bool,
+        /// Print the CRD of KServe's InferenceService instead, for `corral operator
+        /// --kserve` where KServe is not installed.
+        #[arg(long)]
+        kserve: bool,
     },
     /// Run one real scheduling cycle over the files' jobs, queues, pools and priority
     /// classes, and show what would be admitted where (down to GPU indices) and why the
@@ -286,9 +290,15 @@ fn main() -> ExitCode {
             output,
             with_defaults,
         } => manifests::convert(&file, output, with_defaults),
-        Command::Crd { output, kubeflow } => {
+        Command::Crd {
+            output,
+            kubeflow,
+            kserve,
+        } => {
             let crds: Vec<Value> = if kubeflow {
                 corral_kube::kubeflow::crds::all_crds()
+            } else if kserve {
+                vec![corral_kube::kserve::crds::crd()]
             } else {
                 corral_api::crd::all_crds()
             };

@@ -412,6 +412,16 @@ pub fn build_pod(
         {
             ports.push(json!({"name": PORT_NAME, "containerPort": port, "protocol": "TCP"}));
         }
+        // A probe without a port checks the port Corral gave the replica, as Knative fills
+        // it for KServe's predictors (whose probes name none): Kubernetes refuses the pod.
+        for probe in ["readinessProbe", "livenessProbe", "startupProbe"] {
+            for handler in ["httpGet", "tcpSocket", "grpc"] {
+                if let Some(Value::Object(h)) = main.get_mut(probe).and_then(|p| p.get_mut(handler))
+                {
+                    h.entry("port").or_insert_with(|| json!(port));
+                }
+            }
+        }
     }
     let mut files_mounted = false;
     let ssh = ssh_mount_path(job);

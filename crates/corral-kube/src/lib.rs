@@ -45,6 +45,7 @@ pub mod consts;
 pub mod crds;
 pub mod dynamic_objects;
 pub mod fence;
+pub mod kserve;
 pub mod kubeflow;
 pub mod leader;
 pub mod ledger;

@@ -837,6 +837,8 @@ async fn lead(
     };
     let kubeflow =
         crate::kubeflow::watch::start(args.kubeflow, client, notify.clone(), &mut tasks.0).await;
+    let kserve =
+        crate::kserve::watch::start(args.kserve, client, notify.clone(), &mut tasks.0).await;
     let artifacts = crate::pipelines::ArtifactLocation::new(
         &args.artifacts_claim,
         args.artifact_store.as_deref(),
@@ -865,7 +867,7 @@ async fn lead(
     )
     .await;
     tokio::select! {
-        ok = async { stores.ready().await && runs.ready().await && models.ready().await } => if !ok { return; },
+        ok = async { stores.ready().await && runs.ready().await && models.ready().await && kserve.ready().await } => if !ok { return; },
         _ = stop.wait_for(|s| *s) => return,
     }
     health.set_synced();
@@ -930,6 +932,12 @@ async fn lead(
             tracing::warn!("serving: {e}");
         }
         written.jobs.extend(serving.report.written.jobs);
+        let isvcs = kserve
+            .pass(&serving.models, &applier, Timestamp::now())
+            .await;
+        for e in &isvcs.errors {
+            tracing::warn!("kserve: {e}");
+        }
         // The read API answers from this pass's world until the next one.
         match plan.view.take() {
             Some(v) => served.reads.publish(crate::read_api::Snapshot {

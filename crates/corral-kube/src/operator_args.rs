@@ -95,6 +95,11 @@ pub struct OperatorArgs {
     /// `alongside` Kubeflow's operator. See deploy/README.md.
     #[arg(long, value_enum, default_value_t = crate::kubeflow::Mode::Off)]
     pub kubeflow: crate::kubeflow::Mode,
+    /// Serve KServe's InferenceService (serving.kserve.io/v1beta1, custom-container
+    /// predictors) as ServedModels it owns, with KServe's status written back (instead of
+    /// KServe; install deploy/kserve-crds.yaml). See docs/serving.md.
+    #[arg(long)]
+    pub kserve: bool,
     /// Days the usage ledger (ConfigMaps `corral-usage-*` in the operator's namespace, see
     /// docs/usage.md) keeps what each admission held; older days are deleted.
     #[arg(long, default_value_t = crate::ledger::DEFAULT_RETENTION_DAYS)]

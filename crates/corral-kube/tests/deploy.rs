@@ -581,3 +581,56 @@ fn the_webhook_overlay_is_consistent() {
         Some(u64::from(cli.args.webhook_listen.port()))
     );
 }
+
+#[test]
+fn the_kserve_crd_is_structural_and_its_files_are_current() {
+    let path = deploy().join("kserve-crds.yaml");
+    let text = corral_kube::kserve::crds::render().expect("render");
+    if std::env::var_os("UPDATE_GOLDENS").is_some() {
+        std::fs::write(&path, &text).expect("write deploy/kserve-crds.yaml");
+    }
+    let on_disk = std::fs::read_to_string(&path).expect("deploy/kserve-crds.yaml exists");
+    assert_eq!(
+        on_disk, text,
+        "deploy/kserve-crds.yaml is stale: UPDATE_GOLDENS=1 rewrites it"
+    );
+    let crd = corral_kube::kserve::crds::crd();
+    structural(
+        &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"],
+        "openAPIV3Schema",
+    );
+    assert_eq!(
+        crd["spec"]["names"]["shortNames"],
+        serde_json::json!(["isvc"])
+    );
+    // The RBAC of `--kserve`: what kserve::watch calls.
+    let docs = docs(&deploy().join("kserve-rbac.yaml"));
+    let role: ClusterRole = serde_json::from_value(
+        docs.iter()
+            .find(|d| d["kind"] == "ClusterRole")
+            .expect("ClusterRole")
+            .clone(),
+    )
+    .expect("ClusterRole");
+    let rules = role.rules.unwrap_or_default();
+    for (g, r, v) in [
+        ("serving.kserve.io", "inferenceservices", "watch"),
+        ("serving.kserve.io", "inferenceservices/status", "patch"),
+        (
+            "serving.kserve.io",
+            "inferenceservices/finalizers",
+            "update",
+        ),
+        ("corral.dev", "servedmodels", "patch"),
+        ("corral.dev", "servedmodels", "create"),
+    ] {
+        assert!(
+            rules.iter().any(|x| {
+                x.api_groups.iter().flatten().any(|y| y == g)
+                    && x.resources.iter().flatten().any(|y| y == r)
+                    && x.verbs.iter().any(|y| y == v)
+            }),
+            "missing {v} on {g}/{r}"
+        );
+    }
+}

@@ -38,6 +38,8 @@ mod harness;
 mod install;
 #[path = "envtest/jobs.rs"]
 mod jobs;
+#[path = "envtest/kserve.rs"]
+mod kserve;
 #[path = "envtest/kubeflow_jobs.rs"]
 mod kubeflow_jobs;
 #[path = "envtest/kubelet.rs"]

@@ -33,6 +33,9 @@ pub(crate) async fn install(env: &Env) {
         eprintln!("envtest: PyTorchJob CRD of Kubeflow's training operator installed");
     }
     apply_file(&env.admin, &repo_root().join("deploy/kubeflow-rbac.yaml")).await;
+    // KServe's InferenceService as Corral serves it (`--kserve`), and its RBAC.
+    apply_file(&env.admin, &repo_root().join("deploy/kserve-crds.yaml")).await;
+    apply_file(&env.admin, &repo_root().join("deploy/kserve-rbac.yaml")).await;
     // A kind the group does not serve (an operator newer than its CRDs). kube-apiserver
     // v1.36.2 answers it, as a group that is not there at all, with the text `404 page not
     // found`, not a Status (see the fixture).
@@ -49,6 +52,8 @@ pub(crate) async fn install(env: &Env) {
     for k in &kubeflow::KINDS {
         served(&env.admin, kubeflow::GROUP, k.version, k.plural).await;
     }
+    use corral_kube::kserve;
+    served(&env.admin, kserve::GROUP, kserve::VERSION, kserve::PLURAL).await;
 }
 
 /// `corral crd` output is accepted by the server as is (server-side dry run).
@@ -56,6 +61,7 @@ pub(crate) async fn crd_output_dry_runs(env: &Env) {
     for crd in corral_api::crd::all_crds()
         .into_iter()
         .chain(kubeflow::crds::all_crds())
+        .chain([corral_kube::kserve::crds::crd()])
     {
         apply_one(&env.admin, &crd, true)
             .await

@@ -48,7 +48,7 @@ pub(crate) async fn operator_binary(env: &Env) {
     let serving_port = free_port();
     let mut child = spawn(
         Command::new(&bin)
-            .args(["operator", "--kubeflow", "serve", "--listen"])
+            .args(["operator", "--kubeflow", "serve", "--kserve", "--listen"])
             .arg(format!("127.0.0.1:{port}"))
             .args([
                 "--lease-namespace",
@@ -166,6 +166,7 @@ pub(crate) async fn operator_binary(env: &Env) {
     live_progress(env, ns, port, &log).await;
     crate::read_api::live_read_api(env, ns, port, &bin, &log).await;
     crate::serving::live_serving(env, ns, (port, serving_port), &bin, &log).await;
+    crate::kserve::live_inference_service(env, ns, (port, serving_port), &log).await;
     let _ = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status();

@@ -17,7 +17,7 @@ use crate::kubelet::{kubelet_phase, kubelet_reap, pods};
 use crate::manifests::ar;
 use crate::read_api::{http, token_of};
 
-fn models(env: &Env, ns: &str) -> Api<DynamicObject> {
+pub(crate) fn models(env: &Env, ns: &str) -> Api<DynamicObject> {
     Api::namespaced_with(
         env.admin.clone(),
         ns,
@@ -25,7 +25,7 @@ fn models(env: &Env, ns: &str) -> Api<DynamicObject> {
     )
 }
 
-fn jobs(env: &Env, ns: &str) -> Api<DynamicObject> {
+pub(crate) fn jobs(env: &Env, ns: &str) -> Api<DynamicObject> {
     Api::namespaced_with(
         env.admin.clone(),
         ns,
@@ -35,7 +35,11 @@ fn jobs(env: &Env, ns: &str) -> Api<DynamicObject> {
 
 /// A model server of the test at `ip:port`, answering `/healthz` and `/predict` with its
 /// name.
-async fn model_server(ip: &str, port: u16, name: &'static str) -> tokio::task::JoinHandle<()> {
+pub(crate) async fn model_server(
+    ip: &str,
+    port: u16,
+    name: &'static str,
+) -> tokio::task::JoinHandle<()> {
     let addr: SocketAddr = format!("{ip}:{port}").parse().expect("address");
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -52,7 +56,7 @@ async fn model_server(ip: &str, port: u16, name: &'static str) -> tokio::task::J
 }
 
 /// The kubelet's part for a replica's pod: running, at `ip`.
-async fn run_pod_at(env: &Env, ns: &str, pod: &str, ip: &str) {
+pub(crate) async fn run_pod_at(env: &Env, ns: &str, pod: &str, ip: &str) {
     kubelet_phase(env, ns, pod, "Running", None).await;
     let api: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(env.admin.clone(), ns);
     api.patch_status(
@@ -65,7 +69,7 @@ async fn run_pod_at(env: &Env, ns: &str, pod: &str, ip: &str) {
 }
 
 /// Waits up to 60 s for `pod` to be bound to a node.
-async fn bound(env: &Env, ns: &str, pod: &str) -> bool {
+pub(crate) async fn bound(env: &Env, ns: &str, pod: &str) -> bool {
     for _ in 0..240 {
         if pods(env, ns).await.iter().any(|p| {
             p.metadata.name.as_deref() == Some(pod)
@@ -81,7 +85,7 @@ async fn bound(env: &Env, ns: &str, pod: &str) -> bool {
 
 /// A service account of `ns` that may call its models (and list its jobs, as the read API
 /// asks), and a token for it.
-async fn caller(env: &Env, ns: &str) -> String {
+pub(crate) async fn caller(env: &Env, ns: &str) -> String {
     token_of(
         env,
         ns,
