@@ -204,6 +204,67 @@ fn the_serving_plan_creates_on_load_and_removes_after_idle() {
     assert_eq!(actions(&plan, "llm-00001"), vec![ReplicaAction::Remove(0)]);
 }
 
+#[test]
+fn replicas_that_keep_ending_are_replaced_after_a_growing_back_off() {
+    let mut spec = model("high", 1).spec;
+    spec.autoscaling.min_replicas = 1;
+    let mut serving = Serving::new();
+    let t = |ms: i64| Timestamp::from_millisecond(1_800_000_000_000 + ms).expect("valid");
+    let view = |index: u32, ready: bool, finished: bool, deleting: bool| ReplicaView {
+        index,
+        ready,
+        finished,
+        deleting,
+        in_flight: 0,
+    };
+    let plan = serving.decide("team/llm", one_revision(&spec, &[]), t(0));
+    assert_eq!(actions(&plan, "llm-00001"), vec![ReplicaAction::Create(0)]);
+    // Replica 0 ends for good (its launch refused, or failed past its backoff limit): the
+    // first is replaced at once.
+    let dead = replicas_of("llm-00001", &[view(0, false, true, false)]);
+    let plan = serving.decide("team/llm", one_revision(&spec, &dead), t(100));
+    assert_eq!(
+        actions(&plan, "llm-00001"),
+        vec![ReplicaAction::Create(1), ReplicaAction::Remove(0)]
+    );
+    assert_eq!(plan.backoff, None);
+    // Its replacement ends too: removed, and the next is made only after 10 s, which the
+    // status says; seen again (still being deleted), it does not count twice.
+    let dead = replicas_of(
+        "llm-00001",
+        &[view(0, false, true, true), view(1, false, true, false)],
+    );
+    let plan = serving.decide("team/llm", one_revision(&spec, &dead), t(200));
+    assert_eq!(actions(&plan, "llm-00001"), vec![ReplicaAction::Remove(1)]);
+    assert_eq!(plan.backoff, Some((2, t(10_200))));
+    let status = plan.status("team", "llm", "llm-00001", None, |_| None);
+    assert!(
+        status
+            .message
+            .as_deref()
+            .is_some_and(|m| m.starts_with("Back-off: 2 replica jobs in a row")),
+        "{status:?}"
+    );
+    let gone = replicas_of("llm-00001", &[view(1, false, true, true)]);
+    let plan = serving.decide("team/llm", one_revision(&spec, &gone), t(5_000));
+    assert!(actions(&plan, "llm-00001").is_empty());
+    let plan = serving.decide("team/llm", one_revision(&spec, &[]), t(10_200));
+    assert_eq!(actions(&plan, "llm-00001"), vec![ReplicaAction::Create(0)]);
+    assert_eq!(plan.backoff, None);
+    // The third ends: 20 s. One that serves resets the count.
+    let dead = replicas_of("llm-00001", &[view(0, false, true, false)]);
+    let plan = serving.decide("team/llm", one_revision(&spec, &dead), t(11_000));
+    assert_eq!(plan.backoff, Some((3, t(31_000))));
+    let plan = serving.decide("team/llm", one_revision(&spec, &[]), t(31_000));
+    assert_eq!(actions(&plan, "llm-00001"), vec![ReplicaAction::Create(0)]);
+    let up = replicas_of("llm-00001", &[view(0, true, false, false)]);
+    serving.decide("team/llm", one_revision(&spec, &up), t(32_000));
+    let dead = replicas_of("llm-00001", &[view(0, false, true, false)]);
+    let plan = serving.decide("team/llm", one_revision(&spec, &dead), t(40_000));
+    assert_eq!(plan.backoff, None, "the count starts again after serving");
+    assert!(actions(&plan, "llm-00001").contains(&ReplicaAction::Create(1)));
+}
+
 fn autoscaling() -> impl Strategy<Value = Autoscaling> {
     (0u32..4, 1u32..12, 1u32..8, 6u32..90, 101u32..400, 1u32..200).prop_flat_map(
         |(min, span, target, stable, threshold, idle)| {

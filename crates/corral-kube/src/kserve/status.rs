@@ -14,9 +14,10 @@ use super::{InferenceService, Served};
 /// held for a cold start (scaled to zero, as KServe's serverless revisions stay Ready).
 fn answers(model: &corral_api::ServedModel) -> bool {
     let s = model.status.clone().unwrap_or_default();
-    s.message.is_none()
-        && (s.ready_replicas > 0
-            || (s.desired_replicas == 0 && model.spec.autoscaling.min_replicas == 0))
+    s.ready_replicas > 0
+        || (s.message.is_none()
+            && s.desired_replicas == 0
+            && model.spec.autoscaling.min_replicas == 0)
 }
 
 fn condition(
@@ -54,7 +55,8 @@ pub fn kserve_status(isvc: &InferenceService, served: Served<'_>, now: Timestamp
         Served::Model(m) => {
             let s = m.status.clone().unwrap_or_default();
             match &s.message {
-                Some(msg) => (false, "InvalidSpec", msg.clone()),
+                Some(msg) if msg.starts_with("Invalid") => (false, "InvalidSpec", msg.clone()),
+                Some(msg) => (false, "PredictorNotReady", msg.clone()),
                 None if answers(m) => (true, "", String::new()),
                 None => (
                     false,
@@ -99,7 +101,14 @@ pub fn kserve_status(isvc: &InferenceService, served: Served<'_>, now: Timestamp
         .collect();
     let transition = match (served, ok) {
         (Served::Refused("InvalidSpec", _), _) => "InvalidSpec",
-        (Served::Model(_), false) if ms.message.is_some() => "InvalidSpec",
+        (Served::Model(_), false)
+            if ms
+                .message
+                .as_deref()
+                .is_some_and(|m| m.starts_with("Invalid")) =>
+        {
+            "InvalidSpec"
+        }
         (_, true) if ms.latest_revision == ms.stable_revision => "UpToDate",
         _ => "InProgress",
     };

@@ -493,7 +493,8 @@ pub fn plan(seen: Seen<'_>, serving: &mut Serving, cfg: &ServingConfig, now: Tim
         let mut status = decision.status(&ns, &name, &latest.name, origin, |r| {
             kept.iter().find(|x| x.name == r).map(|x| x.hash.clone())
         });
-        status.message = message;
+        // Why no replica is made: the model is invalid, else the core's back-off.
+        status.message = message.or(status.message);
         out.record(status_model, status);
 
         // Where the router reaches each running replica: its pod's IP.

@@ -165,6 +165,20 @@ pub struct ModelPlan {
     pub ready: u32,
     pub panic: bool,
     pub last_request: Option<Timestamp>,
+    /// Replica jobs ended for good in a row without any replica serving since, and until
+    /// when no new one is created ([`replacement_backoff`]): a crash loop or a launch the
+    /// platform refuses does not make jobs as fast as the shell can.
+    pub backoff: Option<(u32, Timestamp)>,
+}
+
+/// How long to wait before replacing a replica after `failures` replica jobs in a row ended
+/// for good without any replica serving: the first at once, then 10 s doubling to 5 min
+/// (Kubernetes' CrashLoopBackOff).
+pub fn replacement_backoff(failures: u32) -> std::time::Duration {
+    match failures {
+        0 | 1 => std::time::Duration::ZERO,
+        n => std::time::Duration::from_secs(10u64.saturating_mul(1 << (n - 2).min(5)).min(300)),
+    }
 }
 
 impl ModelPlan {
@@ -207,7 +221,12 @@ impl ModelPlan {
             latest_revision: Some(latest.to_string()),
             stable_revision: Some(self.stable.clone()),
             revisions,
-            message: None,
+            message: self.backoff.map(|(n, until)| {
+                format!(
+                    "Back-off: {n} replica jobs in a row ended without serving (their events \
+                     say why); the next one is made at {until}"
+                )
+            }),
         }
     }
 }
@@ -225,6 +244,11 @@ struct ModelState {
     /// Replicas taken out of rotation for a scale-down.
     replica_drains: ReplicaDrains,
     last_request: Option<Timestamp>,
+    /// Replicas (by index) seen finished for good, so that each counts once.
+    finished_seen: BTreeSet<u32>,
+    /// Replica jobs ended for good in a row, and when the next may be made.
+    failures: u32,
+    replace_after: Option<Timestamp>,
 }
 
 /// Every served model's autoscalers and drains, by `namespace/name`.
@@ -268,6 +292,19 @@ impl Serving {
         }
         m.replica_drains
             .forget_gone(revisions.iter().flat_map(|r| &r.replicas));
+        let finished: BTreeSet<u32> = revisions
+            .iter()
+            .flat_map(|r| &r.replicas)
+            .filter(|x| x.finished && !x.deleting)
+            .map(|x| x.index)
+            .collect();
+        let ended = count(finished.difference(&m.finished_seen).count());
+        m.finished_seen = finished;
+        if ended > 0 {
+            m.failures = m.failures.saturating_add(ended);
+            let wait = replacement_backoff(m.failures);
+            m.replace_after = (!wait.is_zero()).then(|| now + wait);
+        }
         // A replica draining for a scale-down serves no new request: not live.
         let out_of_rotation: BTreeSet<u32> = m.replica_drains.indices().collect();
         let live = |r: &RevisionView| {
@@ -354,6 +391,19 @@ impl Serving {
             });
         }
         m.draining = draining;
+        if plans.iter().any(|p| p.ready > 0) {
+            m.failures = 0;
+            m.replace_after = None;
+        }
+        let backoff = m
+            .replace_after
+            .filter(|until| now < *until)
+            .map(|until| (m.failures, until));
+        if backoff.is_some() {
+            for p in &mut plans {
+                p.actions.retain(|a| !matches!(a, ReplicaAction::Create(_)));
+            }
+        }
         let retired = revisions
             .iter()
             .filter(|r| r.name != view.latest && r.name != stable && r.replicas.is_empty())
@@ -370,6 +420,7 @@ impl Serving {
             retired,
             draining: m.replica_drains.indices().collect(),
             last_request: m.last_request,
+            backoff,
         }
     }
 
