@@ -180,6 +180,31 @@ pub fn check_served_model(object: &Value, opts: &BuildOptions) -> Verdict {
     verdict
 }
 
+/// Checks a KServe InferenceService (`--kserve`) as `corral submit` checks one: the
+/// converter's errors in the InferenceService's field paths, then the ServedModel it
+/// becomes as [`check_served_model`] checks it. The operator gives the converter's words in
+/// the InferenceService's `Ready` condition where no webhook refused it.
+pub fn check_inference_service(object: &Value, opts: &BuildOptions) -> Verdict {
+    let doc = as_written(object);
+    let what = format!("InferenceService {}", name_of(&doc))
+        .trim_end()
+        .to_string();
+    match corral_api::kserve::convert_with_warnings(&doc) {
+        Err(errors) => Verdict {
+            what,
+            errors: errors.0,
+            warnings: Vec::new(),
+        },
+        Ok((model, warnings)) => {
+            let model = serde_json::to_value(&model).unwrap_or(Value::Null);
+            let mut verdict = check_served_model(&model, opts);
+            verdict.what = what;
+            verdict.warnings.extend(warnings);
+            verdict
+        }
+    }
+}
+
 fn name_of(doc: &Value) -> &str {
     doc.pointer("/metadata/name")
         .and_then(Value::as_str)
@@ -324,7 +349,7 @@ pub fn review(
         && req.sub_resource.is_none()
         && matches!(
             req.kind.kind.as_str(),
-            "TrainingJob" | "PipelineRun" | "Pipeline" | "ServedModel"
+            "TrainingJob" | "PipelineRun" | "Pipeline" | "ServedModel" | "InferenceService"
         );
     if !checked {
         return Ok(allow.into_review());
@@ -361,6 +386,7 @@ pub fn review(
         "PipelineRun" => check_run(&object),
         "Pipeline" => check_pipeline(&object),
         "ServedModel" => check_served_model(&object, opts),
+        "InferenceService" => check_inference_service(&object, opts),
         _ => check(&object, opts),
     };
     let mut resp = allow;
@@ -376,7 +402,7 @@ pub fn review(
     resp.result.reason = "Invalid".into();
     resp.result.details = Some(StatusDetails {
         name: req.name.clone(),
-        group: corral_api::meta::API_GROUP.into(),
+        group: req.kind.group.clone(),
         kind: req.kind.kind.clone(),
         causes: verdict
             .errors

@@ -293,3 +293,50 @@ fn a_stored_pipeline_is_checked_as_a_submit_checks_it() {
     let v = crate::webhook::check_pipeline(&pipeline);
     assert!(v.errors.is_empty(), "{:?}", v.errors);
 }
+
+/// An InferenceService (`--kserve`) is refused where Corral could not serve it, in the
+/// converter's words and its own field paths; a custom-container predictor passes.
+#[test]
+fn an_inference_service_is_checked_as_a_submit_checks_it() {
+    let mut isvc = json!({
+        "apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
+        "metadata": {"name": "iris", "namespace": "ml", "uid": "u1"},
+        "spec": {"predictor": {"sklearn": {"storageUri": "gs://models/iris"}}},
+    });
+    let v = check_inference_service(&isvc, &BuildOptions::default());
+    assert_eq!(v.what, "InferenceService iris");
+    assert!(
+        v.errors.iter().any(|e| e.path == "spec.predictor.sklearn"),
+        "{:?}",
+        v.errors
+    );
+    let mut review = request("CREATE", Some(isvc.clone()), None);
+    review["request"]["kind"] =
+        json!({"group": "serving.kserve.io", "version": "v1beta1", "kind": "InferenceService"});
+    let resp = respond(&review);
+    assert_eq!(resp["allowed"], json!(false), "{resp}");
+    assert_eq!(
+        resp["status"]["details"]["group"],
+        json!("serving.kserve.io")
+    );
+    assert!(
+        resp["status"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("InferenceService iris is invalid")),
+        "{resp}"
+    );
+    isvc["spec"]["predictor"] = json!({"containers": [{"name": "kserve-container",
+        "image": "models/iris:1", "command": ["python3", "serve.py"]}]});
+    let v = check_inference_service(&isvc, &BuildOptions::default());
+    assert!(v.errors.is_empty(), "{:?}", v.errors);
+    // Without an image it could not run on Kubernetes: refused, as a ServedModel is.
+    isvc["spec"]["predictor"]["containers"][0]
+        .as_object_mut()
+        .map(|c| c.remove("image"));
+    let v = check_inference_service(&isvc, &BuildOptions::default());
+    assert!(
+        v.errors.iter().any(|e| e.path.contains("image")),
+        "{:?}",
+        v.errors
+    );
+}

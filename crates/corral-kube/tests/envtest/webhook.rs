@@ -26,15 +26,26 @@ use crate::trainingjobs::{replica, training_job, training_jobs};
 /// Service and cert-manager's injection, for namespace `ns` only (the other cases hold
 /// jobs the operator must see invalid).
 fn configuration(url: &str, ca: &str, ns: &str) -> ValidatingWebhookConfiguration {
-    let text = std::fs::read_to_string(repo_root().join("deploy/webhook/webhook.yaml"))
-        .expect("deploy/webhook/webhook.yaml");
+    configuration_of("webhook.yaml", "corral-envtest-trainingjobs", url, ca, ns)
+}
+
+/// The configuration of `deploy/webhook/<file>`, named `name`, made as [`configuration`].
+fn configuration_of(
+    file: &str,
+    name: &str,
+    url: &str,
+    ca: &str,
+    ns: &str,
+) -> ValidatingWebhookConfiguration {
+    let text = std::fs::read_to_string(repo_root().join("deploy/webhook").join(file))
+        .unwrap_or_else(|e| panic!("deploy/webhook/{file}: {e}"));
     let doc = serde_saphyr::from_multiple::<Value>(&text)
         .expect("yaml")
         .into_iter()
         .find(|d| d["kind"] == json!("ValidatingWebhookConfiguration"))
         .expect("a ValidatingWebhookConfiguration");
     let mut c: ValidatingWebhookConfiguration = serde_json::from_value(doc).expect("parses");
-    c.metadata.name = Some("corral-envtest-trainingjobs".into());
+    c.metadata.name = Some(name.into());
     c.metadata.annotations = None;
     for w in c.webhooks.iter_mut().flatten() {
         w.client_config = WebhookClientConfig {
@@ -311,10 +322,82 @@ pub(crate) async fn admission_webhook(env: &Env) {
         .await
         .expect("delete the model");
 
+    inference_services(env, ns, &configs, (&url, &ca)).await;
     configs
         .delete("corral-envtest-trainingjobs", &DeleteParams::default())
         .await
         .expect("unregister the webhook");
     let _ = stop.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(10), server).await;
+}
+
+/// deploy/webhook/kserve.yaml (`--kserve`): an InferenceService Corral cannot serve is
+/// refused at create in `check_inference_service`'s words; a custom-container one is stored.
+async fn inference_services(
+    env: &Env,
+    ns: &str,
+    configs: &Api<ValidatingWebhookConfiguration>,
+    (url, ca): (&str, &str),
+) {
+    let name = "corral-envtest-inferenceservices";
+    configs
+        .create(
+            &PostParams::default(),
+            &configuration_of("kserve.yaml", name, url, ca, ns),
+        )
+        .await
+        .expect("register the InferenceService webhook");
+    let isvcs: Api<DynamicObject> =
+        Api::namespaced_with(env.admin.clone(), ns, &corral_kube::kserve::api_resource());
+    let mut isvc = json!({
+        "apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
+        "metadata": {"name": "iris", "namespace": ns},
+        "spec": {"predictor": {"sklearn": {"storageUri": "gs://models/iris"}}},
+    });
+    let expected = webhook::check_inference_service(&isvc, &Default::default()).message();
+    let mut refused = None;
+    for _ in 0..60 {
+        match isvcs
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(isvc.clone()).expect("object"),
+            )
+            .await
+        {
+            Err(e) => {
+                refused = Some(e.to_string());
+                break;
+            }
+            Ok(_) => {
+                // Stored before the server saw the configuration: again.
+                isvcs
+                    .delete("iris", &DeleteParams::default())
+                    .await
+                    .expect("delete the early one");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+    }
+    let refused = refused.expect("the webhook never refused the sklearn predictor");
+    assert!(
+        expected.contains("spec.predictor.sklearn") && refused.contains(&expected),
+        "{refused}"
+    );
+    isvc["spec"]["predictor"] = json!({"containers": [{"name": "kserve-container",
+        "image": "models/iris:1", "command": ["python3", "serve.py"]}]});
+    isvcs
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(isvc).expect("object"),
+        )
+        .await
+        .expect("a custom-container InferenceService is stored");
+    isvcs
+        .delete("iris", &DeleteParams::default())
+        .await
+        .expect("delete it");
+    configs
+        .delete(name, &DeleteParams::default())
+        .await
+        .expect("unregister the InferenceService webhook");
 }
