@@ -176,24 +176,37 @@ fn install_manifests_parse_as_kubernetes_objects() {
     }
 }
 
+/// The rules of the ClusterRole in `deploy/<file>`.
+fn cluster_role_rules(file: &str) -> Vec<k8s_openapi::api::rbac::v1::PolicyRule> {
+    let role: ClusterRole = serde_json::from_value(
+        docs(&deploy().join(file))
+            .into_iter()
+            .find(|d| d["kind"] == "ClusterRole")
+            .expect("ClusterRole"),
+    )
+    .expect("ClusterRole");
+    role.rules.unwrap_or_default()
+}
+
+/// Whether `rules` let `verb` be done on `group`/`resource`.
+fn grants(
+    rules: &[k8s_openapi::api::rbac::v1::PolicyRule],
+    group: &str,
+    resource: &str,
+    verb: &str,
+) -> bool {
+    rules.iter().any(|r| {
+        r.api_groups.iter().flatten().any(|g| g == group)
+            && r.resources.iter().flatten().any(|x| x == resource)
+            && r.verbs.iter().any(|v| v == verb)
+    })
+}
+
 #[test]
 fn rbac_grants_what_the_operator_calls_and_no_wildcards() {
     let docs = docs(&deploy().join("rbac.yaml"));
-    let role: ClusterRole = serde_json::from_value(
-        docs.iter()
-            .find(|d| d["kind"] == "ClusterRole")
-            .expect("ClusterRole")
-            .clone(),
-    )
-    .expect("ClusterRole");
-    let rules = role.rules.unwrap_or_default();
-    let allows = |group: &str, resource: &str, verb: &str| {
-        rules.iter().any(|r| {
-            r.api_groups.iter().flatten().any(|g| g == group)
-                && r.resources.iter().flatten().any(|x| x == resource)
-                && r.verbs.iter().any(|v| v == verb)
-        })
-    };
+    let rules = cluster_role_rules("rbac.yaml");
+    let allows = |group: &str, resource: &str, verb: &str| grants(&rules, group, resource, verb);
     for (g, r, verbs) in [
         (
             "corral.dev",
@@ -604,15 +617,7 @@ fn the_kserve_crd_is_structural_and_its_files_are_current() {
         serde_json::json!(["isvc"])
     );
     // The RBAC of `--kserve`: what kserve::watch calls.
-    let docs = docs(&deploy().join("kserve-rbac.yaml"));
-    let role: ClusterRole = serde_json::from_value(
-        docs.iter()
-            .find(|d| d["kind"] == "ClusterRole")
-            .expect("ClusterRole")
-            .clone(),
-    )
-    .expect("ClusterRole");
-    let rules = role.rules.unwrap_or_default();
+    let rules = cluster_role_rules("kserve-rbac.yaml");
     for (g, r, v) in [
         ("serving.kserve.io", "inferenceservices", "watch"),
         ("serving.kserve.io", "inferenceservices/status", "patch"),
@@ -624,13 +629,6 @@ fn the_kserve_crd_is_structural_and_its_files_are_current() {
         ("corral.dev", "servedmodels", "patch"),
         ("corral.dev", "servedmodels", "create"),
     ] {
-        assert!(
-            rules.iter().any(|x| {
-                x.api_groups.iter().flatten().any(|y| y == g)
-                    && x.resources.iter().flatten().any(|y| y == r)
-                    && x.verbs.iter().any(|y| y == v)
-            }),
-            "missing {v} on {g}/{r}"
-        );
+        assert!(grants(&rules, g, r, v), "missing {v} on {g}/{r}");
     }
 }

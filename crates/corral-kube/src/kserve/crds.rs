@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use super::{GROUP, KIND, PLURAL, VERSION};
 
 pub fn crd() -> Value {
-    let open = json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
+    let open = crate::kubeflow::crds::open_object();
     json!({
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",

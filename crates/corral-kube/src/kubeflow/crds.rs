@@ -10,7 +10,8 @@ use serde_json::{Value, json};
 
 use super::{GROUP, KINDS, KubeflowKind};
 
-fn open_object() -> Value {
+/// A schema node kept as written (the converter checks it).
+pub(crate) fn open_object() -> Value {
     json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})
 }
 
