@@ -92,12 +92,16 @@ pub fn free_port() -> Result<u16, String> {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let mixed =
             (seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        let port = 20_000 + ((mixed >> 33) % 12_000) as u16;
+        // 10000-19999: apart from the embedded test clusters' replica ports (20000-31999,
+        // tests/common/cluster.rs), which share a test binary with this (the dashboard's
+        // browser tests): a kube-apiserver on a replica's port once made that replica
+        // fail with `Address already in use`.
+        let port = 10_000 + ((mixed >> 33) % 10_000) as u16;
         if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
             return Ok(port);
         }
     }
-    Err("no free local port in 20000-31999".into())
+    Err("no free local port in 10000-19999".into())
 }
 
 /// The last lines of a child's log, for an error that must explain itself after the
