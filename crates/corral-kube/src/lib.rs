@@ -55,6 +55,7 @@ pub mod observe;
 pub mod operator;
 pub mod operator_args;
 pub mod own_writes;
+pub mod owners;
 pub mod pipelines;
 pub mod plan;
 pub mod progress;

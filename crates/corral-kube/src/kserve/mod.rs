@@ -79,14 +79,7 @@ impl InferenceService {
         format!("{KIND}/{}", self.uid())
     }
     pub fn owner_reference(&self) -> Value {
-        json!({
-            "apiVersion": api_version(),
-            "kind": KIND,
-            "name": self.name(),
-            "uid": self.uid(),
-            "controller": true,
-            "blockOwnerDeletion": true,
-        })
+        crate::owners::controller(&api_version(), KIND, self.name(), self.uid())
     }
     pub fn status(&self) -> Option<&Value> {
         self.raw.get("status")

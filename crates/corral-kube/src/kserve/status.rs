@@ -8,17 +8,9 @@
 use jiff::Timestamp;
 use serde_json::{Value, json};
 
-use super::{InferenceService, Served};
+use corral_core::control::serving::answers_requests;
 
-/// Whether the model answers requests: a replica in rotation, or none wanted and requests
-/// held for a cold start (scaled to zero, as KServe's serverless revisions stay Ready).
-fn answers(model: &corral_api::ServedModel) -> bool {
-    let s = model.status.clone().unwrap_or_default();
-    s.ready_replicas > 0
-        || (s.message.is_none()
-            && s.desired_replicas == 0
-            && model.spec.autoscaling.min_replicas == 0)
-}
+use super::{InferenceService, Served};
 
 fn condition(
     old: Option<&Value>,
@@ -57,7 +49,8 @@ pub fn kserve_status(isvc: &InferenceService, served: Served<'_>, now: Timestamp
             match &s.message {
                 Some(msg) if msg.starts_with("Invalid") => (false, "InvalidSpec", msg.clone()),
                 Some(msg) => (false, "PredictorNotReady", msg.clone()),
-                None if answers(m) => (true, "", String::new()),
+                // Scaled to zero it stays Ready, as KServe's serverless revisions do.
+                None if answers_requests(&m.spec, &s) => (true, "", String::new()),
                 None => (
                     false,
                     "PredictorNotReady",

@@ -263,14 +263,12 @@ impl KubeflowJob {
 
     /// The owner reference of what is made for this job (garbage-collected with it).
     pub fn owner_reference(&self) -> Value {
-        json!({
-            "apiVersion": self.kind.api_version(),
-            "kind": self.kind.kind,
-            "name": self.name(),
-            "uid": self.uid().unwrap_or(""),
-            "controller": true,
-            "blockOwnerDeletion": true,
-        })
+        crate::owners::controller(
+            &self.kind.api_version(),
+            self.kind.kind,
+            self.name(),
+            self.uid().unwrap_or(""),
+        )
     }
 
     /// `<Kind>/<uid>`: what [`SOURCE_ANNOTATION`] says of a TrainingJob made from it.

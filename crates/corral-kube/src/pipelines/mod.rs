@@ -523,14 +523,12 @@ fn ask(
 }
 
 fn owner(run: &PipelineRun) -> Value {
-    json!({
-        "apiVersion": corral_api::API_VERSION,
-        "kind": "PipelineRun",
-        "name": run.metadata.name,
-        "uid": run.metadata.uid.clone().unwrap_or_default(),
-        "controller": true,
-        "blockOwnerDeletion": true,
-    })
+    crate::owners::controller(
+        corral_api::API_VERSION,
+        "PipelineRun",
+        &run.metadata.name,
+        run.metadata.uid.as_deref().unwrap_or_default(),
+    )
 }
 
 /// A pod of the operator's image that answers one question about a run's artifacts; it

@@ -176,14 +176,12 @@ fn kept_of(model: &ServedModel, revisions: &[Arc<ControllerRevision>]) -> Vec<Ke
 }
 
 fn owner(model: &ServedModel) -> Value {
-    json!({
-        "apiVersion": corral_api::API_VERSION,
-        "kind": "ServedModel",
-        "name": model.metadata.name,
-        "uid": model.metadata.uid.clone().unwrap_or_default(),
-        "controller": true,
-        "blockOwnerDeletion": true,
-    })
+    crate::owners::controller(
+        corral_api::API_VERSION,
+        "ServedModel",
+        &model.metadata.name,
+        model.metadata.uid.as_deref().unwrap_or_default(),
+    )
 }
 
 /// Revision `number` of `model` as its ControllerRevision: the model as written now (spec

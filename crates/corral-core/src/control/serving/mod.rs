@@ -181,6 +181,16 @@ pub fn replacement_backoff(failures: u32) -> std::time::Duration {
     }
 }
 
+/// Whether a model answers requests now: a replica in rotation, or, scaled to zero with
+/// `minReplicas: 0` and nothing in the way (no `status.message`), a request is held until a
+/// replica is ready (a cold start).
+pub fn answers_requests(spec: &ServedModelSpec, status: &ServedModelStatus) -> bool {
+    status.ready_replicas > 0
+        || (status.message.is_none()
+            && status.desired_replicas == 0
+            && spec.autoscaling.min_replicas == 0)
+}
+
 impl ModelPlan {
     /// The model's status after this decision. `hash_of`: a kept revision's hash (by
     /// name); revisions without one are not shown.
